@@ -1,0 +1,3 @@
+from fasttrack.cli import main
+
+main()

@@ -1,0 +1,47 @@
+"""The Context: everything the rules read, built once by the loaders and never mutated."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from fasttrack.changes.model import Change
+from fasttrack.evidence.loaded import LoadedEvidence
+from fasttrack.manifest import Manifest
+from fasttrack.policy import Policy
+from fasttrack.verdict import BlastRadius
+
+
+@dataclass(frozen=True)
+class Context:
+    policy: Policy
+    policy_path: Path
+    mode: Literal["range", "contribution"]
+    # Directory holding the head tree's files (a materialised git tree, or the checkout itself).
+    head_dir: Path
+    changes: tuple[Change, ...]
+    # The target model (given or inferred); None when it could not be inferred.
+    model: str | None
+    # Every model whose local roots the change set touches (more than one means not confined).
+    models_touched: tuple[str, ...] = ()
+    repo: Path | None = None
+    base: str | None = None
+    head: str | None = None
+    manifest: Manifest | None = None
+    manifest_path: str | None = None  # head-relative path of fasttrack.toml
+    contribution_dir: str | None = None  # head-relative directory of the contribution
+    blast_radius: BlastRadius = field(default_factory=BlastRadius)
+    evidence: LoadedEvidence | None = None
+    # Paths as they will sit in the engine (contribution mode maps contribution files to target_path).
+    engine_paths: dict[str, str] = field(default_factory=dict)
+
+    def read_head_text(self, path: str) -> str | None:
+        """Text of a head-side file, or None if it is absent, a symlink, binary or too large."""
+        p = self.head_dir / path
+        try:
+            if p.is_symlink() or not p.is_file() or p.stat().st_size > 4 * 1024 * 1024:
+                return None
+            return p.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            return None

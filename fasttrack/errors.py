@@ -1,0 +1,61 @@
+"""Input errors: bad files, bad options. They become one clear line and exit code 2, never a traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pydantic
+
+EXIT_PASS = 0
+EXIT_POLICY_FAILURE = 1
+EXIT_INPUT_ERROR = 2
+
+
+class InputError(Exception):
+    """A problem with something the user gave us: names the file, the field and the fix."""
+
+    def __init__(self, message: str, *, path: str | Path | None = None, field: str | None = None,
+                 fix: str | None = None) -> None:
+        self.message = message
+        self.path = str(path) if path is not None else None
+        self.field = field
+        self.fix = fix
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        where = ""
+        if self.path:
+            where = f"{self.path}: "
+        if self.field:
+            where += f"{self.field}: "
+        text = f"{where}{self.message}"
+        if self.fix:
+            text += f" (fix: {self.fix})"
+        return text
+
+
+def field_path(loc: tuple[int | str, ...]) -> str:
+    """Render a pydantic error location as a dotted TOML/JSON path, e.g. envelope.batch.max or claims[0]."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "<root>"
+
+
+def from_validation_error(err: pydantic.ValidationError, path: str | Path, what: str) -> InputError:
+    """Turn the first pydantic error into an InputError naming the file and field (all errors in the text)."""
+    problems = []
+    for e in err.errors():
+        loc = field_path(tuple(e.get("loc", ())))
+        msg = e.get("msg", "invalid")
+        if e.get("type") == "extra_forbidden":
+            msg = "unknown key"
+        problems.append(f"{loc}: {msg}")
+    first = err.errors()[0]
+    first_field = field_path(tuple(first.get("loc", ())))
+    detail = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
+    return InputError(f"invalid {what}: {detail}", path=path, field=first_field,
+                      fix=f"correct the {what} (see the schema in the README)")

@@ -1,0 +1,1 @@
+"""GitHub: PR file lists and publishing verdicts (check runs, sticky comment, labels)."""

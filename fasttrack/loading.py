@@ -1,0 +1,60 @@
+"""Read TOML/JSON files into pydantic models, turning every problem into an InputError."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pydantic
+
+from fasttrack.errors import InputError, from_validation_error
+
+M = TypeVar("M", bound=pydantic.BaseModel)
+
+MAX_INPUT_BYTES = 8 * 1024 * 1024
+
+
+def read_bytes_bounded(path: Path, what: str) -> bytes:
+    if not path.exists():
+        raise InputError(f"{what} not found", path=path, fix=f"pass an existing {what} path")
+    if not path.is_file():
+        raise InputError(f"{what} is not a regular file", path=path)
+    size = path.stat().st_size
+    if size > MAX_INPUT_BYTES:
+        raise InputError(f"{what} is {size} bytes, over the {MAX_INPUT_BYTES}-byte limit", path=path)
+    return path.read_bytes()
+
+
+def parse_toml_text(text: str, path: str | Path, what: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"malformed TOML in {what}: {exc}", path=path,
+                         fix="fix the TOML syntax at the position named") from None
+
+
+def validate(model: type[M], data: Any, path: str | Path, what: str) -> M:
+    try:
+        return model.model_validate(data)
+    except pydantic.ValidationError as exc:
+        raise from_validation_error(exc, path, what) from None
+
+
+def load_toml_model(path: Path, model: type[M], what: str) -> M:
+    raw = read_bytes_bounded(path, what)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{what} is not UTF-8 text", path=path) from None
+    return validate(model, parse_toml_text(text, path, what), path, what)
+
+
+def load_json_model(path: Path, model: type[M], what: str) -> M:
+    raw = read_bytes_bounded(path, what)
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"malformed JSON in {what}: {exc}", path=path) from None
+    return validate(model, data, path, what)

@@ -1,0 +1,188 @@
+"""The contribution manifest (`fasttrack.toml` in the contribution directory): who it is, where it lands in
+the engine, the envelope it supports, its fallback, the evidence suite it runs and the claims it makes.
+
+Schema validation here is structural (types, unknown keys, ranges that are self-evidently wrong). Whether
+the envelope fits the *policy* is judged by the envelope rules (FT2xx), so a PR gets findings, not a crash.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from fasttrack.loading import load_toml_model
+
+MANIFEST_FILE = "fasttrack.toml"
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Hardware(Strict):
+    name: str = Field(min_length=1, description="GPU name as torch.cuda.get_device_name reports it")
+    compute_capability: str = Field(pattern=r"^\d{1,2}\.\d$")
+
+
+class IntRange(Strict):
+    min: int = Field(ge=1)
+    max: int = Field(ge=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> IntRange:
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) is greater than max ({self.max})")
+        return self
+
+    def contains(self, value: int) -> bool:
+        return self.min <= value <= self.max
+
+
+class Envelope(Strict):
+    """The deployments the contribution supports. Outside them the code must fall back to stock."""
+
+    hardware: list[Hardware] = Field(min_length=1)
+    tp: list[int] = Field(min_length=1)
+    pp: list[int] = Field(default_factory=lambda: [1])
+    expert_parallel: bool = False
+    batch: IntRange
+    context: IntRange
+    dtypes: list[str] = Field(min_length=1)
+    cuda_graph: Literal["full", "piecewise", "none"]
+    # Query rows per request in speculative-decoding verification (1 + draft tokens); [1] means no spec.
+    spec_decode_widths: list[int] = Field(default_factory=lambda: [1])
+    mixed_prefill_decode: bool = False
+    # Grid sample points used by evidence collection (each must lie inside the ranges above).
+    # Batch 1, 2 and batch.max are always added by the collector, whatever is listed here.
+    grid_batches: list[int] = Field(default_factory=list)
+    grid_contexts: list[int] = Field(default_factory=list)
+
+    @field_validator("tp", "pp", "spec_decode_widths")
+    @classmethod
+    def _positive_unique(cls, values: list[int]) -> list[int]:
+        if any(v < 1 for v in values):
+            raise ValueError("values must be >= 1")
+        if len(set(values)) != len(values):
+            raise ValueError("values must be unique")
+        return values
+
+    @model_validator(mode="after")
+    def _grid_inside(self) -> Envelope:
+        for b in self.grid_batches:
+            if not self.batch.contains(b):
+                raise ValueError(f"grid_batches value {b} is outside batch {self.batch.min}..{self.batch.max}")
+        for c in self.grid_contexts:
+            if not self.context.contains(c):
+                raise ValueError(
+                    f"grid_contexts value {c} is outside context {self.context.min}..{self.context.max}"
+                )
+        return self
+
+    def batches(self) -> list[int]:
+        """The grid's batch sizes: declared points plus 1, 2 and the maximum, always."""
+        pts = set(self.grid_batches) | {self.batch.min, self.batch.max}
+        pts |= {b for b in (1, 2) if self.batch.contains(b)}
+        return sorted(pts)
+
+    def contexts(self) -> list[int]:
+        pts = set(self.grid_contexts) | {self.context.min, self.context.max}
+        return sorted(pts)
+
+    def points(self) -> list[EnvelopePoint]:
+        """Expand the envelope into its grid (hardware x TP x batch x context x dtype)."""
+        return [
+            EnvelopePoint(gpu=hw.name, tp=tp, batch=b, context=c, dtype=dt)
+            for hw, tp, b, c, dt in itertools.product(
+                self.hardware, self.tp, self.batches(), self.contexts(), self.dtypes
+            )
+        ]
+
+
+class EnvelopePoint(Strict):
+    """One point of the grid, with plain keys any tool can read."""
+
+    gpu: str
+    tp: int
+    batch: int
+    context: int
+    dtype: str
+
+    def key(self) -> str:
+        return f"{self.gpu}|tp{self.tp}|b{self.batch}|c{self.context}|{self.dtype}"
+
+
+class Fallback(Strict):
+    """How the contribution falls back outside its envelope, and where operators see it."""
+
+    metric: str = Field(pattern=r"^[a-zA-Z_:][a-zA-Z0-9_:]*$", description="Prometheus counter name")
+    stock_path: str = Field(min_length=1, description="module:callable of the stock implementation")
+    guard: str = Field(min_length=1, description="module:callable that decides per call")
+    log_reasons: bool = True
+
+
+class EvidenceSuite(Strict):
+    """What `fasttrack collect` runs (paths relative to the contribution directory)."""
+
+    kernel_tests: list[str] = Field(min_length=1)
+    sanitizer_tests: list[str] = Field(default_factory=list)
+    # module:callable returning a benchmark case for an envelope point (see fasttrack.evidence.contract)
+    benchmark: str | None = None
+    # module:callable running the model-level evals (see fasttrack.evidence.contract)
+    evals: str | None = None
+    lm_eval_results: list[str] = Field(default_factory=list)
+
+
+class Claim(Strict):
+    """A performance claim; verification recomputes it from raw samples, never trusts the number."""
+
+    name: str = Field(pattern=r"^[a-z0-9_.-]+$")
+    baseline: str = Field(default="stock")
+    candidate: str = Field(default="fused")
+    min_speedup: float = Field(gt=0)
+    gpu: str
+    gpus: int = Field(default=1, ge=1, description="GPU count on both sides (like with like)")
+    tp: int = 1
+    batch: int
+    context: int
+    dtype: str = "bfloat16"
+
+
+class ContributionInfo(Strict):
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,63}$", description="evidence/<name>/ holds its bundle")
+    model: str = Field(pattern=r"^[a-z][a-z0-9_]{0,63}$")
+    title: str = ""
+    maintainers: list[str] = Field(default_factory=list)
+    # Where these files land in the engine tree, e.g. vllm/models/kimi_k3/nvidia/specialized_decode.
+    target_path: str = Field(min_length=1)
+
+    @field_validator("target_path")
+    @classmethod
+    def _relative(cls, v: str) -> str:
+        if v.startswith("/") or ".." in Path(v).parts:
+            raise ValueError("target_path must be a relative path inside the engine tree")
+        return v.rstrip("/")
+
+
+class Manifest(Strict):
+    schema_version: Literal[1]
+    contribution: ContributionInfo
+    envelope: Envelope
+    fallback: Fallback
+    evidence: EvidenceSuite
+    claims: list[Claim] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _unique_claims(self) -> Manifest:
+        names = [c.name for c in self.claims]
+        if len(names) != len(set(names)):
+            raise ValueError("claim names must be unique")
+        return self
+
+
+def load_manifest(path: Path) -> Manifest:
+    if path.is_dir():
+        path = path / MANIFEST_FILE
+    return load_toml_model(path, Manifest, "manifest")

@@ -1,0 +1,1 @@
+"""The maintainer review dashboard (static HTML + Markdown) built from Verdict JSON files."""

@@ -1,0 +1,57 @@
+"""Rules: small functions `(Context) -> Iterable[Finding]` with a stable code and a one-line doc.
+
+Each rules module builds its own `Catalogue`; `fasttrack.rules.ALL_RULES` joins them. No global registry.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from fasttrack.findings import Finding
+
+if TYPE_CHECKING:
+    from fasttrack.context import Context
+
+Check = Callable[["Context"], Iterable[Finding]]
+
+
+@dataclass(frozen=True)
+class Rule:
+    code: str
+    summary: str
+    check: Check
+    doc: str = ""
+    family: str = ""
+
+    def run(self, ctx: Context) -> list[Finding]:
+        """Run the rule; a rule that crashes yields an error finding (fail closed), never a pass."""
+        try:
+            found = list(self.check(ctx))
+        except Exception as exc:  # noqa: BLE001 - a broken rule must not pass silently
+            return [Finding.error(self.code, f"rule {self.code} crashed: {type(exc).__name__}: {exc}",
+                                  fix="report this to the fasttrack maintainers; the verdict fails closed")]
+        for f in found:
+            if f.code != self.code:
+                raise AssertionError(f"rule {self.code} produced a finding with code {f.code}")
+        return found
+
+
+@dataclass
+class Catalogue:
+    """Collects the rules of one family with a decorator."""
+
+    family: str
+    rules: list[Rule] = field(default_factory=list)
+
+    def rule(self, code: str, summary: str) -> Callable[[Check], Check]:
+        def register(fn: Check) -> Check:
+            if any(r.code == code for r in self.rules):
+                raise ValueError(f"duplicate rule code {code}")
+            self.rules.append(Rule(code=code, summary=summary, check=fn,
+                                   doc=inspect.cleandoc(fn.__doc__ or summary), family=self.family))
+            return fn
+
+        return register

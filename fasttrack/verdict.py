@@ -1,0 +1,182 @@
+"""The Verdict: the versioned JSON contract every renderer, the dashboard and the GitHub publisher read.
+
+Bump VERDICT_SCHEMA_VERSION on any incompatible change. `fasttrack schema verdict` prints the JSON schema.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from fasttrack.findings import Finding, Severity
+
+VERDICT_SCHEMA_VERSION = "1.0"
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ChangeStatus(StrEnum):
+    ADDED = "added"
+    MODIFIED = "modified"
+    DELETED = "deleted"
+    RENAMED = "renamed"
+    COPIED = "copied"
+    TYPE_CHANGED = "type-changed"  # file <-> symlink <-> submodule
+    MODE_CHANGED = "mode-changed"
+
+
+class ChangedFile(Strict):
+    path: str
+    status: ChangeStatus
+    old_path: str | None = None  # renames and copies: the source side (it counts too)
+    zone: str | None = None
+    zone_kind: str | None = None
+    binary: bool = False
+    symlink_target: str | None = None
+    submodule: bool = False
+    old_mode: str | None = None
+    new_mode: str | None = None
+    added_lines: int | None = None
+    removed_lines: int | None = None
+
+
+class Witness(Strict):
+    """An import chain from an affected module to a changed module: chain[0] imports chain[1] ..."""
+
+    chain: list[str] = Field(min_length=2)
+    lines: list[int | None] = Field(default_factory=list)
+
+
+class AffectedModel(Strict):
+    name: str  # model unit name (package or legacy file) or registered architecture
+    kind: Literal["package", "legacy", "architecture"]
+    module: str
+    witness: Witness | None = None
+    architectures: list[str] = Field(default_factory=list)
+
+
+class AffectedShared(Strict):
+    module: str
+    zone: str | None = None
+    zone_kind: str | None = None
+    witness: Witness
+
+
+class BlastRadius(Strict):
+    changed_modules: list[str] = Field(default_factory=list)
+    models: list[AffectedModel] = Field(default_factory=list)
+    shared: list[AffectedShared] = Field(default_factory=list)
+    architectures: list[str] = Field(default_factory=list)  # registered architectures served by changed code
+    computed: bool = False
+    note: str | None = None  # why not computed, or how the graph was cut (hubs, lazy imports)
+    graph_modules: int | None = None
+    seconds: float | None = None
+
+
+class PointStatus(StrEnum):
+    PASSED = "passed"
+    FAILED = "failed"
+    MISSING = "missing"
+    STALE = "stale"
+
+
+class PointEvidence(Strict):
+    point: dict[str, str | int]  # gpu, tp, batch, context, dtype
+    status: PointStatus
+    tests: int = 0
+    failed: int = 0
+    max_error: float | None = None
+
+
+class ClaimResult(Strict):
+    name: str
+    claimed: float
+    median_ratio: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    holds: bool = False
+    point: dict[str, str | int] = Field(default_factory=dict)
+
+
+class BenchmarkRow(Strict):
+    """One benchmarked point: per-variant medians (us) and ratios against stock with CIs."""
+
+    point: dict[str, str | int]
+    median_us: dict[str, float] = Field(default_factory=dict)
+    speedup: dict[str, float] = Field(default_factory=dict)  # variant -> stock/variant median ratio
+    speedup_ci: dict[str, tuple[float, float]] = Field(default_factory=dict)
+    kernels_per_layer: dict[str, float] = Field(default_factory=dict)
+    bandwidth_fraction: dict[str, float] = Field(default_factory=dict)  # of the measured copy roofline
+
+
+class EvalResult(Strict):
+    name: str
+    value: float
+    threshold: float
+    direction: Literal["max", "min"]  # "max": value must be <= threshold; "min": >= threshold
+    passed: bool
+
+
+class SanitizerResult(Strict):
+    tool: str
+    ran: bool
+    errors: int | None = None
+    summary: str = ""
+
+
+class EvidenceSummary(Strict):
+    """What the evidence rules learned, for renderers and the dashboard (no raw samples here)."""
+
+    bundle_path: str | None = None
+    present: bool = False
+    fresh: bool | None = None
+    subject_digest: str | None = None
+    head_digest: str | None = None
+    changed_since: list[str] = Field(default_factory=list)
+    signature_valid: bool | None = None
+    signer: str | None = None
+    collected_at: str | None = None
+    environment: dict[str, str | int | float | None] = Field(default_factory=dict)
+    points: list[PointEvidence] = Field(default_factory=list)
+    claims: list[ClaimResult] = Field(default_factory=list)
+    benchmarks: list[BenchmarkRow] = Field(default_factory=list)
+    evals: list[EvalResult] = Field(default_factory=list)
+    sanitizers: list[SanitizerResult] = Field(default_factory=list)
+
+
+class Verdict(Strict):
+    schema_version: Literal["1.0"] = VERDICT_SCHEMA_VERSION
+    tool_version: str
+    verdict: Literal["pass", "fail"]
+    mode: Literal["range", "contribution"]
+    model: str | None = None
+    contribution: str | None = None
+    repo: str | None = None
+    base: str | None = None
+    head: str | None = None
+    pr: int | None = None
+    policy: str | None = None
+    policy_digest: str | None = None
+    changed_files: list[ChangedFile] = Field(default_factory=list)
+    findings: list[Finding] = Field(default_factory=list)
+    blast_radius: BlastRadius = Field(default_factory=BlastRadius)
+    envelope: dict[str, object] | None = None  # the manifest's envelope as declared
+    fallback: dict[str, object] | None = None
+    evidence: EvidenceSummary | None = None
+    rules_run: list[str] = Field(default_factory=list)
+    generated_at: str
+
+    def counts(self) -> dict[str, int]:
+        out = {s.value: 0 for s in Severity}
+        for f in self.findings:
+            out[f.severity.value] += 1
+        return out
+
+
+def decide(findings: list[Finding]) -> Literal["pass", "fail"]:
+    """A verdict fails if and only if some finding is an error (fail closed: a crashed rule is an error)."""
+    return "fail" if any(f.severity is Severity.ERROR for f in findings) else "pass"

@@ -1,0 +1,1 @@
+"""Confinement: path zones, hook points, the blast radius from the import graph, escapes in the AST."""

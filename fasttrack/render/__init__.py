@@ -1,0 +1,1 @@
+"""Renderers: read only the Verdict (text, Markdown, JSON, SARIF)."""

@@ -15,6 +15,7 @@ from fasttrack import __version__
 from fasttrack.commands.verify import verify_command
 from fasttrack.errors import EXIT_INPUT_ERROR, InputError
 from fasttrack.evidence.collect_cli import collect_command
+from fasttrack.evidence.sign_cli import sign_command
 from fasttrack.github.cli import github_app
 from fasttrack.report.cli import report_command
 from fasttrack.rules import all_rules
@@ -28,6 +29,7 @@ app = typer.Typer(
 )
 app.command("verify")(verify_command)
 app.command("collect")(collect_command)
+app.command("sign")(sign_command)
 app.command("report")(report_command)
 app.add_typer(github_app, name="github")
 
@@ -42,7 +44,8 @@ def rules_command(
     if code:
         match = [r for r in rules if r.code == code.upper()]
         if not match:
-            raise InputError(f"no rule with code {code!r}", field="CODE", fix="run `fasttrack rules` for the list")
+            raise InputError(f"no rule with code {code!r}", field="CODE",
+                             fix="run `fasttrack rules` for the list")
         r = match[0]
         typer.echo(f"{r.code} [{r.family}] {r.summary}\n\n{r.doc}")
         return
@@ -59,11 +62,13 @@ def schema_command(
     which: str = typer.Argument(..., help="verdict | manifest | policy"),
 ) -> None:
     """Print the JSON schema of the Verdict, the manifest or the policy."""
+    from pydantic import BaseModel
+
     from fasttrack.manifest import Manifest
     from fasttrack.policy import Policy
     from fasttrack.verdict import Verdict
 
-    models = {"verdict": Verdict, "manifest": Manifest, "policy": Policy}
+    models: dict[str, type[BaseModel]] = {"verdict": Verdict, "manifest": Manifest, "policy": Policy}
     if which not in models:
         raise InputError(f"unknown schema {which!r}", field="WHICH", fix=f"use one of {sorted(models)}")
     typer.echo(json.dumps(models[which].model_json_schema(), indent=2))
@@ -84,7 +89,8 @@ def _root(
 def main() -> None:
     """Entry point: input errors become one line on stderr and exit code 2, never a traceback."""
     try:
-        app(standalone_mode=False)
+        # Without standalone mode click returns a typer.Exit's code instead of exiting: pass it on.
+        rc = app(standalone_mode=False)
     except InputError as exc:
         typer.echo(f"fasttrack: error: {exc.render()}", err=True)
         sys.exit(EXIT_INPUT_ERROR)
@@ -93,10 +99,9 @@ def main() -> None:
     except typer.Abort:
         typer.echo("fasttrack: aborted", err=True)
         sys.exit(EXIT_INPUT_ERROR)
-    except Exception as exc:  # click usage errors
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
+    except Exception as exc:  # usage errors: click's, or the copy of click that newer typer vendors
+        if any(k.__name__ == "ClickException" for k in type(exc).__mro__):
+            exc.show()  # type: ignore[attr-defined]
             sys.exit(EXIT_INPUT_ERROR)
         raise
+    sys.exit(rc if isinstance(rc, int) else 0)

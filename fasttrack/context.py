@@ -9,7 +9,7 @@ from typing import Literal
 from fasttrack.changes.model import Change
 from fasttrack.evidence.loaded import LoadedEvidence
 from fasttrack.manifest import Manifest
-from fasttrack.policy import Policy
+from fasttrack.policy import Policy, Zone
 from fasttrack.verdict import BlastRadius
 
 
@@ -35,6 +35,24 @@ class Context:
     evidence: LoadedEvidence | None = None
     # Paths as they will sit in the engine (contribution mode maps contribution files to target_path).
     engine_paths: dict[str, str] = field(default_factory=dict)
+    # Every fasttrack.toml found for the model in the head (more than one that fits is a finding).
+    manifest_candidates: tuple[str, ...] = ()
+    # Where the evidence bundle was looked for (whether or not one was there).
+    evidence_dir: Path | None = None
+    # Names that are model units in the head (vllm/models/<name>/); empty means "any name in the slot".
+    known_models: tuple[str, ...] = ()
+    # Base-side text of the files a rule compares against the head (hook files).
+    base_texts: dict[str, str] = field(default_factory=dict)
+
+    def engine_path(self, path: str) -> str:
+        """Where a changed path sits in the engine tree (the path itself outside contribution mode)."""
+        return self.engine_paths.get(path, path)
+
+    def zone_of(self, path: str) -> Zone:
+        """The policy zone of a changed path (judged on its engine path) for this PR's target model."""
+        from fasttrack.confinement.zones import classify
+
+        return classify(self.policy, self.engine_path(path), self.model, self.known_models or None)
 
     def read_head_text(self, path: str) -> str | None:
         """Text of a head-side file, or None if it is absent, a symlink, binary or too large."""

@@ -157,6 +157,12 @@ class ContributionInfo(Strict):
     maintainers: list[str] = Field(default_factory=list)
     # Where these files land in the engine tree, e.g. vllm/models/kimi_k3/nvidia/specialized_decode.
     target_path: str = Field(min_length=1)
+    # The torch op namespace the contribution owns (torch.ops.<ns>.*); defaults to the model name.
+    op_namespace: str | None = Field(default=None, pattern=r"^[a-z_][a-z0-9_]{0,63}$")
+
+    @property
+    def own_op_namespace(self) -> str:
+        return self.op_namespace or self.model
 
     @field_validator("target_path")
     @classmethod

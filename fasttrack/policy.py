@@ -40,7 +40,7 @@ class ZoneSpec(Strict):
     patterns: list[str] = Field(min_length=1)
 
     @cached_property
-    def spec(self) -> pathspec.PathSpec:
+    def spec(self) -> pathspec.PathSpec[pathspec.Pattern]:
         return pathspec.PathSpec.from_lines("gitwildmatch", self.patterns)
 
 
@@ -52,10 +52,30 @@ class HookSpec(Strict):
     description: str = ""
     # Regexes (with {model} substituted, escaped) that every added or removed line must match in full.
     allowed_lines: list[str] = Field(min_length=1)
+    # Multi-line regexes (lines joined with "\n") for entries that span several lines; every run of
+    # consecutive added (or removed) lines must split into whole matches of allowed_lines/allowed_blocks.
+    allowed_blocks: list[str] = Field(default_factory=list)
+    # Most added + removed lines in the file.
     max_changed_lines: int = Field(default=4, ge=1, le=100)
+    # Python hook files: a dict key on an added line may not map to a different value anywhere else in the
+    # file (an added entry may not shadow another model's registration).
+    added_keys_unique: bool = False
 
     def line_patterns(self, model: str) -> list[re.Pattern[str]]:
         return [re.compile(p.replace(MODEL_PLACEHOLDER, re.escape(model))) for p in self.allowed_lines]
+
+    def block_patterns(self, model: str) -> list[re.Pattern[str]]:
+        return [re.compile(p.replace(MODEL_PLACEHOLDER, re.escape(model))) for p in self.allowed_blocks]
+
+    @field_validator("allowed_lines", "allowed_blocks")
+    @classmethod
+    def _compiles(cls, patterns: list[str]) -> list[str]:
+        for p in patterns:
+            try:
+                re.compile(p.replace(MODEL_PLACEHOLDER, "model"))
+            except re.error as exc:
+                raise ValueError(f"bad regex {p!r}: {exc}") from None
+        return patterns
 
 
 class ModelLayout(Strict):
@@ -76,7 +96,7 @@ class ModelLayout(Strict):
     # The architecture registry file, read statically.
     registry: str | None = None
 
-    def local_spec(self, model: str) -> pathspec.PathSpec:
+    def local_spec(self, model: str) -> pathspec.PathSpec[pathspec.Pattern]:
         return pathspec.PathSpec.from_lines(
             "gitwildmatch", [p.replace(MODEL_PLACEHOLDER, model) for p in self.local_roots]
         )
@@ -100,6 +120,84 @@ class BlastRadiusSpec(Strict):
     include_lazy_imports: bool = False
     exclude_type_checking_imports: bool = True
     max_witnesses: int = Field(default=50, ge=1, le=10_000)
+
+
+class EscapesSpec(Strict):
+    """How escapes (FT12x) are judged. Patterns are fnmatch globs over resolved dotted names (`*` spans
+    dots). The defaults match vLLM 0.33's registries; see docs/escapes-and-envelope.md."""
+
+    # Callables that register into a global registry: always FT124 when called from a contribution.
+    registry_callables: list[str] = Field(default_factory=lambda: [
+        "vllm.*ModelRegistry.register_model",
+        "vllm.model_executor.*custom_op.CustomOp.register*",
+        "vllm.model_executor.*custom_op.PluggableLayer.register*",
+        "vllm.v1.attention.backends.registry.register_backend",
+        "vllm.v1.attention.backends.registry.*BackendEnum.register",
+        "vllm.v1.attention.backends.mla.prefill.registry.register_mla_prefill_backend",
+        "vllm.v1.attention.backends.mla.prefill.registry.*BackendEnum.register",
+        "vllm.model_executor.layers.quantization.register_quantization_config",
+        "vllm.model_executor.model_loader.register_model_loader",
+        "vllm.model_executor.kernels.linear.register_linear_kernel",
+        "vllm.distributed.kv_transfer.kv_connector.factory.KVConnectorFactory.register_connector",
+        "vllm.distributed.ec_transfer.ec_connector.factory.*.register_connector",
+        "vllm.transformers_utils.config.register_config_parser",
+        "vllm.config.cache.register_kv_cache_dtype",
+        "vllm.v1.kv_cache_spec_registry.register_kv_cache_spec",
+        "vllm.ir.*.register_*",
+        "vllm.triton_utils.dispatcher.register_kernels",
+        "vllm.tool_parsers.*Manager.register_*",
+        "vllm.reasoning.*Manager.register_*",
+        "vllm.lora.resolver.*.register_resolver",
+        "vllm.utils.registry.*.register",
+        "torch.serialization.add_safe_globals",
+        "torch.utils._pytree.register_*",
+        "transformers.Auto*.register",
+    ])
+    # A foreign callable named like this (`register`, `register_*`) is a registration too, unless its
+    # first argument is a local object (registering onto an instance, e.g. register_parametrization).
+    registration_prefixes: list[str] = Field(default_factory=lambda: ["register"])
+    # Registrations model code legitimately makes for its own classes: not flagged while what they
+    # register is the contribution's own (a decorated class, an own name); flagged on foreign objects.
+    allowed_registrations: list[str] = Field(default_factory=lambda: [
+        "vllm.multimodal*.MULTIMODAL_REGISTRY.register_processor",
+        "vllm.model_executor.warmup.*.register_*warmup*",
+        "atexit.register",
+        "faulthandler.register",
+    ])
+    # Helpers that define a torch op in the engine's namespace (FT125 judges the op name they get).
+    op_registrars: list[str] = Field(default_factory=lambda: [
+        "vllm.utils.torch_utils.direct_register_custom_op",
+        "vllm.utils.direct_register_custom_op",
+    ])
+    engine_op_namespace: str = "vllm"
+    # torch.library.Library objects of the engine that contributions may reach by import.
+    engine_libraries: dict[str, str] = Field(default_factory=lambda: {
+        "vllm.utils.torch_utils.vllm_lib": "vllm",
+        "vllm.ir.op.vllm_ir_torch_lib": "vllm_ir",
+    })
+    # Op namespaces shared by the engine where a new op is own if its name starts with `<own ns>_`
+    # (vLLM's convention for model ops, e.g. torch.ops.vllm.kimi_k3_fused_moe).
+    shared_op_namespaces: list[str] = Field(default_factory=lambda: ["vllm"])
+    # Packages whose modules, loaded by a literal string (importlib.import_module("vllm.x")), are hidden
+    # from the import graph and so from the blast radius: FT126 warns. Computed names always warn.
+    hidden_import_roots: list[str] = Field(default_factory=lambda: ["vllm"])
+    # Modules whose attributes are process-wide flags (writes are FT123, like environment changes).
+    global_flag_modules: list[str] = Field(default_factory=lambda: [
+        "torch.backends", "torch._dynamo.config", "torch._inductor.config", "torch._functorch.config",
+    ])
+    # Calls that change process-wide state (FT123: error at import time, warning inside functions).
+    global_flag_calls: list[str] = Field(default_factory=lambda: [
+        "os.putenv", "os.unsetenv", "os.chdir",
+        "torch.set_default_dtype", "torch.set_default_device", "torch.set_default_tensor_type",
+        "torch.set_float32_matmul_precision", "torch.use_deterministic_algorithms",
+        "torch.set_num_threads", "torch.manual_seed", "torch.cuda.manual_seed_all",
+        "random.seed", "numpy.random.seed",
+    ])
+    # gitwildmatch patterns of test files: their escapes are warnings (they do not ship), unless a
+    # non-test changed file imports them.
+    test_paths: list[str] = Field(default_factory=lambda: [
+        "tests/**", "**/tests/**", "**/test_*.py", "**/*_test.py", "**/conftest.py",
+    ])
 
 
 class EnvelopeBounds(Strict):
@@ -145,6 +243,7 @@ class Policy(Strict):
     blast_radius: BlastRadiusSpec = Field(default_factory=BlastRadiusSpec)
     envelope: EnvelopeBounds
     evidence: EvidenceRequirements
+    escapes: EscapesSpec = Field(default_factory=EscapesSpec)
 
     @model_validator(mode="after")
     def _unique_zone_names(self) -> Policy:

@@ -6,13 +6,13 @@ Bump VERDICT_SCHEMA_VERSION on any incompatible change. `fasttrack schema verdic
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from fasttrack.findings import Finding, Severity
 
-VERDICT_SCHEMA_VERSION = "1.0"
+VERDICT_SCHEMA_VERSION: Final = "1.0"
 
 
 class Strict(BaseModel):
@@ -42,13 +42,20 @@ class ChangedFile(Strict):
     new_mode: str | None = None
     added_lines: int | None = None
     removed_lines: int | None = None
+    engine_path: str | None = None  # contribution mode: where the file lands in the engine tree
 
 
 class Witness(Strict):
-    """An import chain from an affected module to a changed module: chain[0] imports chain[1] ..."""
+    """An import chain from an affected module to a changed module: chain[0] imports chain[1] ...
+
+    lines[i] is the line of chain[i] that imports chain[i+1]; function_level[i] says that import sits inside a
+    function body (a lazy import: it runs when the function is called, not when the module is imported).
+    """
 
     chain: list[str] = Field(min_length=2)
     lines: list[int | None] = Field(default_factory=list)
+    function_level: list[bool] = Field(default_factory=list)
+    changed_path: str | None = None  # head path (base path if deleted) of chain[-1], the changed module
 
 
 class AffectedModel(Strict):
@@ -57,6 +64,7 @@ class AffectedModel(Strict):
     module: str
     witness: Witness | None = None
     architectures: list[str] = Field(default_factory=list)
+    path: str | None = None  # head path of `module`
 
 
 class AffectedShared(Strict):
@@ -64,6 +72,8 @@ class AffectedShared(Strict):
     zone: str | None = None
     zone_kind: str | None = None
     witness: Witness
+    path: str | None = None
+    hub: bool = False  # a policy hub module (registry-like call-in point): reported, its importers not followed
 
 
 class BlastRadius(Strict):
@@ -75,6 +85,14 @@ class BlastRadius(Strict):
     note: str | None = None  # why not computed, or how the graph was cut (hubs, lazy imports)
     graph_modules: int | None = None
     seconds: float | None = None
+    # Totals before capping at the policy's max_witnesses (models/shared list at most that many).
+    models_total: int = 0
+    shared_total: int = 0
+    changed_paths: dict[str, str] = Field(default_factory=dict)  # changed module -> its path
+    removed_modules: list[str] = Field(default_factory=list)  # changed modules the head no longer has
+    hubs_changed: dict[str, int] = Field(default_factory=dict)  # changed hub module -> importers not followed
+    naive_closure: int | None = None  # modules the naive transitive closure of the changed modules reaches
+    graph_cached: bool | None = None
 
 
 class PointStatus(StrEnum):

@@ -13,6 +13,11 @@ class Hunk:
 
     added: tuple[tuple[int, str], ...] = ()
     removed: tuple[tuple[int, str], ...] = ()
+    # The hunk header's ranges (@@ -old_start,old_count +new_start,new_count @@); 0 when unknown.
+    old_start: int = 0
+    old_count: int = 0
+    new_start: int = 0
+    new_count: int = 0
 
 
 @dataclass(frozen=True)

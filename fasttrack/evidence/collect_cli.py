@@ -1,10 +1,128 @@
-"""`fasttrack collect`: run the evidence suite on a GPU machine. (Being built: issue 3.)"""
+"""`fasttrack collect`: run the evidence suite on this machine's GPUs and write (and sign) one bundle.
+
+The heavy lifting is in `fasttrack.evidence.collect`, imported only when the command runs, so that
+`import fasttrack.cli` stays light.
+"""
 
 from __future__ import annotations
 
+import shlex
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
 from fasttrack.errors import InputError
 
+if TYPE_CHECKING:
+    from fasttrack.evidence.collect import CollectResult
 
-def collect_command() -> None:
-    """Collect evidence for a contribution on this machine's GPUs."""
-    raise InputError("collect is not built yet")
+DEFAULT_CONTRIBUTION = Path("kernels/kimi_k3")
+
+
+def collect_command(
+    contribution: Annotated[Path, typer.Argument(
+        help="The contribution directory (holds fasttrack.toml).")] = DEFAULT_CONTRIBUTION,
+    out: Annotated[Path | None, typer.Option(
+        "--out", help="Bundle directory (default: evidence/<name>/).")] = None,
+    phases: Annotated[str, typer.Option(
+        "--phases", help="Comma-separated: tests, bench, evals, sanitizer.")] = "tests,bench,evals,sanitizer",
+    points_limit: Annotated[int | None, typer.Option(
+        "--points-limit", help="Collect at most N points (batch 1, 2 and max first).")] = None,
+    iterations: Annotated[int, typer.Option(
+        "--iterations", help="Timed replays per variant per point.")] = 30,
+    warmup: Annotated[int, typer.Option(
+        "--warmup", help="Untimed replays per variant before timing.")] = 3,
+    sign_key: Annotated[Path | None, typer.Option(
+        "--sign-key", help="SSH private key to sign with.")] = None,
+    principal: Annotated[str | None, typer.Option(
+        "--principal", help="Your name in the allowed-signers file.")] = None,
+    resume: Annotated[bool, typer.Option(
+        "--resume/--fresh", help="Reuse results of an interrupted run.")] = True,
+    work_dir: Annotated[Path | None, typer.Option(
+        "--work-dir", help="Per-phase results (default .cache/fasttrack/collect/<name>).")] = None,
+    backend: Annotated[str | None, typer.Option(
+        "--backend", help="cuda or cpu (default: cuda when a GPU is present).")] = None,
+    sanitizer_timeout: Annotated[float, typer.Option(
+        "--sanitizer-timeout", help="Seconds per sanitizer tool.")] = 1800.0,
+) -> None:
+    """Collect evidence for a contribution on this machine and write evidence/<name>/."""
+    from fasttrack.evidence.collect import CollectOptions, collect
+
+    chosen = tuple(p.strip() for p in phases.split(",") if p.strip())
+    if backend not in (None, "cuda", "cpu"):
+        raise InputError(f"unknown backend {backend!r}", field="--backend", fix="use cuda or cpu")
+    opts = CollectOptions(
+        contribution=contribution, out=out, phases=chosen, points_limit=points_limit, iterations=iterations,
+        warmup=warmup, sign_key=sign_key, principal=principal, resume=resume, work_dir=work_dir,
+        backend=backend, sanitizer_timeout_s=sanitizer_timeout,
+        command=" ".join(shlex.quote(a) for a in ["fasttrack", *sys.argv[1:]]),
+    )
+    with RichProgress() as progress:
+        result = collect(opts, progress)
+    _summary(result)
+    if any(r.status == "failed" for r in result.reports):
+        raise typer.Exit(1)
+
+
+def _summary(result: CollectResult) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(stderr=True)
+    table = Table(title="fasttrack collect", show_lines=False)
+    table.add_column("phase")
+    table.add_column("status")
+    table.add_column("detail", overflow="fold")
+    for r in result.reports:
+        style = {"failed": "red", "ran": "green", "resumed": "green"}.get(r.status, "yellow")
+        table.add_row(r.phase, f"[{style}]{r.status}[/{style}]", r.detail)
+    console.print(table)
+    console.print(f"bundle: {result.statement_path}")
+    if result.signature_path is not None:
+        console.print(f"signature: {result.signature_path}")
+    if result.allowed_signers_line:
+        console.print("allowed-signers line for this key (maintainers add it to the policy's file):")
+        console.print(result.allowed_signers_line, markup=False, highlight=False, soft_wrap=True)
+
+
+class RichProgress:  # implements fasttrack.evidence.collect.Progress
+    """A rich progress display: one bar per phase."""
+
+    def __init__(self) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._progress = Progress(TextColumn("{task.description:<34}"), BarColumn(), MofNCompleteColumn(),
+                                  TimeElapsedColumn(), TextColumn("{task.fields[note]}"),
+                                  transient=False, redirect_stdout=False, redirect_stderr=False)
+        self._tasks: dict[str, Any] = {}
+
+    def __enter__(self) -> RichProgress:
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._progress.stop()
+
+    def start(self, phase: str, total: int | None, description: str) -> None:
+        if phase not in self._tasks:
+            self._tasks[phase] = self._progress.add_task(description, total=total, note="")
+
+    def advance(self, phase: str, completed: int, total: int | None = None, note: str = "") -> None:
+        if phase not in self._tasks:
+            self.start(phase, total, phase)
+        kwargs: dict[str, Any] = {"completed": completed, "note": note}
+        if total is not None:
+            kwargs["total"] = total
+        self._progress.update(self._tasks[phase], **kwargs)
+
+    def finish(self, phase: str, note: str = "") -> None:
+        if phase not in self._tasks:
+            self.start(phase, 1, phase)
+        task = self._tasks[phase]
+        total = self._progress.tasks[[t.id for t in self._progress.tasks].index(task)].total or 1
+        self._progress.update(task, completed=total, total=total, note=note[:80])
+
+    def message(self, text: str) -> None:
+        self._progress.console.print(text, markup=False, highlight=False)

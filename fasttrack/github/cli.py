@@ -1,13 +1,119 @@
-"""`fasttrack github ...`. (Being built: issue 5.)"""
+"""`fasttrack github ...`: publish a verdict on its PR, and fetch a PR's file list.
+
+Kept light: github3 and the publisher are imported inside the commands.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+
 import typer
 
-github_app = typer.Typer(help="Publish verdicts to GitHub.", no_args_is_help=True)
+from fasttrack.errors import InputError
+
+github_app = typer.Typer(help="Publish verdicts to GitHub; fetch a PR's files.", no_args_is_help=True)
+
+_BASE_URL_HELP = "GitHub Enterprise Server URL (e.g. https://github.example.com); default github.com."
+_TOKEN_HELP = "Name of the environment variable holding the token (never pass a token as an argument)."
 
 
 @github_app.command("publish")
-def publish_command() -> None:
-    """Publish a Verdict JSON to a PR."""
-    raise typer.Exit(2)
+def publish_command(
+    verdict: Path = typer.Option(..., "--verdict", help="Verdict JSON (from `fasttrack verify --format json`)."),
+    repo: str = typer.Option(..., "--repo", help="OWNER/NAME of the repository the PR is in."),
+    pr: int = typer.Option(..., "--pr", min=1, help="PR number (checked against GitHub and --head-sha)."),
+    head_sha: str | None = typer.Option(None, "--head-sha",
+                                        help="Commit the triggering run built (workflow_run.head_sha); the "
+                                             "verdict and the PR must both be at it."),
+    meta: Path | None = typer.Option(None, "--meta", help="pr.json written by stage 1 (checked too)."),
+    base_url: str | None = typer.Option(None, "--base-url", help=_BASE_URL_HELP),
+    token_env: str = typer.Option("GITHUB_TOKEN", "--token-env", help=_TOKEN_HELP),
+    summary_file: Path | None = typer.Option(None, "--summary-file",
+                                             help="Append the report here (pass $GITHUB_STEP_SUMMARY)."),
+    report_url: str | None = typer.Option(None, "--report-url",
+                                          help="Where the full report is (the workflow run with the artifact)."),
+    check_name: str = typer.Option("fasttrack", "--check-name", help="Name of the check run."),
+    check_run: bool = typer.Option(True, "--check-run/--no-check-run",
+                                   help="Create a check run (needs an App installation token, e.g. Actions')."),
+    comment: bool = typer.Option(True, "--comment/--no-comment", help="Create or update the sticky comment."),
+    labels: bool = typer.Option(True, "--labels/--no-labels", help="Set fast-track: eligible / blocked."),
+    comment_author: str | None = typer.Option(
+        None, "--comment-author",
+        help="Login whose marker comment is ours (default: github-actions[bot] in Actions, else the token's "
+             "user)."),
+    guard: list[str] = typer.Option([], "--guard",
+                                    help="Extra path patterns whose change makes the verdict untrusted "
+                                         "(added to .github/workflows/**, .github/actions/**, action.yml)."),
+    max_bytes: int = typer.Option(8 * 1024 * 1024, "--max-bytes", min=1024, help="Size cap for the verdict."),
+) -> None:
+    """Publish a verdict on its PR: check run + annotations, sticky comment, labels, step summary.
+
+    The verdict is treated as hostile: size-capped, schema-checked, and it must name this PR's head commit
+    (and --head-sha, when given); otherwise nothing is published and the exit code is 2.
+    """
+    from fasttrack.github.artifact import RejectedVerdict, load_meta, load_verdict
+    from fasttrack.github.client import connect, github_errors, split_repo, token_from_env
+    from fasttrack.github.publish import DEFAULT_GUARDS, PublishOptions, publish, write_rejection_summary
+
+    split_repo(repo)
+    if head_sha is not None and not _is_sha(head_sha):
+        raise InputError(f"{head_sha!r} is not a full commit SHA", field="--head-sha",
+                         fix="pass github.event.workflow_run.head_sha")
+    try:
+        v = load_verdict(verdict, max_bytes=max_bytes)
+        m = load_meta(meta) if meta is not None else None
+        token = token_from_env(token_env)
+        gh = connect(token, base_url)
+        author = comment_author or ("github-actions[bot]" if os.environ.get("GITHUB_ACTIONS") == "true" else None)
+
+        def me() -> str:
+            with github_errors("finding the token's user (pass --comment-author to skip this)", token_env):
+                return str(gh.me().login)
+
+        opts = PublishOptions(repo=repo, pr=pr, head_sha=head_sha, meta=m, check_name=check_name,
+                              report_url=report_url, summary_file=summary_file, check_run=check_run,
+                              comment=comment, labels=labels, comment_author=author,
+                              guards=DEFAULT_GUARDS + tuple(guard), token_env=token_env, source=str(verdict))
+        result = publish(gh, v, opts, me=me)
+    except RejectedVerdict as exc:
+        if summary_file is not None:
+            write_rejection_summary(summary_file, exc.render())
+        raise
+    typer.echo(result.line(pr))
+
+
+@github_app.command("pr-files")
+def pr_files_command(
+    repo: str = typer.Option(..., "--repo", help="OWNER/NAME."),
+    pr: int = typer.Option(..., "--pr", min=1, help="PR number."),
+    base_url: str | None = typer.Option(None, "--base-url", help=_BASE_URL_HELP),
+    token_env: str = typer.Option("GITHUB_TOKEN", "--token-env", help=_TOKEN_HELP),
+    output: Path | None = typer.Option(None, "--output", help="Write the JSON here instead of stdout."),
+    changes: bool = typer.Option(False, "--changes",
+                                 help="Print the change set the pipeline builds from the list (paths, status, "
+                                      "line counts) instead of GitHub's raw entries."),
+) -> None:
+    """Fetch a PR's file list (all pages) as JSON, the input of `fasttrack.changes.file_list`."""
+    from fasttrack.changes.file_list import changes_from_file_list
+    from fasttrack.github.client import connect, token_from_env
+    from fasttrack.github.files import fetch_pr_files
+
+    gh = connect(token_from_env(token_env), base_url)
+    entries = fetch_pr_files(gh, repo, pr, token_env)
+    payload: object = entries
+    if changes:
+        payload = [{"status": c.status.value, "path": c.path, "old_path": c.old_path, "binary": c.binary,
+                    "added_lines": c.added_lines, "removed_lines": c.removed_lines}
+                   for c in changes_from_file_list(entries, source=f"{repo}#{pr} files")]
+    text = json.dumps(payload, indent=2) + "\n"
+    if output is None:
+        typer.echo(text, nl=False)
+    else:
+        output.write_text(text, encoding="utf-8")
+        typer.echo(f"fasttrack: {len(entries)} files of {repo}#{pr} written to {output}", err=True)
+
+
+def _is_sha(text: str) -> bool:
+    return len(text) in (40, 64) and all(c in "0123456789abcdefABCDEF" for c in text)

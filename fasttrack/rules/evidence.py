@@ -1,7 +1,693 @@
-"""FT3xx evidence bundles: schema, freshness, signature, coverage, claims."""
+"""FT3xx evidence bundles: schema, freshness, signature, coverage, claims.
+
+Every rule here runs only when the Context has a manifest (without one, FT200 says so and these stay
+silent), and every rule but FT300/FT301 also needs a parsed statement (FT300/FT301 already fail without
+one). Numbers are recomputed from the raw samples in the bundle, never taken as typed.
+"""
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+from fasttrack.evidence import analysis as an
+from fasttrack.evidence.bundle import STOCK_VARIANT
+from fasttrack.findings import Finding, Severity
 from fasttrack.rules.base import Catalogue
 
+if TYPE_CHECKING:
+    from fasttrack.context import Context
+
 catalogue = Catalogue("evidence")
+rule = catalogue.rule
+
+MAX_FINDINGS_PER_RULE = 25
+REQUIRED_SANITIZERS = ("memcheck", "racecheck", "synccheck")
+FUTURE_SKEW = timedelta(days=1)
+
+
+def _capped(code: str, findings: Iterable[Finding], limit: int = MAX_FINDINGS_PER_RULE) -> Iterator[Finding]:
+    """At most `limit` findings, then one more saying how many were left out (same worst severity)."""
+    rest: list[Finding] = []
+    for i, f in enumerate(findings):
+        if i < limit:
+            yield f
+        else:
+            rest.append(f)
+    if rest:
+        worst = Severity.ERROR if any(f.severity is Severity.ERROR for f in rest) else rest[0].severity
+        yield Finding(code=code, severity=worst, message=f"and {len(rest)} more like the above",
+                      fix=rest[0].fix, evidence_file=rest[0].evidence_file)
+
+
+def _x(value: float) -> str:
+    return f"{value:.3g}x"
+
+
+def _tbps(value: float) -> str:
+    return f"{value / 1e12:.2f} TB/s"
+
+
+# --------------------------------------------------------------------------------------- bundle, schema
+
+@rule("FT300", "A contribution must come with an evidence bundle.")
+def no_bundle(ctx: Context) -> Iterator[Finding]:
+    """A fast-track contribution is judged on evidence its author collected on real GPUs: the bundle
+    `evidence/<contribution>/statement.json` (plus its signature and raw logs) must be in the PR. Without
+    it nothing else about performance or correctness can be checked, so the verdict fails."""
+    if ctx.manifest is None:
+        return
+    ev = ctx.evidence
+    if ev is not None and (ev.statement_bytes is not None or ev.problems):
+        return
+    where = an.bundle_label(ctx)
+    what = "no evidence directory" if ev is None else "no statement.json in the evidence directory"
+    yield Finding.error("FT300", f"{what} {where}/ for contribution {ctx.manifest.contribution.name!r}",
+                        evidence_file=f"{where}/statement.json", fix=an.recollect_fix(ctx))
+
+
+@rule("FT301", "The evidence bundle must parse against its schema.")
+def schema(ctx: Context) -> Iterator[Finding]:
+    """statement.json must be an in-toto Statement v1 with fasttrack's predicate
+    (`https://fasttrack.dev/evidence/v1`): UTF-8 JSON, within the size and nesting limits, no unknown or
+    missing fields, finite numbers. Each problem is one finding naming the field; the valid parts of a
+    damaged bundle are still checked by the other rules."""
+    if ctx.manifest is None or ctx.evidence is None:
+        return
+    label = an.statement_file(ctx)
+    fix = an.recollect_fix(ctx, "do not edit the bundle by hand")
+    yield from _capped("FT301", (p.model_copy(update={"evidence_file": label, "fix": fix})
+                                 for p in ctx.evidence.problems), limit=60)
+
+
+@rule("FT321", "The bundle must be for this contribution, model and manifest.")
+def identity(ctx: Context) -> Iterator[Finding]:
+    """The predicate's `contribution` and `model`, and the subject's name, must match the manifest, and
+    `manifest_sha256` must be the digest of the manifest in the PR head: a bundle copied from another
+    contribution, or collected under another manifest, is not evidence for this one."""
+    st = an.statement(ctx)
+    if st is None or ctx.manifest is None:
+        return
+    info, p, label = ctx.manifest.contribution, st.predicate, an.statement_file(ctx)
+    fix = an.recollect_fix(ctx)
+    for what, got, want in (("predicate.contribution", p.contribution, info.name),
+                            ("predicate.model", p.model, info.model),
+                            ("subject[0].name", st.subject[0].name if st.subject else None, info.name)):
+        if got is not None and got != want:
+            yield Finding.error("FT321", f"{what} is {got!r} but the manifest says {want!r}",
+                                evidence_file=label, fix=fix)
+    if p.manifest_sha256 is not None and ctx.manifest_path is not None:
+        try:
+            actual = hashlib.sha256((ctx.head_dir / ctx.manifest_path).read_bytes()).hexdigest()
+        except OSError:
+            return
+        if actual != p.manifest_sha256:
+            yield Finding.error("FT321", "the bundle was collected under a different fasttrack.toml "
+                                         "(predicate.manifest_sha256 does not match the head's manifest)",
+                                path=ctx.manifest_path, evidence_file=label, fix=fix)
+
+
+# --------------------------------------------------------------------------------------- binding
+
+@rule("FT302", "The evidence must be for the code in the PR head (content digest).")
+def stale(ctx: Context) -> Iterator[Finding]:
+    """The bundle's subject digest is a sha256 over the sorted paths and file hashes of the contribution
+    directory (not a commit id, so rebases and unrelated commits keep it valid). It must equal the digest
+    of the contribution in the PR head; when it does not, the evidence is stale and the finding lists the
+    files changed, added and removed since collection. The bundle's own file list must also hash to its
+    subject digest (otherwise the bundle was edited or is broken)."""
+    st = an.statement(ctx)
+    if st is None:
+        return
+    label = an.statement_file(ctx)
+    fr = an.freshness(ctx)
+    if fr.subject is None:
+        yield Finding.error("FT302", "the bundle has no subject digest, so it is bound to no code",
+                            evidence_file=label, fix=an.recollect_fix(ctx))
+        return
+    if fr.listing_digest is not None and fr.listing_digest != fr.subject:
+        yield Finding.error("FT302", "the bundle's file list (predicate.files) does not hash to its subject "
+                                     "digest: the bundle was altered after collection",
+                            evidence_file=label, fix=an.recollect_fix(ctx))
+    if fr.head is None:
+        yield Finding.error("FT302", f"cannot compute the contribution's digest: {fr.error}",
+                            evidence_file=label, fix="check that the contribution directory is in the head")
+        return
+    if fr.fresh:
+        return
+    if not st.predicate.files:
+        changed = "the bundle lists no files, so what changed cannot be said"
+    else:
+        changed = fr.delta.describe()
+    first = fr.delta.all_paths()[:1]
+    yield Finding.error(
+        "FT302",
+        f"the evidence is stale: the contribution's digest is {fr.head.sha256[:12]}… but the bundle was "
+        f"collected over {fr.subject[:12]}… ({changed})",
+        path=f"{ctx.contribution_dir}/{first[0]}" if first and ctx.contribution_dir else ctx.contribution_dir,
+        evidence_file=label,
+        fix=an.recollect_fix(ctx, "the code changed since the evidence was collected"),
+    )
+
+
+@rule("FT303", "The bundle must be signed by a principal in the policy's allowed signers.")
+def signature(ctx: Context) -> Iterator[Finding]:
+    """statement.json.sig must be an SSH signature (`ssh-keygen -Y sign`) over statement.json's exact bytes,
+    made in the policy's namespace (`fasttrack-evidence`: a git commit signature cannot be replayed here)
+    with a key that the policy's allowed-signers file lists for that namespace. The allowed-signers file
+    is read from the trusted policy location; a PR that edits it cannot pass fast-track (FT4xx)."""
+    if an.statement(ctx) is None or ctx.evidence is None or ctx.evidence.statement_bytes is None:
+        return
+    result = an.signature(ctx)
+    if result.valid:
+        return
+    signers = an.allowed_signers_path(ctx)
+    contrib = an.bundle_label(ctx)
+    fix = (f"sign with `fasttrack sign {contrib} --key YOUR_SSH_KEY --principal YOU` using a key that "
+           f"{an.rel(ctx, signers)} lists (a maintainer adds your public key there in a separate PR)")
+    if "not in" in result.reason and result.fingerprint:
+        fix = (f"ask a maintainer to add your key ({result.fingerprint}) to {an.rel(ctx, signers)}, or sign "
+               "with a key that is already listed")
+    yield Finding.error("FT303", f"evidence signature not accepted: {result.reason}",
+                        evidence_file=an.signature_file(ctx), fix=fix)
+
+
+@rule("FT320", "Raw logs beside the statement must match the hashes it lists.")
+def logs(ctx: Context) -> Iterator[Finding]:
+    """The statement binds each raw log (pytest.log, bench.log, ...) by its sha256 in `predicate.logs`, so
+    the signature covers them too. A listed log that is missing or differs was removed or edited after
+    signing; a file in the bundle directory that the statement does not list is not covered by the
+    signature (warning)."""
+    st = an.statement(ctx)
+    if st is None or ctx.evidence is None:
+        return
+    label = an.bundle_label(ctx)
+    for name, want in sorted(st.predicate.logs.items()):
+        got = ctx.evidence.log_digests.get(name)
+        if got is None:
+            yield Finding.error("FT320", f"log {name} is listed in the statement but missing from the bundle",
+                                evidence_file=f"{label}/{name}", fix=an.recollect_fix(ctx))
+        elif got != want:
+            yield Finding.error("FT320", f"log {name} does not match its sha256 in the statement "
+                                         "(edited after signing)",
+                                evidence_file=f"{label}/{name}", fix=an.recollect_fix(ctx))
+    if not st.predicate.logs:
+        yield Finding.warning("FT320", "the statement binds no raw logs",
+                              evidence_file=an.statement_file(ctx), fix=an.recollect_fix(ctx))
+    for name in ctx.evidence.unlisted_files:
+        yield Finding.warning("FT320", f"{name} is in the bundle but not bound by the statement",
+                              evidence_file=f"{label}/{name}",
+                              fix="remove it from the bundle directory, or re-collect so it is listed")
+
+
+# --------------------------------------------------------------------------------------- coverage
+
+@rule("FT304", "Every envelope point must have passing kernel tests.")
+def point_coverage(ctx: Context) -> Iterator[Finding]:
+    """The manifest's envelope expands into a grid (hardware x TP x batch x context x dtype, with batch 1,
+    2 and the maximum always included). At every grid point, every kernel test function that runs per
+    point must have passed. A point with no result, only skips, or a test function missing is uncovered:
+    the contribution claims a deployment it has no evidence for."""
+    st = an.statement(ctx)
+    if st is None:
+        return
+    label = an.statement_file(ctx)
+    fix = an.recollect_fix(ctx, "run the kernel tests at this point (or shrink the envelope to drop it)")
+
+    def found() -> Iterator[Finding]:
+        for cov in an.coverage(ctx):
+            if cov.covered:
+                continue
+            if cov.passed == 0 and cov.failed == 0 and cov.skipped == 0:
+                why = "no kernel test ran"
+            elif cov.passed == 0 and cov.failed == 0:
+                why = f"kernel tests were only skipped ({cov.skipped})"
+            elif cov.passed == 0:
+                why = "no kernel test passed"
+            else:
+                why = "not every test function passed: " + ", ".join(cov.missing_functions[:5])
+            yield Finding.error("FT304", f"{an.point_text(cov.point)}: {why}", point=an.point_dict(cov.point),
+                                evidence_file=label, fix=fix)
+
+    yield from _capped("FT304", found())
+
+
+@rule("FT305", "Batch 1 and batch 2 must be benchmarked explicitly.")
+def small_batches(ctx: Context) -> Iterator[Finding]:
+    """Decode at batch 1 and 2 is where latency kernels matter most and where they most often lose. For
+    every required batch (policy `required_batches`) inside the envelope, there must be a timed benchmark
+    at that batch on every declared hardware, TP size and dtype (the kernel tests there are FT304's)."""
+    st = an.statement(ctx)
+    if st is None or ctx.manifest is None:
+        return
+    env, label = ctx.manifest.envelope, an.statement_file(ctx)
+    if ctx.manifest.evidence.benchmark is None:
+        yield Finding.error("FT305", "the manifest declares no benchmark, so batch 1 and 2 are never timed",
+                            path=ctx.manifest_path, fix="name a benchmark case under [evidence].benchmark")
+        return
+    timed = {(b.point.gpu, b.point.tp, b.point.batch, b.point.dtype) for b in an.timed_benchmarks(st)}
+    for batch in ctx.policy.evidence.required_batches:
+        if not env.batch.contains(batch):
+            continue
+        for hw in env.hardware:
+            for tp in env.tp:
+                for dtype in env.dtypes:
+                    if (hw.name, tp, batch, dtype) not in timed:
+                        yield Finding.error(
+                            "FT305", f"no timed benchmark at batch {batch} on {hw.name} tp={tp} {dtype}",
+                            point={"gpu": hw.name, "tp": tp, "batch": batch, "dtype": dtype},
+                            evidence_file=label, fix=an.recollect_fix(ctx, f"benchmark batch {batch}"))
+
+
+@rule("FT306", "Every declared hardware kind must have evidence from that hardware.")
+def hardware(ctx: Context) -> Iterator[Finding]:
+    """Each GPU the envelope declares needs evidence collected on that GPU: the bundle's environment must
+    name it (with the declared compute capability) and kernel tests must have passed at its points. A
+    Blackwell claim backed only by H200 runs fails: remove the hardware from the envelope or collect
+    there."""
+    st = an.statement(ctx)
+    if st is None or ctx.manifest is None:
+        return
+    env = st.predicate.environment
+    passed_gpus = {t.point.gpu for t in st.predicate.kernel_tests if t.point and t.outcome == "passed"}
+    for hw in ctx.manifest.envelope.hardware:
+        fix = (f"collect evidence on a {hw.name} machine, or remove {hw.name} from [envelope].hardware "
+               "in fasttrack.toml")
+        if env is None:
+            why = "the bundle records no environment"
+        elif env.gpu_name != hw.name:
+            why = f"the bundle was collected on {env.gpu_name} (sm {env.compute_capability})"
+        elif env.compute_capability != hw.compute_capability:
+            why = (f"the bundle's {env.gpu_name} reports compute capability {env.compute_capability}, "
+                   f"not {hw.compute_capability}")
+        elif hw.name not in passed_gpus:
+            why = "no kernel test passed on it"
+        else:
+            continue
+        yield Finding.error("FT306", f"the envelope declares {hw.name} (sm {hw.compute_capability}) but "
+                                     f"{why}: no evidence from that hardware",
+                            path=ctx.manifest_path, evidence_file=an.statement_file(ctx), fix=fix)
+
+
+@rule("FT307", "Kernel tests must not fail.")
+def test_failures(ctx: Context) -> Iterator[Finding]:
+    """Any kernel test that failed or errored, at any point, fails the evidence; so does a test recorded
+    as passed whose max error exceeds its own tolerance (the record contradicts itself)."""
+    st = an.statement(ctx)
+    if st is None:
+        return
+    label = an.statement_file(ctx)
+
+    def found() -> Iterator[Finding]:
+        for t in st.predicate.kernel_tests:
+            where = f" at {an.point_text(t.point)}" if t.point else ""
+            pt = an.point_dict(t.point) if t.point else None
+            err = "" if t.max_error is None else f" (max error {t.max_error:.3g}, tolerance {t.tolerance})"
+            if t.outcome in ("failed", "error"):
+                msg = f": {t.message.splitlines()[0][:200]}" if t.message and t.message.strip() else ""
+                yield Finding.error("FT307", f"{t.nodeid} {t.outcome}{where}{err}{msg}", point=pt,
+                                    evidence_file=label,
+                                    fix="fix the kernel (or shrink the envelope to exclude this point) and "
+                                        "re-collect the evidence")
+            elif (t.outcome == "passed" and t.max_error is not None and t.tolerance is not None
+                  and t.max_error > t.tolerance):
+                yield Finding.error("FT307", f"{t.nodeid} is recorded as passed{where} but its max error "
+                                             f"{t.max_error:.3g} exceeds its tolerance {t.tolerance:.3g}",
+                                    point=pt, evidence_file=label, fix=an.recollect_fix(ctx))
+
+    yield from _capped("FT307", found())
+
+
+# --------------------------------------------------------------------------------------- performance
+
+@rule("FT308", "Every claimed speedup must hold at the lower bound of its bootstrap CI.")
+def claims(ctx: Context) -> Iterator[Finding]:
+    """Each `[[claims]]` entry of the manifest is recomputed from the raw samples of the benchmark at the
+    claim's point: the ratio of medians baseline/candidate with a seeded percentile-bootstrap confidence
+    interval (policy `bootstrap_resamples`, `confidence`). The claim holds only if the interval's lower
+    bound reaches `min_speedup`; the number a contributor typed is never trusted."""
+    st = an.statement(ctx)
+    if st is None:
+        return
+    label = an.statement_file(ctx)
+    conf = ctx.policy.evidence.confidence
+    for check in an.claim_checks(ctx):
+        c = check.claim
+        if check.estimate is None:
+            yield Finding.error("FT308", f"claim {c.name!r} cannot be recomputed: {check.problem}",
+                                point=an.point_dict(c), evidence_file=label, path=ctx.manifest_path,
+                                fix=an.recollect_fix(ctx, f"benchmark {c.baseline} and {c.candidate} at the "
+                                                          "claim's point"))
+        elif not check.holds:
+            e = check.estimate
+            yield Finding.error(
+                "FT308",
+                f"claim {c.name!r} ({c.candidate} vs {c.baseline} >= {_x(c.min_speedup)}) does not hold: "
+                f"median ratio {_x(e.ratio)}, {conf:.0%} CI [{e.low:.3g}, {e.high:.3g}] "
+                f"from {e.n_baseline}+{e.n_candidate} samples",
+                point=an.point_dict(c), evidence_file=label, path=ctx.manifest_path,
+                fix=f"lower min_speedup to at most {e.low:.2f} in fasttrack.toml, or make the kernel faster "
+                    "and re-collect")
+
+
+@rule("FT309", "A comparison must be like with like (same GPU kind and count, or per GPU).")
+def like_with_like(ctx: Context) -> Iterator[Finding]:
+    """Stock and candidate must run on the same GPU kind and the same number of GPUs, or both be
+    normalised per GPU (`per_gpu`). A claim's `gpus` must equal the GPU count both sides ran on. (The Kimi
+    K3 write-up's interactivity figure compared 16 GPUs against 8; a harness should refuse that.)"""
+    st = an.statement(ctx)
+    if st is None or ctx.manifest is None:
+        return
+    label = an.statement_file(ctx)
+    fix = "time both sides on the same GPU kind and count (or record both per GPU) and re-collect"
+    for bench in an.timed_benchmarks(st):
+        stock = bench.variants.get(STOCK_VARIANT)
+        if stock is None:
+            continue
+        for name in sorted(bench.variants):
+            if name == STOCK_VARIANT:
+                continue
+            v = bench.variants[name]
+            if v.per_gpu and stock.per_gpu:
+                continue
+            sides = (an.variant_gpu(bench, STOCK_VARIANT), stock.gpus), (an.variant_gpu(bench, name), v.gpus)
+            if sides[0] != sides[1]:
+                yield Finding.error(
+                    "FT309", f"{name} ran on {sides[1][1]} x {sides[1][0]} but stock on "
+                             f"{sides[0][1]} x {sides[0][0]} at {an.point_text(bench.point)}",
+                    point=an.point_dict(bench.point), evidence_file=label, fix=fix)
+    for claim in ctx.manifest.claims:
+        at = an.benchmark_at(st, an.point_key(claim))
+        if at is None:
+            continue
+        for side in (claim.baseline, claim.candidate):
+            sv = at.variants.get(side)
+            if sv is not None and sv.gpus != claim.gpus:
+                yield Finding.error(
+                    "FT309", f"claim {claim.name!r} says gpus={claim.gpus}; {side} ran on {sv.gpus} GPUs",
+                    point=an.point_dict(claim), path=ctx.manifest_path, evidence_file=label,
+                    fix="state the claim with the GPU count both sides ran on")
+
+
+@rule("FT310", "The candidate may not be slower than stock at any benchmarked point.")
+def slower(ctx: Context) -> Iterator[Finding]:
+    """At every benchmarked point, each candidate variant is compared with stock from the raw samples.
+    An error when the whole confidence interval of stock/candidate lies below 1 (significantly slower);
+    a warning when the median ratio is below 1 but the interval reaches 1. Where the candidate loses,
+    shrink the envelope so the guard falls back to stock there."""
+    if an.statement(ctx) is None:
+        return
+    label = an.statement_file(ctx)
+    conf = ctx.policy.evidence.confidence
+
+    def found() -> Iterator[Finding]:
+        for bench, name, e in an.iter_candidate_ratios(ctx):
+            if e.ratio >= 1.0:
+                continue
+            text = (f"{name} is slower than stock at {an.point_text(bench.point)}: median ratio "
+                    f"{_x(e.ratio)}, {conf:.0%} CI [{e.low:.3g}, {e.high:.3g}]")
+            fix = ("shrink the envelope to exclude this point (the guard then falls back to stock), or make "
+                   "the kernel faster there and re-collect")
+            if e.high < 1.0:
+                yield Finding.error("FT310", text, point=an.point_dict(bench.point), evidence_file=label,
+                                    fix=fix)
+            else:
+                yield Finding.warning("FT310", text + " (not significant)", point=an.point_dict(bench.point),
+                                      evidence_file=label, fix=fix)
+
+    yield from _capped("FT310", found())
+
+
+@rule("FT311", "Results must be physically plausible (bandwidth, speedup).")
+def implausible(ctx: Context) -> Iterator[Finding]:
+    """A variant that moves its bytes faster than the GPU's peak memory bandwidth (policy
+    `peak_bandwidth`), or a speedup over stock beyond `max_plausible_speedup`, is a measurement bug or a
+    cheat (skipped work, reused outputs, a timer that did not wait): Sakana's 150x kernel was 3x slower
+    when measured correctly."""
+    st = an.statement(ctx)
+    if st is None:
+        return
+    label = an.statement_file(ctx)
+    ev = ctx.policy.evidence
+    cap = ev.max_plausible_speedup
+    fix = "check the kernel does all its work and the timing covers it, then re-collect"
+
+    def found() -> Iterator[Finding]:
+        unknown: set[str] = set()
+        for bench in an.timed_benchmarks(st):
+            for name in sorted(bench.variants):
+                bw = an.bandwidth(bench.variants[name])
+                if bw is None:
+                    continue
+                gpu = an.variant_gpu(bench, name)
+                peak = ev.peak_bandwidth.get(gpu)
+                if peak is None:
+                    unknown.add(gpu)
+                elif bw > peak:
+                    yield Finding.error(
+                        "FT311", f"{name} moves {_tbps(bw)} at {an.point_text(bench.point)}, above the "
+                                 f"{gpu} peak of {_tbps(peak)}",
+                        point=an.point_dict(bench.point), evidence_file=label, fix=fix)
+        for bench, name, e in an.iter_candidate_ratios(ctx):
+            if e.ratio > cap:
+                yield Finding.error(
+                    "FT311", f"{name} is {_x(e.ratio)} faster than stock at {an.point_text(bench.point)}, "
+                             f"beyond the plausible {_x(cap)}",
+                    point=an.point_dict(bench.point), evidence_file=label, fix=fix)
+        for gpu in sorted(unknown):
+            yield Finding.warning("FT311", f"the policy gives no peak bandwidth for {gpu}, so bandwidth "
+                                           "plausibility was not checked",
+                                  evidence_file=label, fix=f"add {gpu!r} to [evidence.peak_bandwidth]")
+
+    yield from _capped("FT311", found())
+
+
+@rule("FT312", "Every timed variant needs at least the policy's minimum number of samples.")
+def samples(ctx: Context) -> Iterator[Finding]:
+    """Medians and bootstrap intervals from a handful of samples are noise: every variant at every timed
+    point must keep at least `min_samples` raw samples (`samples_us`)."""
+    st = an.statement(ctx)
+    if st is None:
+        return
+    need = ctx.policy.evidence.min_samples
+
+    def found() -> Iterator[Finding]:
+        for bench in an.timed_benchmarks(st):
+            for name in sorted(bench.variants):
+                n = len(bench.variants[name].samples_us)
+                if n < need:
+                    yield Finding.error(
+                        "FT312", f"{name} has {n} samples at {an.point_text(bench.point)}; at least {need} "
+                                 "are required",
+                        point=an.point_dict(bench.point), evidence_file=an.statement_file(ctx),
+                        fix=an.recollect_fix(ctx, "collect with more iterations"))
+
+    yield from _capped("FT312", found())
+
+
+@rule("FT313", "The timed outputs must match stock's (accuracy in the timed mode).")
+def timed_accuracy(ctx: Context) -> Iterator[Finding]:
+    """The outputs of the timed runs themselves (same graph, same mode) must be compared with stock's and
+    be within tolerance. A variant with no accuracy record was timed without being checked: a kernel can
+    be fast because it skips work only when timed."""
+    st = an.statement(ctx)
+    if st is None:
+        return
+    label = an.statement_file(ctx)
+
+    def found() -> Iterator[Finding]:
+        for bench in an.timed_benchmarks(st):
+            pt = an.point_dict(bench.point)
+            for name in sorted(v for v in bench.variants if v != STOCK_VARIANT):
+                acc = bench.accuracy.get(name)
+                if acc is None or acc.checked == 0:
+                    yield Finding.error("FT313", f"{name}'s timed outputs at {an.point_text(bench.point)} "
+                                                 "were not checked against stock",
+                                        point=pt, evidence_file=label, fix=an.recollect_fix(ctx))
+                elif not acc.ok:
+                    yield Finding.error(
+                        "FT313", f"{name}'s timed outputs at {an.point_text(bench.point)} differ from "
+                                 f"stock's: max abs error {acc.max_abs_error:.3g} "
+                                 f"(atol {acc.atol:.3g}, rtol {acc.rtol:.3g})",
+                        point=pt, evidence_file=label,
+                        fix="fix the kernel so its outputs match stock in the timed (CUDA-graph) mode")
+
+    yield from _capped("FT313", found())
+
+
+@rule("FT319", "Benchmarks must follow fasttrack's timing protocol.")
+def protocol(ctx: Context) -> Iterator[Finding]:
+    """fasttrack, not the contribution, owns timing: CUDA-graph replay (when the envelope uses graphs), the
+    L2 cache flushed by at least its size outside the timed region, the persisting-L2 window reset, fresh
+    inputs every iteration, all streams synchronised, and stock and each candidate interleaved in both
+    orders. A point timed any other way is not evidence (each departure is a known way to game a timer)."""
+    st = an.statement(ctx)
+    if st is None or ctx.manifest is None:
+        return
+    env = st.predicate.environment
+    l2 = env.l2_bytes if env else None
+    graphs = ctx.manifest.envelope.cuda_graph != "none"
+
+    def found() -> Iterator[Finding]:
+        for bench in an.timed_benchmarks(st):
+            p = bench.protocol
+            if p is None:
+                continue
+            bad = []
+            if graphs and not p.graph_replay:
+                bad.append("not timed as CUDA-graph replay")
+            if p.l2_flush_bytes == 0 or (l2 is not None and p.l2_flush_bytes < l2):
+                bad.append(f"L2 flush of {p.l2_flush_bytes} bytes is smaller than the L2 ({l2} bytes)")
+            if not p.persisting_l2_reset:
+                bad.append("persisting-L2 window not reset")
+            if not p.fresh_inputs:
+                bad.append("inputs reused across iterations")
+            if not p.streams_synchronized:
+                bad.append("streams not synchronised")
+            if p.iterations < 1:
+                bad.append("no timed iterations")
+            for name in an.candidates(bench):
+                before = any(_precedes(o, name, STOCK_VARIANT) for o in p.orders)
+                after = any(_precedes(o, STOCK_VARIANT, name) for o in p.orders)
+                if not (before and after):
+                    bad.append(f"{name} and stock not interleaved in both orders")
+            if bad:
+                yield Finding.error("FT319", f"benchmark at {an.point_text(bench.point)}: " + "; ".join(bad),
+                                    point=an.point_dict(bench.point), evidence_file=an.statement_file(ctx),
+                                    fix=an.recollect_fix(ctx, "time it with `fasttrack collect` unmodified"))
+
+    yield from _capped("FT319", found())
+
+
+def _precedes(order: list[str], first: str, second: str) -> bool:
+    return first in order and second in order and order.index(first) < order.index(second)
+
+
+# --------------------------------------------------------------------------------------- evals, sanitizer
+
+@rule("FT314", "Model-level evals must be within their thresholds.")
+def evals(ctx: Context) -> Iterator[Finding]:
+    """Each recorded eval is re-judged from its value, threshold and direction ("max": value <= threshold,
+    "min": value >= threshold). A manifest that declares evals (or lm-eval results) with none in the
+    bundle fails too."""
+    st = an.statement(ctx)
+    if st is None or ctx.manifest is None:
+        return
+    label = an.statement_file(ctx)
+    declared = ctx.manifest.evidence
+    if declared.evals and not st.predicate.evals:
+        yield Finding.error("FT314", f"the manifest declares evals ({declared.evals}) but the bundle has "
+                                     "none",
+                            evidence_file=label, fix=an.recollect_fix(ctx, "run the evals"))
+    if declared.lm_eval_results and not st.predicate.lm_eval:
+        yield Finding.error("FT314", "the manifest declares lm-eval results but the bundle has none",
+                            evidence_file=label, fix=an.recollect_fix(ctx))
+    for e in st.predicate.evals:
+        if not e.passed():
+            op = "<=" if e.direction == "max" else ">="
+            yield Finding.error("FT314", f"eval {e.name!r} = {e.value:.6g}, must be {op} {e.threshold:.6g}",
+                                evidence_file=label, point=an.point_dict(e.point) if e.point else None,
+                                fix="fix the accuracy regression and re-collect the evidence")
+
+
+@rule("FT315", "compute-sanitizer runs must be clean.")
+def sanitizer_errors(ctx: Context) -> Iterator[Finding]:
+    """Every compute-sanitizer tool that ran (memcheck, racecheck, synccheck, initcheck) must report zero
+    errors; a run with an unknown error count is not clean."""
+    st = an.statement(ctx)
+    if st is None:
+        return
+    for s in st.predicate.sanitizer:
+        if s.ran and s.errors != 0:
+            count = "an unknown number of" if s.errors is None else str(s.errors)
+            detail = f": {s.summary.strip().splitlines()[0][:200]}" if s.summary.strip() else ""
+            yield Finding.error("FT315", f"compute-sanitizer {s.tool} reported {count} errors{detail}",
+                                evidence_file=an.statement_file(ctx),
+                                fix=f"run `compute-sanitizer --tool {s.tool}` on the sanitizer tests, fix "
+                                    "the kernel, and re-collect")
+
+
+@rule("FT316", "compute-sanitizer must have run (memcheck, racecheck, synccheck).")
+def sanitizer_not_run(ctx: Context) -> Iterator[Finding]:
+    """Kernel races and out-of-bounds accesses pass numerical tests by luck. memcheck, racecheck and
+    synccheck must each have run over the manifest's `sanitizer_tests`; one that did not is a warning, or
+    an error when the policy says `sanitizer_not_run = "error"`."""
+    st = an.statement(ctx)
+    if st is None or ctx.manifest is None:
+        return
+    make = Finding.error if ctx.policy.evidence.sanitizer_not_run == "error" else Finding.warning
+    label = an.statement_file(ctx)
+    if not ctx.manifest.evidence.sanitizer_tests:
+        yield make("FT316", "the manifest declares no sanitizer_tests, so compute-sanitizer never runs",
+                   path=ctx.manifest_path, fix="list kernel tests under [evidence].sanitizer_tests")
+        return
+    for tool in REQUIRED_SANITIZERS:
+        runs = [s for s in st.predicate.sanitizer if s.tool == tool]
+        if any(s.ran for s in runs):
+            continue
+        reason = next((s.reason for s in runs if s.reason), None)
+        yield make("FT316", f"compute-sanitizer {tool} did not run" + (f" ({reason})" if reason else ""),
+                   evidence_file=label,
+                   fix=an.recollect_fix(ctx, "install compute-sanitizer (CUDA toolkit) on the GPU machine"))
+
+
+# --------------------------------------------------------------------------------------- environment, age
+
+@rule("FT317", "The recorded environment must be complete and agree with the points.")
+def environment(ctx: Context) -> Iterator[Finding]:
+    """The bundle must record the GPU (name, count, compute capability), driver, CUDA and torch versions,
+    and for several GPUs how they are linked. Every point's GPU must be the recorded GPU, the machine must
+    have enough GPUs for the largest TP evidenced, and the compute capability must be the policy's for
+    that GPU name."""
+    st = an.statement(ctx)
+    if st is None:
+        return
+    env, label = st.predicate.environment, an.statement_file(ctx)
+    fix = an.recollect_fix(ctx)
+    if env is None:
+        yield Finding.error("FT317", "the bundle records no environment", evidence_file=label, fix=fix)
+        return
+    for name in ("driver", "cuda", "torch"):
+        if not getattr(env, name):
+            yield Finding.error("FT317", f"environment.{name} is missing", evidence_file=label, fix=fix)
+    known = ctx.policy.envelope.known_hardware.get(env.gpu_name)
+    if known is not None and known != env.compute_capability:
+        yield Finding.error("FT317", f"environment says {env.gpu_name} has compute capability "
+                                     f"{env.compute_capability}; the policy knows it as {known}",
+                            evidence_file=label, fix=fix)
+    points = [t.point for t in st.predicate.kernel_tests if t.point]
+    points += [b.point for b in st.predicate.benchmarks]
+    others = sorted({p.gpu for p in points if p.gpu != env.gpu_name})
+    if others:
+        yield Finding.error("FT317", f"points name {', '.join(others)} but the bundle was collected on "
+                                     f"{env.gpu_name}", evidence_file=label, fix=fix)
+    max_tp = max((p.tp for p in points), default=1)
+    if max_tp > env.gpu_count:
+        yield Finding.error("FT317", f"points at tp={max_tp} but the machine has {env.gpu_count} GPUs",
+                            evidence_file=label, fix=fix)
+    if max_tp > 1 and not env.interconnect:
+        yield Finding.error("FT317", f"points at tp={max_tp} but the bundle does not record how the GPUs are "
+                                     "linked (environment.interconnect)", evidence_file=label, fix=fix)
+
+
+@rule("FT318", "Evidence should be recent (policy max_age_days).")
+def age(ctx: Context) -> Iterator[Finding]:
+    """Drivers, CUDA, torch and the engine move on; evidence older than the policy's `max_age_days` is a
+    warning (re-collect), and a collection date in the future is a warning (a wrong clock)."""
+    st = an.statement(ctx)
+    if st is None or st.predicate.collected_at is None:
+        return
+    now = datetime.now(UTC)
+    when = st.predicate.collected_at
+    limit = ctx.policy.evidence.max_age_days
+    if now - when > timedelta(days=limit):
+        yield Finding.warning("FT318", f"the evidence was collected {(now - when).days} days ago "
+                                       f"({when.date().isoformat()}), more than {limit}",
+                              evidence_file=an.statement_file(ctx), fix=an.recollect_fix(ctx))
+    elif when - now > FUTURE_SKEW:
+        yield Finding.warning("FT318", f"collected_at {when.isoformat()} is in the future",
+                              evidence_file=an.statement_file(ctx),
+                              fix=an.recollect_fix(ctx, "fix the GPU machine's clock"))
+

@@ -1,0 +1,518 @@
+"""The change set between two revisions of a git checkout, from git's plumbing (subprocess, no GitPython).
+
+Three `git diff-tree` passes over the same pair of trees, joined by path:
+
+- `--raw -z` for the structure (status, both modes, both object ids, both sides of renames and copies);
+- `--numstat -z` for line counts and binary detection (`-` counts);
+- `-p -U0` for the hunks of text files, with line numbers (the hook checks need them).
+
+Renames and copies are detected with `-M -C --find-copies-harder`, so a file copied out of shared code is
+visible as a copy of it. `diff-tree` is plumbing: the user's diff configuration (external diff drivers,
+prefixes, colour) does not change what is parsed here.
+
+`materialize_tree` writes a tree's files to `<cache>/trees/<tree-sha>/` (from `git ls-tree` and
+`git cat-file --batch`; no `git archive`, so no export-ignore attribute or filter can hide a file),
+atomically, and reuses the directory when it is already there. The working tree is the revision `WORKTREE`:
+its files (tracked and untracked, not ignored) are written to a tree object through a temporary index, and
+the checkout itself is the head directory.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from fasttrack.changes.model import Change, Hunk
+from fasttrack.errors import InputError
+from fasttrack.verdict import ChangeStatus
+
+WORKTREE = "WORKTREE"
+NULL_MODE = "000000"
+SYMLINK_MODE = "120000"
+GITLINK_MODE = "160000"
+EXEC_MODE = "100755"
+MAX_SYMLINK_TARGET = 4096
+
+_DIFF_FLAGS = ("-r", "-M", "-C", "--find-copies-harder", "--no-commit-id", "--no-ext-diff", "--no-textconv")
+_HUNK_RE = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+_STATUS = {
+    "A": ChangeStatus.ADDED,
+    "D": ChangeStatus.DELETED,
+    "M": ChangeStatus.MODIFIED,
+    "T": ChangeStatus.TYPE_CHANGED,
+    "R": ChangeStatus.RENAMED,
+    "C": ChangeStatus.COPIED,
+}
+
+
+def cache_root() -> Path:
+    """fasttrack's cache: $FASTTRACK_CACHE_DIR, else $XDG_CACHE_HOME/fasttrack, else ~/.cache/fasttrack."""
+    env = os.environ.get("FASTTRACK_CACHE_DIR")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg) if xdg else Path.home() / ".cache"
+    return base / "fasttrack"
+
+
+def _git_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env["GIT_TERMINAL_PROMPT"] = "0"
+    env["GIT_OPTIONAL_LOCKS"] = "0"  # never refresh the user's index as a side effect of reading
+    env.pop("GIT_DIR", None)
+    env.pop("GIT_WORK_TREE", None)
+    if extra:
+        env.update(extra)
+    return env
+
+
+def run_git(repo: Path, *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None,
+            check: bool = True) -> subprocess.CompletedProcess[bytes]:
+    """Run git in `repo`; a missing git becomes an InputError, a failing command a RuntimeError (if check)."""
+    try:
+        proc = subprocess.run(["git", "-C", str(repo), *args], input=stdin, capture_output=True,
+                              env=_git_env(env), check=False)
+    except FileNotFoundError:
+        raise InputError("git is not installed or not on PATH", fix="install git (2.28 or newer)") from None
+    if check and proc.returncode != 0:
+        err = proc.stderr.decode("utf-8", "replace").strip()
+        raise RuntimeError(f"git {' '.join(args[:3])} failed in {repo}: {err}")
+    return proc
+
+
+def _decode(raw: bytes) -> str:
+    return os.fsdecode(raw)
+
+
+# --------------------------------------------------------------------------- revisions
+
+
+@dataclass(frozen=True)
+class Revision:
+    """A revision as given (`name`), the object it names (`oid`: commit or tree) and its tree."""
+
+    name: str
+    oid: str
+    tree: str
+
+
+def check_repo(repo: Path, option: str = "--repo") -> Path:
+    """The repository's top level (the repo itself when bare); InputError when `repo` is not a git repo."""
+    if not repo.exists():
+        raise InputError("repository path does not exist", path=repo, field=option,
+                         fix="pass the path of a git checkout")
+    if not repo.is_dir():
+        raise InputError("repository path is not a directory", path=repo, field=option,
+                         fix="pass the path of a git checkout")
+    proc = run_git(repo, "rev-parse", "--is-bare-repository", "--show-toplevel", check=False)
+    if proc.returncode != 0:
+        raise InputError("not a git repository", path=repo, field=option,
+                         fix="pass the root of a git checkout (a clone of the engine)")
+    lines = _decode(proc.stdout).splitlines()
+    if lines and lines[0] == "true":
+        return repo.resolve()
+    return Path(lines[1]) if len(lines) > 1 else repo.resolve()
+
+
+def resolve_revision(repo: Path, rev: str, option: str) -> Revision:
+    """Resolve `rev` (commit, tag, branch, tree or `WORKTREE`); InputError naming `option` if it is absent."""
+    if rev == WORKTREE:
+        wt = worktree_tree(repo)
+        return Revision(name=rev, oid=wt, tree=wt)
+    if not rev or rev.startswith("-") or any(c in rev for c in "\0\n"):
+        raise InputError(f"{rev!r} is not a revision", field=option, fix="pass a commit, branch, tag or sha")
+    oid = run_git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{object}}", check=False)
+    tree = run_git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{tree}}", check=False)
+    if oid.returncode != 0 or tree.returncode != 0:
+        raise InputError(f"revision {rev!r} does not exist in {repo}", field=option,
+                         fix=f"fetch it first (e.g. `git fetch origin {rev}`; in CI check out with "
+                             "fetch-depth 0) or pass an existing commit")
+    return Revision(name=rev, oid=_decode(oid.stdout).strip(), tree=_decode(tree.stdout).strip())
+
+
+def worktree_tree(repo: Path) -> str:
+    """Write the working tree (tracked and untracked files that are not ignored) to a tree object.
+
+    Uses a temporary copy of the index, so the user's index is never touched.
+    """
+    top = check_repo(repo)
+    index_out = run_git(top, "rev-parse", "--git-path", "index").stdout
+    index = Path(_decode(index_out).strip())
+    if not index.is_absolute():
+        index = top / index
+    with tempfile.TemporaryDirectory(prefix="fasttrack-index-") as tmp:
+        tmp_index = Path(tmp) / "index"
+        if index.is_file():
+            shutil.copyfile(index, tmp_index)
+        env = {"GIT_INDEX_FILE": str(tmp_index)}
+        run_git(top, "add", "-A", "--", ".", env=env)
+        return _decode(run_git(top, "write-tree", env=env).stdout).strip()
+
+
+# --------------------------------------------------------------------------- diff parsing
+
+
+@dataclass(frozen=True)
+class _RawEntry:
+    status: str
+    old_mode: str
+    new_mode: str
+    old_oid: str
+    new_oid: str
+    path: str
+    old_path: str | None
+
+
+def _parse_raw(out: bytes) -> list[_RawEntry]:
+    tokens = out.split(b"\0")
+    entries: list[_RawEntry] = []
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        i += 1
+        if not tok:
+            continue
+        if not tok.startswith(b":"):
+            raise RuntimeError(f"unexpected git diff --raw output: {tok[:80]!r}")
+        old_mode, new_mode, old_oid, new_oid, status = _decode(tok[1:]).split(" ")
+        letter = status[0]
+        if letter in "RC":
+            src, dst = _decode(tokens[i]), _decode(tokens[i + 1])
+            i += 2
+            entries.append(_RawEntry(letter, old_mode, new_mode, old_oid, new_oid, dst, src))
+        else:
+            path = _decode(tokens[i])
+            i += 1
+            entries.append(_RawEntry(letter, old_mode, new_mode, old_oid, new_oid, path, None))
+    return entries
+
+
+def _parse_numstat(out: bytes) -> dict[str, tuple[int | None, int | None]]:
+    """path (new side) -> (added, removed); None counts mean binary."""
+    tokens = out.split(b"\0")
+    stats: dict[str, tuple[int | None, int | None]] = {}
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        i += 1
+        if not tok:
+            continue
+        added, removed, rest = tok.split(b"\t", 2)
+        if rest:
+            path = _decode(rest)
+        else:  # rename or copy: the two paths follow
+            path = _decode(tokens[i + 1])
+            i += 2
+        a = None if added == b"-" else int(added)
+        r = None if removed == b"-" else int(removed)
+        prev = stats.get(path)
+        if prev is not None and None not in prev and a is not None and r is not None:
+            a, r = a + (prev[0] or 0), r + (prev[1] or 0)
+        stats[path] = (a, r)
+    return stats
+
+
+_C_ESCAPES = {ord("a"): 7, ord("b"): 8, ord("t"): 9, ord("n"): 10, ord("v"): 11, ord("f"): 12,
+              ord("r"): 13, ord('"'): 34, ord("\\"): 92}
+
+
+def unquote_c_path(raw: bytes) -> str:
+    """Undo git's C-style quoting of a path ("a\\tb", octal escapes for non-ASCII bytes)."""
+    if not (raw.startswith(b'"') and raw.endswith(b'"') and len(raw) >= 2):
+        return _decode(raw)
+    body = raw[1:-1]
+    out = bytearray()
+    i = 0
+    while i < len(body):
+        c = body[i]
+        if c != 92:  # backslash
+            out.append(c)
+            i += 1
+            continue
+        nxt = body[i + 1]
+        if 48 <= nxt <= 55:  # octal
+            out.append(int(body[i + 1:i + 4], 8))
+            i += 4
+        else:
+            out.append(_C_ESCAPES.get(nxt, nxt))
+            i += 2
+    return _decode(bytes(out))
+
+
+def _header_path(line: bytes, prefix: bytes) -> str | None:
+    """Path from a `--- a/x` or `+++ b/x` line; None for /dev/null."""
+    rest = line[4:]
+    if rest.endswith(b"\t"):
+        rest = rest[:-1]
+    if rest == b"/dev/null":
+        return None
+    path = unquote_c_path(rest)
+    return path[len(prefix):] if path.startswith(prefix.decode()) else path
+
+
+def parse_hunks(lines: Sequence[bytes]) -> tuple[Hunk, ...]:
+    """Parse unified-diff hunks (any context size) from the lines after a file's header."""
+    hunks: list[Hunk] = []
+    i = 0
+    while i < len(lines):
+        m = _HUNK_RE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        old_start, new_start = int(m.group(1)), int(m.group(3))
+        old_count = int(m.group(2)) if m.group(2) is not None else 1
+        new_count = int(m.group(4)) if m.group(4) is not None else 1
+        i += 1
+        old_no, new_no = old_start, new_start
+        added: list[tuple[int, str]] = []
+        removed: list[tuple[int, str]] = []
+        seen_old = seen_new = 0
+        while i < len(lines) and (seen_old < old_count or seen_new < new_count or
+                                  lines[i].startswith(b"\\")):
+            line = lines[i]
+            i += 1
+            tag, text = line[:1], line[1:].decode("utf-8", "replace")
+            if tag == b"+":
+                added.append((new_no, text))
+                new_no += 1
+                seen_new += 1
+            elif tag == b"-":
+                removed.append((old_no, text))
+                old_no += 1
+                seen_old += 1
+            elif tag == b" " or line == b"":
+                old_no += 1
+                new_no += 1
+                seen_old += 1
+                seen_new += 1
+            elif tag == b"\\":  # "\ No newline at end of file"
+                continue
+            else:
+                break
+        hunks.append(Hunk(added=tuple(added), removed=tuple(removed), old_start=old_start,
+                          old_count=old_count, new_start=new_start, new_count=new_count))
+    return tuple(hunks)
+
+
+def _parse_patch(out: bytes) -> dict[str, list[Hunk]]:
+    """new-side path (old side for deletions) -> hunks, from `diff-tree -p` output."""
+    result: dict[str, list[Hunk]] = {}
+    lines = out.split(b"\n")
+    starts = [i for i, line in enumerate(lines) if line.startswith(b"diff --git ")]
+    for n, start in enumerate(starts):
+        end = starts[n + 1] if n + 1 < len(starts) else len(lines)
+        section = lines[start:end]
+        old = new = None
+        body_at = None
+        for j, line in enumerate(section):
+            if line.startswith(b"--- "):
+                old = _header_path(line, b"a/")
+            elif line.startswith(b"+++ "):
+                new = _header_path(line, b"b/")
+                body_at = j + 1
+                break
+            elif line.startswith(b"@@"):
+                break
+        if body_at is None:
+            continue
+        key = new if new is not None else old
+        if key is None:
+            continue
+        result.setdefault(key, []).extend(parse_hunks(section[body_at:]))
+    return result
+
+
+def _mode(mode: str) -> str | None:
+    return None if mode == NULL_MODE else mode
+
+
+def _status(entry: _RawEntry) -> ChangeStatus:
+    if entry.status == "M" and entry.old_oid == entry.new_oid and entry.old_mode != entry.new_mode:
+        return ChangeStatus.MODE_CHANGED
+    status = _STATUS.get(entry.status)
+    if status is None:
+        raise RuntimeError(f"unexpected git diff status {entry.status!r} for {entry.path}")
+    return status
+
+
+def diff_trees(repo: Path, base_tree: str, head_tree: str) -> tuple[Change, ...]:
+    """Every change from `base_tree` to `head_tree` (both sides of renames and copies, modes, symlinks...)."""
+    raw = _parse_raw(run_git(repo, "diff-tree", "--raw", "-z", "--abbrev=40", *_DIFF_FLAGS,
+                             base_tree, head_tree).stdout)
+    if not raw:
+        return ()
+    stats = _parse_numstat(run_git(repo, "diff-tree", "--numstat", "-z", *_DIFF_FLAGS,
+                                   base_tree, head_tree).stdout)
+    patch = _parse_patch(run_git(repo, "diff-tree", "-p", "-U0", "--src-prefix=a/", "--dst-prefix=b/",
+                                 *_DIFF_FLAGS, base_tree, head_tree).stdout)
+    changes: list[Change] = []
+    for e in raw:
+        old_mode, new_mode = _mode(e.old_mode), _mode(e.new_mode)
+        submodule = GITLINK_MODE in (old_mode, new_mode)
+        added, removed = stats.get(e.path, (0, 0))
+        binary = (added is None or removed is None) and not submodule
+        hunks = () if binary or submodule else tuple(patch.get(e.path, ()))
+        target = None
+        if new_mode == SYMLINK_MODE and e.status != "D":
+            target = _read_blob_text(repo, e.new_oid)
+        changes.append(Change(
+            status=_status(e), path=e.path, old_path=e.old_path, old_mode=old_mode, new_mode=new_mode,
+            binary=binary, symlink_target=target, hunks=hunks,
+            added_lines=None if binary else added, removed_lines=None if binary else removed,
+        ))
+    return tuple(changes)
+
+
+def changes_between(repo: Path, base: str, head: str) -> tuple[Change, ...]:
+    """The change set of `base..head` in `repo` (head may be `WORKTREE`)."""
+    check_repo(repo)
+    b = resolve_revision(repo, base, "--base")
+    h = resolve_revision(repo, head, "--head")
+    return diff_trees(repo, b.tree, h.tree)
+
+
+def _read_blob_text(repo: Path, oid: str) -> str | None:
+    proc = run_git(repo, "cat-file", "blob", oid, check=False)
+    if proc.returncode != 0 or len(proc.stdout) > MAX_SYMLINK_TARGET:
+        return None
+    return _decode(proc.stdout)
+
+
+def read_blob(repo: Path, tree: str, path: str) -> bytes | None:
+    """The bytes of `path` in `tree` (None when it is absent or not a file)."""
+    proc = run_git(repo, "cat-file", "blob", f"{tree}:{path}", check=False)
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def list_tree(repo: Path, tree: str) -> list[tuple[str, str, str, str]]:
+    """Every entry of `tree`, recursively: (mode, type, oid, path)."""
+    out = run_git(repo, "ls-tree", "-r", "-z", "--full-tree", tree).stdout
+    entries = []
+    for rec in out.split(b"\0"):
+        if not rec:
+            continue
+        meta, path = rec.split(b"\t", 1)
+        mode, kind, oid = _decode(meta).split(" ")
+        entries.append((mode, kind, oid, _decode(path)))
+    return entries
+
+
+def list_tree_files(repo: Path, tree: str) -> list[str]:
+    """Paths of every file (blob, symlink, submodule) in `tree`."""
+    return [path for _, _, _, path in list_tree(repo, tree)]
+
+
+# --------------------------------------------------------------------------- materialising a tree
+
+
+def _safe_relpath(path: str) -> bool:
+    parts = path.split("/")
+    return bool(path) and not path.startswith("/") and all(p not in ("", ".", "..", ".git") for p in parts)
+
+
+def _stream_blobs(repo: Path, oids: list[str]) -> Iterator[bytes]:
+    """Contents of `oids`, in order, through one `git cat-file --batch` process."""
+    proc = subprocess.Popen(["git", "-C", str(repo), "cat-file", "--batch"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=_git_env())
+    assert proc.stdin is not None and proc.stdout is not None
+    stdin, stdout = proc.stdin, proc.stdout
+
+    def feed() -> None:
+        try:
+            for oid in oids:
+                stdin.write(oid.encode() + b"\n")
+        except BrokenPipeError:
+            pass
+        finally:
+            stdin.close()
+
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    try:
+        for oid in oids:
+            header = stdout.readline().split()
+            if len(header) != 3 or header[0].decode() != oid:
+                raise RuntimeError(f"git cat-file --batch: unexpected reply for {oid}: {header!r}")
+            size = int(header[2])
+            data = stdout.read(size)
+            stdout.read(1)  # the newline after each object
+            yield data
+    finally:
+        writer.join()
+        stdout.close()
+        proc.wait()
+
+
+def _write_tree(repo: Path, tree: str, dest: Path) -> None:
+    entries = list_tree(repo, tree)
+    for _, _, _, path in entries:
+        if not _safe_relpath(path):
+            raise InputError(f"tree {tree} holds an unsafe path {path!r}", field="--head",
+                             fix="such trees cannot be analysed; reject the PR")
+    blobs = [(mode, oid, path) for mode, kind, oid, path in entries if kind == "blob"]
+    symlinks: list[Path] = []
+    for (mode, _, path), data in zip(blobs, _stream_blobs(repo, [oid for _, oid, _ in blobs]), strict=True):
+        target = dest / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if mode == SYMLINK_MODE:
+            link = _decode(data)
+            resolved = os.path.normpath(os.path.join(os.path.dirname(path), link))
+            if os.path.isabs(link) or resolved == ".." or resolved.startswith("../"):
+                continue  # an out-of-tree symlink is never written (FT105 reports it)
+            os.symlink(link, target)
+            symlinks.append(target)
+        else:
+            target.write_bytes(data)
+            target.chmod(0o755 if mode == EXEC_MODE else 0o644)
+    for _, kind, _, path in entries:
+        if kind == "commit":  # a submodule: an empty directory where it would be checked out
+            (dest / path).mkdir(parents=True, exist_ok=True)
+    # Chains of in-tree links can still leave the tree (a -> s/.., s -> .); drop any that do.
+    real_dest = os.path.realpath(dest)
+    for link_path in symlinks:
+        real = os.path.realpath(link_path)
+        if real != real_dest and not real.startswith(real_dest + os.sep):
+            link_path.unlink()
+
+
+def materialize_tree(repo: Path, rev: str) -> Path:
+    """The files of `rev`'s tree on disk, under `<cache>/trees/<tree-sha>/`, reused when already there.
+
+    `rev` may be `WORKTREE`: the checkout itself is returned. Extraction goes to a temporary directory that is
+    renamed into place, so a half-written tree is never seen and concurrent runs do not collide.
+    """
+    if rev == WORKTREE:
+        return check_repo(repo)
+    return materialize_revision(repo, resolve_revision(repo, rev, "--head"))
+
+
+def materialize_revision(repo: Path, revision: Revision) -> Path:
+    """`materialize_tree` for an already resolved revision."""
+    if revision.name == WORKTREE:
+        return check_repo(repo)
+    tree = revision.tree
+    root = cache_root() / "trees"
+    dest = root / tree
+    if dest.is_dir():
+        return dest
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{tree[:12]}-", dir=root))
+    try:
+        _write_tree(repo, tree, tmp)
+        tmp.chmod(0o755)
+        try:
+            os.rename(tmp, dest)
+        except OSError:
+            if not dest.is_dir():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return dest

@@ -1,0 +1,438 @@
+"""The import graph of an engine tree: built with grimp (never importing the code), cached by content.
+
+The cache key is a digest over the sorted (module path, content hash) pairs of the package's ``.py``
+files, the grimp version and the graph options, so a copy of the same tree in another directory, or the
+same tree with new mtimes, hits the cache, and any edit misses it. A cached graph is a JSON file of edges with
+their line numbers and line contents under ``~/.cache/fasttrack/graphs/`` (``$FASTTRACK_CACHE_DIR/graphs``
+when that is set).
+
+Queries run on :class:`ModuleGraph`, a small adjacency built from either source, so a warm run never needs
+grimp at all.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import hashlib
+import importlib
+import importlib.util
+import json
+import os
+import re
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+GRAPH_FORMAT = 1
+MAX_CACHED_GRAPHS = 24
+_SYS_PATH_LOCK = threading.Lock()
+
+
+class GraphBuildError(Exception):
+    """The import graph could not be built (the message says why, for FT113)."""
+
+
+def cache_root() -> Path:
+    """$FASTTRACK_CACHE_DIR, else $XDG_CACHE_HOME/fasttrack, else ~/.cache/fasttrack."""
+    env = os.environ.get("FASTTRACK_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "fasttrack"
+
+
+def default_graph_cache_dir() -> Path:
+    return cache_root() / "graphs"
+
+
+@dataclass(frozen=True)
+class ImportSite:
+    """Where one import statement sits in the importer: its line number and (stripped) first line."""
+
+    line: int
+    contents: str
+
+
+@dataclass
+class ModuleGraph:
+    """Direct imports between the modules of one package, indexed by the imported module."""
+
+    package: str
+    files: dict[str, str]  # module -> path relative to the tree root, for every .py file (grimp's or not)
+    importers_of: dict[str, dict[str, tuple[ImportSite, ...]]]  # imported -> importer -> sites
+    modules: frozenset[str] = field(default_factory=frozenset)
+
+    def __post_init__(self) -> None:
+        if not self.modules:
+            mods = set(self.files)
+            for imported, importers in self.importers_of.items():
+                mods.add(imported)
+                mods.update(importers)
+            self.modules = frozenset(mods)
+
+    @property
+    def import_count(self) -> int:
+        return sum(len(v) for v in self.importers_of.values())
+
+    def importers(self, module: str) -> Mapping[str, tuple[ImportSite, ...]]:
+        return self.importers_of.get(module, {})
+
+    def path_of(self, module: str) -> str | None:
+        return self.files.get(module)
+
+    def upstream(self, modules: Iterable[str], *, skip: frozenset[str] = frozenset()) -> set[str]:
+        """The naive transitive closure: every module that imports any of `modules`, however indirectly.
+
+        Modules in `skip` are reached but not expanded (used to measure cutting the graph at hubs).
+        """
+        start = set(modules)
+        seen: set[str] = set(start)
+        queue = deque(start)
+        while queue:
+            m = queue.popleft()
+            if m in skip and m not in start:
+                continue
+            for importer in self.importers(m):
+                if importer not in seen:
+                    seen.add(importer)
+                    queue.append(importer)
+        return seen - start
+
+
+@dataclass(frozen=True)
+class GraphLoad:
+    graph: ModuleGraph
+    key: str
+    from_cache: bool
+    seconds: float
+    files_hashed: int
+    cache_file: Path | None = None
+
+
+# --------------------------------------------------------------------------------------------- files, keys
+
+
+def module_name(relpath: str) -> str | None:
+    """``vllm/a/b.py`` -> ``vllm.a.b``; ``vllm/a/__init__.py`` -> ``vllm.a``; None if not a Python module."""
+    if not relpath.endswith(".py"):
+        return None
+    parts = relpath[:-3].split("/")
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    if not parts or not all(p.isidentifier() for p in parts):
+        return None
+    return ".".join(parts)
+
+
+def iter_package_files(root: Path, package: str) -> Iterator[str]:
+    """Paths (relative to `root`, "/"-separated, sorted) of the package's ``.py`` files, symlinks included."""
+    base = root / package.replace(".", "/")
+    out: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(base):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        rel_dir = Path(dirpath).relative_to(root).as_posix()
+        out.extend(f"{rel_dir}/{name}" for name in filenames if name.endswith(".py"))
+    yield from sorted(out)
+
+
+def tree_key(root: Path, package: str, *, exclude_type_checking: bool) -> tuple[str, dict[str, str], int]:
+    """The content key of a tree (and the module -> path map found on the way, and the file count).
+
+    The digest covers each file's path and a hash of its bytes (through symlinks; a dangling link is keyed by
+    its target text), the grimp version and the options, never mtimes.
+    """
+    h = hashlib.sha256()
+    h.update(f"fasttrack-graph/{GRAPH_FORMAT}/{_grimp_version()}/{package}/tc={exclude_type_checking}\n".encode())
+    files: dict[str, str] = {}
+    count = 0
+    for rel in iter_package_files(root, package):
+        p = root / rel
+        try:
+            with open(p, "rb") as fh:
+                digest = hashlib.blake2b(fh.read(), digest_size=16).hexdigest()
+        except OSError:
+            try:
+                digest = "link:" + os.readlink(p)
+            except OSError:
+                digest = "unreadable"
+        h.update(f"{rel}\0{digest}\n".encode())
+        count += 1
+        mod = module_name(rel)
+        if mod is not None:
+            files[mod] = rel
+    return h.hexdigest(), files, count
+
+
+def _grimp_version() -> str:
+    try:
+        return metadata.version("grimp")
+    except metadata.PackageNotFoundError:
+        return "absent"
+
+
+# ------------------------------------------------------------------------------------------------- building
+
+
+def build_module_graph(root: Path, package: str, *, exclude_type_checking: bool,
+                       files: dict[str, str] | None = None) -> ModuleGraph:
+    """Build the graph with grimp from the tree at `root` (put first on sys.path; nothing is imported)."""
+    try:
+        import grimp
+    except ImportError as exc:  # pragma: no cover - grimp is a dependency
+        raise GraphBuildError(f"grimp is not installed ({exc})") from None
+    pkg_dir = (root / package.replace(".", "/")).resolve()
+    if not (pkg_dir / "__init__.py").is_file():
+        raise GraphBuildError(f"{package.replace('.', '/')}/__init__.py is missing from the tree at {root}")
+    if files is None:
+        files = {m: r for r in iter_package_files(root, package) if (m := module_name(r)) is not None}
+    top = package.split(".")[0]
+    with _SYS_PATH_LOCK:
+        if top in sys.modules:
+            raise GraphBuildError(f"package {top!r} is imported in this process; its graph would be the "
+                                  "imported copy's, not the tree's")
+        entry = str(root.resolve())
+        sys.path.insert(0, entry)
+        importlib.invalidate_caches()
+        try:
+            spec = importlib.util.find_spec(package)
+            origin = Path(spec.origin).resolve() if spec and spec.origin else None
+            if origin is None or pkg_dir not in origin.parents:
+                raise GraphBuildError(f"package {package!r} resolves to {origin}, not to the tree at {root}")
+            try:
+                g = grimp.build_graph(package, cache_dir=None,
+                                      exclude_type_checking_imports=exclude_type_checking)
+            except Exception as exc:  # grimp reports syntax errors and odd layouts with its own exceptions
+                raise GraphBuildError(f"grimp could not build the graph of {package}: "
+                                      f"{type(exc).__name__}: {exc}") from None
+        finally:
+            with contextlib.suppress(ValueError):
+                sys.path.remove(entry)
+            importlib.invalidate_caches()
+    importers_of: dict[str, dict[str, tuple[ImportSite, ...]]] = {}
+    for importer in g.modules:
+        for imported in g.find_modules_directly_imported_by(importer):
+            details = g.get_import_details(importer=importer, imported=imported)
+            found = {ImportSite(int(d["line_number"]), str(d["line_contents"])) for d in details}
+            sites = tuple(sorted(found, key=lambda s: s.line))
+            importers_of.setdefault(imported, {})[importer] = sites
+    modules = frozenset(g.modules)
+    return ModuleGraph(package=package, files=dict(files), importers_of=importers_of, modules=modules)
+
+
+# ------------------------------------------------------------------------------------------------ the cache
+
+
+class _CachedGraph(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    format: Literal[1]
+    key: str
+    package: str
+    modules: list[str]
+    files: dict[str, str]
+    # importer, imported, [(line, contents), ...]
+    imports: list[tuple[str, str, list[tuple[int, str]]]]
+
+
+def _to_cached(graph: ModuleGraph, key: str) -> _CachedGraph:
+    imports = [(importer, imported, [(s.line, s.contents) for s in sites])
+               for imported, importers in sorted(graph.importers_of.items())
+               for importer, sites in sorted(importers.items())]
+    return _CachedGraph(format=GRAPH_FORMAT, key=key, package=graph.package, modules=sorted(graph.modules),
+                        files=graph.files, imports=imports)
+
+
+def _from_cached(cached: _CachedGraph) -> ModuleGraph:
+    importers_of: dict[str, dict[str, tuple[ImportSite, ...]]] = {}
+    for importer, imported, sites in cached.imports:
+        importers_of.setdefault(imported, {})[importer] = tuple(ImportSite(ln, text) for ln, text in sites)
+    return ModuleGraph(package=cached.package, files=dict(cached.files), importers_of=importers_of,
+                       modules=frozenset(cached.modules))
+
+
+def _read_cache(path: Path, key: str) -> ModuleGraph | None:
+    try:
+        raw = path.read_bytes()
+    except OSError:
+        return None
+    try:
+        cached = _CachedGraph.model_validate_json(raw)
+    except ValidationError:
+        return None  # corrupt or from another format: rebuild and overwrite
+    if cached.key != key:
+        return None
+    return _from_cached(cached)
+
+
+def _write_cache(path: Path, graph: ModuleGraph, key: str) -> None:
+    """Write atomically (a temporary file in the same directory, then rename); a failure only costs speed."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        payload = json.dumps(_to_cached(graph, key).model_dump(mode="json"), separators=(",", ":"))
+        fd, tmp = tempfile.mkstemp(prefix=".graph-", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(payload)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        _prune(path.parent)
+    except OSError:
+        return
+
+
+def _prune(directory: Path) -> None:
+    graphs = sorted(directory.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in graphs[MAX_CACHED_GRAPHS:]:
+        old.unlink(missing_ok=True)
+
+
+def load_module_graph(root: Path, package: str, *, exclude_type_checking: bool,
+                      cache_dir: Path | None) -> GraphLoad:
+    """The graph of the tree at `root`: from the content-keyed cache when present, else built with grimp.
+
+    `cache_dir=None` disables the cache (always build, never write).
+    """
+    t0 = time.perf_counter()
+    key, files, count = tree_key(root, package, exclude_type_checking=exclude_type_checking)
+    cache_file = cache_dir / f"{key[:40]}.json" if cache_dir is not None else None
+    if cache_file is not None:
+        cached = _read_cache(cache_file, key)
+        if cached is not None:
+            return GraphLoad(cached, key, True, time.perf_counter() - t0, count, cache_file)
+    graph = build_module_graph(root, package, exclude_type_checking=exclude_type_checking, files=files)
+    if cache_file is not None:
+        _write_cache(cache_file, graph, key)
+    return GraphLoad(graph, key, False, time.perf_counter() - t0, count, cache_file)
+
+
+# ----------------------------------------------------------------------------------------- source scopes
+
+
+@dataclass(frozen=True)
+class FoundImport:
+    """An import statement found by reading one file's AST (used for modules the head no longer has)."""
+
+    importer: str
+    line: int
+    contents: str
+    function_level: bool
+
+
+class SourceScopes:
+    """Reads head files (only those a query needs) to tell function-level imports from module-level ones.
+
+    grimp gives line numbers; an import whose line is not indented runs at import time. Only for indented
+    lines is the file's AST read, to see whether the line sits inside a function (``def``/``lambda``) body,
+    which runs only when called, or merely under an ``if``/``try``/``with``/``class`` at module level.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._lines: dict[str, list[str]] = {}
+        self._trees: dict[str, ast.Module | None] = {}
+        self._func_spans: dict[str, list[tuple[int, int]]] = {}
+
+    def _text_lines(self, relpath: str) -> list[str]:
+        if relpath not in self._lines:
+            try:
+                text = (self.root / relpath).read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                text = ""
+            self._lines[relpath] = text.splitlines()
+        return self._lines[relpath]
+
+    def tree(self, relpath: str) -> ast.Module | None:
+        if relpath not in self._trees:
+            try:
+                self._trees[relpath] = ast.parse("\n".join(self._text_lines(relpath)), filename=relpath)
+            except (SyntaxError, ValueError):
+                self._trees[relpath] = None
+        return self._trees[relpath]
+
+    def _spans(self, relpath: str) -> list[tuple[int, int]]:
+        if relpath not in self._func_spans:
+            tree = self.tree(relpath)
+            spans: list[tuple[int, int]] = []
+            if tree is not None:
+                for node in ast.walk(tree):
+                    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                        first = node.body[0].lineno if node.body else node.lineno
+                        spans.append((first, node.end_lineno or node.lineno))
+                    elif isinstance(node, ast.Lambda):
+                        spans.append((node.body.lineno, node.body.end_lineno or node.body.lineno))
+            self._func_spans[relpath] = spans
+        return self._func_spans[relpath]
+
+    def function_level(self, relpath: str, line: int) -> bool:
+        lines = self._text_lines(relpath)
+        if not 1 <= line <= len(lines):
+            return False
+        raw = lines[line - 1]
+        if raw[:1] not in (" ", "\t"):
+            return False
+        return any(a <= line <= b for a, b in self._spans(relpath))
+
+    def find_imports_of(self, module: str, files: Mapping[str, str], package: str) -> list[FoundImport]:
+        """Head modules whose source imports `module`, a module grimp's graph does not have.
+
+        grimp drops imports it cannot resolve to a module of its graph, so for a deleted or renamed-away
+        module, or one in a directory without ``__init__.py`` (grimp skips those), the graph has no edges to
+        it; this reads the ASTs of just the files that can name it.
+        """
+        parent, _, leaf = module.rpartition(".")
+        word = re.compile(rb"\b" + re.escape(leaf.encode()) + rb"\b")
+        out: list[FoundImport] = []
+        for importer, rel in sorted(files.items()):
+            if importer == module:
+                continue
+            try:
+                raw = (self.root / rel).read_bytes()
+            except OSError:
+                continue
+            # An absolute import names the parent package in full; a relative one needs "from ." and the leaf.
+            if not ((parent and parent.encode() in raw and word.search(raw))
+                    or (b"from ." in raw and word.search(raw))):
+                continue
+            tree = self.tree(rel)
+            if tree is None:
+                continue
+            is_pkg = rel.endswith("/__init__.py")
+            for node in ast.walk(tree):
+                if not isinstance(node, ast.Import | ast.ImportFrom):
+                    continue
+                for target in _absolute_targets(node, importer, is_pkg):
+                    if target == module or target.startswith(module + "."):
+                        text = self._text_lines(rel)[node.lineno - 1].strip()
+                        out.append(FoundImport(importer, node.lineno, text,
+                                               self.function_level(rel, node.lineno)))
+                        break
+        return out
+
+
+def _absolute_targets(node: ast.Import | ast.ImportFrom, importer: str, is_package: bool) -> list[str]:
+    """The absolute dotted names an ``import``/``from ... import`` statement may refer to."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if node.level:
+        parts = importer.split(".") if is_package else importer.split(".")[:-1]
+        if node.level - 1 > len(parts):
+            return []
+        parts = parts[: len(parts) - (node.level - 1)]
+        base = ".".join(parts + ([node.module] if node.module else []))
+    else:
+        base = node.module or ""
+    if not base:
+        return []
+    return [base] + [f"{base}.{a.name}" for a in node.names if a.name != "*"]

@@ -1,0 +1,167 @@
+"""Model units of an engine tree, from both layouts, and the architecture registry read statically.
+
+A *model unit* is one model's code:
+
+- a package under ``packages_dir`` (``vllm/models/<model>/``), except the shared packages the policy names
+  (``vllm/models/common``);
+- an older single file (or small package) under ``legacy_dir`` (``vllm/model_executor/models/<name>.py``),
+  except the helper modules the policy names (``utils``, ``interfaces``, ``registry``, ...).
+
+The registry (``vllm/model_executor/models/registry.py``) is read with :mod:`ast`, never imported: every
+module-level dict literal whose entries look like ``"Arch": ("module", "Class")`` contributes; a module name
+that does not start with the root package is relative to the legacy directory, as vLLM resolves it.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from fasttrack.confinement.graph import ModuleGraph
+from fasttrack.policy import ModelLayout
+
+
+class RegistryError(Exception):
+    """The registry file exists but cannot be read (syntax error, not UTF-8)."""
+
+
+@dataclass(frozen=True)
+class ModelUnit:
+    name: str
+    kind: Literal["package", "legacy"]
+    module: str  # the unit's top module: vllm.models.kimi_k3, vllm.model_executor.models.deepseek_v2
+    path: str  # its directory (package) or file (legacy) relative to the tree root
+
+
+@dataclass(frozen=True)
+class RegistryEntry:
+    architecture: str
+    module: str  # absolute module name
+    class_name: str
+    line: int
+
+
+@dataclass(frozen=True)
+class Registry:
+    path: str | None
+    entries: tuple[RegistryEntry, ...] = ()
+    note: str | None = None
+
+    def by_module(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for e in self.entries:
+            archs = out.setdefault(e.module, [])
+            if e.architecture not in archs:
+                archs.append(e.architecture)
+        return out
+
+
+def _dir_module(path: str) -> str:
+    return path.strip("/").replace("/", ".")
+
+
+@dataclass
+class UnitIndex:
+    """Classifies modules and paths into model units (or None for shared code)."""
+
+    layout: ModelLayout
+    package: str
+    _packages_mod: str = field(init=False)
+    _legacy_mod: str | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._packages_mod = _dir_module(self.layout.packages_dir)
+        self._legacy_mod = _dir_module(self.layout.legacy_dir) if self.layout.legacy_dir else None
+
+    def unit_of_path(self, path: str) -> ModelUnit | None:
+        parts = path.strip("/").split("/")
+        pk = self.layout.packages_dir.strip("/").split("/")
+        if len(parts) > len(pk) + 1 and parts[: len(pk)] == pk:
+            name = parts[len(pk)]
+            if name not in self.layout.shared_packages and name.isidentifier():
+                return ModelUnit(name, "package", f"{self._packages_mod}.{name}", "/".join([*pk, name]))
+        if self.layout.legacy_dir:
+            lg = self.layout.legacy_dir.strip("/").split("/")
+            if len(parts) > len(lg) and parts[: len(lg)] == lg:
+                first = parts[len(lg)]
+                name = first[:-3] if len(parts) == len(lg) + 1 and first.endswith(".py") else first
+                if len(parts) == len(lg) + 1 and not first.endswith(".py"):
+                    return None
+                if name == "__init__" or name in self.layout.legacy_shared or not name.isidentifier():
+                    return None
+                unit_path = "/".join([*lg, first])
+                return ModelUnit(name, "legacy", f"{self._legacy_mod}.{name}", unit_path)
+        return None
+
+    def unit_of_module(self, module: str, path: str | None = None) -> ModelUnit | None:
+        if path is None:
+            path = module.replace(".", "/") + ".py"
+        return self.unit_of_path(path)
+
+
+def read_registry(root: Path, layout: ModelLayout, package: str) -> Registry:
+    """Architectures -> modules from the registry file, read with ast. A missing file is an empty registry."""
+    if not layout.registry:
+        return Registry(path=None, note="the policy names no registry")
+    rel = layout.registry
+    p = root / rel
+    if p.is_symlink() or not p.is_file():
+        return Registry(path=rel, note=f"{rel} is not in the tree")
+    try:
+        tree = ast.parse(p.read_text(encoding="utf-8"), filename=rel)
+    except (SyntaxError, UnicodeDecodeError, ValueError) as exc:
+        raise RegistryError(f"{rel}: cannot read the registry statically: {exc}") from None
+    legacy_mod = _dir_module(layout.legacy_dir) if layout.legacy_dir else package
+    entries: list[RegistryEntry] = []
+    for node in tree.body:
+        value = node.value if isinstance(node, ast.Assign | ast.AnnAssign) else None
+        if not isinstance(value, ast.Dict):
+            continue
+        for key, val in zip(value.keys, value.values, strict=True):
+            if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
+                continue
+            if not (isinstance(val, ast.Tuple) and len(val.elts) == 2 and all(
+                    isinstance(e, ast.Constant) and isinstance(e.value, str) for e in val.elts)):
+                continue
+            mod_name = str(val.elts[0].value)  # type: ignore[attr-defined]
+            cls_name = str(val.elts[1].value)  # type: ignore[attr-defined]
+            if not (mod_name == package or mod_name.startswith(package + ".")):
+                mod_name = f"{legacy_mod}.{mod_name}"
+            entries.append(RegistryEntry(key.value, mod_name, cls_name, key.lineno))
+    return Registry(path=rel, entries=tuple(entries))
+
+
+def model_code_modules(graph: ModuleGraph, units: UnitIndex) -> frozenset[str]:
+    """Every module of the graph that belongs to some model unit."""
+    return frozenset(m for m in graph.modules if units.unit_of_module(m, graph.path_of(m)) is not None)
+
+
+def architectures_through(graph: ModuleGraph, start: Iterable[str], model_code: frozenset[str],
+                          by_module: dict[str, list[str]], *,
+                          extra: frozenset[str] = frozenset()) -> list[str]:
+    """Registered architectures whose module reaches any of `start` through model code only.
+
+    Walks importers upward from `start`, stepping only into modules of model units (and `extra`, e.g. the
+    target model's root), never into shared code: an architecture "runs through" a file if its registered
+    module imports it directly or through other models' code (deepseek_v2.py serves DeepseekV3ForCausalLM,
+    and also every registered model whose file imports deepseek_v2).
+    """
+    allowed = model_code | extra
+    seen = set(start)
+    queue = deque(seen)
+    while queue:
+        m = queue.popleft()
+        for importer in graph.importers(m):
+            if importer not in seen and importer in allowed:
+                seen.add(importer)
+                queue.append(importer)
+    archs: list[str] = []
+    for m in sorted(seen):
+        for a in by_module.get(m, []):
+            if a not in archs:
+                archs.append(a)
+    return sorted(archs)

@@ -1,0 +1,142 @@
+"""Path zones: where a changed path sits, as the policy sees it, and which models' local roots it is in.
+
+Classification order (first match wins; it fails closed when a policy's zones overlap):
+
+1. judge zones (the PR may not edit its own judge)
+2. forbidden zones (input preparation, sampling, KV-cache management, scheduler)
+3. hook files (only declared small edits)
+4. the target model's local roots (`model-local`)
+5. another model's local roots (`model-local (<other>)`, still MODEL_LOCAL but for another model)
+6. ineligible zones (shared layers, kernels, build, requirements, CI config)
+7. anything else: `shared`, ineligible.
+
+A model is the name in the `{model}` slot of a local root (e.g. `vllm/models/{model}/**`). Names listed in
+`models.shared_packages` (vllm/models/common) are never models; when `known_models` is given, only those
+names count (so `tests/models/language/` is not taken for a model called "language").
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Iterable
+from functools import lru_cache
+
+import pathspec
+
+from fasttrack.policy import MODEL_NAME_RE, MODEL_PLACEHOLDER, Policy, Zone, ZoneKind
+
+SHARED_ZONE = "shared"
+MODEL_LOCAL_ZONE = "model-local"
+_NAME_RUN = re.compile(r"[a-z][a-z0-9_]*")
+
+
+@lru_cache(maxsize=256)
+def _local_spec(roots: tuple[str, ...], model: str) -> pathspec.PathSpec[pathspec.Pattern]:
+    return pathspec.PathSpec.from_lines("gitwildmatch", [r.replace(MODEL_PLACEHOLDER, model) for r in roots])
+
+
+def _glob_prefix_regex(prefix: str) -> str:
+    """A regex for the part of a root pattern before `{model}` (literal text, `*`, `**`, `?`)."""
+    out = ""
+    i = 0
+    while i < len(prefix):
+        if prefix.startswith("**/", i):
+            out += "(?:.*/)?"
+            i += 3
+        elif prefix.startswith("**", i):
+            out += ".*"
+            i += 2
+        elif prefix[i] == "*":
+            out += "[^/]*"
+            i += 1
+        elif prefix[i] == "?":
+            out += "[^/]"
+            i += 1
+        else:
+            out += re.escape(prefix[i])
+            i += 1
+    return out
+
+
+@lru_cache(maxsize=64)
+def _slot_regexes(roots: tuple[str, ...]) -> tuple[re.Pattern[str], ...]:
+    regexes = []
+    for root in roots:
+        prefix = root.split(MODEL_PLACEHOLDER, 1)[0].lstrip("/")
+        regexes.append(re.compile("^" + _glob_prefix_regex(prefix) + r"([a-z][a-z0-9_]*)"))
+    return tuple(regexes)
+
+
+def in_model_root(policy: Policy, path: str, model: str) -> bool:
+    """Is `path` inside `model`'s local roots?"""
+    if model in policy.models.shared_packages:
+        return False
+    return _local_spec(tuple(policy.models.local_roots), model).match_file(path)
+
+
+def model_of_path(policy: Policy, path: str, known_models: Collection[str] | None = None) -> str | None:
+    """The model whose local roots hold `path` (the longest name when several fit), or None."""
+    found: list[str] = []
+    for rx in _slot_regexes(tuple(policy.models.local_roots)):
+        m = rx.match(path)
+        if not m:
+            continue
+        run = m.group(1)
+        # The slot may be followed by more name characters (e.g. "{model}.md"); try every prefix.
+        for end in range(len(run), 0, -1):
+            name = run[:end]
+            if not MODEL_NAME_RE.match(name) or name in policy.models.shared_packages:
+                continue
+            if known_models is not None and name not in known_models:
+                continue
+            if in_model_root(policy, path, name):
+                found.append(name)
+    return max(found, key=len) if found else None
+
+
+def models_touched(policy: Policy, paths: Iterable[str],
+                   known_models: Collection[str] | None = None) -> list[str]:
+    """Every model whose local roots hold one of `paths`, sorted."""
+    touched = {m for p in paths if (m := model_of_path(policy, p, known_models)) is not None}
+    return sorted(touched)
+
+
+def infer_model(touched: list[str]) -> str | None:
+    """The target model: the single model touched; None when none or several are."""
+    return touched[0] if len(touched) == 1 else None
+
+
+def classify(policy: Policy, path: str, model: str | None,
+             known_models: Collection[str] | None = None) -> Zone:
+    """The zone of `path` for a PR targeting `model` (see the module doc for the order)."""
+    for kind in ("judge", "forbidden"):
+        for zone in policy.zones:
+            if zone.kind == kind and zone.spec.match_file(path):
+                return Zone(name=zone.name, kind=ZoneKind(kind))
+    hook = policy.hook_for(path)
+    if hook is not None:
+        return Zone(name=hook.name, kind=ZoneKind.HOOK, model=model)
+    if model is not None and in_model_root(policy, path, model):
+        return Zone(name=MODEL_LOCAL_ZONE, kind=ZoneKind.MODEL_LOCAL, model=model)
+    other = model_of_path(policy, path, known_models)
+    if other is not None:
+        return Zone(name=f"{MODEL_LOCAL_ZONE} ({other})", kind=ZoneKind.MODEL_LOCAL, model=other)
+    for zone in policy.zones:
+        if zone.kind == "ineligible" and zone.spec.match_file(path):
+            return Zone(name=zone.name, kind=ZoneKind.INELIGIBLE)
+    return Zone(name=SHARED_ZONE, kind=ZoneKind.INELIGIBLE)
+
+
+def zone_description(policy: Policy, zone: Zone) -> str:
+    """A short human description of a zone (from the policy where it has one)."""
+    for z in policy.zones:
+        if z.name == zone.name and z.description:
+            return z.description
+    for h in policy.hooks:
+        if h.name == zone.name and h.description:
+            return h.description
+    if zone.name == SHARED_ZONE:
+        return "shared engine code outside every declared zone"
+    if zone.kind is ZoneKind.MODEL_LOCAL:
+        return f"{zone.model}'s own code"
+    return ""

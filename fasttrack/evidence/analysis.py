@@ -1,0 +1,329 @@
+"""What the evidence rules and the summary both need, computed once from the Context.
+
+Nothing here produces findings; `fasttrack.rules.evidence` judges and `fasttrack.evidence.summary` reports.
+Everything is a pure function of the Context (plus small caches keyed by content, never by identity).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from fasttrack.errors import InputError
+from fasttrack.evidence.bundle import (
+    REFERENCE_VARIANTS,
+    SIGNATURE_FILE,
+    STATEMENT_FILE,
+    STOCK_VARIANT,
+    Benchmark,
+    KernelTest,
+    Point,
+    Statement,
+    Variant,
+)
+from fasttrack.evidence.digest import (
+    ContentDigest,
+    FileDelta,
+    compare_listings,
+    contribution_digest,
+    digest_of_listing,
+)
+from fasttrack.evidence.signing import SignatureResult, verify_bytes
+from fasttrack.evidence.stats import RatioEstimate, median, median_ratio_ci
+from fasttrack.manifest import Claim, EnvelopePoint
+
+if TYPE_CHECKING:
+    from fasttrack.context import Context
+
+MIN_BOOTSTRAP_SAMPLES = 2
+
+
+def statement(ctx: Context) -> Statement | None:
+    """The parsed statement, only when the Context has a manifest (evidence rules need one)."""
+    if ctx.manifest is None or ctx.evidence is None:
+        return None
+    return ctx.evidence.statement
+
+
+# ---------------------------------------------------------------------------------------------- locations
+
+def rel(ctx: Context, path: Path) -> str:
+    """`path` relative to the head tree when it is inside it (what findings and the Verdict show)."""
+    try:
+        return path.resolve().relative_to(ctx.head_dir.resolve()).as_posix()
+    except (ValueError, OSError):
+        return str(path)
+
+
+def bundle_dir(ctx: Context) -> Path | None:
+    if ctx.evidence is not None:
+        return ctx.evidence.bundle_dir
+    return ctx.evidence_dir
+
+
+def bundle_label(ctx: Context) -> str:
+    """Head-relative evidence directory, e.g. `evidence/kimi_k3`."""
+    d = bundle_dir(ctx)
+    if d is not None:
+        return rel(ctx, d)
+    name = ctx.manifest.contribution.name if ctx.manifest else "<contribution>"
+    return f"evidence/{name}"
+
+
+def statement_file(ctx: Context) -> str:
+    return f"{bundle_label(ctx)}/{STATEMENT_FILE}"
+
+
+def signature_file(ctx: Context) -> str:
+    return f"{bundle_label(ctx)}/{SIGNATURE_FILE}"
+
+
+def recollect_fix(ctx: Context, what: str = "") -> str:
+    """The standard fix: collect again on a GPU machine and commit the bundle."""
+    contrib = ctx.contribution_dir or "<contribution dir>"
+    lead = f"{what}, then " if what else ""
+    return (f"{lead}re-run `fasttrack collect {contrib}` on a GPU machine, sign it, and commit "
+            f"{bundle_label(ctx)}/")
+
+
+# ---------------------------------------------------------------------------------------------- freshness
+
+@dataclass(frozen=True)
+class Freshness:
+    head: ContentDigest | None  # the contribution as it is in the PR head
+    subject: str | None  # the digest the bundle was collected over
+    listing_digest: str | None  # digest of the bundle's own file list (must equal `subject`)
+    delta: FileDelta = field(default_factory=FileDelta)
+    error: str | None = None  # why the head digest could not be computed
+
+    @property
+    def fresh(self) -> bool | None:
+        if self.head is None or self.subject is None:
+            return None
+        return self.head.sha256 == self.subject
+
+
+def contribution_path(ctx: Context) -> Path | None:
+    if ctx.contribution_dir is None:
+        return None
+    return ctx.head_dir / ctx.contribution_dir
+
+
+def freshness(ctx: Context) -> Freshness:
+    st = statement(ctx)
+    subject = st.subject_digest if st else None
+    listed = dict(st.predicate.files) if st else {}
+    listing_digest = digest_of_listing(listed) if st and st.predicate.files else None
+    path = contribution_path(ctx)
+    if path is None:
+        return Freshness(None, subject, listing_digest, error="the contribution directory is not known")
+    try:
+        head = contribution_digest(path)
+    except InputError as exc:
+        return Freshness(None, subject, listing_digest, error=exc.render())
+    delta = compare_listings(listed, head.files) if subject != head.sha256 else FileDelta()
+    return Freshness(head, subject, listing_digest, delta)
+
+
+# ---------------------------------------------------------------------------------------------- signature
+
+def allowed_signers_path(ctx: Context) -> Path:
+    """The policy's allowed-signers file: absolute, or relative to the policy file's directory or the
+    nearest ancestor of it where the path exists (policies/allowed_signers beside policies/vllm.toml)."""
+    configured = Path(ctx.policy.evidence.allowed_signers)
+    if configured.is_absolute():
+        return configured
+    base = ctx.policy_path.resolve().parent
+    for d in (base, *base.parents):
+        if (d / configured).is_file():
+            return d / configured
+    return base.parent / configured
+
+
+def signature(ctx: Context) -> SignatureResult:
+    ev = ctx.evidence
+    if ev is None or ev.statement_bytes is None:
+        return SignatureResult(False, reason="no statement.json to verify")
+    if ev.signature is None:
+        return SignatureResult(False, reason=f"{SIGNATURE_FILE} is missing")
+    signers = allowed_signers_path(ctx)
+    try:
+        signers_bytes = signers.read_bytes()
+    except OSError:
+        return SignatureResult(False, reason=f"the policy's allowed signers file {signers} cannot be read")
+    return _verify_cached(hashlib.sha256(ev.statement_bytes).hexdigest(), ev.statement_bytes, ev.signature,
+                          str(signers), hashlib.sha256(signers_bytes).hexdigest(),
+                          ctx.policy.evidence.namespace)
+
+
+@lru_cache(maxsize=64)
+def _verify_cached(data_sha: str, data: bytes, sig: bytes, signers: str, signers_sha: str,
+                   namespace: str) -> SignatureResult:
+    del data_sha, signers_sha  # part of the cache key only
+    return verify_bytes(data, sig, Path(signers), namespace)
+
+
+# ---------------------------------------------------------------------------------------------- points
+
+def point_key(p: Point | EnvelopePoint | Claim) -> str:
+    return f"{p.gpu}|tp{p.tp}|b{p.batch}|c{p.context}|{p.dtype}"
+
+
+def point_dict(p: Point | EnvelopePoint | Claim) -> dict[str, str | int]:
+    return {"gpu": p.gpu, "tp": p.tp, "batch": p.batch, "context": p.context, "dtype": p.dtype}
+
+
+def point_text(p: Point | EnvelopePoint | Claim) -> str:
+    return f"{p.gpu} tp={p.tp} batch={p.batch} context={p.context} {p.dtype}"
+
+
+def test_function(nodeid: str) -> str:
+    """A parametrized test's function id: the nodeid without its `[...]` parameters."""
+    return nodeid.split("[", 1)[0]
+
+
+def tests_by_point(st: Statement) -> dict[str, list[KernelTest]]:
+    out: dict[str, list[KernelTest]] = defaultdict(list)
+    for t in st.predicate.kernel_tests:
+        if t.point is not None:
+            out[point_key(t.point)].append(t)
+    return out
+
+
+def envelope_points(ctx: Context) -> list[EnvelopePoint]:
+    return ctx.manifest.envelope.points() if ctx.manifest else []
+
+
+@dataclass(frozen=True)
+class PointCoverage:
+    point: EnvelopePoint
+    passed: int
+    failed: int
+    skipped: int
+    missing_functions: tuple[str, ...]  # parametrized test functions with no pass at this point
+    max_error: float | None
+
+    @property
+    def covered(self) -> bool:
+        return self.passed > 0 and not self.missing_functions
+
+
+def coverage(ctx: Context) -> list[PointCoverage]:
+    st = statement(ctx)
+    if st is None:
+        return []
+    by_point = tests_by_point(st)
+    functions = sorted({test_function(t.nodeid) for t in st.predicate.kernel_tests if t.point is not None})
+    out = []
+    for ep in envelope_points(ctx):
+        tests = by_point.get(point_key(ep), [])
+        passed_fns = {test_function(t.nodeid) for t in tests if t.outcome == "passed"}
+        errors = [t.max_error for t in tests if t.max_error is not None]
+        out.append(PointCoverage(
+            point=ep,
+            passed=sum(t.outcome == "passed" for t in tests),
+            failed=sum(t.outcome in ("failed", "error") for t in tests),
+            skipped=sum(t.outcome == "skipped" for t in tests),
+            missing_functions=tuple(f for f in functions if f not in passed_fns),
+            max_error=max(errors) if errors else None,
+        ))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- benchmarks
+
+def timed_benchmarks(st: Statement) -> list[Benchmark]:
+    return [b for b in st.predicate.benchmarks if b.not_run is None]
+
+
+def candidates(bench: Benchmark) -> list[str]:
+    """Variants that are the contribution's (everything but stock and torch.compile of stock)."""
+    return sorted(v for v in bench.variants if v not in REFERENCE_VARIANTS)
+
+
+def benchmark_at(st: Statement, key: str) -> Benchmark | None:
+    for b in timed_benchmarks(st):
+        if point_key(b.point) == key:
+            return b
+    return None
+
+
+def ratio(ctx: Context, baseline: Variant, candidate: Variant) -> RatioEstimate | None:
+    """Median ratio baseline/candidate with the policy's bootstrap CI; None with too few samples."""
+    if len(baseline.samples_us) < MIN_BOOTSTRAP_SAMPLES or len(candidate.samples_us) < MIN_BOOTSTRAP_SAMPLES:
+        return None
+    ev = ctx.policy.evidence
+    return _ratio_cached(tuple(baseline.samples_us), tuple(candidate.samples_us), ev.bootstrap_resamples,
+                         ev.confidence)
+
+
+@lru_cache(maxsize=512)
+def _ratio_cached(baseline: tuple[float, ...], candidate: tuple[float, ...], resamples: int,
+                  confidence: float) -> RatioEstimate:
+    return median_ratio_ci(baseline, candidate, resamples=resamples, confidence=confidence)
+
+
+def variant_gpu(bench: Benchmark, name: str) -> str:
+    v = bench.variants[name]
+    return v.gpu or bench.point.gpu
+
+
+def bandwidth(variant: Variant) -> float | None:
+    """Bytes per second one GPU moved (bytes_moved over the median call time)."""
+    if variant.bytes_moved is None or not variant.samples_us:
+        return None
+    return variant.bytes_moved / (median(variant.samples_us) * 1e-6)
+
+
+@dataclass(frozen=True)
+class ClaimCheck:
+    claim: Claim
+    estimate: RatioEstimate | None
+    problem: str | None  # why it could not be recomputed
+
+    @property
+    def holds(self) -> bool:
+        return self.estimate is not None and self.estimate.low >= self.claim.min_speedup
+
+
+def claim_checks(ctx: Context) -> list[ClaimCheck]:
+    st = statement(ctx)
+    if st is None or ctx.manifest is None:
+        return []
+    out = []
+    for claim in ctx.manifest.claims:
+        bench = benchmark_at(st, point_key(claim))
+        if bench is None:
+            out.append(ClaimCheck(claim, None, f"no timed benchmark at {point_text(claim)}"))
+            continue
+        missing = [v for v in (claim.baseline, claim.candidate) if v not in bench.variants]
+        if missing:
+            out.append(ClaimCheck(claim, None, f"the benchmark at {point_text(claim)} has no "
+                                               f"{' or '.join(repr(m) for m in missing)} variant"))
+            continue
+        est = ratio(ctx, bench.variants[claim.baseline], bench.variants[claim.candidate])
+        if est is None:
+            out.append(ClaimCheck(claim, None, f"fewer than {MIN_BOOTSTRAP_SAMPLES} samples on a side"))
+            continue
+        out.append(ClaimCheck(claim, est, None))
+    return out
+
+
+def iter_candidate_ratios(ctx: Context) -> Iterator[tuple[Benchmark, str, RatioEstimate]]:
+    """(benchmark, candidate variant, stock/candidate estimate) for every timed point."""
+    st = statement(ctx)
+    if st is None:
+        return
+    for bench in timed_benchmarks(st):
+        stock = bench.variants.get(STOCK_VARIANT)
+        if stock is None:
+            continue
+        for name in candidates(bench):
+            est = ratio(ctx, stock, bench.variants[name])
+            if est is not None:
+                yield bench, name, est

@@ -1,0 +1,742 @@
+"""`fasttrack collect`: run the evidence suite on this machine and write one signed bundle.
+
+Phases (each resumable; results are kept in a work directory until the bundle is written):
+
+* environment: the machine, read-only (in a worker subprocess, see `bench_worker`);
+* tests: the manifest's `kernel_tests` in a pytest subprocess with fasttrack's plugin over the grid;
+* bench: the manifest's `benchmark` entry point, one BenchmarkCase per point, through `timing`'s protocol
+  (a worker subprocess; one result file per point, so a resumed run starts at the next point);
+* evals: the manifest's `evals` entry point, plus the lm-evaluation-harness result files it lists;
+* sanitizer: compute-sanitizer memcheck / racecheck / synccheck over `sanitizer_tests`, where it exists.
+
+The grid is the manifest's envelope (`Envelope.points()`: batch 1, 2 and the maximum are always in it)
+restricted to the hardware present: points for other hardware are written as "not collected here", never
+measured by proxy. Nothing is fabricated: a phase that failed or did not run leaves its section empty or
+says why (`not_run`, `ran: false`, `rejected`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+from typing import Protocol as TypingProtocol
+
+from pydantic import ValidationError
+
+from fasttrack import __version__
+from fasttrack.errors import InputError
+from fasttrack.evidence import sanitizer as san
+from fasttrack.evidence.bundle import (
+    STATEMENT_FILE,
+    Accuracy,
+    Benchmark,
+    Collector,
+    Environment,
+    Eval,
+    KernelTest,
+    Predicate,
+    Protocol,
+    Sanitizer,
+    Statement,
+    Variant,
+    new_statement,
+    utc_now_iso,
+)
+from fasttrack.evidence.digest import ContentDigest, contribution_digest, sha256_file
+from fasttrack.manifest import Envelope, EnvelopePoint, Manifest, load_manifest
+
+PHASES = ("tests", "bench", "evals", "sanitizer")
+LOG_FILES = {"tests": "pytest.log", "bench": "bench.log", "evals": "evals.log", "sanitizer": "sanitizer.log"}
+WORKER = "fasttrack.evidence.bench_worker"
+PLUGIN = "fasttrack.evidence.pytest_plugin"
+STATE_VERSION = 1
+
+
+@dataclass
+class CollectOptions:
+    contribution: Path
+    out: Path | None = None
+    phases: tuple[str, ...] = PHASES
+    points_limit: int | None = None
+    iterations: int = 30
+    warmup: int = 3
+    sign_key: Path | None = None
+    principal: str | None = None
+    resume: bool = True
+    work_dir: Path | None = None
+    backend: str | None = None  # None: cuda where available, else cpu
+    sanitizer_timeout_s: float = 1800.0
+    measure_bandwidth: bool = True
+    command: str = ""
+    flush_bytes: int | None = None
+
+
+@dataclass
+class PhaseReport:
+    phase: str
+    status: str  # "ran", "resumed", "skipped", "failed"
+    detail: str = ""
+
+
+@dataclass
+class CollectResult:
+    bundle_dir: Path
+    statement_path: Path
+    signature_path: Path | None
+    reports: list[PhaseReport] = field(default_factory=list)
+    allowed_signers_line: str | None = None
+
+
+class Progress(TypingProtocol):
+    """What the phases report to: a rich progress display on a terminal (`collect_cli.RichProgress`)."""
+
+    def start(self, phase: str, total: int | None, description: str) -> None: ...
+
+    def advance(self, phase: str, completed: int, total: int | None = None, note: str = "") -> None: ...
+
+    def finish(self, phase: str, note: str = "") -> None: ...
+
+    def message(self, text: str) -> None: ...
+
+
+class NullProgress:
+    """Reports nowhere, except messages, which it keeps (tests read them)."""
+
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+
+    def start(self, phase: str, total: int | None, description: str) -> None:
+        return None
+
+    def advance(self, phase: str, completed: int, total: int | None = None, note: str = "") -> None:
+        return None
+
+    def finish(self, phase: str, note: str = "") -> None:
+        return None
+
+    def message(self, text: str) -> None:
+        self.messages.append(text)
+
+
+# ------------------------------------------------------------------------------------------- the grid
+def point_dict(p: EnvelopePoint) -> dict[str, Any]:
+    return {"gpu": p.gpu, "tp": p.tp, "batch": p.batch, "context": p.context, "dtype": p.dtype}
+
+
+def point_key(p: dict[str, Any]) -> str:
+    return f"{p['gpu']}|tp{p['tp']}|b{p['batch']}|c{p['context']}|{p['dtype']}"
+
+
+def _priority(env: Envelope, p: EnvelopePoint) -> tuple[int, int, int]:
+    required = {b for b in (1, 2) if env.batch.contains(b)} | {env.batch.max}
+    return (0 if p.batch in required else 1, p.context, p.batch)
+
+
+@dataclass
+class Grid:
+    here: list[dict[str, Any]]
+    elsewhere: list[tuple[dict[str, Any], str]]  # point, why it is not collected here
+
+
+def build_grid(manifest: Manifest, hw_name: str, hw_cc: str, points_limit: int | None) -> Grid:
+    """The envelope's points for the hardware present; the rest with the reason they are not collected."""
+    env = manifest.envelope
+    kinds = {h.name.lower(): h.compute_capability for h in env.hardware}
+    here: list[EnvelopePoint] = []
+    elsewhere: list[tuple[dict[str, Any], str]] = []
+    for p in env.points():
+        cc = kinds.get(p.gpu.lower())
+        if p.gpu.lower() == hw_name.lower() and cc == hw_cc:
+            here.append(p)
+        else:
+            why = f"needs {p.gpu} (sm {cc}); this machine has {hw_name} (sm {hw_cc}): not collected here"
+            elsewhere.append((point_dict(p), why))
+    if points_limit is not None and len(here) > points_limit:
+        ranked = sorted(here, key=lambda p: _priority(env, p))
+        keep = {p.key() for p in ranked[:points_limit]}
+        for p in here:
+            if p.key() not in keep:
+                elsewhere.append((point_dict(p), f"left out by --points-limit {points_limit}: not collected"))
+        here = [p for p in here if p.key() in keep]
+    return Grid(here=[point_dict(p) for p in here], elsewhere=elsewhere)
+
+
+def sanitizer_points(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One point per (tp, dtype): the smallest batch and context (the sanitizers are 10-100x slower)."""
+    best: dict[tuple[int, str], dict[str, Any]] = {}
+    for p in points:
+        k = (p["tp"], p["dtype"])
+        if k not in best or (p["batch"], p["context"]) < (best[k]["batch"], best[k]["context"]):
+            best[k] = p
+    return list(best.values())
+
+
+# ------------------------------------------------------------------------------------------ work dir
+class WorkDir:
+    """Per-phase results of one collection, so an interrupted run resumes where it stopped."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def path(self, *parts: str) -> Path:
+        return self.root.joinpath(*parts)
+
+    def prepare(self, state: dict[str, Any], resume: bool, progress: Progress) -> bool:
+        """Make the work dir ready; True if earlier results are reused."""
+        state_file = self.path("state.json")
+        if resume and state_file.is_file():
+            try:
+                old = json.loads(state_file.read_text(encoding="utf-8"))
+            except (OSError, json.JSONDecodeError):
+                old = None
+            if old == state:
+                return True
+            progress.message(f"work dir {self.root} holds results for other code or settings: starting fresh")
+        if self.root.exists():
+            shutil.rmtree(self.root)
+        self.root.mkdir(parents=True)
+        self.path("bench").mkdir()
+        _write_json(state_file, state)
+        return False
+
+    def done(self, phase: str) -> bool:
+        return self.path(f"{phase}.done.json").is_file()
+
+    def mark_done(self, phase: str, info: dict[str, Any]) -> None:
+        _write_json(self.path(f"{phase}.done.json"), info)
+
+    def done_info(self, phase: str) -> dict[str, Any]:
+        data = _read_json(self.path(f"{phase}.done.json"))
+        return data if isinstance(data, dict) else {}
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def default_work_dir(name: str) -> Path:
+    return Path.cwd() / ".cache" / "fasttrack" / "collect" / name
+
+
+# --------------------------------------------------------------------------------------- subprocesses
+def _subprocess_env(contribution: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    fasttrack_root = str(Path(__file__).resolve().parents[2])
+    paths = [str(contribution.resolve().parent), fasttrack_root]
+    if env.get("PYTHONPATH"):
+        paths.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def plugin_args() -> list[str]:
+    """`-p` for the plugin unless the pytest11 entry point already loads it (loading it twice fails)."""
+    if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
+        return ["-p", PLUGIN]
+    try:
+        eps = metadata.entry_points(group="pytest11")
+    except Exception:  # pragma: no cover - broken metadata
+        return ["-p", PLUGIN]
+    return [] if any(ep.value == PLUGIN for ep in eps) else ["-p", PLUGIN]
+
+
+def _run_worker(mode: str, spec: dict[str, Any], spec_path: Path, env: dict[str, str], cwd: Path,
+                log_path: Path, on_event: Callable[[dict[str, Any]], None] | None = None) -> int:
+    _write_json(spec_path, spec)
+    argv = [sys.executable, "-m", WORKER, mode, str(spec_path)]
+    with log_path.open("ab") as log:
+        log.write(f"\n===== {mode}: {' '.join(argv)}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=log)
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            line = raw.decode("utf-8", "replace")
+            if line.startswith("FTPROGRESS ") and on_event is not None:
+                try:
+                    on_event(json.loads(line[len("FTPROGRESS "):]))
+                except json.JSONDecodeError:
+                    log.write(raw)
+            else:
+                log.write(raw)
+        return proc.wait()
+
+
+# ---------------------------------------------------------------------------------------------- phases
+@dataclass
+class Run:
+    opts: CollectOptions
+    manifest: Manifest
+    contribution: Path
+    work: WorkDir
+    env: dict[str, str]
+    progress: Progress
+    backend: str
+    grid: Grid
+    reports: list[PhaseReport] = field(default_factory=list)
+
+    def log(self, phase: str) -> Path:
+        return self.work.path(LOG_FILES[phase])
+
+    def report(self, phase: str, status: str, detail: str = "") -> None:
+        self.reports.append(PhaseReport(phase, status, detail))
+        self.progress.finish(phase, f"{status}{': ' + detail if detail else ''}")
+
+
+def _write_grid(path: Path, points: list[dict[str, Any]], run: Run, hw_count: int) -> None:
+    _write_json(path, {"points": points, "contribution": run.manifest.contribution.name,
+                       "backend": run.backend, "gpu_count": hw_count})
+
+
+def phase_tests(run: Run, hw_count: int) -> None:
+    if run.work.done("tests"):
+        run.report("tests", "resumed", run.work.done_info("tests").get("detail", ""))
+        return
+    tests = run.manifest.evidence.kernel_tests
+    results = run.work.path("tests.jsonl")
+    results.unlink(missing_ok=True)
+    grid_path = run.work.path("grid.json")
+    _write_grid(grid_path, run.grid.here, run, hw_count)
+    base = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *plugin_args(), *tests,
+            "--fasttrack-grid", str(grid_path), "--fasttrack-results", str(results)]
+    log = run.log("tests")
+    collected = _count_tests(base, run, log)
+    run.progress.start("tests", collected, f"kernel tests over {len(run.grid.here)} point(s)")
+    with log.open("ab") as fh:
+        fh.write(f"\n===== tests: {' '.join(base)}\n".encode())
+        fh.flush()
+        proc = subprocess.Popen([*base, "-q", "-rfEs"], cwd=run.contribution, env=run.env, stdout=fh,
+                                stderr=subprocess.STDOUT)
+        while proc.poll() is None:
+            time.sleep(0.5)
+            run.progress.advance("tests", _count_lines(results), collected)
+    lines = _count_lines(results)
+    run.progress.advance("tests", lines, collected)
+    detail = f"{lines} result(s), pytest exit code {proc.returncode}"
+    if proc.returncode not in (0, 1):  # 0: all passed, 1: some failed; anything else: pytest itself failed
+        run.report("tests", "failed", detail + f" (see {LOG_FILES['tests']})")
+        return
+    run.work.mark_done("tests", {"returncode": proc.returncode, "detail": detail})
+    run.report("tests", "ran", detail)
+
+
+def _count_tests(base: list[str], run: Run, log: Path) -> int | None:
+    """How many tests pytest will run (a --collect-only pass), for the progress bar; None if unknown."""
+    i = base.index("--fasttrack-results")
+    argv = base[:i] + base[i + 2:]
+    try:
+        proc = subprocess.run([*argv, "--collect-only", "-q"], cwd=run.contribution, env=run.env,
+                              capture_output=True, timeout=600, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    with log.open("ab") as fh:
+        fh.write(b"\n===== collect-only\n" + proc.stdout[-20000:] + proc.stderr[-5000:])
+    n = sum(1 for ln in proc.stdout.decode("utf-8", "replace").splitlines() if "::" in ln)
+    return n or None
+
+
+def _count_lines(path: Path) -> int:
+    try:
+        with path.open("rb") as fh:
+            return sum(1 for _ in fh)
+    except OSError:
+        return 0
+
+
+def phase_bench(run: Run) -> None:
+    entry = run.manifest.evidence.benchmark
+    if entry is None:
+        run.report("bench", "skipped", "the manifest names no benchmark entry point")
+        return
+    jobs: list[dict[str, Any]] = []
+    for i, p in enumerate(run.grid.here):
+        out = run.work.path("bench", f"{i:04d}-{hashlib.sha256(point_key(p).encode()).hexdigest()[:12]}.json")
+        if not _valid_case_file(out):
+            jobs.append({"index": i, "point": p, "out": str(out)})
+    total = len(run.grid.here)
+    run.progress.start("bench", total, f"benchmarks at {total} point(s)")
+    run.progress.advance("bench", total - len(jobs), total)
+    if not jobs:
+        run.report("bench", "resumed", f"{total} point(s) already measured")
+        return
+    done = total - len(jobs)
+
+    def on_event(ev: dict[str, Any]) -> None:
+        nonlocal done
+        if ev.get("event") == "done":
+            done += 1
+            run.progress.advance("bench", done, total, f"point {ev.get('index')}: {ev.get('status')}")
+        elif ev.get("event") == "step":
+            run.progress.advance("bench", done, total, f"replay {ev.get('done')}/{ev.get('total')}")
+
+    spec = {"backend": run.backend, "entry": entry, "search_dir": str(run.contribution.resolve().parent),
+            "iterations": run.opts.iterations, "warmup": run.opts.warmup, "points": jobs,
+            "flush_bytes": run.opts.flush_bytes}
+    rc = _run_worker("bench", spec, run.work.path("bench.spec.json"), run.env, run.contribution,
+                     run.log("bench"), on_event)
+    missing = [j for j in jobs if not _valid_case_file(Path(j["out"]))]
+    if rc != 0 or missing:
+        run.report("bench", "failed", f"worker exit code {rc}; {len(missing)} point(s) without a result "
+                                      f"(see {LOG_FILES['bench']}; run again to resume)")
+        return
+    run.report("bench", "ran", f"{len(jobs)} point(s) measured" + (f", {done - len(jobs)} resumed"
+                                                                  if done > len(jobs) else ""))
+
+
+def _valid_case_file(path: Path) -> bool:
+    from fasttrack.evidence.timing import CaseResult
+
+    data = _read_json(path)
+    if data is None:
+        return False
+    try:
+        CaseResult.model_validate(data)
+    except ValidationError:
+        return False
+    return True
+
+
+def phase_evals(run: Run) -> None:
+    entry = run.manifest.evidence.evals
+    out = run.work.path("evals.json")
+    if entry is None:
+        run.report("evals", "skipped", "the manifest names no evals entry point")
+        return
+    if run.work.done("evals") and out.is_file():
+        run.report("evals", "resumed")
+        return
+    run.progress.start("evals", 1, "model-level evals")
+    spec = {"entry": entry, "search_dir": str(run.contribution.resolve().parent), "out": str(out),
+            "device": "cuda" if run.backend == "cuda" else "cpu"}
+    rc = _run_worker("evals", spec, run.work.path("evals.spec.json"), run.env, run.contribution,
+                     run.log("evals"))
+    if rc != 0 or not out.is_file():
+        run.report("evals", "failed",
+                   f"the evals entry point failed (exit code {rc}; see {LOG_FILES['evals']})")
+        return
+    run.work.mark_done("evals", {"returncode": rc})
+    run.progress.advance("evals", 1, 1)
+    run.report("evals", "ran")
+
+
+def phase_sanitizer(run: Run, hw_count: int) -> None:
+    tests = run.manifest.evidence.sanitizer_tests
+    out = run.work.path("sanitizer.json")
+    if not tests:
+        run.report("sanitizer", "skipped", "the manifest names no sanitizer tests")
+        return
+    if run.work.done("sanitizer") and out.is_file():
+        run.report("sanitizer", "resumed")
+        return
+    run.progress.start("sanitizer", len(san.TOOLS), "compute-sanitizer")
+    results: list[san.SanitizerRun]
+    tool = san.find_sanitizer()
+    if run.backend != "cuda":
+        results = san.not_run("no CUDA GPU on this machine", tests)
+    elif tool is None:
+        results = san.not_run("compute-sanitizer is not installed (not on PATH, not under CUDA_HOME)", tests)
+    else:
+        grid_path = run.work.path("grid.sanitizer.json")
+        _write_grid(grid_path, sanitizer_points(run.grid.here), run, hw_count)
+        argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *plugin_args(), "-q", *tests,
+                "--fasttrack-grid", str(grid_path)]
+        results = []
+        for i, name in enumerate(san.TOOLS):
+            run.progress.advance("sanitizer", i, len(san.TOOLS), name)
+            results.append(san.run_tool(name, tool, argv, tests, run.contribution, run.env,
+                                        run.log("sanitizer"), run.opts.sanitizer_timeout_s))
+    _write_json(out, [r.__dict__ for r in results])
+    run.work.mark_done("sanitizer", {})
+    run.progress.advance("sanitizer", len(san.TOOLS), len(san.TOOLS))
+    ran = [r for r in results if r.ran]
+    run.report("sanitizer", "ran" if ran else "skipped",
+               ", ".join(f"{r.tool}: {r.errors} error(s)" if r.ran else f"{r.tool}: not run ({r.reason})"
+                         for r in results))
+
+
+# ---------------------------------------------------------------------------------------- the bundle
+def _kernel_tests(path: Path) -> list[KernelTest]:
+    out: list[KernelTest] = []
+    if not path.is_file():
+        return out
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        if not raw.strip():
+            continue
+        line = json.loads(raw)
+        extra = {str(k): (v if v is None or isinstance(v, str | int | float | bool) else json.dumps(v))
+                 for k, v in (line.get("extra") or {}).items()}
+        max_error = line.get("max_error")
+        if not isinstance(max_error, int | float) or not math.isfinite(max_error) or max_error < 0:
+            if max_error is not None:
+                extra["max_error_raw"] = str(max_error)
+            max_error = None
+        extra = {k: v for k, v in extra.items() if not (isinstance(v, float) and not math.isfinite(v))}
+        out.append(KernelTest(
+            nodeid=line["nodeid"], point=line.get("point"), outcome=line["outcome"], max_error=max_error,
+            tolerance=line.get("tolerance"), duration_s=line.get("duration_s"),
+            message=(line.get("message") or None), extra=extra,
+        ))
+    return out
+
+
+def benchmark_entry(case: dict[str, Any]) -> Benchmark:
+    """A timing-protocol CaseResult (as JSON) in the bundle's Benchmark shape."""
+    from fasttrack.evidence.timing import CaseResult
+
+    res = CaseResult.model_validate(case)
+    point = {k: res.point[k] for k in ("gpu", "tp", "batch", "context", "dtype")}
+    if res.status == "not_run" or res.protocol is None:
+        return Benchmark(point=point, not_run="; ".join(res.reasons) or "not run")
+    pr = res.protocol
+    protocol = Protocol(graph_replay=pr.graph_replay, l2_flush_bytes=pr.l2_flush_bytes,
+                        persisting_l2_reset=pr.persisting_l2_reset, fresh_inputs=pr.fresh_inputs,
+                        orders=pr.orders, iterations=pr.iterations, warmup=pr.warmup,
+                        streams_synchronized=pr.backend == "cuda",
+                        timer="cuda-event" if pr.backend == "cuda" else "perf_counter")
+    layers = res.layers or 1
+    variants: dict[str, Variant] = {}
+    rejected = list(res.reasons)
+    for name, v in res.variants.items():
+        samples = [s for s in v.samples_us if s > 0]
+        if len(samples) != len(v.samples_us):
+            rejected.append(f"variant {name!r}: {len(v.samples_us) - len(samples)} sample(s) of zero length "
+                            "(below the timer's resolution) were dropped")
+        extra: dict[str, Any] = {}
+        if v.samples_wall_us:
+            extra["samples_wall_us"] = v.samples_wall_us
+        kernels = None
+        if v.graph_nodes is not None:
+            kernels = math.ceil(v.graph_nodes.get("kernel", 0) / layers)  # rounded up: never understated
+        variants[name] = Variant(samples_us=samples, kernels_per_step=kernels, bytes_moved=v.bytes_moved,
+                                 gpus=v.gpus, **extra)
+    accuracy = {
+        name: Accuracy(max_abs_error=a.max_abs_error or 0.0, atol=a.atol, rtol=a.rtol, ok=a.ok,
+                       checked=a.checks, reason=a.reason)
+        for name, a in res.accuracy.items() if a.checks or not a.ok
+    }
+    return Benchmark(point=point, protocol=protocol, variants=variants, accuracy=accuracy,
+                     layers=layers, rejected=rejected)
+
+
+def _eval_entries(path: Path) -> tuple[list[Eval], list[str]]:
+    data = _read_json(path)
+    if not isinstance(data, list):
+        return [], [] if data is None else ["the evals entry point did not return a list"]
+    evals, problems = [], []
+    for i, item in enumerate(data):
+        try:
+            evals.append(Eval.model_validate(item))
+        except ValidationError as exc:
+            problems.append(f"eval [{i}] is invalid: {exc.errors()[0].get('msg')}")
+    return evals, problems
+
+
+def _finite_only(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _finite_only(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite_only(v) for v in value]
+    return value
+
+
+def lm_eval_entries(contribution: Path, files: Iterable[str]) -> list[dict[str, Any]]:
+    """Metrics from lm-evaluation-harness result files (the files themselves are in the subject digest)."""
+    out: list[dict[str, Any]] = []
+    for rel in files:
+        path = contribution / rel
+        if not path.is_file():
+            raise InputError("lm-evaluation-harness result file not found", path=path,
+                             field="evidence.lm_eval_results", fix="list files relative to the contribution")
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise InputError(f"not a JSON file: {exc}", path=path, field="evidence.lm_eval_results") from None
+        results = data.get("results") if isinstance(data, dict) else None
+        if not isinstance(results, dict):
+            raise InputError("not an lm-evaluation-harness result file (no 'results' object)", path=path,
+                             field="evidence.lm_eval_results")
+        metrics = {
+            str(task): {str(k): v for k, v in m.items()
+                        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)}
+            for task, m in results.items() if isinstance(m, dict)
+        }
+        cfg = data.get("config") if isinstance(data.get("config"), dict) else {}
+        out.append(_finite_only({
+            "file": rel, "sha256": sha256_file(path), "metrics": metrics,
+            "model": cfg.get("model"), "model_args": cfg.get("model_args"),
+            "versions": data.get("versions", {}), "n-shot": data.get("n-shot", {}),
+            "task_hashes": data.get("task_hashes", {}),
+        }))
+    return out
+
+
+def build_statement(run: Run, digest: ContentDigest, environment: dict[str, Any],
+                    logs: dict[str, str]) -> Statement:
+    work = run.work
+    case_files = sorted(work.path("bench").glob("*.json"))
+    benchmarks = [benchmark_entry(d) for d in (_read_json(p) for p in case_files) if d is not None]
+    measured = {point_key(b.point.as_dict()) for b in benchmarks}
+    for p, why in run.grid.elsewhere:
+        if point_key(p) not in measured:
+            benchmarks.append(Benchmark(point=p, not_run=why))
+    if "bench" in run.opts.phases and run.manifest.evidence.benchmark is not None:
+        for p in run.grid.here:
+            if point_key(p) not in measured:
+                why = "the benchmark phase did not finish for this point"
+                benchmarks.append(Benchmark(point=p, not_run=why))
+    evals, problems = _eval_entries(work.path("evals.json"))
+    for prob in problems:
+        run.progress.message(f"evals: {prob}")
+    sanitizer = [Sanitizer.model_validate(d) for d in (_read_json(work.path("sanitizer.json")) or [])]
+    env_model = Environment.model_validate({
+        k: environment.get(k) for k in Environment.model_fields if k in environment
+    })
+    manifest_path = run.contribution / "fasttrack.toml"
+    predicate = Predicate(
+        contribution=run.manifest.contribution.name, model=run.manifest.contribution.model,
+        manifest_sha256=sha256_file(manifest_path), files=digest.files,
+        collected_at=utc_now_iso(),
+        collector=Collector(fasttrack_version=__version__, command=run.opts.command[:4096],
+                            hostname=socket.gethostname()[:256]),
+        environment=env_model,
+        kernel_tests=_kernel_tests(work.path("tests.jsonl")) if "tests" in run.opts.phases else [],
+        benchmarks=benchmarks if "bench" in run.opts.phases else [],
+        evals=evals if "evals" in run.opts.phases else [],
+        lm_eval=lm_eval_entries(run.contribution, run.manifest.evidence.lm_eval_results)
+        if "evals" in run.opts.phases else [],
+        sanitizer=sanitizer if "sanitizer" in run.opts.phases else [],
+        logs=logs,
+    )
+    return new_statement(contribution=run.manifest.contribution.name, subject_sha256=digest.sha256,
+                         predicate=predicate)
+
+
+# ------------------------------------------------------------------------------------------- driver
+def collect(opts: CollectOptions, progress: Progress | None = None) -> CollectResult:
+    progress = progress if progress is not None else NullProgress()
+    contribution = opts.contribution.resolve()
+    manifest = load_manifest(contribution)
+    unknown = [p for p in opts.phases if p not in PHASES]
+    if unknown:
+        raise InputError(f"unknown phase(s) {', '.join(unknown)}", field="--phases",
+                         fix=f"choose from {','.join(PHASES)}")
+    if opts.iterations < 2:
+        raise InputError("must be at least 2 (both orders)", field="--iterations")
+    if opts.points_limit is not None and opts.points_limit < 1:
+        raise InputError("must be at least 1", field="--points-limit")
+    if (opts.sign_key is None) != (opts.principal is None):
+        raise InputError("--sign-key and --principal go together", field="--sign-key",
+                         fix="pass both (the principal is the name in the allowed-signers file) or neither")
+    name = manifest.contribution.name
+    out = (opts.out or Path("evidence") / name).resolve()
+    inside = out == contribution or contribution in out.parents
+    if inside and not (out == contribution / "evidence" or (contribution / "evidence") in out.parents):
+        raise InputError("the bundle may not be written inside the contribution (it would change its digest)",
+                         field="--out", fix=f"use evidence/{name}/ at the repository root")
+    digest = contribution_digest(contribution)
+    env = _subprocess_env(contribution)
+    work = WorkDir((opts.work_dir or default_work_dir(name)).resolve())
+    backend_kind = opts.backend
+    state = {"version": STATE_VERSION, "fasttrack": __version__, "digest": digest.sha256,
+             "iterations": opts.iterations, "warmup": opts.warmup, "points_limit": opts.points_limit,
+             "backend": backend_kind, "flush_bytes": opts.flush_bytes}
+    resumed = work.prepare(state, opts.resume, progress)
+    if resumed:
+        progress.message(f"resuming from {work.root}")
+
+    # The environment first (a worker subprocess: the collector itself never imports torch).
+    env_file = work.path("environment.json")
+    if not (resumed and env_file.is_file()):
+        progress.start("environment", 1, "environment")
+        rc = _run_worker("env", {"out": str(env_file), "measure_bandwidth": opts.measure_bandwidth},
+                         work.path("env.spec.json"), env, contribution, work.path("bench.log"))
+        if rc != 0 or not env_file.is_file():
+            raise InputError(f"could not read this machine's environment (worker exit code {rc})",
+                             path=work.path("bench.log"), fix="see the log; is torch installed?")
+        progress.finish("environment")
+    environment = _read_json(env_file)
+    hw_backend = str(environment.get("extra", {}).get("backend", "cpu"))
+    if backend_kind is None:
+        backend_kind = hw_backend
+    elif backend_kind == "cuda" and hw_backend != "cuda":
+        raise InputError("no CUDA GPU on this machine", field="--backend", fix="run on a GPU machine")
+    grid = build_grid(manifest, environment["gpu_name"], environment["compute_capability"], opts.points_limit)
+    if not grid.here:
+        progress.message(f"no envelope point is for this machine's hardware ({environment['gpu_name']}, "
+                         f"sm {environment['compute_capability']}): every point is recorded as not collected")
+    run = Run(opts=opts, manifest=manifest, contribution=contribution, work=work, env=env, progress=progress,
+              backend=backend_kind, grid=grid)
+    hw_count = int(environment.get("gpu_count") or 0)
+    if "tests" in opts.phases and grid.here:
+        phase_tests(run, hw_count)
+    if "bench" in opts.phases and grid.here:
+        phase_bench(run)
+    if "evals" in opts.phases:
+        phase_evals(run)
+    if "sanitizer" in opts.phases and grid.here:
+        phase_sanitizer(run, hw_count)
+    return write_bundle(run, digest, environment, out)
+
+
+def write_bundle(run: Run, digest: ContentDigest, environment: dict[str, Any], out: Path) -> CollectResult:
+    from fasttrack.evidence.digest import contribution_digest as redigest
+
+    again = redigest(run.contribution)
+    if again.sha256 != digest.sha256:
+        raise InputError("the contribution's files changed while evidence was being collected",
+                         path=run.contribution, fix="run collect again on an unchanged tree")
+    out.mkdir(parents=True, exist_ok=True)
+    ours = [STATEMENT_FILE, STATEMENT_FILE + ".sig", *LOG_FILES.values()]
+    for stale in (out / f for f in ours):
+        stale.unlink(missing_ok=True)
+    logs: dict[str, str] = {}
+    for phase, fname in LOG_FILES.items():
+        src = run.work.path(fname)
+        if phase in run.opts.phases and src.is_file():
+            shutil.copyfile(src, out / fname)
+            logs[fname] = sha256_file(out / fname)
+    try:
+        statement = build_statement(run, digest, environment, logs)
+    except ValidationError as exc:
+        raise InputError(f"the collected results do not fit the bundle schema: {exc.errors()[0]}",
+                         path=run.work.root,
+                         fix="this is a fasttrack bug; report it with the work dir") from None
+    statement_path = out / STATEMENT_FILE
+    tmp = statement_path.with_name(STATEMENT_FILE + ".tmp")
+    tmp.write_bytes(statement.to_json_bytes())
+    os.replace(tmp, statement_path)
+    result = CollectResult(bundle_dir=out, statement_path=statement_path, signature_path=None,
+                           reports=run.reports)
+    if run.opts.sign_key is not None:
+        from fasttrack.evidence.signing import parse_signature, sign_file
+
+        result.signature_path = sign_file(statement_path, run.opts.sign_key)
+        try:
+            sig = parse_signature(result.signature_path.read_bytes())
+            result.allowed_signers_line = sig.allowed_signers_line(run.opts.principal or "")
+        except ValueError:
+            result.allowed_signers_line = None
+    return result

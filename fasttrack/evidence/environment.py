@@ -1,0 +1,186 @@
+"""What machine the evidence came from: GPUs, driver, CUDA, torch, triton, Python, clocks (read-only), links.
+
+Every probe is read-only (``nvidia-smi --query-gpu``, ``nvidia-smi topo -m``; clocks are read, never set) and
+tolerant: a missing tool or library leaves its field None with a note in ``extra``, never an exception. On a
+machine without CUDA the environment names the CPU backend (``gpu_name = "cpu"``, compute capability
+``0.0``): such a bundle can only ever support points whose hardware is ``cpu``.
+"""
+
+from __future__ import annotations
+
+import platform
+import shutil
+import socket
+import subprocess
+from dataclasses import dataclass, field
+from typing import Any
+
+CPU_NAME = "cpu"
+CPU_CAPABILITY = "0.0"
+SMI_FIELDS = ("name", "driver_version", "compute_cap", "clocks.sm", "clocks.mem", "clocks.max.sm",
+              "clocks.max.mem", "memory.total", "power.limit", "persistence_mode")
+SMI_TIMEOUT_S = 20
+
+
+@dataclass
+class Hardware:
+    """The hardware present, as the collector matches it against the manifest's envelope."""
+
+    name: str
+    compute_capability: str
+    count: int
+    backend: str  # "cuda" | "cpu"
+
+    def matches(self, name: str, compute_capability: str) -> bool:
+        return (name.strip().lower() == self.name.strip().lower()
+                and compute_capability.strip() == self.compute_capability)
+
+
+@dataclass
+class EnvironmentInfo:
+    gpu_name: str
+    gpu_count: int
+    compute_capability: str
+    python: str
+    driver: str | None = None
+    cuda: str | None = None
+    torch: str | None = None
+    triton: str | None = None
+    clocks: dict[str, str | int | float | bool | None] = field(default_factory=dict)
+    interconnect: str | None = None
+    l2_bytes: int | None = None
+    copy_bandwidth_bytes_per_s: float | None = None
+    extra: dict[str, str | int | float | bool | None] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def detect_hardware() -> Hardware:
+    """The first CUDA device's name and capability (all devices must be the same kind), or the CPU."""
+    try:
+        import torch
+    except ImportError:
+        return Hardware(CPU_NAME, CPU_CAPABILITY, 0, "cpu")
+    if not torch.cuda.is_available():
+        return Hardware(CPU_NAME, CPU_CAPABILITY, 0, "cpu")
+    count = torch.cuda.device_count()
+    name = torch.cuda.get_device_name(0)
+    major, minor = torch.cuda.get_device_capability(0)
+    return Hardware(name, f"{major}.{minor}", count, "cuda")
+
+
+def _run(argv: list[str]) -> str | None:
+    if shutil.which(argv[0]) is None:
+        return None
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=SMI_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def parse_smi_query(text: str) -> list[dict[str, str]]:
+    """Rows of `nvidia-smi --query-gpu=<SMI_FIELDS> --format=csv,noheader,nounits`."""
+    rows = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        values = [v.strip() for v in line.split(",")]
+        if len(values) != len(SMI_FIELDS):
+            continue
+        rows.append(dict(zip(SMI_FIELDS, values, strict=True)))
+    return rows
+
+
+def _number(text: str | None) -> int | float | str | None:
+    if text is None or text in ("", "[N/A]", "N/A", "[Not Supported]"):
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    return int(value) if value.is_integer() else value
+
+
+def measure_copy_bandwidth(nbytes: int = 1 << 30, repeats: int = 10) -> float | None:
+    """Device-to-device copy bandwidth (bytes read + written per second), median of `repeats` copies."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    src.random_(0, 255)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        event: Any = torch.cuda.Event
+        start, end = event(enable_timing=True), event(enable_timing=True)
+        start.record()
+        dst.copy_(src)
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / 1000.0)
+    del src, dst
+    torch.cuda.empty_cache()
+    times.sort()
+    median = times[len(times) // 2]
+    return 2.0 * nbytes / median if median > 0 else None
+
+
+def capture_environment(measure_bandwidth: bool = True) -> EnvironmentInfo:
+    hw = detect_hardware()
+    info = EnvironmentInfo(gpu_name=hw.name, gpu_count=hw.count, compute_capability=hw.compute_capability,
+                           python=platform.python_version())
+    info.extra["hostname"] = socket.gethostname()
+    info.extra["platform"] = platform.platform()
+    info.extra["backend"] = hw.backend
+    try:
+        import torch
+
+        info.torch = torch.__version__
+        info.cuda = torch.version.cuda
+        if hw.backend == "cuda":
+            props = torch.cuda.get_device_properties(0)
+            info.l2_bytes = int(getattr(props, "L2_cache_size", 0)) or None
+            info.extra["multiprocessors"] = int(props.multi_processor_count)
+            info.extra["memory_bytes"] = int(props.total_memory)
+            names = {torch.cuda.get_device_name(i) for i in range(hw.count)}
+            if len(names) > 1:
+                info.extra["mixed_gpus"] = ", ".join(sorted(names))
+    except ImportError:
+        info.extra["torch"] = "not installed"
+    try:
+        import triton
+
+        info.triton = str(triton.__version__)
+    except ImportError:
+        info.triton = None
+    if hw.backend == "cuda":
+        smi = _run(["nvidia-smi", "--query-gpu=" + ",".join(SMI_FIELDS), "--format=csv,noheader,nounits"])
+        rows = parse_smi_query(smi) if smi else []
+        if rows:
+            first = rows[0]
+            info.driver = first["driver_version"]
+            info.clocks = {
+                "sm_mhz": _number(first["clocks.sm"]),
+                "mem_mhz": _number(first["clocks.mem"]),
+                "sm_max_mhz": _number(first["clocks.max.sm"]),
+                "mem_max_mhz": _number(first["clocks.max.mem"]),
+                "power_limit_w": _number(first["power.limit"]),
+                "persistence_mode": first["persistence_mode"],
+            }
+        else:
+            info.extra["nvidia_smi"] = "not available"
+        if hw.count > 1:
+            info.interconnect = _run(["nvidia-smi", "topo", "-m"])
+        if measure_bandwidth:
+            try:
+                info.copy_bandwidth_bytes_per_s = measure_copy_bandwidth()
+            except RuntimeError as exc:  # out of memory on a busy card: no number rather than a wrong one
+                info.extra["copy_bandwidth"] = f"not measured: {exc}"
+    return info

@@ -1,0 +1,307 @@
+"""Stage 2: publish a verdict on its PR (check run with annotations, sticky comment, labels, step summary).
+
+Order matters for safety: everything is read and checked first (the PR, its head, its file list), and only
+then is anything written, so a verdict that is rejected publishes nothing.
+
+Trust: the verdict was produced by a workflow the PR itself can edit (`pull_request` runs the PR's copy).
+So beyond checking that the verdict names this PR's head commit, the publisher compares it with the file
+list GitHub reports for the PR (trusted): a verdict that leaves out changed files, or a PR that edits the
+workflow or action that produced the verdict (the guard paths), cannot make the PR eligible; the verdict
+is still shown, marked as not trusted, and the label and check say blocked.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fasttrack.findings import Finding, Severity
+from fasttrack.github import markdown as md
+from fasttrack.github.artifact import PrMeta, RejectedVerdict, check_claims
+from fasttrack.github.client import clock_of, github_errors, split_repo
+from fasttrack.verdict import Verdict
+
+ANNOTATIONS_PER_REQUEST = 50  # GitHub's cap per check-run create/update
+MAX_ANNOTATIONS = 1000  # beyond this the summary says how many were left out (20 requests at most)
+LABEL_ELIGIBLE = "fast-track: eligible"
+LABEL_BLOCKED = "fast-track: blocked"
+DEFAULT_GUARDS = (".github/workflows/**", ".github/actions/**", "/action.yml", "/action.yaml")  # gitignore syntax
+PR_FILES_CAP = 3000  # GitHub lists at most this many files of a PR
+
+_LEVEL = {Severity.ERROR: "failure", Severity.WARNING: "warning", Severity.INFO: "notice"}
+
+
+@dataclass(frozen=True)
+class PublishOptions:
+    repo: str  # OWNER/NAME
+    pr: int
+    head_sha: str | None = None  # from the triggering event (trusted); None from a laptop
+    meta: PrMeta | None = None
+    check_name: str = "fasttrack"
+    report_url: str | None = None
+    summary_file: Path | None = None
+    check_run: bool = True
+    comment: bool = True
+    labels: bool = True
+    comment_author: str | None = None  # whose marker comment is ours; None: the token's user
+    guards: tuple[str, ...] = DEFAULT_GUARDS
+    max_annotations: int = MAX_ANNOTATIONS
+    token_env: str = "GITHUB_TOKEN"
+    source: str = "verdict"  # the verdict file, for error messages
+
+
+@dataclass
+class PublishResult:
+    head_sha: str = ""
+    outcome: md.Outcome | None = None
+    skipped: str | None = None  # why nothing was published (superseded)
+    check_run_id: int | None = None
+    check_run_requests: int = 0
+    annotations: int = 0
+    annotations_dropped: int = 0
+    comment_id: int | None = None
+    comment_action: str | None = None  # created | updated | unchanged
+    labels_added: list[str] = field(default_factory=list)
+    labels_removed: list[str] = field(default_factory=list)
+    summary_bytes: int = 0
+
+    def line(self, pr: int) -> str:
+        if self.skipped:
+            return f"fasttrack: PR #{pr}: nothing published: {self.skipped}"
+        assert self.outcome is not None
+        parts = [f"fasttrack: PR #{pr} at {self.head_sha[:12]}: "
+                 f"{'eligible' if self.outcome.eligible else 'blocked'}"
+                 + ("" if self.outcome.trusted else " (verdict not trusted)")]
+        if self.check_run_id is not None:
+            parts.append(f"check run {self.check_run_id} ({self.annotations} annotations in "
+                         f"{self.check_run_requests} requests"
+                         + (f", {self.annotations_dropped} left out" if self.annotations_dropped else "") + ")")
+        if self.comment_action:
+            parts.append(f"comment {self.comment_id} {self.comment_action}")
+        if self.labels_added or self.labels_removed:
+            parts.append("labels " + ", ".join([f"+{x}" for x in self.labels_added]
+                                                + [f"-{x}" for x in self.labels_removed]))
+        if self.summary_bytes:
+            parts.append(f"step summary {self.summary_bytes} bytes")
+        return "; ".join(parts)
+
+
+def annotations(findings: Iterable[Finding], limit: int) -> tuple[list[dict[str, Any]], int]:
+    """Check-run annotations for findings that point at a file, errors first; (annotations, dropped).
+
+    Every annotation carries a line (the finding's, else 1 for a file-level finding) so that it shows in
+    the "Files changed" view; findings without a path appear only in the summary.
+    """
+    out: list[dict[str, Any]] = []
+    with_path = [f for f in md.sort_findings(findings) if f.path]
+    for f in with_path[:limit]:
+        assert f.path is not None
+        line = f.line or 1
+        message = f.message if f.line else f"{f.message} (file-level finding)"
+        note: dict[str, Any] = {
+            "path": f.path[:1000],
+            "start_line": line,
+            "end_line": line,
+            "annotation_level": _LEVEL[f.severity],
+            "title": f"{f.code}",
+            "message": message[:4000],
+        }
+        if f.fix:
+            note["raw_details"] = f"fix: {f.fix}"[:4000]
+        out.append(note)
+    return out, max(0, len(with_path) - limit)
+
+
+def assess_trust(verdict: Verdict, pr_files: list[dict[str, Any]], pr_changed_files: int | None,
+                 guards: tuple[str, ...]) -> md.Outcome:
+    """Compare the verdict with GitHub's own (trusted) view of the PR's files."""
+    import pathspec
+
+    notes: list[str] = []
+    api_paths: set[str] = set()
+    for f in pr_files:
+        api_paths.add(str(f.get("filename", "")))
+        if f.get("previous_filename"):
+            api_paths.add(str(f["previous_filename"]))
+    api_paths.discard("")
+    claimed = {cf.path for cf in verdict.changed_files} | {cf.old_path for cf in verdict.changed_files
+                                                          if cf.old_path}
+    missing = sorted(api_paths - claimed)
+    if missing:
+        shown = ", ".join(md.code(p, 120) for p in missing[:5])
+        notes.append(f"**Not trusted:** the verdict leaves out {len(missing)} file(s) GitHub lists for this PR "
+                     f"({shown}{', …' if len(missing) > 5 else ''}).")
+    if pr_changed_files is not None and pr_changed_files > len(pr_files):
+        notes.append(f"**Not trusted:** GitHub lists only {len(pr_files)} of the PR's {pr_changed_files} "
+                     "files, so the verdict cannot be checked against them.")
+    spec = pathspec.PathSpec.from_lines("gitignore", guards)
+    guarded = sorted(p for p in api_paths if spec.match_file(p))
+    if guarded:
+        shown = ", ".join(md.code(p, 120) for p in guarded[:5])
+        notes.append(f"**Not trusted:** this PR changes the workflow or action that produced the verdict "
+                     f"({shown}); a maintainer must review it the normal way.")
+    trusted = not notes
+    return md.Outcome(eligible=trusted and verdict.verdict == "pass", trusted=trusted, notes=tuple(notes))
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def check_run_title(verdict: Verdict, outcome: md.Outcome) -> str:
+    c = verdict.counts()
+    if outcome.eligible:
+        return f"Eligible for fast-track ({c['warning']} warnings)"
+    if not outcome.trusted:
+        return "Blocked: the verdict cannot be trusted"
+    return f"Blocked: {c['error']} errors, {c['warning']} warnings"
+
+
+def publish(gh: Any, verdict: Verdict, opts: PublishOptions,
+            me: Callable[[], str] | None = None) -> PublishResult:
+    """Check, then publish. Raises RejectedVerdict / InputError before any write when the claims fail."""
+    owner, name = split_repo(opts.repo)
+    clock = clock_of(gh)
+    err = lambda action: github_errors(action, opts.token_env, clock)  # noqa: E731
+    result = PublishResult()
+
+    # ---- read and check (no writes) ----
+    with err(f"reading PR #{opts.pr} of {opts.repo}"):
+        pr = gh.pull_request(owner, name, opts.pr)
+    if pr is None:
+        raise RejectedVerdict(f"PR #{opts.pr} does not exist in {opts.repo}", path=opts.source, field="pr")
+    pr_head = str(pr.head.sha).lower()
+    if opts.head_sha is not None and pr_head != opts.head_sha.lower():
+        with err(f"listing the commits of PR #{opts.pr}"):
+            shas = {str(c.sha).lower() for c in pr.commits()}
+        if opts.head_sha.lower() in shas:
+            check_claims(verdict, pr=opts.pr, head_sha=opts.head_sha, meta=opts.meta, source=opts.source)
+            result.skipped = (f"the verdict is for {opts.head_sha[:12]}, an older push; PR #{opts.pr} is now at "
+                              f"{pr_head[:12]} and that run will publish")
+            return result
+        raise RejectedVerdict(f"PR #{opts.pr} has no commit {opts.head_sha[:12]} (its head is {pr_head[:12]}): "
+                              "the artifact claims a PR it was not built from", path=opts.source, field="pr",
+                              fix="nothing was published")
+    head = opts.head_sha.lower() if opts.head_sha else pr_head
+    check_claims(verdict, pr=opts.pr, head_sha=head, meta=opts.meta, source=opts.source)
+    result.head_sha = head
+    with err(f"listing the files of PR #{opts.pr}"):
+        files = [f.as_dict() for f in pr.files()]
+    changed = pr.as_dict().get("changed_files")
+    outcome = assess_trust(verdict, files, changed if isinstance(changed, int) else None, opts.guards)
+    result.outcome = outcome
+    issue = None
+    if opts.comment or opts.labels:
+        with err(f"reading issue #{opts.pr}"):
+            issue = pr.issue()
+
+    # ---- write ----
+    if opts.summary_file is not None:
+        result.summary_bytes = write_step_summary(opts.summary_file, verdict, outcome, opts.report_url)
+    if opts.check_run:
+        publish_check_run(gh, pr, verdict, outcome, head, opts, result)
+    if opts.comment and issue is not None:
+        author = opts.comment_author or (me() if me else None)
+        body = md.render(verdict, outcome, limit=md.COMMENT_LIMIT, report_url=opts.report_url,
+                         marker=md.STICKY_MARKER)
+        with err(f"updating the fasttrack comment on PR #{opts.pr}"):
+            upsert_sticky_comment(issue, body, author, result)
+    if opts.labels and issue is not None:
+        with err(f"setting labels on PR #{opts.pr}"):
+            set_labels(issue, outcome.eligible, result)
+    return result
+
+
+def publish_check_run(gh: Any, pr: Any, verdict: Verdict, outcome: md.Outcome, head: str,
+                      opts: PublishOptions, result: PublishResult) -> None:
+    """Create the check run with the first 50 annotations, then add the rest 50 at a time; the last
+    request completes it, so the conclusion only appears once every annotation is in."""
+    notes, dropped = annotations(verdict.findings, opts.max_annotations)
+    result.annotations, result.annotations_dropped = len(notes), dropped
+    extra = (f"{dropped} more findings with a file were not annotated (cap {opts.max_annotations}); "
+             "they are all in the report." if dropped else None)
+    summary_outcome = md.Outcome(outcome.eligible, outcome.trusted,
+                                 outcome.notes + ((md.esc(extra),) if extra else ()))
+    output = {"title": check_run_title(verdict, outcome),
+              "summary": md.render(verdict, summary_outcome, limit=md.COMMENT_LIMIT, report_url=opts.report_url)}
+    batches = [notes[i:i + ANNOTATIONS_PER_REQUEST] for i in range(0, len(notes), ANNOTATIONS_PER_REQUEST)] or [[]]
+    conclusion = "success" if outcome.eligible else "failure"
+    repo = pr.base.repository
+    clock = clock_of(gh)
+    with github_errors(f"creating the {opts.check_name!r} check run", opts.token_env, clock):
+        first = dict(output, annotations=batches[0])
+        if len(batches) == 1:
+            run = repo.create_check_run(name=opts.check_name, head_sha=head, details_url=opts.report_url,
+                                        status="completed", conclusion=conclusion, completed_at=_now(),
+                                        output=first)
+        else:
+            run = repo.create_check_run(name=opts.check_name, head_sha=head, details_url=opts.report_url,
+                                        status="in_progress", started_at=_now(), output=first)
+        result.check_run_requests = 1
+        if run is None:
+            raise RejectedVerdict("GitHub did not return the created check run", path=opts.source)
+        result.check_run_id = int(run.id)
+    for i, batch in enumerate(batches[1:], start=1):
+        last = i == len(batches) - 1
+        with github_errors(f"adding annotations to check run {result.check_run_id}", opts.token_env, clock):
+            kwargs: dict[str, Any] = {"output": dict(output, annotations=batch)}
+            if last:
+                kwargs.update(status="completed", conclusion=conclusion, completed_at=_now())
+            run.update(**kwargs)
+        result.check_run_requests += 1
+
+
+def upsert_sticky_comment(issue: Any, body: str, author: str | None, result: PublishResult) -> None:
+    """Update our marker comment in place, or create it once. A marker in someone else's comment is ignored."""
+    ours = None
+    for c in issue.comments():
+        login = getattr(getattr(c, "user", None), "login", None)
+        if md.STICKY_MARKER in (c.body or "") and (author is None or login == author):
+            ours = c
+            break
+    if ours is None:
+        created = issue.create_comment(body)
+        result.comment_id, result.comment_action = (int(created.id) if created else None), "created"
+    elif ours.body == body:
+        result.comment_id, result.comment_action = int(ours.id), "unchanged"
+    else:
+        ours.edit(body)
+        result.comment_id, result.comment_action = int(ours.id), "updated"
+
+
+def set_labels(issue: Any, eligible: bool, result: PublishResult) -> None:
+    want, other = (LABEL_ELIGIBLE, LABEL_BLOCKED) if eligible else (LABEL_BLOCKED, LABEL_ELIGIBLE)
+    current = {str(lbl.name) for lbl in (issue.original_labels or [])}
+    if want not in current:
+        issue.add_labels(want)
+        result.labels_added.append(want)
+    if other in current:
+        issue.remove_label(other)
+        result.labels_removed.append(other)
+
+
+def write_step_summary(path: Path, verdict: Verdict, outcome: md.Outcome, report_url: str | None) -> int:
+    """Append the report to $GITHUB_STEP_SUMMARY, keeping the file under GitHub's 1 MiB per step."""
+    try:
+        existing = path.stat().st_size if path.exists() else 0
+    except OSError:
+        existing = 0
+    room = md.STEP_SUMMARY_LIMIT - existing
+    if room < md.MIN_LIMIT:
+        return 0
+    text = md.render(verdict, outcome, limit=room, report_url=report_url)
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write(text)
+    return md.size(text)
+
+
+def write_rejection_summary(path: Path, message: str) -> None:
+    """On a rejected artifact, say so in the step summary (nothing is published to the PR)."""
+    try:
+        with path.open("a", encoding="utf-8") as fh:
+            fh.write(f"### fasttrack: verdict rejected, nothing published\n\n{md.esc(message, 2000)}\n")
+    except OSError:
+        pass

@@ -1,0 +1,7 @@
+"""Fused Triton path for one Kimi K3 MLA decode layer: `forward(cfg, weights, batch)`, same signature as
+`kimi_k3.stock.forward`. Seven launches per layer, CUDA-graph capturable, no host sync, bit-reproducible.
+Design and measurements: fused/NOTES.md."""
+
+from kimi_k3.fused.launch import KERNELS_PER_LAYER, Plan, forward, forward_planned, make_plan
+
+__all__ = ["KERNELS_PER_LAYER", "Plan", "forward", "forward_planned", "make_plan"]

@@ -1,0 +1,697 @@
+"""Triton kernels of the fused Kimi K3 MLA decode layer (see fused/NOTES.md for the design and figures).
+
+Seven launches per layer:
+
+  1 `qkv_a_kernel`    add + RMSNorm (rstd from the same K loop, gamma on the activation tile) -> q_a|kv_a|gate
+                      GEMV, optional split-K (partials + per-split sum of squares); CTA 0 zeroes the layer's
+                      sync counters.
+  2 `q_b_kernel`      q role: q_a RMSNorm folded into q_b, then the absorbed W_UK for its nope rows (partials
+                      over row chunks, summed in a fixed order by the attention kernel) or the raw rope rows;
+                      kv role: kv_a RMSNorm + the new token's latent written into the paged cache.
+  3 `attn_kernel`     split-KV MLA decode over the 576-wide latent cache, a head block per CTA (all local heads
+                      at TP8), then merge CTAs (later in launch order) wait for their head block and do the LSE
+                      merge + W_UV + sigmoid output gate -> attn_out.
+  4 `o_proj_kernel`   o_proj GEMV + residual add -> residual_out (bf16, the layer's second output).
+  5 `moe_front_kernel` post RMSNorm folded into three GEMVs side by side (router, latent down, shared w13 with
+                      SiTU in registers); the last router CTA does sigmoid + bias top-k + renorm and builds the
+                      device-side touched-expert list (slots, token lists), no host sync.
+  6 `expert_up_kernel` grouped w13 GEMV over touched experts: each expert's rows read once for all its tokens,
+                      gate/up rows of a block side by side, SiTU in registers.
+  7 `expert_down_kernel` grouped w2 GEMV x routing weight per (token, k) pair; the last CTA of each latent
+                      column block sums the pairs of each token in k order (deterministic) -> latent; tail
+                      CTAs (later in launch order) do shared w2 first, wait for the latent, then routed RMSNorm
+                      folded into latent_up, + shared -> hidden_out.
+
+Cross-CTA dependencies inside one launch never rely on the hardware's dispatch order: a CTA takes its role
+index from an atomic ticket, so every CTA a waiter depends on has already started (and will finish) before
+the waiter exists. Producers store, barrier, then release-increment a counter; consumers acquire-poll it and
+read with `.cg` (L2) loads. No float atomics: every sum has a fixed order, so outputs are bit-reproducible.
+
+GEMV tiles: `MODE == 0` is a CUDA-core FMA tile (activations broadcast over a [BN, BK] weight tile, reduced
+once at the end) for 1-2 rows; `MODE == 1` is `tl.dot` with the rows padded to 16.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from kimi_k3.fused import _interp
+
+_interp.apply()
+
+# Counter slots in the per-layer int32 `ctr` workspace (zeroed by CTA 0 of qkv_a_kernel every call).
+CTR_ATTN_TICKET = 0
+CTR_ATTN_HB = 1  # + head block (<= 15 head blocks)
+CTR_ROUTER = 16
+CTR_NSLOTS = 17
+CTR_DOWN_TICKET = 18
+CTR_LAT_DONE = 19
+CTR_O = 32  # + o_proj column block (split-K arrivals), up to 480 blocks
+CTR_DOWN = 512  # + latent column block, up to 512 blocks
+CTR_SIZE = 1024
+
+
+@triton.jit
+def _tanh(x):
+    t = tl.exp(-2.0 * tl.abs(x))
+    r = (1.0 - t) / (1.0 + t)
+    return tl.where(x < 0, -r, r)
+
+
+@triton.jit
+def _situ(g, u, BETA: tl.constexpr, LBETA: tl.constexpr):
+    return (BETA * _tanh(g / BETA)) * tl.sigmoid(g) * (LBETA * _tanh(u / LBETA))
+
+
+@triton.jit
+def _mac(acc, x, w, MODE: tl.constexpr):
+    """acc += x @ w.T.  x [BB, BK] (any float), w [BN, BK] bf16.
+
+    MODE 0: acc is [BB, BN, BK] fp32 (reduced by `_fin`); MODE 1: acc is [BB, BN] fp32 (tensor cores)."""
+    if MODE == 0:
+        acc += x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :]
+    else:
+        acc = tl.dot(x.to(tl.bfloat16), tl.trans(w), acc)
+    return acc
+
+
+@triton.jit
+def _acc_init(BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, MODE: tl.constexpr):
+    if MODE == 0:
+        acc = tl.zeros([BB, BN, BK], dtype=tl.float32)
+    else:
+        acc = tl.zeros([BB, BN], dtype=tl.float32)
+    return acc
+
+
+@triton.jit
+def _fin(acc, MODE: tl.constexpr):
+    if MODE == 0:
+        out = tl.sum(acc, axis=2)
+    else:
+        out = acc
+    return out
+
+
+@triton.jit
+def _small_mm(a, b, MODE: tl.constexpr):
+    """a [M, K] fp32 @ b [K, N] bf16 -> [M, N] fp32 (whole operands in registers)."""
+    if MODE == 0:
+        out = tl.sum(a[:, :, None] * b.to(tl.float32)[None, :, :], axis=1)
+    else:
+        out = tl.dot(a.to(tl.bfloat16), b)
+    return out
+
+
+@triton.jit
+def _rstd_from_parts(ss_ptr, B, rb, KS: tl.constexpr, N: tl.constexpr, EPS: tl.constexpr):
+    """rsqrt(mean(x^2) + eps) per row from KS per-split sums of squares ss[KS, B]."""
+    bm = rb < B
+    ss = tl.zeros([rb.shape[0]], dtype=tl.float32)
+    for ks in tl.static_range(KS):
+        ss += tl.load(ss_ptr + ks * B + rb, mask=bm, other=0.0)
+    return tl.rsqrt(ss / N + EPS)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# 1. add + RMSNorm -> q_a | kv_a | gate GEMV
+# ------------------------------------------------------------------------------------------------------------
+@triton.jit
+def qkv_a_kernel(
+    h_ptr, r_ptr, gamma_ptr, w_ptr,  # hidden [B,H] bf16, residual [B,H] bf16, input_norm [H], W [R,H]
+    part_ptr, ss_ptr, resid_ptr,  # out: partials [KS,B,R] fp32, sum sq [KS,B] fp32, h+r [B,H] fp32
+    ctr_ptr,  # int32 [CTR_SIZE]: zeroed here
+    B,
+    H: tl.constexpr, R: tl.constexpr, KS: tl.constexpr, CTR_N: tl.constexpr,
+    BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, MODE: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    ks = pid % KS
+    nb = pid // KS
+    if pid == 0:
+        rc = tl.arange(0, CTR_N)
+        tl.store(ctr_ptr + rc, tl.zeros([CTR_N], dtype=tl.int32))
+    rb = tl.arange(0, BB)
+    bm = rb < B
+    rn = nb * BN + tl.arange(0, BN)
+    nm = rn < R
+    n_tiles: tl.constexpr = (H + BK - 1) // BK
+    per: tl.constexpr = (n_tiles + KS - 1) // KS
+    t0 = ks * per
+    t1 = tl.minimum(t0 + per, n_tiles)
+    write_resid = nb == 0
+    acc = _acc_init(BB, BN, BK, MODE)
+    ss = tl.zeros([BB], dtype=tl.float32)
+    for t in range(t0, t1):
+        rk = t * BK + tl.arange(0, BK)
+        km = rk < H
+        m2 = bm[:, None] & km[None, :]
+        x = tl.load(h_ptr + rb[:, None] * H + rk[None, :], mask=m2, other=0.0).to(tl.float32)
+        x += tl.load(r_ptr + rb[:, None] * H + rk[None, :], mask=m2, other=0.0).to(tl.float32)
+        tl.store(resid_ptr + rb[:, None] * H + rk[None, :], x, mask=m2 & write_resid)
+        ss += tl.sum(x * x, axis=1)
+        g = tl.load(gamma_ptr + rk, mask=km, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + rn[:, None] * H + rk[None, :], mask=nm[:, None] & km[None, :], other=0.0)
+        acc = _mac(acc, x * g[None, :], w, MODE)
+    out = _fin(acc, MODE)
+    tl.store(part_ptr + ks * B * R + rb[:, None] * R + rn[None, :], out, mask=bm[:, None] & nm[None, :])
+    tl.store(ss_ptr + ks * B + rb, ss, mask=bm & (nb == 0))
+
+
+# ------------------------------------------------------------------------------------------------------------
+# 2. q_a norm -> q_b -> absorbed W_UK (q role) | kv_a norm -> paged cache write (kv role)
+# ------------------------------------------------------------------------------------------------------------
+@triton.jit
+def q_b_kernel(
+    part_ptr, ss_ptr,  # from qkv_a_kernel
+    qa_norm_ptr, kva_norm_ptr, wqb_ptr, wkvb_ptr,
+    ql_ptr, qpe_ptr,  # out: ql partials [NCN, B, NH, KL] fp32, q_pe [B, NH, DR] fp32 (both pre-scaled)
+    kv_cache_ptr, block_table_ptr, seq_lens_ptr, max_blocks,
+    B, q_scale,
+    H: tl.constexpr, R: tl.constexpr, KS: tl.constexpr, EPS: tl.constexpr,
+    QL: tl.constexpr, KL: tl.constexpr, DN: tl.constexpr, DR: tl.constexpr, DV: tl.constexpr,
+    NH: tl.constexpr, BS: tl.constexpr,
+    CN: tl.constexpr, CNP: tl.constexpr,  # w_q_b rows per q CTA (divides nope and rope), padded to >= 16
+    BB: tl.constexpr, BK: tl.constexpr, MODE: tl.constexpr,
+    KLP: tl.constexpr, LC: tl.constexpr, DRP: tl.constexpr,  # KL padded, KL chunk for the absorb, DR padded
+    KVR: tl.constexpr,  # rows per kv CTA
+):
+    pid = tl.program_id(0)
+    NCN: tl.constexpr = DN // CN
+    NCH: tl.constexpr = (DN + DR) // CN
+    NQ: tl.constexpr = NH * NCH
+    rb = tl.arange(0, BB)
+    bm = rb < B
+    if pid < NQ:
+        h = pid // NCH
+        c = pid % NCH
+        rstd_in = _rstd_from_parts(ss_ptr, B, rb, KS, H, EPS)
+        ri = tl.arange(0, CNP)
+        rmask = ri < CN
+        rows = h * (DN + DR) + c * CN + ri  # nope rows then rope rows, CN at a time
+        acc = _acc_init(BB, CNP, BK, MODE)
+        ssq = tl.zeros([BB], dtype=tl.float32)
+        for k0 in range(0, QL, BK):
+            rk = k0 + tl.arange(0, BK)
+            km = rk < QL
+            m2 = bm[:, None] & km[None, :]
+            x = tl.zeros([BB, BK], dtype=tl.float32)
+            for ks in tl.static_range(KS):
+                x += tl.load(part_ptr + ks * B * R + rb[:, None] * R + rk[None, :], mask=m2, other=0.0)
+            x = x * rstd_in[:, None]
+            ssq += tl.sum(x * x, axis=1)
+            g = tl.load(qa_norm_ptr + rk, mask=km, other=0.0).to(tl.float32)
+            w = tl.load(wqb_ptr + rows[:, None] * QL + rk[None, :], mask=rmask[:, None] & km[None, :], other=0.0)
+            acc = _mac(acc, x * g[None, :], w, MODE)
+        rstd_q = tl.rsqrt(ssq / QL + EPS)
+        q = _fin(acc, MODE) * (rstd_q * q_scale)[:, None]  # [BB, CNP]
+        if c >= NCN:
+            cp = (c - NCN) * CN + ri
+            tl.store(qpe_ptr + rb[:, None] * (NH * DR) + h * DR + cp[None, :], q,
+                     mask=bm[:, None] & rmask[None, :])
+        else:
+            # absorbed query: ql[b, l] (partial over this chunk) = sum_p q[b, p] * W_UK[h][c*CN + p, l]
+            wrow = h * (DN + DV) + c * CN + ri
+            for l0 in tl.static_range(0, KLP, LC):
+                rl = l0 + tl.arange(0, LC)
+                lm = rl < KL
+                wuk = tl.load(wkvb_ptr + wrow[:, None] * KL + rl[None, :], mask=rmask[:, None] & lm[None, :],
+                              other=0.0)
+                part = _small_mm(q, wuk, MODE)  # [BB, LC]
+                tl.store(ql_ptr + c * B * NH * KL + rb[:, None] * (NH * KL) + h * KL + rl[None, :], part,
+                         mask=bm[:, None] & lm[None, :])
+    else:
+        # kv role: rows [r0, r0 + KVR)
+        r0 = (pid - NQ) * KVR
+        rr = r0 + tl.arange(0, KVR)
+        rm = rr < B
+        rstd_in = _rstd_from_parts(ss_ptr, B, rr, KS, H, EPS)
+        rl = tl.arange(0, KLP)
+        lm = rl < KL
+        m2 = rm[:, None] & lm[None, :]
+        kv = tl.zeros([KVR, KLP], dtype=tl.float32)
+        for ks in tl.static_range(KS):
+            kv += tl.load(part_ptr + ks * B * R + rr[:, None] * R + QL + rl[None, :], mask=m2, other=0.0)
+        kv = kv * rstd_in[:, None]
+        rstd_kv = tl.rsqrt(tl.sum(kv * kv, axis=1) / KL + EPS)
+        gk = tl.load(kva_norm_ptr + rl, mask=lm, other=0.0).to(tl.float32)
+        kvn = kv * rstd_kv[:, None] * gk[None, :]
+        rp = tl.arange(0, DRP)
+        pm = rm[:, None] & (rp < DR)[None, :]
+        kpe = tl.zeros([KVR, DRP], dtype=tl.float32)
+        for ks in tl.static_range(KS):
+            kpe += tl.load(part_ptr + ks * B * R + rr[:, None] * R + QL + KL + rp[None, :], mask=pm, other=0.0)
+        kpe = kpe * rstd_in[:, None]
+        pos = tl.load(seq_lens_ptr + rr, mask=rm, other=1) - 1
+        blk = tl.load(block_table_ptr + rr * max_blocks + pos // BS, mask=rm, other=0).to(tl.int64)
+        row = (blk * BS + pos % BS) * (KL + DR)
+        tl.store(kv_cache_ptr + row[:, None] + rl[None, :], kvn.to(tl.bfloat16), mask=m2)
+        tl.store(kv_cache_ptr + row[:, None] + KL + rp[None, :], kpe.to(tl.bfloat16), mask=pm)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# 3. split-KV MLA decode + (merge, W_UV, output gate)
+# ------------------------------------------------------------------------------------------------------------
+@triton.jit
+def attn_kernel(
+    ql_ptr, qpe_ptr, kv_cache_ptr, block_table_ptr, seq_lens_ptr, max_blocks,
+    opart_ptr, lse_ptr,  # scratch: [B, S, NH, KL] fp32, [B, S, NH] fp32
+    wkvb_ptr, part_ptr, ss_ptr,  # W_UV rows live in w_kv_b; gate columns in the qkv_a partials
+    attn_out_ptr,  # out: [B, NH*DV] bf16
+    ctr_ptr,
+    B, S,
+    H: tl.constexpr, R: tl.constexpr, KS: tl.constexpr, EPS: tl.constexpr,
+    GATE_OFF: tl.constexpr, USE_GATE: tl.constexpr,
+    KL: tl.constexpr, DN: tl.constexpr, DR: tl.constexpr, DV: tl.constexpr, NH: tl.constexpr,
+    BS: tl.constexpr, NCN: tl.constexpr,
+    BH: tl.constexpr, BLOCK_N: tl.constexpr, KLP: tl.constexpr, DRP: tl.constexpr, DVP: tl.constexpr,
+    MB: tl.constexpr, LC: tl.constexpr,
+):
+    v = tl.atomic_add(ctr_ptr + 0, 1)  # role ticket (CTR_ATTN_TICKET)
+    NHB: tl.constexpr = (NH + BH - 1) // BH
+    n_attn = B * S * NHB
+    if v < n_attn:
+        hb = v % NHB
+        s = (v // NHB) % S
+        b = v // (NHB * S)
+        rh = hb * BH + tl.arange(0, BH)
+        hm = rh < NH
+        rl = tl.arange(0, KLP)
+        lm = rl < KL
+        rp = tl.arange(0, DRP)
+        pm = rp < DR
+        ql = tl.zeros([BH, KLP], dtype=tl.float32)
+        for c in tl.static_range(NCN):
+            ql += tl.load(ql_ptr + c * B * NH * KL + b * NH * KL + rh[:, None] * KL + rl[None, :],
+                          mask=hm[:, None] & lm[None, :], other=0.0)
+        qlb = ql.to(tl.bfloat16)
+        qpe = tl.load(qpe_ptr + b * NH * DR + rh[:, None] * DR + rp[None, :], mask=hm[:, None] & pm[None, :],
+                      other=0.0).to(tl.bfloat16)
+        seq_len = tl.load(seq_lens_ptr + b)
+        per = tl.cdiv(tl.cdiv(seq_len, S), BLOCK_N) * BLOCK_N
+        t_start = s * per
+        t_end = tl.minimum(seq_len, t_start + per)
+        m_i = tl.full([BH], float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros([BH], dtype=tl.float32)
+        acc = tl.zeros([BH, KLP], dtype=tl.float32)
+        for t0 in range(t_start, t_end, BLOCK_N):
+            rt = t0 + tl.arange(0, BLOCK_N)
+            tm = rt < t_end
+            blk = tl.load(block_table_ptr + b * max_blocks + rt // BS, mask=tm, other=0).to(tl.int64)
+            row = (blk * BS + rt % BS) * (KL + DR)
+            kv = tl.load(kv_cache_ptr + row[:, None] + rl[None, :], mask=tm[:, None] & lm[None, :], other=0.0)
+            kpe = tl.load(kv_cache_ptr + row[:, None] + KL + rp[None, :], mask=tm[:, None] & pm[None, :],
+                          other=0.0)
+            sc = tl.dot(qlb, tl.trans(kv))
+            sc = tl.dot(qpe, tl.trans(kpe), sc)
+            sc = tl.where(tm[None, :], sc, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(sc, axis=1))
+            alpha = tl.exp2(m_i - m_new)
+            p = tl.exp2(sc - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, axis=1)
+            acc = acc * alpha[:, None]
+            acc = tl.dot(p.to(tl.bfloat16), kv, acc)
+            m_i = m_new
+        has = l_i > 0.0
+        o = acc / tl.where(has, l_i, 1.0)[:, None]
+        lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
+        base = (b * S + s) * NH
+        tl.store(opart_ptr + (base + rh[:, None]) * KL + rl[None, :], o, mask=hm[:, None] & lm[None, :])
+        tl.store(lse_ptr + base + rh, lse, mask=hm)
+        tl.debug_barrier()
+        tl.atomic_add(ctr_ptr + 1 + hb, 1, sem="release")
+    else:
+        # merge role: (head h, rows [b0, b0 + MB))
+        m = v - n_attn
+        h = m % NH
+        b0 = (m // NH) * MB
+        hb = h // BH
+        need = B * S
+        cnt = tl.atomic_add(ctr_ptr + 1 + hb, 0, sem="acquire")
+        while cnt < need:
+            cnt = tl.atomic_add(ctr_ptr + 1 + hb, 0, sem="acquire")
+        tl.debug_barrier()
+        rb = b0 + tl.arange(0, MB)
+        bm = rb < B
+        # pass 1: max and normaliser of the split LSEs (log2 domain)
+        mx = tl.full([MB], float("-inf"), dtype=tl.float32)
+        for s in range(0, S):
+            ls = tl.load(lse_ptr + (rb * S + s) * NH + h, mask=bm, other=float("-inf"), cache_modifier=".cg")
+            mx = tl.maximum(mx, ls)
+        mx = tl.where(mx == float("-inf"), 0.0, mx)
+        den = tl.zeros([MB], dtype=tl.float32)
+        for s in range(0, S):
+            ls = tl.load(lse_ptr + (rb * S + s) * NH + h, mask=bm, other=float("-inf"), cache_modifier=".cg")
+            den += tl.exp2(ls - mx)
+        den = tl.where(den > 0.0, den, 1.0)
+        rv = tl.arange(0, DVP)
+        vm = rv < DV
+        out = tl.zeros([MB, DVP], dtype=tl.float32)
+        wrow = h * (DN + DV) + DN + rv
+        for l0 in tl.static_range(0, KLP, LC):
+            rl = l0 + tl.arange(0, LC)
+            lm = rl < KL
+            lat = tl.zeros([MB, LC], dtype=tl.float32)
+            for s in range(0, S):
+                ls = tl.load(lse_ptr + (rb * S + s) * NH + h, mask=bm, other=float("-inf"), cache_modifier=".cg")
+                wgt = tl.exp2(ls - mx) / den
+                o = tl.load(opart_ptr + ((rb[:, None] * S + s) * NH + h) * KL + rl[None, :],
+                            mask=bm[:, None] & lm[None, :], other=0.0, cache_modifier=".cg")
+                lat += wgt[:, None] * o
+            wuv = tl.load(wkvb_ptr + wrow[None, :] * KL + rl[:, None], mask=lm[:, None] & vm[None, :], other=0.0)
+            out = tl.dot(lat.to(tl.bfloat16), wuv, out)  # [MB, DVP]
+        if USE_GATE:
+            rstd_in = _rstd_from_parts(ss_ptr, B, rb, KS, H, EPS)
+            g = tl.zeros([MB, DVP], dtype=tl.float32)
+            for ks in tl.static_range(KS):
+                g += tl.load(part_ptr + ks * B * R + rb[:, None] * R + GATE_OFF + h * DV + rv[None, :],
+                             mask=bm[:, None] & vm[None, :], other=0.0)
+            out = out * tl.sigmoid(g * rstd_in[:, None])
+        tl.store(attn_out_ptr + rb[:, None] * (NH * DV) + h * DV + rv[None, :], out.to(tl.bfloat16),
+                 mask=bm[:, None] & vm[None, :])
+
+
+# ------------------------------------------------------------------------------------------------------------
+# 4. o_proj + residual add
+# ------------------------------------------------------------------------------------------------------------
+@triton.jit
+def o_proj_kernel(
+    x_ptr, w_ptr, resid1_ptr,  # attn_out [B, K] bf16, w_o [H, K], h + r [B, H] fp32
+    part_ptr,  # scratch [KS, B, H] fp32 (split-K partials)
+    resid_out_ptr,  # out [B, H] bf16
+    ctr_ptr,
+    B,
+    H: tl.constexpr, K: tl.constexpr, KS: tl.constexpr, CTR_OFF: tl.constexpr,
+    BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, MODE: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    ks = pid % KS
+    nb = pid // KS
+    rb = tl.arange(0, BB)
+    bm = rb < B
+    rn = nb * BN + tl.arange(0, BN)
+    nm = rn < H
+    n_tiles: tl.constexpr = (K + BK - 1) // BK
+    per: tl.constexpr = (n_tiles + KS - 1) // KS
+    t0 = ks * per
+    t1 = tl.minimum(t0 + per, n_tiles)
+    acc = _acc_init(BB, BN, BK, MODE)
+    for t in range(t0, t1):
+        rk = t * BK + tl.arange(0, BK)
+        km = rk < K
+        x = tl.load(x_ptr + rb[:, None] * K + rk[None, :], mask=bm[:, None] & km[None, :], other=0.0)
+        w = tl.load(w_ptr + rn[:, None] * K + rk[None, :], mask=nm[:, None] & km[None, :], other=0.0)
+        acc = _mac(acc, x, w, MODE)
+    out = _fin(acc, MODE)
+    m2 = bm[:, None] & nm[None, :]
+    if KS == 1:
+        out += tl.load(resid1_ptr + rb[:, None] * H + rn[None, :], mask=m2, other=0.0)
+        tl.store(resid_out_ptr + rb[:, None] * H + rn[None, :], out.to(tl.bfloat16), mask=m2)
+    else:
+        tl.store(part_ptr + ks * B * H + rb[:, None] * H + rn[None, :], out, mask=m2)
+        tl.debug_barrier()
+        arrived = tl.atomic_add(ctr_ptr + CTR_OFF + nb, 1, sem="acq_rel")
+        if arrived == KS - 1:
+            tot = tl.load(resid1_ptr + rb[:, None] * H + rn[None, :], mask=m2, other=0.0)
+            for j in tl.static_range(KS):  # fixed order: bit-reproducible
+                tot += tl.load(part_ptr + j * B * H + rb[:, None] * H + rn[None, :], mask=m2, other=0.0,
+                               cache_modifier=".cg")
+            tl.store(resid_out_ptr + rb[:, None] * H + rn[None, :], tot.to(tl.bfloat16), mask=m2)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# 5. post RMSNorm -> router | latent down | shared w13 + SiTU; last router CTA: top-k + touched-expert list
+# ------------------------------------------------------------------------------------------------------------
+@triton.jit
+def _topk_and_slots(
+    logits_ptr, bias_ptr, topk_id_ptr, topk_w_ptr, rank_ptr, ecnt_ptr, eoff_ptr,
+    slot_exp_ptr, slot_off_ptr, slot_cnt_ptr, sorted_tok_ptr, sorted_pair_ptr, ctr_ptr,
+    B, route_scale,
+    E: tl.constexpr, TOPK: tl.constexpr, RENORM: tl.constexpr, EP: tl.constexpr, TB: tl.constexpr,
+    KP: tl.constexpr,
+):
+    re = tl.arange(0, EP)
+    em = re < E
+    tl.store(ecnt_ptr + re, tl.zeros([EP], dtype=tl.int32), mask=em)
+    tl.debug_barrier()
+    bias = tl.load(bias_ptr + re, mask=em, other=0.0)
+    rkk = tl.arange(0, KP)
+    for b0 in range(0, B, TB):
+        rb = b0 + tl.arange(0, TB)
+        bm = rb < B
+        lg = tl.load(logits_ptr + rb[:, None] * E + re[None, :], mask=bm[:, None] & em[None, :], other=0.0,
+                     cache_modifier=".cg")
+        sc = tl.sigmoid(lg)
+        sel = tl.where(em[None, :], sc + bias[None, :], float("-inf"))
+        ids = tl.zeros([TB, KP], dtype=tl.int32)
+        wts = tl.zeros([TB, KP], dtype=tl.float32)
+        for k in tl.static_range(TOPK):
+            best = tl.max(sel, axis=1)
+            cand = tl.where(sel == best[:, None], re[None, :], EP)
+            idx = tl.minimum(tl.min(cand, axis=1), E - 1)  # lowest index among ties (NaN-safe)
+            hit = re[None, :] == idx[:, None]
+            wk = tl.sum(tl.where(hit, sc, 0.0), axis=1)
+            sel = tl.where(hit, float("-inf"), sel)
+            ids = tl.where(rkk[None, :] == k, idx[:, None], ids)
+            wts = tl.where(rkk[None, :] == k, wk[:, None], wts)
+        if RENORM:
+            wts = wts / tl.sum(wts, axis=1)[:, None]
+        wts = wts * route_scale
+        km = bm[:, None] & (rkk < TOPK)[None, :]
+        tl.store(topk_id_ptr + rb[:, None] * TOPK + rkk[None, :], ids, mask=km)
+        tl.store(topk_w_ptr + rb[:, None] * TOPK + rkk[None, :], wts, mask=km)
+        # rank of this pair among the pairs of its expert (any order is fine: see module doc)
+        rk = tl.atomic_add(ecnt_ptr + ids, tl.full([TB, KP], 1, dtype=tl.int32), mask=km, sem="relaxed")
+        tl.store(rank_ptr + rb[:, None] * TOPK + rkk[None, :], rk, mask=km)
+    tl.debug_barrier()
+    cnt = tl.load(ecnt_ptr + re, mask=em, other=0, cache_modifier=".cg")
+    used = (cnt > 0).to(tl.int32)
+    slot = tl.cumsum(used, axis=0) - 1
+    off = tl.cumsum(cnt, axis=0) - cnt
+    tl.store(eoff_ptr + re, off, mask=em)
+    um = em & (used > 0)
+    tl.store(slot_exp_ptr + slot, re, mask=um)
+    tl.store(slot_off_ptr + slot, off, mask=um)
+    tl.store(slot_cnt_ptr + slot, cnt, mask=um)
+    tl.store(ctr_ptr + 17, tl.sum(used, axis=0))  # CTR_NSLOTS
+    tl.debug_barrier()
+    for b0 in range(0, B, TB):
+        rb = b0 + tl.arange(0, TB)
+        bm = rb < B
+        km = bm[:, None] & (rkk < TOPK)[None, :]
+        pair = rb[:, None] * TOPK + rkk[None, :]
+        ids = tl.load(topk_id_ptr + pair, mask=km, other=0, cache_modifier=".cg")
+        rk = tl.load(rank_ptr + pair, mask=km, other=0, cache_modifier=".cg")
+        pos = tl.load(eoff_ptr + ids, mask=km, other=0, cache_modifier=".cg") + rk
+        tl.store(sorted_tok_ptr + pos, rb[:, None] + tl.zeros([TB, KP], dtype=tl.int32), mask=km)
+        tl.store(sorted_pair_ptr + pos, pair, mask=km)
+
+
+@triton.jit
+def moe_front_kernel(
+    x_ptr, gamma_ptr,  # residual_out [B, H] bf16 (x2 before the norm), post_norm [H]
+    router_ptr, down_ptr, sw13_ptr,  # [E, H], [LAT, H], [2*SI, H]
+    logits_ptr, lat_ptr, sh_ptr,  # out: [B, E] fp32, [B, LAT] bf16, [B, SI] bf16
+    bias_ptr, topk_id_ptr, topk_w_ptr, rank_ptr, ecnt_ptr, eoff_ptr,
+    slot_exp_ptr, slot_off_ptr, slot_cnt_ptr, sorted_tok_ptr, sorted_pair_ptr,
+    ctr_ptr,
+    B, route_scale,
+    H: tl.constexpr, E: tl.constexpr, LAT: tl.constexpr, SI: tl.constexpr, EPS: tl.constexpr,
+    TOPK: tl.constexpr, RENORM: tl.constexpr, BETA: tl.constexpr, LBETA: tl.constexpr,
+    BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, MODE: tl.constexpr,
+    EP: tl.constexpr, TB: tl.constexpr, KP: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    NR: tl.constexpr = (E + BN - 1) // BN
+    NL: tl.constexpr = (LAT + BN - 1) // BN
+    HALF: tl.constexpr = BN // 2
+    rb = tl.arange(0, BB)
+    bm = rb < B
+    ri = tl.arange(0, BN)
+    j0 = (pid - NR - NL) * HALF
+    if pid < NR:
+        rows = pid * BN + ri
+        nm = rows < E
+        w_base = router_ptr
+    elif pid < NR + NL:
+        rows = (pid - NR) * BN + ri
+        nm = rows < LAT
+        w_base = down_ptr
+    else:
+        # interleaved gate / up rows: column 2i is gate row j0+i, column 2i+1 is up row SI+j0+i
+        jj = j0 + ri // 2
+        rows = jj + (ri % 2) * SI
+        nm = jj < SI
+        w_base = sw13_ptr
+    acc = _acc_init(BB, BN, BK, MODE)
+    ss = tl.zeros([BB], dtype=tl.float32)
+    for k0 in range(0, H, BK):
+        rk = k0 + tl.arange(0, BK)
+        km = rk < H
+        x = tl.load(x_ptr + rb[:, None] * H + rk[None, :], mask=bm[:, None] & km[None, :], other=0.0).to(tl.float32)
+        ss += tl.sum(x * x, axis=1)
+        g = tl.load(gamma_ptr + rk, mask=km, other=0.0).to(tl.float32)
+        w = tl.load(w_base + rows[:, None] * H + rk[None, :], mask=nm[:, None] & km[None, :], other=0.0)
+        acc = _mac(acc, x * g[None, :], w, MODE)
+    y = _fin(acc, MODE) * tl.rsqrt(ss / H + EPS)[:, None]
+    if pid < NR:
+        tl.store(logits_ptr + rb[:, None] * E + rows[None, :], y, mask=bm[:, None] & nm[None, :])
+        tl.debug_barrier()
+        arrived = tl.atomic_add(ctr_ptr + 16, 1, sem="acq_rel")  # CTR_ROUTER
+        if arrived == NR - 1:
+            _topk_and_slots(logits_ptr, bias_ptr, topk_id_ptr, topk_w_ptr, rank_ptr, ecnt_ptr, eoff_ptr,
+                            slot_exp_ptr, slot_off_ptr, slot_cnt_ptr, sorted_tok_ptr, sorted_pair_ptr, ctr_ptr,
+                            B, route_scale, E, TOPK, RENORM, EP, TB, KP)
+    elif pid < NR + NL:
+        tl.store(lat_ptr + rb[:, None] * LAT + rows[None, :], y.to(tl.bfloat16), mask=bm[:, None] & nm[None, :])
+    else:
+        gu = tl.reshape(y, [BB, HALF, 2])
+        g, u = tl.split(gu)
+        a = _situ(g, u, BETA, LBETA)
+        rj = j0 + tl.arange(0, HALF)
+        tl.store(sh_ptr + rb[:, None] * SI + rj[None, :], a.to(tl.bfloat16), mask=bm[:, None] & (rj < SI)[None, :])
+
+
+# ------------------------------------------------------------------------------------------------------------
+# 6. routed experts: w13 + SiTU over touched experts
+# ------------------------------------------------------------------------------------------------------------
+@triton.jit
+def expert_up_kernel(
+    lat_ptr, w13_ptr,  # lat [B, LAT] bf16, w13 [E, 2*I, LAT]
+    slot_exp_ptr, slot_off_ptr, slot_cnt_ptr, sorted_tok_ptr,
+    act_ptr,  # out: [B*TOPK, I] bf16, rows in sorted-pair order
+    ctr_ptr,
+    P,  # CTAs per column block (slot stride)
+    LAT: tl.constexpr, I: tl.constexpr, BETA: tl.constexpr, LBETA: tl.constexpr,
+    BT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, MODE: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    NJ: tl.constexpr = (2 * I + BN - 1) // BN
+    HALF: tl.constexpr = BN // 2
+    jb = pid % NJ
+    p = pid // NJ
+    n_slots = tl.load(ctr_ptr + 17)  # CTR_NSLOTS
+    ri = tl.arange(0, BN)
+    j0 = jb * HALF
+    jj = j0 + ri // 2
+    wrow = jj + (ri % 2) * I
+    nm = jj < I
+    rt = tl.arange(0, BT)
+    rj = j0 + tl.arange(0, HALF)
+    for sl in range(p, n_slots, P):
+        e = tl.load(slot_exp_ptr + sl).to(tl.int64)
+        off = tl.load(slot_off_ptr + sl)
+        cnt = tl.load(slot_cnt_ptr + sl)
+        wbase = w13_ptr + e * (2 * I * LAT)
+        for c0 in range(0, cnt, BT):
+            tm = c0 + rt < cnt
+            tok = tl.load(sorted_tok_ptr + off + c0 + rt, mask=tm, other=0)
+            acc = _acc_init(BT, BN, BK, MODE)
+            for k0 in range(0, LAT, BK):
+                rk = k0 + tl.arange(0, BK)
+                km = rk < LAT
+                x = tl.load(lat_ptr + tok[:, None] * LAT + rk[None, :], mask=tm[:, None] & km[None, :], other=0.0)
+                w = tl.load(wbase + wrow[:, None] * LAT + rk[None, :], mask=nm[:, None] & km[None, :], other=0.0)
+                acc = _mac(acc, x, w, MODE)
+            y = _fin(acc, MODE)
+            g, u = tl.split(tl.reshape(y, [BT, HALF, 2]))
+            a = _situ(g, u, BETA, LBETA)
+            tl.store(act_ptr + (off + c0 + rt)[:, None] * I + rj[None, :], a.to(tl.bfloat16),
+                     mask=tm[:, None] & (rj < I)[None, :])
+
+
+# ------------------------------------------------------------------------------------------------------------
+# 7. routed experts: w2 x routing weight, deterministic per-token sum; tail: routed norm -> latent_up + shared
+# ------------------------------------------------------------------------------------------------------------
+@triton.jit
+def expert_down_kernel(
+    act_ptr, w2_ptr,  # act [B*TOPK, I] bf16 (sorted-pair rows), w2 [E, LAT, I]
+    slot_exp_ptr, slot_off_ptr, slot_cnt_ptr, sorted_pair_ptr, topk_w_ptr,
+    ypair_ptr, latent_ptr,  # scratch [B*TOPK, LAT] fp32, [B, LAT] fp32
+    sh_ptr, sw2_ptr, rnorm_ptr, up_ptr,  # shared act [B, SI] bf16, shared_w2 [H, SI], routed_norm, latent_up [H, LAT]
+    out_ptr,  # out: hidden_out [B, H] bf16
+    ctr_ptr,
+    B, P,
+    H: tl.constexpr, LAT: tl.constexpr, I: tl.constexpr, SI: tl.constexpr, TOPK: tl.constexpr,
+    EPS: tl.constexpr,
+    BT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, MODE: tl.constexpr,
+    BB: tl.constexpr, BNT: tl.constexpr, BKT: tl.constexpr, MODE_T: tl.constexpr, RB: tl.constexpr,
+):
+    v = tl.atomic_add(ctr_ptr + 18, 1)  # CTR_DOWN_TICKET
+    NBL: tl.constexpr = (LAT + BN - 1) // BN
+    n_down = NBL * P
+    if v < n_down:
+        nb = v % NBL
+        p = v // NBL
+        n_slots = tl.load(ctr_ptr + 17)
+        rn = nb * BN + tl.arange(0, BN)
+        nm = rn < LAT
+        rt = tl.arange(0, BT)
+        for sl in range(p, n_slots, P):
+            e = tl.load(slot_exp_ptr + sl).to(tl.int64)
+            off = tl.load(slot_off_ptr + sl)
+            cnt = tl.load(slot_cnt_ptr + sl)
+            wbase = w2_ptr + e * (LAT * I)
+            for c0 in range(0, cnt, BT):
+                tm = c0 + rt < cnt
+                rows = off + c0 + rt
+                acc = _acc_init(BT, BN, BK, MODE)
+                for k0 in range(0, I, BK):
+                    rk = k0 + tl.arange(0, BK)
+                    km = rk < I
+                    x = tl.load(act_ptr + rows[:, None] * I + rk[None, :], mask=tm[:, None] & km[None, :], other=0.0)
+                    w = tl.load(wbase + rn[:, None] * I + rk[None, :], mask=nm[:, None] & km[None, :], other=0.0)
+                    acc = _mac(acc, x, w, MODE)
+                y = _fin(acc, MODE)
+                pair = tl.load(sorted_pair_ptr + rows, mask=tm, other=0)
+                wt = tl.load(topk_w_ptr + pair, mask=tm, other=0.0)
+                tl.store(ypair_ptr + pair[:, None] * LAT + rn[None, :], y * wt[:, None],
+                         mask=tm[:, None] & nm[None, :])
+        tl.debug_barrier()
+        arrived = tl.atomic_add(ctr_ptr + 512 + nb, 1, sem="acq_rel")  # CTR_DOWN
+        if arrived == P - 1:
+            # every pair of every token has landed for this column block: sum each token's pairs in k order
+            for b0 in range(0, B, RB):
+                rb = b0 + tl.arange(0, RB)
+                bm = rb < B
+                m2 = bm[:, None] & nm[None, :]
+                tot = tl.zeros([RB, BN], dtype=tl.float32)
+                for k in tl.static_range(TOPK):
+                    tot += tl.load(ypair_ptr + (rb * TOPK + k)[:, None] * LAT + rn[None, :], mask=m2, other=0.0,
+                                   cache_modifier=".cg")
+                tl.store(latent_ptr + rb[:, None] * LAT + rn[None, :], tot, mask=m2)
+            tl.debug_barrier()
+            tl.atomic_add(ctr_ptr + 19, 1, sem="release")  # CTR_LAT_DONE
+    else:
+        nt = v - n_down
+        rb = tl.arange(0, BB)
+        bm = rb < B
+        rn = nt * BNT + tl.arange(0, BNT)
+        nm = rn < H
+        # shared expert down-projection first: it does not depend on the routed experts
+        acc = _acc_init(BB, BNT, BKT, MODE_T)
+        for k0 in range(0, SI, BKT):
+            rk = k0 + tl.arange(0, BKT)
+            km = rk < SI
+            x = tl.load(sh_ptr + rb[:, None] * SI + rk[None, :], mask=bm[:, None] & km[None, :], other=0.0)
+            w = tl.load(sw2_ptr + rn[:, None] * SI + rk[None, :], mask=nm[:, None] & km[None, :], other=0.0)
+            acc = _mac(acc, x, w, MODE_T)
+        shared = _fin(acc, MODE_T)
+        cnt = tl.atomic_add(ctr_ptr + 19, 0, sem="acquire")
+        while cnt < NBL:
+            cnt = tl.atomic_add(ctr_ptr + 19, 0, sem="acquire")
+        tl.debug_barrier()
+        acc = _acc_init(BB, BNT, BKT, MODE_T)
+        ss = tl.zeros([BB], dtype=tl.float32)
+        for k0 in range(0, LAT, BKT):
+            rk = k0 + tl.arange(0, BKT)
+            km = rk < LAT
+            x = tl.load(latent_ptr + rb[:, None] * LAT + rk[None, :], mask=bm[:, None] & km[None, :], other=0.0,
+                        cache_modifier=".cg")
+            ss += tl.sum(x * x, axis=1)
+            g = tl.load(rnorm_ptr + rk, mask=km, other=0.0).to(tl.float32)
+            w = tl.load(up_ptr + rn[:, None] * LAT + rk[None, :], mask=nm[:, None] & km[None, :], other=0.0)
+            acc = _mac(acc, x * g[None, :], w, MODE_T)
+        out = _fin(acc, MODE_T) * tl.rsqrt(ss / LAT + EPS)[:, None] + shared
+        tl.store(out_ptr + rb[:, None] * H + rn[None, :], out.to(tl.bfloat16), mask=bm[:, None] & nm[None, :])

@@ -1,0 +1,309 @@
+"""Host side of the fused path: a launch plan from host facts only, workspaces, and `forward`.
+
+The plan depends on (config, batch, max_context, device kind) alone, so a CUDA graph captured for one batch
+size replays the same launches; nothing here reads a device value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from kimi_k3.config import K3LayerConfig
+
+if TYPE_CHECKING:
+    import torch
+
+    from kimi_k3.layer import DecodeBatch
+    from kimi_k3.weights import K3LayerWeights
+
+NUM_SMS = 132  # H200 SXM; only used to size grids (any value is correct)
+LOG2E = 1.4426950408889634
+
+
+def _p2(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class Plan:
+    B: int
+    # GEMV tiles shared by the dense GEMVs: rows padded (BB), mode 0 = FMA, 1 = tensor cores
+    BB: int
+    MODE: int
+    # 1 qkv_a
+    A_BN: int
+    A_BK: int
+    A_KS: int
+    # 2 q_b
+    QB_CN: int
+    QB_BK: int
+    KVR: int
+    # 3 attention
+    BH: int
+    BLOCK_N: int
+    S: int
+    MB: int
+    # 4 o_proj
+    O_BN: int
+    O_BK: int
+    O_KS: int
+    # 5 moe front
+    F_BN: int
+    F_BK: int
+    TB: int
+    # 6/7 experts
+    X_MODE: int
+    BT: int
+    U_BN: int
+    U_BK: int
+    U_P: int
+    D_BN: int
+    D_BK: int
+    D_P: int
+    T_BN: int
+    T_BK: int
+    RB: int
+    num_warps: int = 4
+    attn_warps: int = 8
+    stages: int = 3
+
+    def with_(self, **kw: Any) -> Plan:
+        return replace(self, **kw)
+
+
+def make_plan(cfg: K3LayerConfig, B: int, max_context: int, *, gpu: bool = True, **override: Any) -> Plan:
+    """Block sizes and grid splits. Tiny (CPU-test) shapes get small tiles so the interpreter stays quick."""
+    mode = 0 if B <= 2 else 1
+    bb = _p2(B) if mode == 0 else max(16, _p2(B))
+    big = cfg.hidden >= 1024
+    nh = cfg.local_heads
+    sms = NUM_SMS if gpu else 8
+
+    def bk(k: int, pref: int) -> int:
+        return max(16, min(pref, _p2(k)))
+
+    # 1 qkv_a: enough CTAs for the SMs, split-K only when the rows alone are too few
+    a_bn = (16 if mode == 0 else 32) if big else 16
+    a_bk = bk(cfg.hidden, 256 if mode == 0 else 128) if big else 32
+    rows = cfg.qkv_a_g_rows
+    a_ks = 1
+    while _cdiv(rows, a_bn) * a_ks < 2 * sms and a_ks < 4 and _cdiv(cfg.hidden, a_bk) >= 8 * a_ks:
+        a_ks *= 2
+    # 2 q_b: nope/rope row chunks per head
+    cn = 64 if nh >= 48 else (32 if nh >= 16 else 16)
+    cn = min(cn, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim) if big else 8
+    while cfg.qk_nope_head_dim % cn or cfg.qk_rope_head_dim % cn:
+        cn //= 2
+    qb_bk = bk(cfg.q_lora_rank, 128) if big else 32
+    # 3 attention: head block (all local heads when they fit), splits so B x splits x head blocks fills the GPU
+    bh = 32 if nh > 16 else max(16, _p2(nh))
+    block_n = 32 if big else 16
+    nhb = _cdiv(nh, bh)
+    max_ctx = max(1, max_context)
+    s = max(1, min(_cdiv(2 * sms, B * nhb), _cdiv(max_ctx, 2 * block_n)))
+    # 4 o_proj
+    o_k = nh * cfg.v_head_dim
+    o_bn = (16 if mode == 0 else (32 if B < 16 else 64)) if big else 16
+    o_bk = bk(o_k, 256 if mode == 0 else 128) if big else 32
+    o_ks = 1
+    while _cdiv(cfg.hidden, o_bn) * o_ks < 2 * sms and o_ks < 4 and _cdiv(o_k, o_bk) >= 8 * o_ks:
+        o_ks *= 2
+    # 5 moe front
+    f_bn = (16 if mode == 0 else (32 if B < 32 else 64)) if big else 16
+    f_bk = bk(cfg.hidden, 256 if mode == 0 else 128) if big else 32
+    # 6/7 experts: FMA on pairs of tokens while experts see ~1 token, tensor cores beyond
+    x_mode = 0 if B <= 16 else 1
+    bt = 2 if x_mode == 0 else 16
+    if B == 1:
+        bt = 1
+    u_bn = 32 if big else 16
+    u_bk = (128 if x_mode == 0 else 128) if big else 32
+    max_slots = min(cfg.n_routed_experts, B * cfg.top_k)
+    nj = _cdiv(2 * cfg.routed_inter, u_bn)
+    u_p = max(1, min(max_slots, _cdiv(8 * sms, nj)))
+    d_bn = 32 if big else 16
+    d_bk = bk(cfg.routed_inter, 128) if big else 32
+    nbl = _cdiv(cfg.latent, d_bn)
+    d_p = max(1, min(max_slots, _cdiv(8 * sms, nbl)))
+    t_bn = (16 if mode == 0 else 32) if big else 16
+    t_bk = bk(cfg.latent, 256 if mode == 0 else 128) if big else 32
+    plan = Plan(
+        B=B, BB=bb, MODE=mode,
+        A_BN=a_bn, A_BK=a_bk, A_KS=a_ks,
+        QB_CN=cn, QB_BK=qb_bk, KVR=4,
+        BH=bh, BLOCK_N=block_n, S=s, MB=16,
+        O_BN=o_bn, O_BK=o_bk, O_KS=o_ks,
+        F_BN=f_bn, F_BK=f_bk, TB=min(8, _p2(B)),
+        X_MODE=x_mode, BT=bt, U_BN=u_bn, U_BK=u_bk, U_P=u_p, D_BN=d_bn, D_BK=d_bk, D_P=d_p,
+        T_BN=t_bn, T_BK=t_bk, RB=16 if big else 8,
+    )
+    return plan.with_(**override) if override else plan
+
+
+def _check_plan(cfg: K3LayerConfig, p: Plan) -> None:
+    from kimi_k3.fused import kernels as K
+
+    if cfg.qk_nope_head_dim % p.QB_CN or cfg.qk_rope_head_dim % p.QB_CN:
+        raise ValueError("QB_CN must divide nope and rope dims")
+    if _cdiv(cfg.local_heads, p.BH) > 15:
+        raise ValueError("too many head blocks for the counter layout")
+    if _cdiv(cfg.hidden, p.O_BN) > K.CTR_DOWN - K.CTR_O:
+        raise ValueError("too many o_proj column blocks for the counter layout")
+    if _cdiv(cfg.latent, p.D_BN) > K.CTR_SIZE - K.CTR_DOWN:
+        raise ValueError("too many latent column blocks for the counter layout")
+    if p.F_BN % 2 or p.U_BN % 2:
+        raise ValueError("interleaved gate/up tiles need an even block")
+
+
+def forward_planned(
+    cfg: K3LayerConfig, w: K3LayerWeights, batch: DecodeBatch, plan: Plan
+) -> tuple[torch.Tensor, torch.Tensor]:
+    import torch
+
+    from kimi_k3.fused import kernels as K
+
+    _check_plan(cfg, plan)
+    p = plan
+    h_in, r_in = batch.hidden, batch.residual
+    B = int(h_in.shape[0])
+    dev = h_in.device
+    f32, bf16, i32 = torch.float32, torch.bfloat16, torch.int32
+    H, NH, KL, DN, DR, DV = (cfg.hidden, cfg.local_heads, cfg.kv_lora_rank, cfg.qk_nope_head_dim,
+                             cfg.qk_rope_head_dim, cfg.v_head_dim)
+    QL, E, TOPK, LAT, I, SI = (cfg.q_lora_rank, cfg.n_routed_experts, cfg.top_k, cfg.latent, cfg.routed_inter,
+                               cfg.shared_inter)
+    R = cfg.qkv_a_g_rows
+    eps = float(cfg.rms_norm_eps)
+    kvd = cfg.kv_cache_dim
+    max_blocks = int(batch.block_table.shape[1])
+    if tuple(batch.kv_cache.shape[1:]) != (cfg.block_size, kvd):
+        raise ValueError(f"kv_cache must be [blocks, {cfg.block_size}, {kvd}], got {tuple(batch.kv_cache.shape)}")
+    for name, t in (("hidden", h_in), ("residual", r_in), ("kv_cache", batch.kv_cache),
+                    ("block_table", batch.block_table), ("seq_lens", batch.seq_lens)):
+        if not t.is_contiguous():
+            raise ValueError(f"batch.{name} must be contiguous")
+
+    def ws(name: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        return batch.scratch("fused." + name, shape, dtype)
+
+    ctr = ws("ctr", (K.CTR_SIZE,), i32)
+    qkv_part = ws("qkv_part", (p.A_KS, B, R), f32)
+    ss_a = ws("ss_a", (p.A_KS, B), f32)
+    resid1 = ws("resid1", (B, H), f32)
+    ncn = DN // p.QB_CN
+    ql_part = ws("ql_part", (ncn, B, NH, KL), f32)
+    qpe = ws("qpe", (B, NH, DR), f32)
+    opart = ws("opart", (B, p.S, NH, KL), f32)
+    lse = ws("lse", (B, p.S, NH), f32)
+    attn_out = ws("attn_out", (B, NH * DV), bf16)
+    o_part = ws("o_part", (p.O_KS, B, H), f32)
+    logits = ws("logits", (B, E), f32)
+    lat = ws("lat", (B, LAT), bf16)
+    sh = ws("sh", (B, SI), bf16)
+    topk_id = ws("topk_id", (B, TOPK), i32)
+    topk_w = ws("topk_w", (B, TOPK), f32)
+    rank = ws("rank", (B * TOPK,), i32)
+    ecnt = ws("ecnt", (E,), i32)
+    eoff = ws("eoff", (E,), i32)
+    max_slots = min(E, B * TOPK)
+    slot_exp = ws("slot_exp", (max_slots,), i32)
+    slot_off = ws("slot_off", (max_slots,), i32)
+    slot_cnt = ws("slot_cnt", (max_slots,), i32)
+    sorted_tok = ws("sorted_tok", (B * TOPK,), i32)
+    sorted_pair = ws("sorted_pair", (B * TOPK,), i32)
+    act = ws("act", (B * TOPK, I), bf16)
+    ypair = ws("ypair", (B * TOPK, LAT), f32)
+    latent = ws("latent", (B, LAT), f32)
+    resid_out = torch.empty((B, H), dtype=bf16, device=dev)
+    hidden_out = torch.empty((B, H), dtype=bf16, device=dev)
+
+    nw, st = p.num_warps, p.stages
+    klp = _p2(KL)
+    drp = max(16, _p2(DR))
+    lc = min(klp, 128)
+
+    # 1
+    grid_a = _cdiv(R, p.A_BN) * p.A_KS
+    K.qkv_a_kernel[(grid_a,)](
+        h_in, r_in, w.input_norm, w.w_qkv_a_g, qkv_part, ss_a, resid1, ctr, B,
+        H=H, R=R, KS=p.A_KS, CTR_N=K.CTR_SIZE, BB=p.BB, BN=p.A_BN, BK=p.A_BK, MODE=p.MODE,
+        num_warps=nw, num_stages=st,
+    )
+    # 2
+    cnp = max(16, p.QB_CN)
+    n_q = NH * ((DN + DR) // p.QB_CN)
+    grid_b = n_q + _cdiv(B, p.KVR)
+    K.q_b_kernel[(grid_b,)](
+        qkv_part, ss_a, w.q_a_norm, w.kv_a_norm, w.w_q_b, w.w_kv_b, ql_part, qpe,
+        batch.kv_cache, batch.block_table, batch.seq_lens, max_blocks, B, float(cfg.softmax_scale * LOG2E),
+        H=H, R=R, KS=p.A_KS, EPS=eps, QL=QL, KL=KL, DN=DN, DR=DR, DV=DV, NH=NH, BS=cfg.block_size,
+        CN=p.QB_CN, CNP=cnp, BB=p.BB, BK=p.QB_BK, MODE=p.MODE, KLP=klp, LC=lc, DRP=drp, KVR=p.KVR,
+        num_warps=nw, num_stages=st,
+    )
+    # 3
+    nhb = _cdiv(NH, p.BH)
+    grid_attn = B * p.S * nhb + NH * _cdiv(B, p.MB)
+    K.attn_kernel[(grid_attn,)](
+        ql_part, qpe, batch.kv_cache, batch.block_table, batch.seq_lens, max_blocks, opart, lse,
+        w.w_kv_b, qkv_part, ss_a, attn_out, ctr, B, p.S,
+        H=H, R=R, KS=p.A_KS, EPS=eps, GATE_OFF=cfg.qkv_a_rows, USE_GATE=bool(cfg.use_output_gate),
+        KL=KL, DN=DN, DR=DR, DV=DV, NH=NH, BS=cfg.block_size, NCN=ncn,
+        BH=p.BH, BLOCK_N=p.BLOCK_N, KLP=klp, DRP=drp, DVP=max(16, _p2(DV)), MB=p.MB, LC=lc,
+        num_warps=p.attn_warps, num_stages=2,
+    )
+    # 4
+    grid_o = _cdiv(H, p.O_BN) * p.O_KS
+    K.o_proj_kernel[(grid_o,)](
+        attn_out, w.w_o, resid1, o_part, resid_out, ctr, B,
+        H=H, K=NH * DV, KS=p.O_KS, CTR_OFF=K.CTR_O, BB=p.BB, BN=p.O_BN, BK=p.O_BK, MODE=p.MODE,
+        num_warps=nw, num_stages=st,
+    )
+    # 5
+    ep = _p2(E)
+    grid_f = _cdiv(E, p.F_BN) + _cdiv(LAT, p.F_BN) + _cdiv(2 * SI, p.F_BN)
+    K.moe_front_kernel[(grid_f,)](
+        resid_out, w.post_norm, w.router, w.latent_down, w.shared_w13, logits, lat, sh,
+        w.e_score_correction_bias, topk_id, topk_w, rank, ecnt, eoff, slot_exp, slot_off, slot_cnt,
+        sorted_tok, sorted_pair, ctr, B, float(cfg.routed_scaling_factor),
+        H=H, E=E, LAT=LAT, SI=SI, EPS=eps, TOPK=TOPK, RENORM=bool(cfg.moe_renormalize),
+        BETA=float(cfg.situ_beta), LBETA=float(cfg.situ_linear_beta),
+        BB=p.BB, BN=p.F_BN, BK=p.F_BK, MODE=p.MODE, EP=ep, TB=p.TB, KP=_p2(TOPK),
+        num_warps=nw, num_stages=st,
+    )
+    # 6
+    nj = _cdiv(2 * I, p.U_BN)
+    K.expert_up_kernel[(nj * p.U_P,)](
+        lat, w.w13, slot_exp, slot_off, slot_cnt, sorted_tok, act, ctr, p.U_P,
+        LAT=LAT, I=I, BETA=float(cfg.situ_beta), LBETA=float(cfg.situ_linear_beta),
+        BT=p.BT, BN=p.U_BN, BK=p.U_BK, MODE=p.X_MODE,
+        num_warps=nw, num_stages=st,
+    )
+    # 7
+    nbl = _cdiv(LAT, p.D_BN)
+    grid_d = nbl * p.D_P + _cdiv(H, p.T_BN)
+    K.expert_down_kernel[(grid_d,)](
+        act, w.w2, slot_exp, slot_off, slot_cnt, sorted_pair, topk_w, ypair, latent,
+        sh, w.shared_w2, w.routed_norm, w.latent_up, hidden_out, ctr, B, p.D_P,
+        H=H, LAT=LAT, I=I, SI=SI, TOPK=TOPK, EPS=eps,
+        BT=p.BT, BN=p.D_BN, BK=p.D_BK, MODE=p.X_MODE,
+        BB=p.BB, BNT=p.T_BN, BKT=p.T_BK, MODE_T=p.MODE, RB=p.RB,
+        num_warps=nw, num_stages=st,
+    )
+    return hidden_out, resid_out
+
+
+def forward(cfg: K3LayerConfig, weights: K3LayerWeights, batch: DecodeBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """(hidden_out [B, H] bf16, residual_out [B, H] bf16); writes the new token's latent into batch.kv_cache."""
+    B = int(batch.hidden.shape[0])
+    if B == 0:
+        return batch.hidden.new_empty(batch.hidden.shape), batch.residual.new_empty(batch.residual.shape)
+    plan = make_plan(cfg, B, int(batch.meta.max_context), gpu=batch.hidden.is_cuda)
+    return forward_planned(cfg, weights, batch, plan)
+
+
+KERNELS_PER_LAYER = 7

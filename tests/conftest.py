@@ -61,7 +61,7 @@ class GitRepo:
         return proc.stdout
 
     def write(self, files: Mapping[str, FileSpec]) -> None:
-        """Write (or delete, for None) files in the working tree; gitlinks go straight to the index."""
+        """Write (or delete, for None) files in the working tree."""
         for rel, spec in files.items():
             path = self.path / rel
             if spec is None:
@@ -71,7 +71,9 @@ class GitRepo:
                     self.git("rm", "-q", "--cached", "--ignore-unmatch", rel)
                 continue
             if isinstance(spec, Gitlink):
-                self.git("update-index", "--add", "--cacheinfo", f"160000,{spec.sha},{rel}")
+                # An empty directory, as for a submodule that is not checked out; the index entry is
+                # written by commit() after `git add -A` (which would otherwise drop it).
+                path.mkdir(parents=True, exist_ok=True)
                 continue
             path.parent.mkdir(parents=True, exist_ok=True)
             if path.is_symlink() or path.is_file():
@@ -92,6 +94,9 @@ class GitRepo:
         if files:
             self.write(files)
         self.git("add", "-A")
+        for rel, spec in (files or {}).items():
+            if isinstance(spec, Gitlink):
+                self.git("update-index", "--add", "--cacheinfo", f"160000,{spec.sha},{rel}")
         self.git("commit", "-q", "--allow-empty", "--no-verify", "-m", message)
         return self.git("rev-parse", "HEAD").strip()
 

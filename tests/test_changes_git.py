@@ -45,7 +45,8 @@ def test_added_modified_deleted_with_hunk_line_numbers(make_repo: MakeRepo) -> N
                  "vllm/models/kimi_k3/new.py": "x = 1\ny = 2\n",
                  "vllm/v1/sample/sampler.py": None})
     ch = by_path(changes_between(repo.path, "HEAD~1", "HEAD"))
-    assert set(ch) == {"vllm/models/kimi_k3/ops.py", "vllm/models/kimi_k3/new.py", "vllm/v1/sample/sampler.py"}
+    assert set(ch) == {"vllm/models/kimi_k3/ops.py", "vllm/models/kimi_k3/new.py",
+                       "vllm/v1/sample/sampler.py"}
 
     mod = ch["vllm/models/kimi_k3/ops.py"]
     assert mod.status is ChangeStatus.MODIFIED
@@ -121,7 +122,8 @@ def test_submodule_gitlink(make_repo: MakeRepo) -> None:
 
 def test_odd_path_names(make_repo: MakeRepo) -> None:
     repo = make_repo(BASE)
-    names = ["vllm/models/kimi_k3/with space.py", "vllm/models/kimi_k3/ünï.py", 'vllm/models/kimi_k3/q"t\tx.py']
+    names = ["vllm/models/kimi_k3/with space.py", "vllm/models/kimi_k3/ünï.py",
+             'vllm/models/kimi_k3/q"t\tx.py']
     repo.commit({n: "x = 1\n" for n in names})
     ch = by_path(changes_between(repo.path, "HEAD~1", "HEAD"))
     assert set(ch) == set(names)
@@ -207,7 +209,7 @@ def test_worktree_head_includes_untracked_files_and_leaves_the_index_alone(make_
 
 
 def test_changes_from_github_file_list() -> None:
-    files = [
+    files: list[dict[str, object]] = [
         {"filename": "vllm/models/kimi_k3/a.py", "status": "modified", "additions": 1, "deletions": 1,
          "patch": "@@ -1,3 +1,3 @@\n x\n-y\n+Y\n z"},
         {"filename": "vllm/models/kimi_k3/b.py", "status": "renamed",
@@ -215,7 +217,8 @@ def test_changes_from_github_file_list() -> None:
         {"filename": "vllm/models/kimi_k3/k.cubin", "status": "added", "additions": 0, "deletions": 0},
         {"filename": "vllm/models/kimi_k3/big.py", "status": "added", "additions": 9000, "deletions": 0},
         {"filename": "vllm/models/kimi_k3/__init__.py", "status": "added", "additions": 0, "deletions": 0},
-        {"filename": "setup.py", "status": "removed", "additions": 0, "deletions": 3, "patch": "@@ -1,3 +0,0 @@\n-a\n-b\n-c"},
+        {"filename": "setup.py", "status": "removed", "additions": 0, "deletions": 3,
+         "patch": "@@ -1,3 +0,0 @@\n-a\n-b\n-c"},
         {"filename": "x.py", "status": "unchanged"},
     ]
     ch = by_path(changes_from_file_list(files))
@@ -233,5 +236,6 @@ def test_changes_from_github_file_list() -> None:
 
 def test_github_file_list_rejects_malformed_entries() -> None:
     with pytest.raises(InputError) as err:
-        changes_from_file_list([{"filename": "a.py", "status": "modified"}, {"filename": "b.py", "status": "x"}])
+        changes_from_file_list([{"filename": "a.py", "status": "modified"},
+                                {"filename": "b.py", "status": "x"}])
     assert err.value.field is not None and err.value.field.startswith("[1].status")

@@ -59,6 +59,7 @@ DEFAULT_CONTRIBUTION = Path("kernels/kimi_k3")
 DEFAULT_POLICY = Path("policies/vllm.toml")
 ENGINE_TREE_ENV = "FASTTRACK_ENGINE_TREE"
 MAX_TEXT_BYTES = 4 * 1024 * 1024
+MAX_OVERLAYS = 8
 _SKIP_DIRS = {"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".git", ".hypothesis"}
 
 
@@ -193,13 +194,12 @@ def _load_head_manifest(head_dir: Path, rel: str, head: Revision) -> Manifest:
 def _build_range_context(opts: VerifyOptions, cwd: Path) -> Context:
     if opts.base is None:
         raise InputError("--head needs --base", field="--base", fix="pass --base REV (the PR's merge base)")
-    repo_arg = opts.repo or cwd
-    top = check_repo(repo_arg)
-    base = resolve_revision(top, opts.base, "--base")
-    head = resolve_revision(top, opts.head or "HEAD", "--head")
     policy_path = resolve_policy_path(opts, _root_of(cwd))
     policy = load_policy(policy_path)
     model_arg = _check_model(opts.model)
+    top = check_repo(opts.repo or cwd)
+    base = resolve_revision(top, opts.base, "--base")
+    head = resolve_revision(top, opts.head or "HEAD", "--head")
 
     changes = diff_trees(top, base.tree, head.tree)
     head_dir = materialize_revision(top, head)
@@ -339,7 +339,17 @@ def _overlay(engine: Path, files: dict[str, Path]) -> Path:
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    _prune(root, keep=dest)
     return dest
+
+
+def _prune(root: Path, keep: Path, most: int = MAX_OVERLAYS) -> None:
+    """Keep the `most` newest overlays (a contribution under edit makes a new one per version)."""
+    done = sorted((p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")),
+                  key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in done[most:]:
+        if old != keep:
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def _build_contribution_context(opts: VerifyOptions, cwd: Path) -> Context:

@@ -132,8 +132,16 @@ def _compute(policy: Policy, head_dir: Path, changes: tuple[Change, ...], model:
     def path_of(m: str) -> str:
         return graph.path_of(m) or present.get(m) or removed.get(m) or m.replace(".", "/") + ".py"
 
-    def in_root(m: str) -> bool:
-        return model is not None and in_model_root(policy, path_of(m), model)
+    def in_root(m: str, root: str | None) -> bool:
+        return root is not None and in_model_root(policy, path_of(m), root)
+
+    def own_root(m: str) -> str | None:
+        """The root a walk from changed module `m` may cross: the target model's, or without a target
+        (several models touched, or none inferred), the model package `m` itself belongs to."""
+        if model is not None:
+            return model
+        unit = units.unit_of_module(m, path_of(m))
+        return unit.name if unit is not None and unit.kind == "package" else None
 
     def is_hub(m: str) -> bool:
         return any(fnmatch.fnmatchcase(m, pat) for pat in spec.hub_modules)
@@ -172,10 +180,10 @@ def _compute(policy: Policy, head_dir: Path, changes: tuple[Change, ...], model:
     affected: dict[str, _Step] = {}
     visited: set[str] = set(starts)
     hubs_changed: dict[str, int] = {}
-    queue = deque(starts)
+    queue = deque((m, own_root(m)) for m in starts)
     while queue:
-        m = queue.popleft()
-        if m in present and is_hub(m) and not in_root(m):
+        m, root = queue.popleft()
+        if m in present and is_hub(m) and not in_root(m, root):
             hubs_changed[m] = len(importers(m))
             continue
         for importer, sites in sorted(importers(m).items()):
@@ -183,11 +191,11 @@ def _compute(policy: Policy, head_dir: Path, changes: tuple[Change, ...], model:
                 continue
             if not spec.include_lazy_imports and edge_is_lazy(importer, sites):
                 continue
-            if in_root(importer):
+            if in_root(importer, root):
                 if importer not in visited:
                     visited.add(importer)
                     step[importer] = _Step(m, sites)
-                    queue.append(importer)
+                    queue.append((importer, root))
             elif importer not in affected:
                 affected[importer] = _Step(m, sites)
 
@@ -210,7 +218,7 @@ def _compute(policy: Policy, head_dir: Path, changes: tuple[Change, ...], model:
         return Witness(chain=chain, lines=lines, function_level=lazy, changed_path=path_of(chain[-1]))
 
     model_code = model_code_modules(graph, units)
-    root_modules = frozenset(m for m in graph.modules if in_root(m))
+    root_modules = frozenset(m for m in graph.modules if in_root(m, model))
 
     models: dict[str, AffectedModel] = {}
     shared: list[AffectedShared] = []
@@ -229,7 +237,7 @@ def _compute(policy: Policy, head_dir: Path, changes: tuple[Change, ...], model:
                                          path=path_of(mod), hub=is_hub(mod)))
 
     def leak_first(chain: list[str]) -> tuple[int, int]:
-        return (0 if in_root(chain[-1]) else 1, len(chain))
+        return (0 if in_root(chain[-1], own_root(chain[-1])) else 1, len(chain))
 
     model_list = sorted(models.values(), key=lambda a: (*leak_first(a.witness.chain if a.witness else []),
                                                        a.name))
@@ -240,6 +248,10 @@ def _compute(policy: Policy, head_dir: Path, changes: tuple[Change, ...], model:
     served = set(architectures_through(graph, present_starts, model_code, by_module, extra=root_modules))
     for gone in removed:
         served.update(by_module.get(gone, []))
+    # A registry edit serves the architectures whose entries it adds or changes.
+    for c in changes:
+        if registry.path is not None and c.path == registry.path and c.status is not ChangeStatus.DELETED:
+            served.update(registry.touched_by({n for h in c.hunks for n, _ in h.added}))
 
     naive = graph.upstream(present_starts)
     notes = [

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -55,8 +55,7 @@ def default_graph_cache_dir() -> Path:
     return cache_root() / "graphs"
 
 
-@dataclass(frozen=True)
-class ImportSite:
+class ImportSite(NamedTuple):
     """Where one import statement sits in the importer: its line number and (stripped) first line."""
 
     line: int
@@ -255,7 +254,7 @@ def _to_cached(graph: ModuleGraph, key: str) -> _CachedGraph:
 def _from_cached(cached: _CachedGraph) -> ModuleGraph:
     importers_of: dict[str, dict[str, tuple[ImportSite, ...]]] = {}
     for importer, imported, sites in cached.imports:
-        importers_of.setdefault(imported, {})[importer] = tuple(ImportSite(ln, text) for ln, text in sites)
+        importers_of.setdefault(imported, {})[importer] = tuple(map(ImportSite._make, sites))
     return ModuleGraph(package=cached.package, files=dict(cached.files), importers_of=importers_of,
                        modules=frozenset(cached.modules))
 

@@ -42,7 +42,8 @@ class RegistryEntry:
     architecture: str
     module: str  # absolute module name
     class_name: str
-    line: int
+    line: int  # the key's line
+    end_line: int  # the value's last line (entries may span several lines)
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,10 @@ class Registry:
     path: str | None
     entries: tuple[RegistryEntry, ...] = ()
     note: str | None = None
+
+    def touched_by(self, lines: set[int]) -> list[str]:
+        """Architectures whose entry spans any of `lines` (added or changed lines of a registry edit)."""
+        return sorted({e.architecture for e in self.entries if any(e.line <= n <= e.end_line for n in lines)})
 
     def by_module(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
@@ -88,18 +93,19 @@ class UnitIndex:
             lg = self.layout.legacy_dir.strip("/").split("/")
             if len(parts) > len(lg) and parts[: len(lg)] == lg:
                 first = parts[len(lg)]
-                name = first[:-3] if len(parts) == len(lg) + 1 and first.endswith(".py") else first
-                if len(parts) == len(lg) + 1 and not first.endswith(".py"):
+                single_file = len(parts) == len(lg) + 1
+                if single_file and not first.endswith(".py"):
                     return None
+                name = first[:-3] if single_file else first
                 if name == "__init__" or name in self.layout.legacy_shared or not name.isidentifier():
                     return None
-                unit_path = "/".join([*lg, first])
-                return ModelUnit(name, "legacy", f"{self._legacy_mod}.{name}", unit_path)
+                return ModelUnit(name, "legacy", f"{self._legacy_mod}.{name}", "/".join([*lg, first]))
         return None
 
     def unit_of_module(self, module: str, path: str | None = None) -> ModelUnit | None:
+        """The unit of `module` (at `path` when known; else read as a package, which both layouts accept)."""
         if path is None:
-            path = module.replace(".", "/") + ".py"
+            path = module.replace(".", "/") + "/__init__.py"
         return self.unit_of_path(path)
 
 
@@ -131,7 +137,8 @@ def read_registry(root: Path, layout: ModelLayout, package: str) -> Registry:
             cls_name = str(val.elts[1].value)  # type: ignore[attr-defined]
             if not (mod_name == package or mod_name.startswith(package + ".")):
                 mod_name = f"{legacy_mod}.{mod_name}"
-            entries.append(RegistryEntry(key.value, mod_name, cls_name, key.lineno))
+            entries.append(RegistryEntry(key.value, mod_name, cls_name, key.lineno,
+                                         val.end_lineno or key.lineno))
     return Registry(path=rel, entries=tuple(entries))
 
 

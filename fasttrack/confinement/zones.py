@@ -31,8 +31,8 @@ _NAME_RUN = re.compile(r"[a-z][a-z0-9_]*")
 
 
 @lru_cache(maxsize=256)
-def _local_spec(roots: tuple[str, ...], model: str) -> pathspec.PathSpec[pathspec.Pattern]:
-    return pathspec.PathSpec.from_lines("gitwildmatch", [r.replace(MODEL_PLACEHOLDER, model) for r in roots])
+def _local_spec(roots: tuple[str, ...], model: str) -> pathspec.GitIgnoreSpec:
+    return pathspec.GitIgnoreSpec.from_lines([r.replace(MODEL_PLACEHOLDER, model) for r in roots])
 
 
 def _glob_prefix_regex(prefix: str) -> str:

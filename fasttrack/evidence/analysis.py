@@ -41,6 +41,8 @@ if TYPE_CHECKING:
     from fasttrack.context import Context
 
 MIN_BOOTSTRAP_SAMPLES = 2
+BOOTSTRAP_BUDGET = 20_000_000
+MIN_RESAMPLES = 200
 
 
 def statement(ctx: Context) -> Statement | None:
@@ -258,8 +260,10 @@ def ratio(ctx: Context, baseline: Variant, candidate: Variant) -> RatioEstimate 
     if len(baseline.samples_us) < MIN_BOOTSTRAP_SAMPLES or len(candidate.samples_us) < MIN_BOOTSTRAP_SAMPLES:
         return None
     ev = ctx.policy.evidence
-    return _ratio_cached(tuple(baseline.samples_us), tuple(candidate.samples_us), ev.bootstrap_resamples,
-                         ev.confidence)
+    # Bound the work a huge bundle can cause: at most BOOTSTRAP_BUDGET resampled values per side.
+    n = max(len(baseline.samples_us), len(candidate.samples_us))
+    resamples = min(ev.bootstrap_resamples, max(MIN_RESAMPLES, BOOTSTRAP_BUDGET // n))
+    return _ratio_cached(tuple(baseline.samples_us), tuple(candidate.samples_us), resamples, ev.confidence)
 
 
 @lru_cache(maxsize=512)

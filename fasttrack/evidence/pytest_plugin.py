@@ -228,14 +228,13 @@ def fasttrack_record(request: pytest.FixtureRequest) -> Callable[..., None]:
     return _record
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(
-    item: pytest.Item, call: pytest.CallInfo[None]
-) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    report = yield
+@pytest.hookimpl(hookwrapper=True)  # old-style wrapper: works on every pytest a GPU box may have
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
     state = item.config.stash.get(_STATE_KEY, None)
     if state is None or state.results_path is None:
-        return report
+        return
     acc = item.stash.setdefault(_OUTCOME_KEY, _Outcome())
     acc.duration_s += float(report.duration)
     if report.failed:
@@ -246,7 +245,6 @@ def pytest_runtest_makereport(
         acc.message = _message(report)
     if report.when == "teardown":
         _write_line(state.results_path, _line(item, acc))
-    return report
 
 
 def _message(report: pytest.TestReport) -> str | None:

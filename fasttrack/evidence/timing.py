@@ -27,6 +27,7 @@ Backends: `CpuBackend` (perf_counter, no graphs; the bookkeeping and anti-gaming
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import threading
@@ -445,11 +446,24 @@ class CudaBackend(Backend):
         with torch.cuda.stream(side):  # JIT compilation, autotuning and allocator warm-up, before capture
             for _ in range(self._capture_warmup):
                 fn(static_inputs)
-        torch.cuda.current_stream(self._device).wait_stream(side)
+        saved = torch.cuda.current_stream(self._device)
+        saved.wait_stream(side)
         self._sync()
         graph = self._graph_cls(keep_graph=True)
-        with torch.cuda.graph(graph):
-            output = fn(static_inputs)
+        capture = torch.cuda.Stream(device=self._device)
+        capture.wait_stream(saved)
+        torch.cuda.set_stream(capture)
+        try:  # torch.cuda.graph() would leave the capture stream current if capture_end raised
+            graph.capture_begin()
+            try:
+                output = fn(static_inputs)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    graph.capture_end()
+                raise
+            graph.capture_end()
+        finally:
+            torch.cuda.set_stream(saved)
         if hasattr(graph, "instantiate"):
             graph.instantiate()
         self._sync()

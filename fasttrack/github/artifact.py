@@ -28,7 +28,7 @@ class RejectedVerdict(InputError):
 class PrMeta(BaseModel):
     """`pr.json`, written next to the verdict by stage 1: which PR and commits it claims to be about."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     pr: int = Field(ge=1, le=10**9)
     head_sha: str = Field(pattern=SHA_PATTERN)
@@ -40,7 +40,7 @@ def _read_capped(path: Path, max_bytes: int, what: str) -> bytes:
         st = path.lstat()
     except FileNotFoundError:
         raise RejectedVerdict(f"no {what} at this path", path=path,
-                              fix="check that stage 1 uploaded it and the artifact was downloaded here") from None
+                              fix="check that stage 1 uploaded it and that it was downloaded here") from None
     except OSError as exc:
         raise RejectedVerdict(f"cannot read the {what}: {exc.strerror}", path=path) from None
     if not stat.S_ISREG(st.st_mode):
@@ -63,8 +63,8 @@ def load_verdict(path: Path, max_bytes: int = MAX_VERDICT_BYTES) -> Verdict:
     except pydantic.ValidationError as exc:
         err = from_validation_error(exc, path, "verdict")
         raise RejectedVerdict(err.message, path=path, field=err.field,
-                              fix="the artifact does not match the Verdict schema (`fasttrack schema verdict`)"
-                              ) from None
+                              fix="the artifact does not match the Verdict schema "
+                                  "(`fasttrack schema verdict`)") from None
     except (ValueError, RecursionError) as exc:
         raise RejectedVerdict(f"not a verdict: {type(exc).__name__}", path=path) from None
 

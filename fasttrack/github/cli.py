@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -17,36 +18,42 @@ github_app = typer.Typer(help="Publish verdicts to GitHub; fetch a PR's files.",
 
 _BASE_URL_HELP = "GitHub Enterprise Server URL (e.g. https://github.example.com); default github.com."
 _TOKEN_HELP = "Name of the environment variable holding the token (never pass a token as an argument)."
+_GUARD_HELP = ("Extra path patterns (gitignore syntax) whose change makes the verdict untrusted, added to "
+               ".github/workflows/**, .github/actions/**, /action.yml.")
 
 
 @github_app.command("publish")
 def publish_command(
-    verdict: Path = typer.Option(..., "--verdict", help="Verdict JSON (from `fasttrack verify --format json`)."),
-    repo: str = typer.Option(..., "--repo", help="OWNER/NAME of the repository the PR is in."),
-    pr: int = typer.Option(..., "--pr", min=1, help="PR number (checked against GitHub and --head-sha)."),
-    head_sha: str | None = typer.Option(None, "--head-sha",
-                                        help="Commit the triggering run built (workflow_run.head_sha); the "
-                                             "verdict and the PR must both be at it."),
-    meta: Path | None = typer.Option(None, "--meta", help="pr.json written by stage 1 (checked too)."),
-    base_url: str | None = typer.Option(None, "--base-url", help=_BASE_URL_HELP),
-    token_env: str = typer.Option("GITHUB_TOKEN", "--token-env", help=_TOKEN_HELP),
-    summary_file: Path | None = typer.Option(None, "--summary-file",
-                                             help="Append the report here (pass $GITHUB_STEP_SUMMARY)."),
-    report_url: str | None = typer.Option(None, "--report-url",
-                                          help="Where the full report is (the workflow run with the artifact)."),
-    check_name: str = typer.Option("fasttrack", "--check-name", help="Name of the check run."),
-    check_run: bool = typer.Option(True, "--check-run/--no-check-run",
-                                   help="Create a check run (needs an App installation token, e.g. Actions')."),
-    comment: bool = typer.Option(True, "--comment/--no-comment", help="Create or update the sticky comment."),
-    labels: bool = typer.Option(True, "--labels/--no-labels", help="Set fast-track: eligible / blocked."),
-    comment_author: str | None = typer.Option(
-        None, "--comment-author",
-        help="Login whose marker comment is ours (default: github-actions[bot] in Actions, else the token's "
-             "user)."),
-    guard: list[str] = typer.Option([], "--guard",
-                                    help="Extra path patterns whose change makes the verdict untrusted "
-                                         "(added to .github/workflows/**, .github/actions/**, action.yml)."),
-    max_bytes: int = typer.Option(8 * 1024 * 1024, "--max-bytes", min=1024, help="Size cap for the verdict."),
+    verdict: Annotated[Path, typer.Option(
+        "--verdict", help="Verdict JSON (from `fasttrack verify --format json`).")],
+    repo: Annotated[str, typer.Option("--repo", help="OWNER/NAME of the repository the PR is in.")],
+    pr: Annotated[int, typer.Option(
+        "--pr", min=1, help="PR number (checked against GitHub and --head-sha).")],
+    head_sha: Annotated[str | None, typer.Option(
+        "--head-sha", help="Commit the triggering run built (workflow_run.head_sha); the verdict and the PR "
+                           "must both be at it.")] = None,
+    meta: Annotated[Path | None, typer.Option(
+        "--meta", help="pr.json written by stage 1 (checked too).")] = None,
+    base_url: Annotated[str | None, typer.Option("--base-url", help=_BASE_URL_HELP)] = None,
+    token_env: Annotated[str, typer.Option("--token-env", help=_TOKEN_HELP)] = "GITHUB_TOKEN",
+    summary_file: Annotated[Path | None, typer.Option(
+        "--summary-file", help="Append the report here (pass $GITHUB_STEP_SUMMARY).")] = None,
+    report_url: Annotated[str | None, typer.Option(
+        "--report-url", help="Where the full report is (the workflow run holding the artifact).")] = None,
+    check_name: Annotated[str, typer.Option("--check-name", help="Name of the check run.")] = "fasttrack",
+    check_run: Annotated[bool, typer.Option(
+        "--check-run/--no-check-run",
+        help="Create a check run (needs an App installation token, such as Actions' GITHUB_TOKEN).")] = True,
+    comment: Annotated[bool, typer.Option(
+        "--comment/--no-comment", help="Create or update the sticky comment.")] = True,
+    labels: Annotated[bool, typer.Option(
+        "--labels/--no-labels", help="Set fast-track: eligible / blocked.")] = True,
+    comment_author: Annotated[str | None, typer.Option(
+        "--comment-author", help="Login whose marker comment is ours (default: github-actions[bot] in "
+                                 "Actions, else the token's user).")] = None,
+    guard: Annotated[list[str] | None, typer.Option("--guard", help=_GUARD_HELP)] = None,
+    max_bytes: Annotated[int, typer.Option(
+        "--max-bytes", min=1024, help="Size cap for the verdict.")] = 8 << 20,
 ) -> None:
     """Publish a verdict on its PR: check run + annotations, sticky comment, labels, step summary.
 
@@ -66,7 +73,8 @@ def publish_command(
         m = load_meta(meta) if meta is not None else None
         token = token_from_env(token_env)
         gh = connect(token, base_url)
-        author = comment_author or ("github-actions[bot]" if os.environ.get("GITHUB_ACTIONS") == "true" else None)
+        in_actions = os.environ.get("GITHUB_ACTIONS") == "true"
+        author = comment_author or ("github-actions[bot]" if in_actions else None)
 
         def me() -> str:
             with github_errors("finding the token's user (pass --comment-author to skip this)", token_env):
@@ -75,7 +83,8 @@ def publish_command(
         opts = PublishOptions(repo=repo, pr=pr, head_sha=head_sha, meta=m, check_name=check_name,
                               report_url=report_url, summary_file=summary_file, check_run=check_run,
                               comment=comment, labels=labels, comment_author=author,
-                              guards=DEFAULT_GUARDS + tuple(guard), token_env=token_env, source=str(verdict))
+                              guards=DEFAULT_GUARDS + tuple(guard or ()), token_env=token_env,
+                              source=str(verdict))
         result = publish(gh, v, opts, me=me)
     except RejectedVerdict as exc:
         if summary_file is not None:
@@ -86,14 +95,15 @@ def publish_command(
 
 @github_app.command("pr-files")
 def pr_files_command(
-    repo: str = typer.Option(..., "--repo", help="OWNER/NAME."),
-    pr: int = typer.Option(..., "--pr", min=1, help="PR number."),
-    base_url: str | None = typer.Option(None, "--base-url", help=_BASE_URL_HELP),
-    token_env: str = typer.Option("GITHUB_TOKEN", "--token-env", help=_TOKEN_HELP),
-    output: Path | None = typer.Option(None, "--output", help="Write the JSON here instead of stdout."),
-    changes: bool = typer.Option(False, "--changes",
-                                 help="Print the change set the pipeline builds from the list (paths, status, "
-                                      "line counts) instead of GitHub's raw entries."),
+    repo: Annotated[str, typer.Option("--repo", help="OWNER/NAME.")],
+    pr: Annotated[int, typer.Option("--pr", min=1, help="PR number.")],
+    base_url: Annotated[str | None, typer.Option("--base-url", help=_BASE_URL_HELP)] = None,
+    token_env: Annotated[str, typer.Option("--token-env", help=_TOKEN_HELP)] = "GITHUB_TOKEN",
+    output: Annotated[Path | None, typer.Option(
+        "--output", help="Write the JSON here instead of stdout.")] = None,
+    changes: Annotated[bool, typer.Option(
+        "--changes", help="Print the change set the pipeline builds from the list (path, status, line "
+                          "counts) instead of GitHub's raw entries.")] = False,
 ) -> None:
     """Fetch a PR's file list (all pages) as JSON, the input of `fasttrack.changes.file_list`."""
     from fasttrack.changes.file_list import changes_from_file_list

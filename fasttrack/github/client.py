@@ -89,7 +89,7 @@ def is_rate_limited(response: requests.Response) -> bool:
         return True
     try:
         text = response.text[:2000].lower()
-    except Exception:  # noqa: BLE001 - an undecodable body is simply not a rate-limit message
+    except Exception:
         return False
     return "rate limit" in text
 
@@ -169,7 +169,8 @@ def make_session(policy: RetryPolicy | None = None) -> Any:
 
         def _may_wait(self, attempt: int, waited: float, delay: float) -> bool:
             p = self.retry_policy
-            return attempt + 1 < p.max_attempts and delay <= p.max_delay and waited + delay <= p.max_total_wait
+            within_budget = delay <= p.max_delay and waited + delay <= p.max_total_wait
+            return attempt + 1 < p.max_attempts and within_budget
 
     return RetryingSession()
 
@@ -220,7 +221,7 @@ def clock_of(gh: Any) -> Callable[[], float]:
 
 
 def split_repo(repo: str) -> tuple[str, str]:
-    if not REPO_RE.match(repo):
+    if not REPO_RE.match(repo) or repo.split("/", 1)[1] in (".", ".."):
         raise InputError(f"{repo!r} is not OWNER/NAME", field="--repo", fix="e.g. --repo vllm-project/vllm")
     owner, name = repo.split("/", 1)
     return owner, name
@@ -232,8 +233,9 @@ def _one_line(text: object, limit: int = 200) -> str:
 
 
 @contextmanager
-def github_errors(action: str, token_env: str = "GITHUB_TOKEN",
-                  clock: Callable[[], float] = time.time) -> Iterator[None]:
+def github_errors(action: str, token_env: str = "GITHUB_TOKEN", clock: Callable[[], float] = time.time,
+                  forbidden_fix: str = "give the token the permission this needs (see docs/github.md)"
+                  ) -> Iterator[None]:
     """Turn github3's exceptions into one-line InputErrors (exit 2) that say what to do."""
     import github3.exceptions as gx
 
@@ -247,8 +249,7 @@ def github_errors(action: str, token_env: str = "GITHUB_TOKEN",
         if exc.response is not None and is_rate_limited(exc.response):
             raise InputError(f"GitHub rate limit while {action}: {rate_limit_detail(exc.response, clock)}, "
                              "beyond the bounded wait", fix="run again after the reset") from None
-        raise InputError(f"GitHub refused {action} (403 {_one_line(exc.msg)})",
-                         fix="give the token the permission this needs (see docs/github.md)") from None
+        raise InputError(f"GitHub refused {action} (403 {_one_line(exc.msg)})", fix=forbidden_fix) from None
     except gx.NotFoundError as exc:
         raise InputError(f"not found while {action} (404 {_one_line(exc.msg)})",
                          fix="check --repo and --pr, and that the token can see the repository") from None
@@ -256,7 +257,8 @@ def github_errors(action: str, token_env: str = "GITHUB_TOKEN",
         raise InputError(f"GitHub kept failing while {action} ({exc.code} {_one_line(exc.msg)}) after "
                          "retries", fix="run again later") from None
     except gx.IncompleteResponse as exc:
-        raise InputError(f"GitHub's answer while {action} lacked a field github3.py needs ({exc.exception!r})",
+        raise InputError(f"GitHub's answer while {action} lacked a field github3.py needs "
+                         f"({exc.exception!r})",
                          fix="check --base-url points at a GitHub API") from None
     except gx.GitHubError as exc:
         code = getattr(exc, "code", "?")

@@ -27,7 +27,7 @@ def fetch_pr_files(gh: Any, repo: str, pr: int, token_env: str = "GITHUB_TOKEN")
     total = pull.as_dict().get("changed_files")
     if isinstance(total, int) and total > len(entries):
         raise InputError(f"GitHub lists only {len(entries)} of PR #{pr}'s {total} files", field="--pr",
-                         fix="use the git range (`fasttrack verify --base ... --head ...`) for a PR this large")
+                         fix="use the git range (fasttrack verify --base ... --head ...) for a PR this large")
     return entries
 
 

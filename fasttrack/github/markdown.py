@@ -23,8 +23,8 @@ MIN_LIMIT = 4096
 STICKY_MARKER = "<!-- fasttrack:sticky-comment -->"
 
 _SEVERITY_ORDER = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
-_ICON = {Severity.ERROR: "❌", Severity.WARNING: "⚠️", Severity.INFO: "ℹ️"}  # noqa: RUF001
-_MD_PUNCT = re.compile(r"([\\`*_{}\[\]()#+!|~])")
+_ICON = {Severity.ERROR: "❌", Severity.WARNING: "⚠️", Severity.INFO: "ℹ️"}
+_MD_PUNCT = re.compile(r"([\\`*_\[\]|~#])")  # emphasis, code, links/images, tables, strike, refs
 
 
 def size(text: str) -> int:
@@ -139,7 +139,8 @@ def sections(verdict: Verdict, outcome: Outcome) -> list[Section]:
                   "| Path | Status | Zone |", "|---|---|---|"],
             rows=[f"| {code(cf.path)}"
                   + (f" (from {code(cf.old_path)})" if cf.old_path else "")
-                  + f" | {esc(cf.status.value, 20)} | {esc(cf.zone or '', 80)} |" for cf in verdict.changed_files],
+                  + f" | {esc(cf.status.value, 20)} | {esc(cf.zone or '', 80)} |"
+                  for cf in verdict.changed_files],
             foot=["", "</details>"], noun="files"))
     return out
 
@@ -170,7 +171,8 @@ def render(verdict: Verdict, outcome: Outcome, *, limit: int, report_url: str | 
     top += ["", " · ".join(meta), "",
             f"**{c['error']}** errors · **{c['warning']}** warnings · **{c['info']}** notes · "
             f"{len(verdict.changed_files)} files changed · {len(verdict.rules_run)} rules run"]
-    link = f"[the workflow run]({report_url})" if report_url and _safe_url(report_url) else "the verdict artifact"
+    safe = report_url is not None and _safe_url(report_url)
+    link = f"[the workflow run]({report_url})" if safe else "the verdict artifact"
     footer = ["", f"<sub>Full report: {link}. Generated {esc(verdict.generated_at, 40)}.</sub>"]
     truncated_note = ["", f"**Truncated to fit GitHub's limit.** The full report is in {link}."]
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,8 @@ ANNOTATIONS_PER_REQUEST = 50  # GitHub's cap per check-run create/update
 MAX_ANNOTATIONS = 1000  # beyond this the summary says how many were left out (20 requests at most)
 LABEL_ELIGIBLE = "fast-track: eligible"
 LABEL_BLOCKED = "fast-track: blocked"
-DEFAULT_GUARDS = (".github/workflows/**", ".github/actions/**", "/action.yml", "/action.yaml")  # gitignore syntax
+# gitignore syntax: a PR changing these may have changed how its verdict was produced
+DEFAULT_GUARDS = (".github/workflows/**", ".github/actions/**", "/action.yml", "/action.yaml")
 PR_FILES_CAP = 3000  # GitHub lists at most this many files of a PR
 
 _LEVEL = {Severity.ERROR: "failure", Severity.WARNING: "warning", Severity.INFO: "notice"}
@@ -76,9 +78,9 @@ class PublishResult:
                  f"{'eligible' if self.outcome.eligible else 'blocked'}"
                  + ("" if self.outcome.trusted else " (verdict not trusted)")]
         if self.check_run_id is not None:
+            dropped = f", {self.annotations_dropped} left out" if self.annotations_dropped else ""
             parts.append(f"check run {self.check_run_id} ({self.annotations} annotations in "
-                         f"{self.check_run_requests} requests"
-                         + (f", {self.annotations_dropped} left out" if self.annotations_dropped else "") + ")")
+                         f"{self.check_run_requests} requests{dropped})")
         if self.comment_action:
             parts.append(f"comment {self.comment_id} {self.comment_action}")
         if self.labels_added or self.labels_removed:
@@ -89,7 +91,7 @@ class PublishResult:
         return "; ".join(parts)
 
 
-def annotations(findings: Iterable[Finding], limit: int) -> tuple[list[dict[str, Any]], int]:
+def build_annotations(findings: Iterable[Finding], limit: int) -> tuple[list[dict[str, Any]], int]:
     """Check-run annotations for findings that point at a file, errors first; (annotations, dropped).
 
     Every annotation carries a line (the finding's, else 1 for a file-level finding) so that it shows in
@@ -132,8 +134,9 @@ def assess_trust(verdict: Verdict, pr_files: list[dict[str, Any]], pr_changed_fi
     missing = sorted(api_paths - claimed)
     if missing:
         shown = ", ".join(md.code(p, 120) for p in missing[:5])
-        notes.append(f"**Not trusted:** the verdict leaves out {len(missing)} file(s) GitHub lists for this PR "
-                     f"({shown}{', …' if len(missing) > 5 else ''}).")
+        more = ", …" if len(missing) > 5 else ""
+        notes.append(f"**Not trusted:** the verdict leaves out {len(missing)} file(s) GitHub lists for this "
+                     f"PR ({shown}{more}).")
     if pr_changed_files is not None and pr_changed_files > len(pr_files):
         notes.append(f"**Not trusted:** GitHub lists only {len(pr_files)} of the PR's {pr_changed_files} "
                      "files, so the verdict cannot be checked against them.")
@@ -165,7 +168,10 @@ def publish(gh: Any, verdict: Verdict, opts: PublishOptions,
     """Check, then publish. Raises RejectedVerdict / InputError before any write when the claims fail."""
     owner, name = split_repo(opts.repo)
     clock = clock_of(gh)
-    err = lambda action: github_errors(action, opts.token_env, clock)  # noqa: E731
+
+    def err(action: str) -> AbstractContextManager[None]:
+        return github_errors(action, opts.token_env, clock)
+
     result = PublishResult()
 
     # ---- read and check (no writes) ----
@@ -179,12 +185,12 @@ def publish(gh: Any, verdict: Verdict, opts: PublishOptions,
             shas = {str(c.sha).lower() for c in pr.commits()}
         if opts.head_sha.lower() in shas:
             check_claims(verdict, pr=opts.pr, head_sha=opts.head_sha, meta=opts.meta, source=opts.source)
-            result.skipped = (f"the verdict is for {opts.head_sha[:12]}, an older push; PR #{opts.pr} is now at "
-                              f"{pr_head[:12]} and that run will publish")
+            result.skipped = (f"the verdict is for {opts.head_sha[:12]}, an older push; PR #{opts.pr} is now "
+                              f"at {pr_head[:12]} and that run will publish")
             return result
-        raise RejectedVerdict(f"PR #{opts.pr} has no commit {opts.head_sha[:12]} (its head is {pr_head[:12]}): "
-                              "the artifact claims a PR it was not built from", path=opts.source, field="pr",
-                              fix="nothing was published")
+        raise RejectedVerdict(f"PR #{opts.pr} has no commit {opts.head_sha[:12]} (its head is "
+                              f"{pr_head[:12]}): the artifact claims a PR it was not built from",
+                              path=opts.source, field="pr", fix="nothing was published")
     head = opts.head_sha.lower() if opts.head_sha else pr_head
     check_claims(verdict, pr=opts.pr, head_sha=head, meta=opts.meta, source=opts.source)
     result.head_sha = head
@@ -219,19 +225,23 @@ def publish_check_run(gh: Any, pr: Any, verdict: Verdict, outcome: md.Outcome, h
                       opts: PublishOptions, result: PublishResult) -> None:
     """Create the check run with the first 50 annotations, then add the rest 50 at a time; the last
     request completes it, so the conclusion only appears once every annotation is in."""
-    notes, dropped = annotations(verdict.findings, opts.max_annotations)
+    notes, dropped = build_annotations(verdict.findings, opts.max_annotations)
     result.annotations, result.annotations_dropped = len(notes), dropped
     extra = (f"{dropped} more findings with a file were not annotated (cap {opts.max_annotations}); "
              "they are all in the report." if dropped else None)
     summary_outcome = md.Outcome(outcome.eligible, outcome.trusted,
                                  outcome.notes + ((md.esc(extra),) if extra else ()))
     output = {"title": check_run_title(verdict, outcome),
-              "summary": md.render(verdict, summary_outcome, limit=md.COMMENT_LIMIT, report_url=opts.report_url)}
-    batches = [notes[i:i + ANNOTATIONS_PER_REQUEST] for i in range(0, len(notes), ANNOTATIONS_PER_REQUEST)] or [[]]
+              "summary": md.render(verdict, summary_outcome, limit=md.COMMENT_LIMIT,
+                                   report_url=opts.report_url)}
+    per = ANNOTATIONS_PER_REQUEST
+    batches = [notes[i:i + per] for i in range(0, len(notes), per)] or [[]]
     conclusion = "success" if outcome.eligible else "failure"
     repo = pr.base.repository
     clock = clock_of(gh)
-    with github_errors(f"creating the {opts.check_name!r} check run", opts.token_env, clock):
+    fix = ("check runs need an App installation token with checks: write (Actions' GITHUB_TOKEN); "
+           "with a personal token pass --no-check-run")
+    with github_errors(f"creating the {opts.check_name!r} check run", opts.token_env, clock, fix):
         first = dict(output, annotations=batches[0])
         if len(batches) == 1:
             run = repo.create_check_run(name=opts.check_name, head_sha=head, details_url=opts.report_url,
@@ -255,7 +265,7 @@ def publish_check_run(gh: Any, pr: Any, verdict: Verdict, outcome: md.Outcome, h
 
 
 def upsert_sticky_comment(issue: Any, body: str, author: str | None, result: PublishResult) -> None:
-    """Update our marker comment in place, or create it once. A marker in someone else's comment is ignored."""
+    """Update our marker comment in place, or create it once ; others' marker comments are ignored."""
     ours = None
     for c in issue.comments():
         login = getattr(getattr(c, "user", None), "login", None)

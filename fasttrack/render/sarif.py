@@ -32,7 +32,7 @@ def _rules() -> list[dict[str, Any]]:
             "shortDescription": {"text": r.summary},
             "fullDescription": {"text": r.doc or r.summary},
             "help": {"text": r.doc or r.summary, "markdown": f"**{r.code}**: {r.doc or r.summary}"},
-            "properties": {"family": r.family, "tags": ["fasttrack", r.family] if r.family else ["fasttrack"]},
+            "properties": {"family": r.family, "tags": ["fasttrack", *([r.family] if r.family else [])]},
         })
     return out
 
@@ -53,8 +53,8 @@ def _location(f: Finding) -> list[dict[str, Any]]:
 
 
 def _fingerprint(f: Finding) -> str:
-    key = "\0".join([f.code, f.path or "", f.evidence_file or "", json.dumps(f.point, sort_keys=True, default=str),
-                     f.message])
+    point = json.dumps(f.point, sort_keys=True, default=str)
+    key = "\0".join([f.code, f.path or "", f.evidence_file or "", point, f.message])
     return hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
 
 
@@ -65,7 +65,8 @@ def to_sarif(verdict: Verdict) -> dict[str, Any]:
     for f in verdict.findings:
         if f.code not in index:  # a code outside the catalogue still gets a descriptor (never dropped)
             index[f.code] = len(rules)
-            rules.append({"id": f.code, "shortDescription": {"text": f.code}, "fullDescription": {"text": f.code}})
+            rules.append({"id": f.code, "shortDescription": {"text": f.code},
+                          "fullDescription": {"text": f.code}})
         result: dict[str, Any] = {
             "ruleId": f.code,
             "ruleIndex": index[f.code],

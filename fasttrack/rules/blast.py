@@ -1,7 +1,186 @@
-"""FT11x blast radius from the import graph."""
+"""FT11x blast radius from the import graph (computed by fasttrack.confinement.blast_radius)."""
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Iterator
+
+from fasttrack.confinement.model_units import UnitIndex
+from fasttrack.confinement.zones import in_model_root
+from fasttrack.context import Context
+from fasttrack.findings import Finding
 from fasttrack.rules.base import Catalogue
+from fasttrack.verdict import AffectedModel, BlastRadius, Witness
 
 catalogue = Catalogue("blast")
+
+_LISTED = 5  # names spelled out in one aggregated message
+
+
+def chain_text(w: Witness) -> str:
+    """``a:12 -> b:7 (in a function) -> c``: each hop with the importer's line, lazy hops marked."""
+    parts = []
+    for i, mod in enumerate(w.chain):
+        if i < len(w.lines):
+            line = w.lines[i]
+            lazy = i < len(w.function_level) and w.function_level[i]
+            parts.append(f"{mod}{f':{line}' if line else ''}{' (in a function)' if lazy else ''}")
+        else:
+            parts.append(mod)
+    return " -> ".join(parts)
+
+
+def _changed_path(w: Witness) -> str:
+    return w.changed_path or w.chain[-1].replace(".", "/") + ".py"
+
+
+def _in_target_root(ctx: Context, path: str) -> bool:
+    return ctx.model is not None and in_model_root(ctx.policy, path, ctx.model)
+
+
+def _is_model_code(ctx: Context, path: str) -> bool:
+    units = UnitIndex(ctx.policy.models, ctx.policy.blast_radius.root_package)
+    return _in_target_root(ctx, path) or units.unit_of_path(path) is not None
+
+
+def _archs(names: list[str], limit: int = 6) -> str:
+    if not names:
+        return "no registered architecture"
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _unit_label(a: AffectedModel) -> str:
+    kind = "model package" if a.kind == "package" else "legacy model file" if a.kind == "legacy" else a.kind
+    return f"{kind} {a.name} ({a.path or a.module})"
+
+
+@catalogue.rule("FT110", "Another model unit imports code this PR changes.")
+def other_model_affected(ctx: Context) -> Iterator[Finding]:
+    """The import graph of the head tree says another model unit (a ``vllm/models/<m>/`` package or a legacy
+    ``vllm/model_executor/models/<name>.py`` file, with every registered architecture that runs through it)
+    imports a changed module, directly or through the target model's own modules. A fast-track PR must
+    change only its own model: when the change reaches another model, that model's users get code its
+    owners never reviewed. One finding per affected model unit, with the witness import chain; when the PR
+    changes shared code, one finding per changed shared module summarises the model units behind it."""
+    radius = ctx.blast_radius
+    if not radius.computed:
+        return
+    by_shared_change: dict[str, list[AffectedModel]] = defaultdict(list)
+    for a in radius.models:
+        if a.witness is None:
+            continue
+        changed = _changed_path(a.witness)
+        if ctx.model is not None and not _in_target_root(ctx, changed):
+            by_shared_change[changed].append(a)
+            continue
+        yield Finding.error(
+            "FT110",
+            f"{_unit_label(a)} imports {a.witness.chain[-1]}, which this PR changes "
+            f"({chain_text(a.witness)}); it serves {_archs(a.architectures)}",
+            path=changed,
+            fix=f"leave what {a.name} uses from {a.witness.chain[-1]} as it is (put the new code in a new "
+                f"module only {ctx.model or 'the model'} imports), or send the PR to normal review with "
+                f"{a.name}'s owners",
+        )
+    for changed, units in sorted(by_shared_change.items()):
+        names = ", ".join(f"{u.name} ({_archs(u.architectures, 3)})" for u in units[:_LISTED])
+        more = f" and {len(units) - _LISTED} more" if len(units) > _LISTED else ""
+        example = f"; e.g. {chain_text(units[0].witness)}" if units[0].witness else ""
+        yield Finding.error(
+            "FT110",
+            f"{changed} is outside {ctx.model}'s root and {len(units)} other model unit(s) import it: "
+            f"{names}{more}{example}",
+            path=changed,
+            fix="keep the change inside the model's own package; a change to code other models import goes "
+                "to normal review",
+        )
+    listed = len(radius.models)
+    if radius.models_total > listed:
+        yield Finding.error(
+            "FT110",
+            f"{radius.models_total - listed} more affected model unit(s) are not listed (the policy's "
+            f"max_witnesses is {ctx.policy.blast_radius.max_witnesses})",
+            fix="narrow the PR to the model's own package",
+        )
+
+
+@catalogue.rule("FT111", "Shared code imports model code this PR changes.")
+def shared_imports_changed_model_code(ctx: Context) -> Iterator[Finding]:
+    """A module outside every model unit (shared layers, warmup, workers, attention backends ...) imports a
+    changed module of model code, directly or through the target model's own modules, so the change runs
+    inside shared code paths. Function-level imports count (the witness marks them): they run whenever the
+    function does. Hub modules from the policy (the registry) are call-in points and are not reported here
+    (FT112 lists them). Shared modules affected because the PR changes shared code itself are not reported
+    here either: the zone rules flag that path, and FT112 counts what imports it."""
+    radius = ctx.blast_radius
+    if not radius.computed:
+        return
+    for s in radius.shared:
+        if s.hub:
+            continue
+        changed = _changed_path(s.witness)
+        if not _is_model_code(ctx, changed):
+            continue
+        zone = f" ({s.zone})" if s.zone else ""
+        lazy = " inside a function" if s.witness.function_level[:1] == [True] else ""
+        yield Finding.error(
+            "FT111",
+            f"shared module {s.module}{zone} imports{lazy} {s.witness.chain[-1]}, which this PR changes "
+            f"({chain_text(s.witness)})",
+            path=changed,
+            fix=f"leave the code {s.module} imports unchanged (add new modules instead of editing the ones "
+                "shared code imports), or send the PR to normal review",
+        )
+
+
+def _summary(ctx: Context, r: BlastRadius) -> str:
+    other = sorted({a for m in r.models for a in m.architectures})
+    own = [a for a in r.architectures if a not in other]
+    hubs = [s.module for s in r.shared if s.hub]
+    hub_text = f" ({len(hubs)} of them hubs: {', '.join(hubs)})" if hubs else ""
+    parts = [
+        f"{len(r.changed_modules)} changed module(s) reach {r.models_total} other model unit(s) and "
+        f"{r.shared_total} shared module(s){hub_text}",
+        f"architectures served by the changed code: {_archs(own, 8)}"
+        + (f"; through other model units: {_archs(other, 8)}" if other else ""),
+    ]
+    if r.hubs_changed:
+        parts.append("changed hub(s), importers not listed: "
+                     + ", ".join(f"{h} ({n})" for h, n in sorted(r.hubs_changed.items())))
+    if r.naive_closure is not None and r.graph_modules:
+        parts.append(f"the naive transitive closure would reach {r.naive_closure} of {r.graph_modules} "
+                     "modules")
+    if r.seconds is not None:
+        parts.append(f"{'cached' if r.graph_cached else 'fresh'} graph, {r.seconds:.2f}s")
+    return "blast radius: " + "; ".join(parts)
+
+
+@catalogue.rule("FT112", "Summary of the blast radius.")
+def blast_radius_summary(ctx: Context) -> Iterator[Finding]:
+    """Information, never a failure: how many changed modules, how many other model units and shared
+    modules import them (before the witness cap), which registered architectures run through the changed
+    files (the model's own, and those of other models reached), changed hub modules, and how far the naive
+    transitive closure would have gone, for scale."""
+    r = ctx.blast_radius
+    if not r.computed:
+        return
+    if not r.changed_modules:
+        yield Finding.info("FT112", f"blast radius: {r.note or 'no Python module changed'}")
+        return
+    yield Finding.info("FT112", _summary(ctx, r))
+
+
+@catalogue.rule("FT113", "The blast radius could not be computed.")
+def blast_radius_not_computed(ctx: Context) -> Iterator[Finding]:
+    """Fail closed: when the import graph of the head tree cannot be built (a file grimp cannot parse, a tree
+    without the root package, a registry that cannot be read statically), nobody can say what the change
+    reaches, so the verdict fails and says why."""
+    r = ctx.blast_radius
+    if r.computed:
+        return
+    yield Finding.error(
+        "FT113",
+        r.note or "the blast radius was not computed",
+        fix="fix what the note names (e.g. a syntax error in a changed file) and run fasttrack again",
+    )

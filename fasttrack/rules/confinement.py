@@ -172,6 +172,13 @@ def _link_escapes(ctx: Context, link_path: str, target: str) -> str | None:
     return f"points to {resolved}, outside {model}'s local roots"
 
 
+def _leaves_dir(link_path: str, target: str, directory: str) -> str | None:
+    resolved = posixpath.normpath(posixpath.join(posixpath.dirname(link_path), target))
+    if posixpath.isabs(target) or not resolved.startswith(directory.rstrip("/") + "/"):
+        return f"points to {resolved}, outside the contribution directory {directory}"
+    return None
+
+
 @catalogue.rule("FT105", "A symlink in the model root points outside it.")
 def symlink_escape(ctx: Context) -> Iterator[Finding]:
     """A symlink inside the model root whose target (relative targets resolved from the link's directory)
@@ -187,6 +194,10 @@ def symlink_escape(ctx: Context) -> Iterator[Finding]:
             continue
         if change.symlink_target is None:
             reason: str | None = "has a target that could not be read"
+        elif engine != change.path and ctx.contribution_dir is not None:
+            # A contribution's link must stay inside the contribution: nothing outside it ships.
+            reason = _leaves_dir(change.path, change.symlink_target, ctx.contribution_dir) or \
+                _link_escapes(ctx, engine, change.symlink_target)
         else:
             reason = _link_escapes(ctx, engine, change.symlink_target)
         if reason:

@@ -260,7 +260,8 @@ class CarveOutBackend(CpuBackend):
     def before_timed(self) -> list[str]:
         out = super().before_timed()
         if self.persisting_limit:
-            out.append(f"the persisting-L2 carve-out was raised to {self.persisting_limit} bytes during the run")
+            limit = self.persisting_limit
+            out.append(f"the persisting-L2 carve-out was raised to {limit} bytes during the run")
             self.persisting_limit = 0
         return out
 

@@ -85,7 +85,8 @@ def test_without_grid_envelope_tests_are_skipped_with_a_reason(pytester: pytest.
     pytester.makepyfile(test_kernels=KERNEL_TESTS)
     run = pytester.runpytest("-rs")
     run.assert_outcomes(passed=1, skipped=2, errors=1)
-    run.stdout.fnmatch_lines(["*SKIPPED*needs an envelope grid: run the kernel tests through `fasttrack collect`*"])
+    run.stdout.fnmatch_lines(
+        ["*SKIPPED*needs an envelope grid: run the kernel tests through `fasttrack collect`*"])
     assert not list(pytester.path.rglob("*.jsonl"))  # inert: nothing written without --fasttrack-results
 
 
@@ -102,7 +103,8 @@ def test_empty_grid_skips_with_its_own_reason(pytester: pytest.Pytester) -> None
 
 def test_bad_grid_is_a_usage_error_naming_the_field(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_kernels=KERNEL_TESTS)
-    grid = write_grid(pytester.path / "grid.json", [{"gpu": "x", "tp": 0, "batch": 1, "context": 1, "dtype": "f"}])
+    bad = {"gpu": "x", "tp": 0, "batch": 1, "context": 1, "dtype": "f"}
+    grid = write_grid(pytester.path / "grid.json", [bad])
     run = pytester.runpytest("--fasttrack-grid", str(grid))
     assert run.ret == pytest.ExitCode.USAGE_ERROR
     run.stderr.fnmatch_lines(["*--fasttrack-grid:*points[[]0[]].tp: expected a positive integer*"])
@@ -147,7 +149,8 @@ def test_point_ids_are_readable_and_shell_safe() -> None:
     ("not json", "unreadable grid file"),
     ('{"points": 3}', "expected an object with a list under 'points'"),
     ('{"points": [{"gpu": "x"}]}', "missing key(s) tp, batch, context, dtype"),
-    ('{"points": [{"gpu": "x", "tp": 1, "batch": 1, "context": 1, "dtype": "f", "zz": 1}]}', "unknown key(s) zz"),
+    ('{"points": [{"gpu": "x", "tp": 1, "batch": 1, "context": 1, "dtype": "f", "zz": 1}]}',
+     "unknown key(s) zz"),
     ('{"points": [{"gpu": "", "tp": 1, "batch": 1, "context": 1, "dtype": "f"}]}', "points[0].gpu"),
 ])
 def test_load_grid_rejects_malformed_files(tmp_path: Path, content: str, message: str) -> None:

@@ -45,8 +45,6 @@ def test_number_edited_after_signing(fx: BundleFixture) -> None:
 
 
 def test_claim_inflated_then_resigned_with_an_unlisted_key(fx: BundleFixture) -> None:
-    for v in fx.pred["benchmarks"][0]["variants"]["fused"]["samples_us"][:20]:
-        assert v > 0
     fx.pred["benchmarks"][0]["variants"]["fused"]["samples_us"] = [10.0] * 30
     fx.write()
     fx.sign(make_key(fx.root / "attacker", "attacker"))
@@ -76,7 +74,8 @@ def test_point_removed_after_signing(fx: BundleFixture) -> None:
 
 def test_point_removed_and_envelope_shrunk_is_stale(fx: BundleFixture) -> None:
     # Shrinking the envelope after collection edits fasttrack.toml, which is part of the content digest.
-    toml = (fx.contrib / "fasttrack.toml").read_text().replace("grid_batches = [1, 2, 4]", "grid_batches = [1, 2]")
+    toml = (fx.contrib / "fasttrack.toml").read_text()
+    toml = toml.replace("grid_batches = [1, 2, 4]", "grid_batches = [1, 2]")
     (fx.contrib / "fasttrack.toml").write_text(toml)
     found = run_all(fx.context())
     assert "FT302" in error_codes(found)

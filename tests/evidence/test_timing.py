@@ -188,7 +188,8 @@ def test_compare_reports_shape_nan_and_tolerance() -> None:
 
 
 def test_poison_and_bitwise_equality() -> None:
-    tree = {"a": torch.ones(3), "b": [torch.arange(4, dtype=torch.int32)], "c": torch.ones(2, dtype=torch.bool)}
+    tree = {"a": torch.ones(3), "b": [torch.arange(4, dtype=torch.int32)],
+            "c": torch.ones(2, dtype=torch.bool)}
     pristine = {"a": tree["a"].clone(), "b": [tree["b"][0].clone()], "c": tree["c"].clone()}
     assert trees_equal(tree, pristine)
     poison_tree(tree)

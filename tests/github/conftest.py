@@ -36,25 +36,79 @@ def httpserver_listen_address() -> tuple[str, int]:
 
 def _user(api: str, web: str, login: str, uid: int = 1, kind: str = "User") -> dict[str, Any]:
     u = f"{api}/users/{login}"
-    return {"login": login, "id": uid, "type": kind, "url": u, "html_url": f"{web}/{login}", "avatar_url": "",
-            "gravatar_id": "", "events_url": u + "/events{/privacy}", "followers_url": u + "/followers",
-            "following_url": u + "/following{/other_user}", "gists_url": u + "/gists{/gist_id}",
-            "organizations_url": u + "/orgs", "received_events_url": u + "/received_events",
-            "repos_url": u + "/repos", "starred_url": u + "/starred{/owner}{/repo}",
-            "subscriptions_url": u + "/subscriptions", "site_admin": False}
+    return {
+        "login": login,
+        "id": uid,
+        "type": kind,
+        "url": u,
+        "html_url": f"{web}/{login}",
+        "avatar_url": "",
+        "gravatar_id": "",
+        "events_url": u + "/events{/privacy}",
+        "followers_url": u + "/followers",
+        "following_url": u + "/following{/other_user}",
+        "gists_url": u + "/gists{/gist_id}",
+        "organizations_url": u + "/orgs",
+        "received_events_url": u + "/received_events",
+        "repos_url": u + "/repos",
+        "starred_url": u + "/starred{/owner}{/repo}",
+        "subscriptions_url": u + "/subscriptions",
+        "site_admin": False,
+    }
 
 
 def _repo(api: str, web: str, owner: str, name: str) -> dict[str, Any]:
     r = f"{api}/repos/{owner}/{name}"
-    keys = ["archive_url", "assignees_url", "blobs_url", "branches_url", "collaborators_url", "comments_url",
-            "commits_url", "compare_url", "contents_url", "contributors_url", "deployments_url", "downloads_url",
-            "events_url", "forks_url", "git_commits_url", "git_refs_url", "git_tags_url", "hooks_url",
-            "issue_comment_url", "issue_events_url", "issues_url", "keys_url", "labels_url", "languages_url",
-            "merges_url", "milestones_url", "notifications_url", "pulls_url", "releases_url", "stargazers_url",
-            "statuses_url", "subscribers_url", "subscription_url", "tags_url", "teams_url", "trees_url"]
+    keys = [
+        "archive_url",
+        "assignees_url",
+        "blobs_url",
+        "branches_url",
+        "collaborators_url",
+        "comments_url",
+        "commits_url",
+        "compare_url",
+        "contents_url",
+        "contributors_url",
+        "deployments_url",
+        "downloads_url",
+        "events_url",
+        "forks_url",
+        "git_commits_url",
+        "git_refs_url",
+        "git_tags_url",
+        "hooks_url",
+        "issue_comment_url",
+        "issue_events_url",
+        "issues_url",
+        "keys_url",
+        "labels_url",
+        "languages_url",
+        "merges_url",
+        "milestones_url",
+        "notifications_url",
+        "pulls_url",
+        "releases_url",
+        "stargazers_url",
+        "statuses_url",
+        "subscribers_url",
+        "subscription_url",
+        "tags_url",
+        "teams_url",
+        "trees_url",
+    ]
     out: dict[str, Any] = {k: f"{r}/{k.removesuffix('_url')}" for k in keys}
-    out.update(id=42, name=name, full_name=f"{owner}/{name}", owner=_user(api, web, owner, 2, "Organization"),
-               private=False, fork=False, description="fake", url=r, html_url=f"{web}/{owner}/{name}")
+    out.update(
+        id=42,
+        name=name,
+        full_name=f"{owner}/{name}",
+        owner=_user(api, web, owner, 2, "Organization"),
+        private=False,
+        fork=False,
+        description="fake",
+        url=r,
+        html_url=f"{web}/{owner}/{name}",
+    )
     return out
 
 
@@ -73,13 +127,29 @@ class FakeGitHub:
     failures: list[tuple[str, re.Pattern[str], Response]] = field(default_factory=list)
     token: str = TOKEN
     me_login: str = "octocat"
+    author: str = BOT  # who the token is: new comments are theirs
     _next_id: int = 1000
 
-    def fail_next(self, method: str, path_regex: str, status: int, headers: dict[str, str] | None = None,
-                  message: str = "failure") -> None:
-        self.failures.append((method, re.compile(path_regex),
-                              Response(json.dumps({"message": message}), status=status,
-                                       headers=headers or {}, content_type="application/json")))
+    def fail_next(
+        self,
+        method: str,
+        path_regex: str,
+        status: int,
+        headers: dict[str, str] | None = None,
+        message: str = "failure",
+    ) -> None:
+        self.failures.append(
+            (
+                method,
+                re.compile(path_regex),
+                Response(
+                    json.dumps({"message": message}),
+                    status=status,
+                    headers=headers or {},
+                    content_type="application/json",
+                ),
+            )
+        )
 
     def new_id(self) -> int:
         self._next_id += 1
@@ -92,24 +162,64 @@ class FakeGitHub:
         repo = _repo(self.api, self.web, OWNER, NAME)
         fork = _repo(self.api, self.web, "contributor", NAME)
         return {
-            "url": p, "id": 9, "number": PR, "state": "open", "title": "Fused MoE for Kimi", "body": "",
-            "body_html": "", "body_text": "", "html_url": f"{self.web}/{OWNER}/{NAME}/pull/{PR}",
-            "diff_url": p + ".diff", "patch_url": p + ".patch", "issue_url": f"{r}/issues/{PR}",
-            "commits_url": p + "/commits", "review_comments_url": p + "/comments",
-            "review_comment_url": r + "/pulls/comments{/number}", "comments_url": f"{r}/issues/{PR}/comments",
-            "statuses_url": f"{r}/statuses/{self.head_sha}", "active_lock_reason": None, "assignee": None,
-            "assignees": [], "closed_at": None, "created_at": "2026-01-01T00:00:00Z",
-            "updated_at": "2026-01-02T00:00:00Z", "merged_at": None, "merge_commit_sha": None, "locked": False,
+            "url": p,
+            "id": 9,
+            "number": PR,
+            "state": "open",
+            "title": "Fused MoE for Kimi",
+            "body": "",
+            "body_html": "",
+            "body_text": "",
+            "html_url": f"{self.web}/{OWNER}/{NAME}/pull/{PR}",
+            "diff_url": p + ".diff",
+            "patch_url": p + ".patch",
+            "issue_url": f"{r}/issues/{PR}",
+            "commits_url": p + "/commits",
+            "review_comments_url": p + "/comments",
+            "review_comment_url": r + "/pulls/comments{/number}",
+            "comments_url": f"{r}/issues/{PR}/comments",
+            "statuses_url": f"{r}/statuses/{self.head_sha}",
+            "active_lock_reason": None,
+            "assignee": None,
+            "assignees": [],
+            "closed_at": None,
+            "created_at": "2026-01-01T00:00:00Z",
+            "updated_at": "2026-01-02T00:00:00Z",
+            "merged_at": None,
+            "merge_commit_sha": None,
+            "locked": False,
             "user": _user(self.api, self.web, "contributor", 5),
-            "_links": {"self": {"href": p}, "comments": {"href": f"{r}/issues/{PR}/comments"},
-                       "issue": {"href": f"{r}/issues/{PR}"}},
-            "head": {"ref": "kimi-fused-moe", "label": "contributor:kimi-fused-moe", "sha": self.head_sha,
-                     "user": _user(self.api, self.web, "contributor", 5), "repo": fork},
-            "base": {"ref": "main", "label": f"{OWNER}:main", "sha": BASE,
-                     "user": _user(self.api, self.web, OWNER, 2), "repo": repo},
-            "additions": 10, "deletions": 2, "author_association": "CONTRIBUTOR", "comments": len(self.comments),
-            "commits": len(self.commits), "draft": False, "mergeable": True, "mergeable_state": "clean",
-            "merged": False, "merged_by": None, "review_comments": 0, "requested_teams": [],
+            "_links": {
+                "self": {"href": p},
+                "comments": {"href": f"{r}/issues/{PR}/comments"},
+                "issue": {"href": f"{r}/issues/{PR}"},
+            },
+            "head": {
+                "ref": "kimi-fused-moe",
+                "label": "contributor:kimi-fused-moe",
+                "sha": self.head_sha,
+                "user": _user(self.api, self.web, "contributor", 5),
+                "repo": fork,
+            },
+            "base": {
+                "ref": "main",
+                "label": f"{OWNER}:main",
+                "sha": BASE,
+                "user": _user(self.api, self.web, OWNER, 2),
+                "repo": repo,
+            },
+            "additions": 10,
+            "deletions": 2,
+            "author_association": "CONTRIBUTOR",
+            "comments": len(self.comments),
+            "commits": len(self.commits),
+            "draft": False,
+            "mergeable": True,
+            "mergeable_state": "clean",
+            "merged": False,
+            "merged_by": None,
+            "review_comments": 0,
+            "requested_teams": [],
             "requested_reviewers": [],
             "changed_files": len(self.files) if self.changed_files is None else self.changed_files,
         }
@@ -117,14 +227,32 @@ class FakeGitHub:
     def issue(self) -> dict[str, Any]:
         r = f"{self.api}/repos/{OWNER}/{NAME}"
         i = f"{r}/issues/{PR}"
-        return {"url": i, "id": 9, "number": PR, "title": "Fused MoE for Kimi", "body": "", "body_html": "",
-                "body_text": "", "state": "open", "assignee": None, "assignees": [], "closed_at": None,
-                "closed_by": None, "comments": len(self.comments), "comments_url": i + "/comments",
-                "created_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-02T00:00:00Z",
-                "events_url": i + "/events", "html_url": f"{self.web}/{OWNER}/{NAME}/pull/{PR}",
-                "labels": [self.label(n) for n in self.labels], "labels_url": i + "/labels{/name}",
-                "locked": False, "milestone": None, "user": _user(self.api, self.web, "contributor", 5),
-                "pull_request": {"url": f"{r}/pulls/{PR}"}}
+        return {
+            "url": i,
+            "id": 9,
+            "number": PR,
+            "title": "Fused MoE for Kimi",
+            "body": "",
+            "body_html": "",
+            "body_text": "",
+            "state": "open",
+            "assignee": None,
+            "assignees": [],
+            "closed_at": None,
+            "closed_by": None,
+            "comments": len(self.comments),
+            "comments_url": i + "/comments",
+            "created_at": "2026-01-01T00:00:00Z",
+            "updated_at": "2026-01-02T00:00:00Z",
+            "events_url": i + "/events",
+            "html_url": f"{self.web}/{OWNER}/{NAME}/pull/{PR}",
+            "labels": [self.label(n) for n in self.labels],
+            "labels_url": i + "/labels{/name}",
+            "locked": False,
+            "milestone": None,
+            "user": _user(self.api, self.web, "contributor", 5),
+            "pull_request": {"url": f"{r}/pulls/{PR}"},
+        }
 
     def label(self, name: str) -> dict[str, Any]:
         return {"name": name, "color": "ededed", "url": f"{self.api}/repos/{OWNER}/{NAME}/labels/{name}"}
@@ -132,10 +260,19 @@ class FakeGitHub:
     def comment(self, cid: int, body: str, login: str) -> dict[str, Any]:
         r = f"{self.api}/repos/{OWNER}/{NAME}"
         kind = "Bot" if login.endswith("[bot]") else "User"
-        return {"url": f"{r}/issues/comments/{cid}", "id": cid, "body": body, "body_html": "", "body_text": "",
-                "author_association": "NONE", "created_at": "2026-01-03T00:00:00Z",
-                "updated_at": "2026-01-03T00:00:00Z", "html_url": f"{self.web}/{OWNER}/{NAME}/pull/{PR}",
-                "issue_url": f"{r}/issues/{PR}", "user": _user(self.api, self.web, login, 77, kind)}
+        return {
+            "url": f"{r}/issues/comments/{cid}",
+            "id": cid,
+            "body": body,
+            "body_html": "",
+            "body_text": "",
+            "author_association": "NONE",
+            "created_at": "2026-01-03T00:00:00Z",
+            "updated_at": "2026-01-03T00:00:00Z",
+            "html_url": f"{self.web}/{OWNER}/{NAME}/pull/{PR}",
+            "issue_url": f"{r}/issues/{PR}",
+            "user": _user(self.api, self.web, login, 77, kind),
+        }
 
     def add_comment(self, body: str, login: str) -> int:
         cid = self.new_id()
@@ -146,16 +283,35 @@ class FakeGitHub:
         run = self.check_runs[rid]
         r = f"{self.api}/repos/{OWNER}/{NAME}"
         out = run.get("output") or {}
-        return {"url": f"{r}/check-runs/{rid}", "id": rid, "html_url": f"{self.web}/runs/{rid}",
-                "status": run.get("status", "queued"), "conclusion": run.get("conclusion"),
-                "started_at": run.get("started_at"), "completed_at": run.get("completed_at"),
-                "head_sha": run["head_sha"], "name": run["name"], "external_id": None, "pull_requests": [],
-                "check_suite": {"id": 5},
-                "app": {"id": 15368, "name": "GitHub Actions", "description": "", "external_url": self.web,
-                        "html_url": f"{self.web}/apps/github-actions", "owner": _user(self.api, self.web, "github")},
-                "output": {"title": out.get("title"), "summary": out.get("summary"), "text": None,
-                           "annotations_count": len(self.annotations.get(rid, [])),
-                           "annotations_url": f"{r}/check-runs/{rid}/annotations"}}
+        return {
+            "url": f"{r}/check-runs/{rid}",
+            "id": rid,
+            "html_url": f"{self.web}/runs/{rid}",
+            "status": run.get("status", "queued"),
+            "conclusion": run.get("conclusion"),
+            "started_at": run.get("started_at"),
+            "completed_at": run.get("completed_at"),
+            "head_sha": run["head_sha"],
+            "name": run["name"],
+            "external_id": None,
+            "pull_requests": [],
+            "check_suite": {"id": 5},
+            "app": {
+                "id": 15368,
+                "name": "GitHub Actions",
+                "description": "",
+                "external_url": self.web,
+                "html_url": f"{self.web}/apps/github-actions",
+                "owner": _user(self.api, self.web, "github"),
+            },
+            "output": {
+                "title": out.get("title"),
+                "summary": out.get("summary"),
+                "text": None,
+                "annotations_count": len(self.annotations.get(rid, [])),
+                "annotations_url": f"{r}/check-runs/{rid}/annotations",
+            },
+        }
 
     # ---- the handler ----
     def handle(self, request: Request) -> Response:
@@ -170,26 +326,59 @@ class FakeGitHub:
         m = request.method
         body = json.loads(request.get_data() or b"null")
         if path == "/api/v3/user" and m == "GET":
-            return _json(_user(self.api, self.web, self.me_login, 3))
+            profile = {
+                "bio": None,
+                "blog": "",
+                "company": None,
+                "email": None,
+                "hireable": None,
+                "location": None,
+                "name": "The Octocat",
+                "followers": 0,
+                "following": 0,
+                "public_gists": 0,
+                "public_repos": 0,
+                "created_at": "2020-01-01T00:00:00Z",
+                "updated_at": "2026-01-01T00:00:00Z",
+            }
+            return _json(_user(self.api, self.web, self.me_login, 3) | profile)
         if not path.startswith(prefix):
             return _json({"message": "Not Found"}, 404)
-        rest = path[len(prefix):]
+        rest = path[len(prefix) :]
         if rest == f"/pulls/{PR}" and m == "GET":
             return _json(self.pull())
         if rest == f"/pulls/{PR}/files" and m == "GET":
             return self._page(request, self.files)
         if rest == f"/pulls/{PR}/commits" and m == "GET":
-            return self._page(request, [{"sha": s, "url": "", "html_url": "", "comments_url": "",
-                                         "author": None, "committer": None, "parents": [],
-                                         "commit": {"message": "m", "url": "", "author": {}, "committer": {},
-                                                    "tree": {"sha": "0" * 40, "url": ""}, "comment_count": 0}}
-                                        for s in self.commits])
+            return self._page(
+                request,
+                [
+                    {
+                        "sha": s,
+                        "url": "",
+                        "html_url": "",
+                        "comments_url": "",
+                        "author": None,
+                        "committer": None,
+                        "parents": [],
+                        "commit": {
+                            "message": "m",
+                            "url": "",
+                            "author": {},
+                            "committer": {},
+                            "tree": {"sha": "0" * 40, "url": ""},
+                            "comment_count": 0,
+                        },
+                    }
+                    for s in self.commits
+                ],
+            )
         if rest == f"/issues/{PR}" and m == "GET":
             return _json(self.issue())
         if rest == f"/issues/{PR}/comments" and m == "GET":
             return self._page(request, self.comments)
         if rest == f"/issues/{PR}/comments" and m == "POST":
-            cid = self.add_comment(body["body"], BOT)
+            cid = self.add_comment(body["body"], self.author)
             return _json(self.comments[-1] | {"id": cid}, 201)
         if (cm := re.fullmatch(r"/issues/comments/(\d+)", rest)) and m == "PATCH":
             for c in self.comments:
@@ -226,7 +415,7 @@ class FakeGitHub:
     def _page(self, request: Request, items: list[dict[str, Any]]) -> Response:
         per_page = int(request.args.get("per_page", 30))
         page = int(request.args.get("page", 1))
-        chunk = items[(page - 1) * per_page: page * per_page]
+        chunk = items[(page - 1) * per_page : page * per_page]
         headers = {}
         if page * per_page < len(items):
             nxt = f"{self.web}{request.path}?per_page={per_page}&page={page + 1}"
@@ -235,7 +424,9 @@ class FakeGitHub:
 
 
 def _json(payload: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(json.dumps(payload), status=status, headers=headers or {}, content_type="application/json")
+    return Response(
+        json.dumps(payload), status=status, headers=headers or {}, content_type="application/json"
+    )
 
 
 @pytest.fixture
@@ -265,23 +456,44 @@ def writes() -> Callable[[Any], list[tuple[str, str]]]:
     return writes_seen
 
 
-def make_verdict(findings: list[Finding] | None = None, *, verdict: str | None = None, head: str | None = HEAD,
-                 pr: int | None = None, paths: list[str] | None = None) -> Verdict:
+def make_verdict(
+    findings: list[Finding] | None = None,
+    *,
+    verdict: str | None = None,
+    head: str | None = HEAD,
+    pr: int | None = None,
+    paths: list[str] | None = None,
+) -> Verdict:
     findings = findings or []
     paths = paths if paths is not None else ["vllm/model_executor/models/kimi_k3/fused_moe.py"]
     return Verdict(
         tool_version="0.1.0",
         verdict=verdict or ("fail" if any(f.severity is Severity.ERROR for f in findings) else "pass"),
-        mode="range", base=BASE, head=head, pr=pr, model="kimi_k3",
+        mode="range",
+        base=BASE,
+        head=head,
+        pr=pr,
+        model="kimi_k3",
         changed_files=[ChangedFile(path=p, status=ChangeStatus.MODIFIED) for p in paths],
-        findings=findings, rules_run=["FT101", "FT102"], generated_at="2026-01-05T12:00:00Z",
+        findings=findings,
+        rules_run=["FT101", "FT102"],
+        generated_at="2026-01-05T12:00:00Z",
     )
 
 
 def many_findings(n: int, path: str = "vllm/model_executor/models/kimi_k3/fused_moe.py") -> list[Finding]:
     sev = [Severity.INFO, Severity.WARNING, Severity.ERROR]
-    return [Finding(code=f"FT{101 + i % 3}", severity=sev[i % 3], message=f"finding {i}", path=path,
-                    line=i + 1, fix="do the thing") for i in range(n)]
+    return [
+        Finding(
+            code=f"FT{101 + i % 3}",
+            severity=sev[i % 3],
+            message=f"finding {i}",
+            path=path,
+            line=i + 1,
+            fix="do the thing",
+        )
+        for i in range(n)
+    ]
 
 
 @pytest.fixture
@@ -298,8 +510,18 @@ def verdicts() -> Any:
 @pytest.fixture
 def pr_file() -> Callable[..., dict[str, Any]]:
     def make(filename: str, status: str = "modified", **kw: Any) -> dict[str, Any]:
-        entry = {"sha": "c" * 40, "filename": filename, "status": status, "additions": 1, "deletions": 0,
-                 "changes": 1, "blob_url": "", "raw_url": "", "contents_url": "", "patch": "@@ -1 +1,2 @@\n x\n+y"}
+        entry = {
+            "sha": "c" * 40,
+            "filename": filename,
+            "status": status,
+            "additions": 1,
+            "deletions": 0,
+            "changes": 1,
+            "blob_url": "",
+            "raw_url": "",
+            "contents_url": "",
+            "patch": "@@ -1 +1,2 @@\n x\n+y",
+        }
         entry.update(kw)
         return entry
 

@@ -14,7 +14,9 @@ from fasttrack.cli import main
 from fasttrack.github.publish import LABEL_BLOCKED
 
 
-def _run(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+def _run(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str
+) -> tuple[int, str, str]:
     monkeypatch.setattr(sys, "argv", ["fasttrack", *args])
     code = 0
     try:
@@ -30,25 +32,60 @@ def artifact(tmp_path: Path, verdicts: Any) -> Path:
     d = tmp_path / "verdict"
     d.mkdir()
     (d / "verdict.json").write_text(verdicts.make(verdicts.many(4)).model_dump_json(), encoding="utf-8")
-    (d / "pr.json").write_text(json.dumps({"pr": verdicts.pr, "head_sha": verdicts.head, "base_sha": verdicts.base}),
-                               encoding="utf-8")
+    (d / "pr.json").write_text(
+        json.dumps({"pr": verdicts.pr, "head_sha": verdicts.head, "base_sha": verdicts.base}),
+        encoding="utf-8",
+    )
     return d
 
 
 def _publish_args(fake: Any, verdicts: Any, d: Path, *extra: str) -> list[str]:
-    return ["github", "publish", "--verdict", str(d / "verdict.json"), "--meta", str(d / "pr.json"),
-            "--repo", verdicts.repo, "--pr", str(verdicts.pr), "--head-sha", verdicts.head,
-            "--base-url", fake.web, "--comment-author", verdicts.bot, *extra]
+    return [
+        "github",
+        "publish",
+        "--verdict",
+        str(d / "verdict.json"),
+        "--meta",
+        str(d / "pr.json"),
+        "--repo",
+        verdicts.repo,
+        "--pr",
+        str(verdicts.pr),
+        "--head-sha",
+        verdicts.head,
+        "--base-url",
+        fake.web,
+        "--comment-author",
+        verdicts.bot,
+        *extra,
+    ]
 
 
-def test_publish_end_to_end(fake_github: Any, pr_file: Any, verdicts: Any, artifact: Path, tmp_path: Path,
-                            monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_publish_end_to_end(
+    fake_github: Any,
+    pr_file: Any,
+    verdicts: Any,
+    artifact: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     fake_github.files = [pr_file("vllm/model_executor/models/kimi_k3/fused_moe.py")]
     monkeypatch.setenv("GITHUB_TOKEN", verdicts.token)
     summary = tmp_path / "step_summary.md"
-    code, out, err = _run(monkeypatch, capsys, *_publish_args(
-        fake_github, verdicts, artifact, "--summary-file", str(summary),
-        "--report-url", "https://github.com/acme/engine/actions/runs/99"))
+    code, out, err = _run(
+        monkeypatch,
+        capsys,
+        *_publish_args(
+            fake_github,
+            verdicts,
+            artifact,
+            "--summary-file",
+            str(summary),
+            "--report-url",
+            "https://github.com/acme/engine/actions/runs/99",
+        ),
+    )
     assert code == 0, err
     assert out.startswith("fasttrack: PR #7 at aaaaaaaaaaaa: blocked; check run")
     assert "comment" in out and f"+{LABEL_BLOCKED}" in out
@@ -58,8 +95,14 @@ def test_publish_end_to_end(fake_github: Any, pr_file: Any, verdicts: Any, artif
     assert "blocked" in summary.read_text(encoding="utf-8")
 
 
-def test_missing_token_is_one_line_exit_2(fake_github: Any, verdicts: Any, artifact: Path, httpserver: Any,
-                                          monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_missing_token_is_one_line_exit_2(
+    fake_github: Any,
+    verdicts: Any,
+    artifact: Path,
+    httpserver: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     monkeypatch.delenv("GITHUB_TOKEN", raising=False)
     code, _, err = _run(monkeypatch, capsys, *_publish_args(fake_github, verdicts, artifact))
     assert code == 2
@@ -67,27 +110,57 @@ def test_missing_token_is_one_line_exit_2(fake_github: Any, verdicts: Any, artif
     assert httpserver.log == []
 
 
-def test_expired_token_is_one_line_exit_2(fake_github: Any, verdicts: Any, artifact: Path, writes: Any,
-                                          httpserver: Any, monkeypatch: pytest.MonkeyPatch,
-                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_expired_token_is_one_line_exit_2(
+    fake_github: Any,
+    verdicts: Any,
+    artifact: Path,
+    writes: Any,
+    httpserver: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     monkeypatch.setenv("MY_TOKEN", "ghs_revoked")
-    code, _, err = _run(monkeypatch, capsys,
-                        *_publish_args(fake_github, verdicts, artifact, "--token-env", "MY_TOKEN"))
+    code, _, err = _run(
+        monkeypatch, capsys, *_publish_args(fake_github, verdicts, artifact, "--token-env", "MY_TOKEN")
+    )
     assert code == 2 and err.count("\n") == 1
     assert "401 Bad credentials" in err and "$MY_TOKEN" in err
     assert writes(httpserver) == []
 
 
 def _deep(n: int) -> str:
-    return '{"tool_version": "1", "verdict": "pass", "mode": "range", "generated_at": "x", "envelope": ' \
-           + '{"a": ' * n + "1" + "}" * n + "}"
+    return (
+        '{"tool_version": "1", "verdict": "pass", "mode": "range", "generated_at": "x", "envelope": '
+        + '{"a": ' * n
+        + "1"
+        + "}" * n
+        + "}"
+    )
 
 
-@pytest.mark.parametrize("kind", ["not-json", "unknown-key", "bad-verdict-value", "oversized", "deep", "symlink",
-                                  "missing", "meta-not-int"])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "not-json",
+        "unknown-key",
+        "bad-verdict-value",
+        "oversized",
+        "deep",
+        "symlink",
+        "missing",
+        "meta-not-int",
+    ],
+)
 def test_malformed_artifacts_are_rejected_before_any_request(
-        kind: str, fake_github: Any, verdicts: Any, artifact: Path, httpserver: Any, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    kind: str,
+    fake_github: Any,
+    verdicts: Any,
+    artifact: Path,
+    httpserver: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     vf = artifact / "verdict.json"
     good = json.loads(vf.read_text(encoding="utf-8"))
     extra: list[str] = []
@@ -107,7 +180,7 @@ def test_malformed_artifacts_are_rejected_before_any_request(
         expect = "over the 4096-byte cap"
     elif kind == "deep":
         vf.write_text(_deep(100_000), encoding="utf-8")
-        expect = "verdict"
+        expect = "Invalid JSON"
     elif kind == "symlink":
         target = tmp_path / "elsewhere.json"
         target.write_text(json.dumps(good), encoding="utf-8")
@@ -118,22 +191,33 @@ def test_malformed_artifacts_are_rejected_before_any_request(
         vf.unlink()
         expect = "no verdict at this path"
     elif kind == "meta-not-int":
-        (artifact / "pr.json").write_text(json.dumps({"pr": "7; rm -rf /", "head_sha": verdicts.head}),
-                                          encoding="utf-8")
+        (artifact / "pr.json").write_text(
+            json.dumps({"pr": "7; rm -rf /", "head_sha": verdicts.head}), encoding="utf-8"
+        )
         expect = "pr: "
     summary = tmp_path / "summary.md"
     monkeypatch.setenv("GITHUB_TOKEN", verdicts.token)
-    code, _, err = _run(monkeypatch, capsys, *_publish_args(fake_github, verdicts, artifact, *extra,
-                                                            "--summary-file", str(summary)))
+    code, _, err = _run(
+        monkeypatch,
+        capsys,
+        *_publish_args(fake_github, verdicts, artifact, *extra, "--summary-file", str(summary)),
+    )
     assert code == 2, err
     assert expect in err and err.count("\n") == 1 and "Traceback" not in err
     assert httpserver.log == []  # not even a read
     assert "verdict rejected, nothing published" in summary.read_text(encoding="utf-8")
 
 
-def test_verdict_for_another_pr_publishes_nothing(fake_github: Any, pr_file: Any, verdicts: Any, artifact: Path,
-                                                  writes: Any, httpserver: Any, monkeypatch: pytest.MonkeyPatch,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_verdict_for_another_pr_publishes_nothing(
+    fake_github: Any,
+    pr_file: Any,
+    verdicts: Any,
+    artifact: Path,
+    writes: Any,
+    httpserver: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     fake_github.files = [pr_file("vllm/model_executor/models/kimi_k3/fused_moe.py")]
     (artifact / "verdict.json").write_text(verdicts.make([], pr=123).model_dump_json(), encoding="utf-8")
     monkeypatch.setenv("GITHUB_TOKEN", verdicts.token)
@@ -142,25 +226,49 @@ def test_verdict_for_another_pr_publishes_nothing(fake_github: Any, pr_file: Any
     assert writes(httpserver) == []
 
 
-def test_bad_head_sha_option(fake_github: Any, verdicts: Any, artifact: Path, monkeypatch: pytest.MonkeyPatch,
-                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_head_sha_option(
+    fake_github: Any,
+    verdicts: Any,
+    artifact: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     args = _publish_args(fake_github, verdicts, artifact)
     args[args.index("--head-sha") + 1] = "main"
     code, _, err = _run(monkeypatch, capsys, *args)
     assert code == 2 and "--head-sha" in err and "not a full commit SHA" in err
 
 
-def test_pr_files_paginates_and_feeds_the_pipeline(fake_github: Any, pr_file: Any, verdicts: Any, httpserver: Any,
-                                                   seen: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_pr_files_paginates_and_feeds_the_pipeline(
+    fake_github: Any,
+    pr_file: Any,
+    verdicts: Any,
+    httpserver: Any,
+    seen: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     fake_github.files = [pr_file(f"vllm/models/kimi_k3/f{i}.py") for i in range(248)] + [
         pr_file("vllm/old_name.py", "removed", additions=0, deletions=3, patch="@@ -1,3 +0,0 @@\n-a\n-b\n-c"),
         pr_file("vllm/models/kimi_k3/new.py", "renamed", previous_filename="vllm/models/kimi_k3/old.py"),
     ]
     monkeypatch.setenv("GITHUB_TOKEN", verdicts.token)
     out_file = tmp_path / "files.json"
-    code, _, err = _run(monkeypatch, capsys, "github", "pr-files", "--repo", verdicts.repo, "--pr", "7",
-                        "--base-url", fake_github.web, "--output", str(out_file))
+    code, _, err = _run(
+        monkeypatch,
+        capsys,
+        "github",
+        "pr-files",
+        "--repo",
+        verdicts.repo,
+        "--pr",
+        "7",
+        "--base-url",
+        fake_github.web,
+        "--output",
+        str(out_file),
+    )
     assert code == 0, err
     entries = json.loads(out_file.read_text(encoding="utf-8"))
     assert len(entries) == 250 and entries[-1]["previous_filename"] == "vllm/models/kimi_k3/old.py"
@@ -169,16 +277,40 @@ def test_pr_files_paginates_and_feeds_the_pipeline(fake_github: Any, pr_file: An
     queries = [req.query_string.decode() for req, _ in httpserver.log if req.path.endswith("/files")]
     assert queries == ["per_page=100", "per_page=100&page=2", "per_page=100&page=3"]
 
-    code, out, err = _run(monkeypatch, capsys, "github", "pr-files", "--repo", verdicts.repo, "--pr", "7",
-                          "--base-url", fake_github.web, "--changes")
+    code, out, err = _run(
+        monkeypatch,
+        capsys,
+        "github",
+        "pr-files",
+        "--repo",
+        verdicts.repo,
+        "--pr",
+        "7",
+        "--base-url",
+        fake_github.web,
+        "--changes",
+    )
     assert code == 0, err
     changes = json.loads(out)
-    assert {"status": "deleted", "path": "vllm/old_name.py", "old_path": None, "binary": False,
-            "added_lines": 0, "removed_lines": 3} in changes
+    assert {
+        "status": "deleted",
+        "path": "vllm/old_name.py",
+        "old_path": None,
+        "binary": False,
+        "added_lines": 0,
+        "removed_lines": 3,
+    } in changes
     renamed = [c for c in changes if c["status"] == "renamed"]
-    assert renamed == [{"status": "renamed", "path": "vllm/models/kimi_k3/new.py",
-                        "old_path": "vllm/models/kimi_k3/old.py", "binary": False, "added_lines": 1,
-                        "removed_lines": 0}]
+    assert renamed == [
+        {
+            "status": "renamed",
+            "path": "vllm/models/kimi_k3/new.py",
+            "old_path": "vllm/models/kimi_k3/old.py",
+            "binary": False,
+            "added_lines": 1,
+            "removed_lines": 0,
+        }
+    ]
 
 
 def test_pr_files_refuses_a_truncated_list(fake_github: Any, pr_file: Any, verdicts: Any) -> None:
@@ -199,3 +331,29 @@ def test_connect_targets_github_com_or_enterprise() -> None:
     assert connect("t", "https://github.com/").session.base_url == "https://api.github.com"
     assert connect("t", "https://ghe.example.com").session.base_url == "https://ghe.example.com/api/v3"
     assert connect("t", "https://ghe.example.com/api/v3").session.base_url == "https://ghe.example.com/api/v3"
+
+
+def test_comment_author_defaults_to_the_token_user_outside_actions(
+    fake_github: Any,
+    pr_file: Any,
+    verdicts: Any,
+    artifact: Path,
+    seen: Any,
+    httpserver: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    fake_github.files = [pr_file("vllm/model_executor/models/kimi_k3/fused_moe.py")]
+    fake_github.author = fake_github.me_login  # a personal token: comments are the user's
+    monkeypatch.setenv("GITHUB_TOKEN", verdicts.token)
+    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
+    args = _publish_args(fake_github, verdicts, artifact, "--no-check-run")
+    i = args.index("--comment-author")
+    del args[i : i + 2]
+    outs = []
+    for _ in range(2):
+        code, out, err = _run(monkeypatch, capsys, *args)
+        assert code == 0, err
+        outs.append(out)
+    assert "created" in outs[0] and "unchanged" in outs[1]
+    assert len(fake_github.comments) == 1 and ("GET", "/api/v3/user") in seen(httpserver)

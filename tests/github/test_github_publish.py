@@ -18,9 +18,17 @@ from fasttrack.verdict import Verdict
 NOW = 1_800_000_000.0
 
 
-def _publish(fake: Any, verdict: Verdict, v: Any, sleeps: list[float] | None = None, token: str | None = None,
-             **kw: Any) -> PublishResult:
-    policy = RetryPolicy(sleep=(sleeps.append if sleeps is not None else _no_sleep), clock=lambda: NOW, jitter=0)
+def _publish(
+    fake: Any,
+    verdict: Verdict,
+    v: Any,
+    sleeps: list[float] | None = None,
+    token: str | None = None,
+    **kw: Any,
+) -> PublishResult:
+    policy = RetryPolicy(
+        sleep=(sleeps.append if sleeps is not None else _no_sleep), clock=lambda: NOW, jitter=0
+    )
     gh = connect(token or v.token, fake.web, policy=policy)
     kw.setdefault("head_sha", v.head)
     kw.setdefault("comment_author", v.bot)
@@ -37,9 +45,10 @@ def matching_files(fake_github: Any, pr_file: Any) -> Any:
     return fake_github
 
 
-def test_120_annotations_take_three_requests(matching_files: Any, verdicts: Any, httpserver: Any,
-                                             writes: Any) -> None:
-    findings = verdicts.many(120) + [Finding.error("FT201", "envelope unbounded")]  # no path: summary only
+def test_120_annotations_take_three_requests(
+    matching_files: Any, verdicts: Any, httpserver: Any, writes: Any
+) -> None:
+    findings = [*verdicts.many(120), Finding.error("FT201", "envelope unbounded")]  # no path: summary only
     result = _publish(matching_files, verdicts.make(findings), verdicts, comment=False, labels=False)
 
     check_writes = [w for w in writes(httpserver) if "check-runs" in w[1]]
@@ -52,16 +61,21 @@ def test_120_annotations_take_three_requests(matching_files: Any, verdicts: Any,
     assert all(b["head_sha"] == verdicts.head for b in bodies[:1])
     notes = matching_files.annotations[result.check_run_id]
     assert len(notes) == 120 and result.check_run_requests == 3
-    assert all(n["start_line"] >= 1 and n["end_line"] == n["start_line"] for n in notes)  # shows in Files changed
+    assert all(
+        n["start_line"] >= 1 and n["end_line"] == n["start_line"] for n in notes
+    )  # shows in Files changed
     levels = [n["annotation_level"] for n in notes]
     assert levels == sorted(levels, key=["failure", "warning", "notice"].index)  # errors first
     for b in bodies:
         assert md.size(b["output"]["summary"]) <= md.COMMENT_LIMIT and b["output"]["title"]
 
 
-def test_few_annotations_one_completed_request(matching_files: Any, verdicts: Any, httpserver: Any,
-                                               writes: Any) -> None:
-    findings = [Finding.warning("FT102", "file-level note", path="vllm/model_executor/models/kimi_k3/fused_moe.py")]
+def test_few_annotations_one_completed_request(
+    matching_files: Any, verdicts: Any, httpserver: Any, writes: Any
+) -> None:
+    findings = [
+        Finding.warning("FT102", "file-level note", path="vllm/model_executor/models/kimi_k3/fused_moe.py")
+    ]
     result = _publish(matching_files, verdicts.make(findings), verdicts, comment=False, labels=False)
     assert [m for m, p in writes(httpserver)] == ["POST"]
     run = matching_files.check_runs[result.check_run_id]
@@ -70,8 +84,9 @@ def test_few_annotations_one_completed_request(matching_files: Any, verdicts: An
     assert note["start_line"] == 1 and "file-level" in note["message"]
 
 
-def test_sticky_comment_updated_in_place_and_foreign_marker_ignored(matching_files: Any, verdicts: Any,
-                                                                    httpserver: Any, writes: Any) -> None:
+def test_sticky_comment_updated_in_place_and_foreign_marker_ignored(
+    matching_files: Any, verdicts: Any, httpserver: Any, writes: Any
+) -> None:
     mallory = matching_files.add_comment(f"{md.STICKY_MARKER} fake pass!", "mallory")
     first = _publish(matching_files, verdicts.make(verdicts.many(3)), verdicts, check_run=False, labels=False)
     assert first.comment_action == "created" and first.comment_id != mallory
@@ -81,8 +96,10 @@ def test_sticky_comment_updated_in_place_and_foreign_marker_ignored(matching_fil
     assert third.comment_action == "unchanged"
 
     comment_writes = [w for w in writes(httpserver) if "comments" in w[1]]
-    assert comment_writes == [("POST", f"/api/v3/repos/acme/engine/issues/{verdicts.pr}/comments"),
-                              ("PATCH", f"/api/v3/repos/acme/engine/issues/comments/{first.comment_id}")]
+    assert comment_writes == [
+        ("POST", f"/api/v3/repos/acme/engine/issues/{verdicts.pr}/comments"),
+        ("PATCH", f"/api/v3/repos/acme/engine/issues/comments/{first.comment_id}"),
+    ]
     ours = [c for c in matching_files.comments if c["user"]["login"] == verdicts.bot]
     assert len(ours) == 1 and "eligible for fast-track" in ours[0]["body"]
     assert ours[0]["body"].startswith(md.STICKY_MARKER)
@@ -101,13 +118,19 @@ def test_comments_are_paginated(matching_files: Any, verdicts: Any, httpserver: 
 
 def test_labels_swap(matching_files: Any, verdicts: Any, httpserver: Any, writes: Any) -> None:
     matching_files.labels = [LABEL_ELIGIBLE, "kernels"]
-    blocked = _publish(matching_files, verdicts.make(verdicts.many(3)), verdicts, check_run=False, comment=False)
+    blocked = _publish(
+        matching_files, verdicts.make(verdicts.many(3)), verdicts, check_run=False, comment=False
+    )
     assert blocked.labels_added == [LABEL_BLOCKED] and blocked.labels_removed == [LABEL_ELIGIBLE]
     assert sorted(matching_files.labels) == sorted([LABEL_BLOCKED, "kernels"])
-    assert writes(httpserver) == [("POST", "/api/v3/repos/acme/engine/issues/7/labels"),
-                                  ("DELETE", f"/api/v3/repos/acme/engine/issues/7/labels/{LABEL_ELIGIBLE}")]
+    assert writes(httpserver) == [
+        ("POST", "/api/v3/repos/acme/engine/issues/7/labels"),
+        ("DELETE", f"/api/v3/repos/acme/engine/issues/7/labels/{LABEL_ELIGIBLE}"),
+    ]
     httpserver.clear_log()
-    again = _publish(matching_files, verdicts.make(verdicts.many(3)), verdicts, check_run=False, comment=False)
+    again = _publish(
+        matching_files, verdicts.make(verdicts.many(3)), verdicts, check_run=False, comment=False
+    )
     assert again.labels_added == [] and again.labels_removed == [] and writes(httpserver) == []
     eligible = _publish(matching_files, verdicts.make([]), verdicts, check_run=False, comment=False)
     assert eligible.labels_added == [LABEL_ELIGIBLE] and eligible.labels_removed == [LABEL_BLOCKED]
@@ -125,11 +148,23 @@ def test_survives_a_502(matching_files: Any, verdicts: Any, httpserver: Any) -> 
     assert len(matching_files.check_runs) == 1
 
 
-def test_survives_a_403_rate_limit_waiting_for_reset(matching_files: Any, verdicts: Any, httpserver: Any) -> None:
-    matching_files.fail_next("POST", r"/issues/7/comments$", 403, message="API rate limit exceeded",
-                             headers={"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": str(int(NOW) + 30)})
-    matching_files.fail_next("POST", r"/issues/7/labels$", 429, headers={"Retry-After": "7"},
-                             message="You have exceeded a secondary rate limit")
+def test_survives_a_403_rate_limit_waiting_for_reset(
+    matching_files: Any, verdicts: Any, httpserver: Any
+) -> None:
+    matching_files.fail_next(
+        "POST",
+        r"/issues/7/comments$",
+        403,
+        message="API rate limit exceeded",
+        headers={"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": str(int(NOW) + 30)},
+    )
+    matching_files.fail_next(
+        "POST",
+        r"/issues/7/labels$",
+        429,
+        headers={"Retry-After": "7"},
+        message="You have exceeded a secondary rate limit",
+    )
     sleeps: list[float] = []
     result = _publish(matching_files, verdicts.make([]), verdicts, sleeps=sleeps, check_run=False)
     assert sleeps == [31.0, 7.0]
@@ -138,16 +173,26 @@ def test_survives_a_403_rate_limit_waiting_for_reset(matching_files: Any, verdic
 
 
 def test_rate_limit_beyond_the_bound_is_a_clear_error(matching_files: Any, verdicts: Any) -> None:
-    matching_files.fail_next("GET", r"/pulls/7$", 403, message="API rate limit exceeded",
-                             headers={"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": str(int(NOW) + 3600)})
+    matching_files.fail_next(
+        "GET",
+        r"/pulls/7$",
+        403,
+        message="API rate limit exceeded",
+        headers={"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": str(int(NOW) + 3600)},
+    )
     with pytest.raises(InputError, match=r"rate limit .* lifts in 3600 s"):
         _publish(matching_files, verdicts.make([]), verdicts, sleeps=[])
 
 
-def test_permission_403_is_not_retried(matching_files: Any, verdicts: Any, writes: Any, httpserver: Any) -> None:
+def test_permission_403_is_not_retried(
+    matching_files: Any, verdicts: Any, writes: Any, httpserver: Any
+) -> None:
     matching_files.fail_next("POST", r"/check-runs$", 403, message="Resource not accessible by integration")
-    with pytest.raises(InputError, match="refused creating the 'fasttrack' check run .403 Resource not accessible"):
+    with pytest.raises(
+        InputError, match=r"refused creating the 'fasttrack' check run \(403 Resource not accessible"
+    ) as info:
         _publish(matching_files, verdicts.make([]), verdicts)
+    assert "--no-check-run" in info.value.render()
     assert [m for m, p in writes(httpserver) if "check-runs" in p] == ["POST"]
 
 
@@ -160,10 +205,14 @@ def test_bad_token_is_a_clear_error(matching_files: Any, verdicts: Any, writes: 
 
 
 def test_untrusted_when_the_pr_edits_the_workflow(fake_github: Any, pr_file: Any, verdicts: Any) -> None:
-    fake_github.files = [pr_file("vllm/model_executor/models/kimi_k3/fused_moe.py"),
-                         pr_file(".github/workflows/fasttrack-verify.yml")]
-    v = verdicts.make([], paths=["vllm/model_executor/models/kimi_k3/fused_moe.py",
-                                 ".github/workflows/fasttrack-verify.yml"])
+    fake_github.files = [
+        pr_file("vllm/model_executor/models/kimi_k3/fused_moe.py"),
+        pr_file(".github/workflows/fasttrack-verify.yml"),
+    ]
+    v = verdicts.make(
+        [],
+        paths=["vllm/model_executor/models/kimi_k3/fused_moe.py", ".github/workflows/fasttrack-verify.yml"],
+    )
     result = _publish(fake_github, v, verdicts)
     assert result.outcome is not None and not result.outcome.trusted and not result.outcome.eligible
     assert fake_github.labels == [LABEL_BLOCKED]
@@ -173,8 +222,10 @@ def test_untrusted_when_the_pr_edits_the_workflow(fake_github: Any, pr_file: Any
 
 
 def test_untrusted_when_the_verdict_leaves_out_files(fake_github: Any, pr_file: Any, verdicts: Any) -> None:
-    fake_github.files = [pr_file("vllm/model_executor/models/kimi_k3/fused_moe.py"),
-                         pr_file("vllm/v1/sample/sampler.py")]
+    fake_github.files = [
+        pr_file("vllm/model_executor/models/kimi_k3/fused_moe.py"),
+        pr_file("vllm/v1/sample/sampler.py"),
+    ]
     result = _publish(fake_github, verdicts.make([]), verdicts)
     assert result.outcome is not None and not result.outcome.eligible
     assert "leaves out 1 file" in fake_github.comments[0]["body"]
@@ -190,10 +241,21 @@ def test_untrusted_when_github_truncates_the_file_list(matching_files: Any, verd
 
 # ---- rejected artifacts publish nothing ----
 
-@pytest.mark.parametrize("case", ["verdict-other-pr", "verdict-other-head", "meta-other-pr", "meta-other-head",
-                                  "no-head", "pr-not-at-sha"])
-def test_claims_that_do_not_match_publish_nothing(case: str, matching_files: Any, verdicts: Any,
-                                                  httpserver: Any, writes: Any) -> None:
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "verdict-other-pr",
+        "verdict-other-head",
+        "meta-other-pr",
+        "meta-other-head",
+        "no-head",
+        "pr-not-at-sha",
+    ],
+)
+def test_claims_that_do_not_match_publish_nothing(
+    case: str, matching_files: Any, verdicts: Any, httpserver: Any, writes: Any
+) -> None:
     from fasttrack.github.artifact import PrMeta
 
     v = verdicts.make([])
@@ -218,8 +280,9 @@ def test_claims_that_do_not_match_publish_nothing(case: str, matching_files: Any
     assert matching_files.comments == [] and matching_files.check_runs == {} and matching_files.labels == []
 
 
-def test_superseded_head_publishes_nothing_quietly(matching_files: Any, verdicts: Any, httpserver: Any,
-                                                   writes: Any) -> None:
+def test_superseded_head_publishes_nothing_quietly(
+    matching_files: Any, verdicts: Any, httpserver: Any, writes: Any
+) -> None:
     old = "f" * 40
     matching_files.commits = [old, verdicts.head]
     result = _publish(matching_files, verdicts.make([], head=old), verdicts, head_sha=old)
@@ -227,13 +290,22 @@ def test_superseded_head_publishes_nothing_quietly(matching_files: Any, verdicts
     assert writes(httpserver) == []
 
 
-def test_step_summary_and_bodies_stay_within_limits(matching_files: Any, verdicts: Any, tmp_path: Path,
-                                                    httpserver: Any) -> None:
-    findings = [Finding.error("FT101", "x" * 3000 + f" {i}", path=f"vllm/p{i}.py", line=1) for i in range(2500)]
+def test_step_summary_and_bodies_stay_within_limits(
+    matching_files: Any, verdicts: Any, tmp_path: Path, httpserver: Any
+) -> None:
+    findings = [
+        Finding.error("FT101", "x" * 3000 + f" {i}", path=f"vllm/p{i}.py", line=1) for i in range(2500)
+    ]
     summary = tmp_path / "summary.md"
     summary.write_text("earlier step output\n" * 10, encoding="utf-8")
-    result = _publish(matching_files, verdicts.make(findings), verdicts, summary_file=summary,
-                      report_url="https://github.com/acme/engine/actions/runs/1", max_annotations=100)
+    result = _publish(
+        matching_files,
+        verdicts.make(findings),
+        verdicts,
+        summary_file=summary,
+        report_url="https://github.com/acme/engine/actions/runs/1",
+        max_annotations=100,
+    )
     assert summary.stat().st_size < 1024 * 1024
     text = summary.read_text(encoding="utf-8")
     assert "Truncated to fit GitHub's limit" in text and "actions/runs/1" in text
@@ -246,9 +318,15 @@ def test_step_summary_and_bodies_stay_within_limits(matching_files: Any, verdict
 
 
 def test_untrusted_text_is_inert_in_the_comment(matching_files: Any, verdicts: Any) -> None:
-    evil = Finding.error("FT101", "@maintainers <img src=x onerror=alert(1)> [click](https://evil.example) | ok",
-                         path="vllm/model_executor/models/kimi_k3/fused_moe.py", line=3, fix="**now**")
+    evil = Finding.error(
+        "FT101",
+        "@maintainers <img src=x onerror=alert(1)> [click](https://evil.example) | ok",
+        path="vllm/model_executor/models/kimi_k3/fused_moe.py",
+        line=3,
+        fix="**now**",
+    )
     _publish(matching_files, verdicts.make([evil]), verdicts, check_run=False, labels=False)
     body = matching_files.comments[0]["body"]
-    assert "@maintainers" not in body and "<img" not in body and "](https://evil" not in body
+    assert "@maintainers" not in body and "<img" not in body and "[click](" not in body
+    assert "\\[click\\](https://evil" in body  # brackets escaped: shown as text, not a link
     assert "**now**" not in body and "&lt;img" in body

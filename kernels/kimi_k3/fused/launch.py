@@ -132,6 +132,19 @@ def make_plan(cfg: K3LayerConfig, B: int, max_context: int, *, gpu: bool = True,
     d_p = max(1, min(max_slots, _cdiv(8 * sms, nbl)))
     t_bn = (16 if mode == 0 else 32) if big else 16
     t_bk = bk(cfg.latent, 256 if mode == 0 else 128) if big else 32
+    if not big:
+        # Interpreter (CPU tests): its cost is per executed op, not per element, so use whole-matrix tiles
+        # (one program per role where possible). Tests override these to exercise the multi-block paths.
+        a_bn, a_bk, a_ks = _p2(rows), _p2(cfg.hidden), 1
+        qb_bk = _p2(cfg.q_lora_rank)
+        block_n = 64
+        s = 1
+        o_bn, o_bk, o_ks = _p2(cfg.hidden), _p2(o_k), 1
+        f_bn, f_bk = 64, _p2(cfg.hidden)
+        u_bn, u_bk, u_p = max(2, _p2(2 * cfg.routed_inter)), _p2(cfg.latent), 1
+        d_bn, d_bk, d_p = _p2(cfg.latent), _p2(cfg.routed_inter), 1
+        t_bn, t_bk = _p2(cfg.hidden), _p2(max(cfg.latent, cfg.shared_inter))
+        bt = max(bt, min(16, _p2(B)) if x_mode == 0 else 16)
     plan = Plan(
         B=B, BB=bb, MODE=mode,
         A_BN=a_bn, A_BK=a_bk, A_KS=a_ks,

@@ -1,0 +1,275 @@
+"""The workflows and the action: linters with no findings, and a policy of our own for every workflow.
+
+The policy (checked on every file under .github/workflows plus action.yml):
+- no `pull_request_target` or `workflow_run` workflow checks out, fetches or runs the PR's head;
+- each job's effective permissions are declared and within the allow-list of its stage (trigger);
+- every action is pinned by a full commit SHA, and every checkout drops its credentials.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.y*ml"))
+ACTION = ROOT / "action.yml"
+
+# What a job may hold, by the event that starts it. A workflow with several triggers gets the strictest.
+ALLOW: dict[str, dict[str, str]] = {
+    "pull_request": {"contents": "read"},
+    "push": {"contents": "read"},
+    "workflow_run": {"actions": "read", "checks": "write", "contents": "read", "pull-requests": "write"},
+    "pull_request_target": {"contents": "read", "checks": "write", "pull-requests": "write"},
+}
+DEFAULT_ALLOW = {"contents": "read"}
+RANK = {"none": 0, "read": 1, "write": 2}
+# Suppressions reviewed once, with the reason in the file; a new one must be added here deliberately.
+ALLOWED_ZIZMOR_IGNORES = {
+    ("fasttrack-publish.yml", "dangerous-triggers"),
+    ("fasttrack-verify.yml", "self-repository"),
+}
+
+PR_HEAD_REFS = re.compile(
+    r"github\.event\.pull_request\.head|github\.head_ref|refs/pull/|"
+    r"github\.event\.workflow_run\.head_(sha|branch|commit|repository)|"
+    r"github\.event\.pull_request\.merge_commit_sha"
+)
+PR_HEAD_RUN = re.compile(r"gh\s+pr\s+checkout|git\s+fetch\b.*\bpull/|git\s+(checkout|switch)\b.*(head|pull)")
+PINNED = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40}$")
+
+
+def _yaml() -> Any:
+    yaml = pytest.importorskip(
+        "ruamel.yaml",
+        reason="ruamel.yaml (from the dev extra, via check-jsonschema) is needed to read the workflows",
+    )
+    return yaml.YAML(typ="safe")  # YAML 1.2: `on` stays a string
+
+
+def load(path_or_text: Path | str) -> dict[str, Any]:
+    text = path_or_text.read_text(encoding="utf-8") if isinstance(path_or_text, Path) else path_or_text
+    data = _yaml().load(text)
+    assert isinstance(data, dict)
+    return data
+
+
+def triggers(wf: dict[str, Any]) -> list[str]:
+    on: Any = wf["on"] if "on" in wf else dict(wf).get(True)  # type: ignore[call-overload]
+    if isinstance(on, str):
+        return [on]
+    if isinstance(on, list):
+        return [str(x) for x in on]
+    return [str(k) for k in (on or {})]
+
+
+def _perms(value: Any) -> dict[str, str] | None:
+    """A permissions block as {scope: level}; None when absent (GitHub's default token, maybe write-all)."""
+    if value is None:
+        return None
+    if value in ("read-all", "write-all"):
+        return {"*": value.split("-")[0]}
+    if value == {}:
+        return {}
+    assert isinstance(value, dict), value
+    return {str(k): str(v) for k, v in value.items()}
+
+
+def _steps(wf: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for name, job in (wf.get("jobs") or {}).items():
+        out += [(str(name), s) for s in job.get("steps") or []]
+    out += [("<action>", s) for s in (wf.get("runs") or {}).get("steps") or []]
+    return out
+
+
+def policy_violations(wf: dict[str, Any], name: str = "workflow") -> list[str]:
+    out: list[str] = []
+    trig = triggers(wf)
+    privileged = {"pull_request_target", "workflow_run"} & set(trig)
+    allow: dict[str, str] | None = None
+    for t in trig:
+        a = ALLOW.get(t, DEFAULT_ALLOW)
+        allow = (
+            a if allow is None else {k: min(allow[k], a[k], key=RANK.__getitem__) for k in allow if k in a}
+        )
+    allow = allow or {}
+    top = _perms(wf.get("permissions"))
+    for job_name, job in (wf.get("jobs") or {}).items():
+        effective = _perms(job.get("permissions"))
+        if effective is None:
+            effective = top
+        if effective is None:
+            out.append(
+                f"{name}: job {job_name}: no permissions declared (the default token may be write-all)"
+            )
+            continue
+        for scope, level in effective.items():
+            if RANK.get(level, 2) > RANK[allow.get(scope, "none")]:
+                out.append(
+                    f"{name}: job {job_name}: {scope}: {level} is more than {'/'.join(trig)} allows "
+                    f"({allow.get(scope, 'none')})"
+                )
+    for job_name, step in _steps(wf):
+        uses = str(step.get("uses", ""))
+        with_ = step.get("with") or {}
+        if uses and not uses.startswith("./") and not PINNED.match(uses.split("#")[0].strip()):
+            out.append(f"{name}: {job_name}: {uses} is not pinned by a full commit SHA")
+        if uses.startswith("actions/checkout@"):
+            if str(with_.get("persist-credentials", "true")).lower() != "false":
+                out.append(f"{name}: {job_name}: checkout without persist-credentials: false")
+            if privileged and any(PR_HEAD_REFS.search(str(with_.get(k, ""))) for k in ("ref", "repository")):
+                out.append(f"{name}: {job_name}: {'/'.join(sorted(privileged))} checks out the PR head")
+        if privileged and PR_HEAD_RUN.search(str(step.get("run", ""))):
+            out.append(
+                f"{name}: {job_name}: {'/'.join(sorted(privileged))} fetches or checks out the PR head"
+            )
+    return out
+
+
+def test_the_workflows_exist() -> None:
+    names = {p.name for p in WORKFLOWS}
+    assert {"fasttrack-verify.yml", "fasttrack-publish.yml"} <= names and ACTION.is_file()
+
+
+@pytest.mark.parametrize("path", [*WORKFLOWS, ACTION], ids=lambda p: p.name)
+def test_policy(path: Path) -> None:
+    assert policy_violations(load(path), path.name) == []
+
+
+def test_stages_hold_exactly_what_they_need() -> None:
+    verify = load(ROOT / ".github/workflows/fasttrack-verify.yml")
+    publish = load(ROOT / ".github/workflows/fasttrack-publish.yml")
+    assert triggers(verify) == ["pull_request"] and verify["permissions"] == {"contents": "read"}
+    assert triggers(publish) == ["workflow_run"] and publish["permissions"] == {}
+    assert publish["jobs"]["publish"]["permissions"] == ALLOW["workflow_run"]
+    checkout = [s for _, s in _steps(publish) if str(s.get("uses", "")).startswith("actions/checkout@")]
+    assert checkout and all("ref" not in (s.get("with") or {}) for s in checkout)  # the default branch only
+    # stage 1 installs fasttrack from the base revision, not from the PR's checkout
+    base = [s for _, s in _steps(verify) if (s.get("with") or {}).get("path") == "_fasttrack"]
+    assert base and base[0]["with"]["ref"] == "${{ github.event.pull_request.base.sha }}"
+    assert any(s.get("uses") == "./_fasttrack" for _, s in _steps(verify))
+
+
+BAD_TARGET = """
+on: pull_request_target
+permissions: {contents: read}
+jobs:
+  j:
+    runs-on: ubuntu-latest
+    steps:
+      - uses: actions/checkout@11bd71901bbe5b1630ceea73d27597364c9af683
+        with: {ref: "${{ github.event.pull_request.head.sha }}", persist-credentials: false}
+      - run: gh pr checkout ${{ github.event.number }}
+"""
+TOO_MUCH = """
+on: [pull_request]
+permissions: {contents: write}
+jobs:
+  a: {runs-on: ubuntu-latest, permissions: {contents: read, pull-requests: write}, steps: [{run: "true"}]}
+  b: {runs-on: ubuntu-latest, steps: [{uses: actions/checkout@v4}]}
+  c: {runs-on: ubuntu-latest, permissions: write-all, steps: [{run: "true"}]}
+"""
+NO_PERMS = """
+on: workflow_run
+jobs:
+  j: {runs-on: ubuntu-latest, steps: [{run: "true"}]}
+"""
+
+
+def test_the_policy_catches_what_it_must() -> None:
+    target = policy_violations(load(BAD_TARGET), "bad")
+    assert any("pull_request_target checks out the PR head" in v for v in target)
+    assert any("fetches or checks out the PR head" in v for v in target)
+    much = policy_violations(load(TOO_MUCH), "much")
+    assert "much: job a: pull-requests: write is more than pull_request allows (none)" in much
+    assert "much: job b: contents: write is more than pull_request allows (read)" in much
+    assert "much: job c: *: write is more than pull_request allows (none)" in much
+    assert any("actions/checkout@v4 is not pinned" in v for v in much)
+    assert any("persist-credentials" in v for v in much)
+    assert policy_violations(load(NO_PERMS), "np") == [
+        "np: job j: no permissions declared (the default token may be write-all)"
+    ]
+
+
+# ---- the linters ----
+
+
+def _tool(name: str) -> str:
+    here = Path(sys.executable).parent / name
+    found = str(here) if here.exists() else shutil.which(name)
+    if not found:
+        pytest.skip(f"{name} is not installed (pip install -e '.[dev]' provides it)")
+    return found
+
+
+def _lint_targets() -> list[str]:
+    return [str(p.relative_to(ROOT)) for p in WORKFLOWS] + [str(ACTION.relative_to(ROOT))]
+
+
+def test_zizmor_offline_has_no_findings() -> None:
+    proc = subprocess.run(
+        [_tool("zizmor"), "--offline", "--no-progress", "--format", "json", *_lint_targets()],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    findings = json.loads(proc.stdout or "[]")
+    assert findings == [] and proc.returncode == 0, proc.stdout[:4000] + proc.stderr[-2000:]
+
+
+def test_zizmor_ignores_are_the_reviewed_ones() -> None:
+    seen = set()
+    for p in [*WORKFLOWS, ACTION]:
+        for m in re.finditer(r"zizmor: ignore\[([\w-]+)\]", p.read_text(encoding="utf-8")):
+            seen.add((p.name, m.group(1)))
+    assert seen <= ALLOWED_ZIZMOR_IGNORES, seen - ALLOWED_ZIZMOR_IGNORES
+
+
+def test_actionlint_has_no_findings() -> None:
+    proc = subprocess.run(
+        [_tool("actionlint"), "-no-color", *[str(p.relative_to(ROOT)) for p in WORKFLOWS]],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0 and proc.stdout == "", proc.stdout + proc.stderr
+
+
+def test_workflows_and_action_match_github_schemas() -> None:
+    tool = _tool("check-jsonschema")
+    for schema, files in (
+        ("vendor.github-workflows", [str(p) for p in WORKFLOWS]),
+        ("vendor.github-actions", [str(ACTION)]),
+    ):
+        proc = subprocess.run(
+            [tool, "--builtin-schema", schema, *files], capture_output=True, text=True, timeout=120
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_action_scripts_pass_shellcheck(tmp_path: Path) -> None:
+    """actionlint lints workflow scripts with shellcheck; the composite action's are checked here."""
+    tool = _tool("shellcheck")
+    action = load(ACTION)
+    scripts = [s["run"] for s in action["runs"]["steps"] if "run" in s]
+    assert scripts
+    for i, script in enumerate(scripts):
+        f = tmp_path / f"step{i}.sh"
+        f.write_text(
+            "#!/usr/bin/env bash\nset -euo pipefail\n" + re.sub(r"\$\{\{[^}]*\}\}", "x", script),
+            encoding="utf-8",
+        )
+        proc = subprocess.run([tool, "-s", "bash", str(f)], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stdout
+    # inputs reach scripts through env only, never as ${{ }} inside a script (template injection)
+    assert not any("${{" in s for s in scripts)

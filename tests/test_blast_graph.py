@@ -1,0 +1,127 @@
+"""The import graph: grimp build, the content-keyed cache, lazy imports, imports of unseen modules."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from blast_fake_tree import write_tree
+
+from fasttrack.confinement.graph import (
+    GraphBuildError,
+    SourceScopes,
+    build_module_graph,
+    load_module_graph,
+    module_name,
+    tree_key,
+)
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    return write_tree(tmp_path / "head")
+
+
+def test_module_names() -> None:
+    assert module_name("vllm/a/b.py") == "vllm.a.b"
+    assert module_name("vllm/a/__init__.py") == "vllm.a"
+    assert module_name("vllm/a/not-a-module.py") is None
+    assert module_name("vllm/a/data.json") is None
+
+
+def test_build_records_edges_with_lines(tree: Path) -> None:
+    g = build_module_graph(tree, "vllm", exclude_type_checking=True)
+    sites = g.importers("vllm.models.alpha.kernels")
+    assert set(sites) == {"vllm.model_executor.models.gamma", "vllm.models.alpha.model"}
+    assert [s.line for s in sites["vllm.model_executor.models.gamma"]] == [1]
+    assert "vllm.model_executor.layers.typed" not in g.importers("vllm.models.alpha.typing_only")
+    # Files grimp does not see (a directory without __init__.py) are still mapped to paths.
+    assert "vllm.models.alpha.nsdir.hidden" not in g.modules
+    assert g.path_of("vllm.models.alpha.nsdir.hidden") == "vllm/models/alpha/nsdir/hidden.py"
+
+
+def test_cache_hit_is_by_content_not_location_or_mtime(tree: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "graphs"
+    cold = load_module_graph(tree, "vllm", exclude_type_checking=True, cache_dir=cache)
+    assert not cold.from_cache and cold.cache_file is not None and cold.cache_file.is_file()
+    warm = load_module_graph(tree, "vllm", exclude_type_checking=True, cache_dir=cache)
+    assert warm.from_cache and warm.key == cold.key
+    assert warm.graph.importers_of == cold.graph.importers_of
+    assert warm.graph.modules == cold.graph.modules and warm.graph.files == cold.graph.files
+
+    copy = tmp_path / "elsewhere"
+    shutil.copytree(tree, copy)
+    future = time.time() + 3600
+    for p in copy.rglob("*.py"):
+        os.utime(p, (future, future))
+    moved = load_module_graph(copy, "vllm", exclude_type_checking=True, cache_dir=cache)
+    assert moved.from_cache and moved.key == cold.key
+
+    (copy / "vllm/models/alpha/private.py").write_text("from .kernels import fused\n")
+    edited = load_module_graph(copy, "vllm", exclude_type_checking=True, cache_dir=cache)
+    assert not edited.from_cache and edited.key != cold.key
+    assert "vllm.models.alpha.private" in edited.graph.importers("vllm.models.alpha.kernels")
+
+
+def test_options_are_part_of_the_key(tree: Path) -> None:
+    a, _, count = tree_key(tree, "vllm", exclude_type_checking=True)
+    b, _, _ = tree_key(tree, "vllm", exclude_type_checking=False)
+    assert a != b and count == len(list(tree.rglob("*.py")))
+
+
+def test_corrupt_cache_is_rebuilt(tree: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "graphs"
+    cold = load_module_graph(tree, "vllm", exclude_type_checking=True, cache_dir=cache)
+    assert cold.cache_file is not None
+    cold.cache_file.write_text('{"format": 1, "key": "truncated')
+    again = load_module_graph(tree, "vllm", exclude_type_checking=True, cache_dir=cache)
+    assert not again.from_cache and again.graph.importers_of == cold.graph.importers_of
+    assert load_module_graph(tree, "vllm", exclude_type_checking=True, cache_dir=cache).from_cache
+
+
+def test_no_cache_dir_writes_nothing(tree: Path, tmp_path: Path) -> None:
+    load = load_module_graph(tree, "vllm", exclude_type_checking=True, cache_dir=None)
+    assert not load.from_cache and load.cache_file is None
+    assert not (tmp_path / "graphs").exists()
+
+
+def test_build_errors_say_why(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(GraphBuildError, match=r"vllm/__init__\.py is missing"):
+        build_module_graph(tmp_path / "empty", "vllm", exclude_type_checking=True)
+    bad = write_tree(tmp_path / "bad", {"vllm/models/alpha/private.py": "def f(:\n"})
+    with pytest.raises(GraphBuildError, match="grimp could not build"):
+        build_module_graph(bad, "vllm", exclude_type_checking=True)
+
+
+def test_function_level_imports(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text(
+        "import a\n"                      # 1 module level
+        "if True:\n"                      # 2
+        "    import b\n"                  # 3 indented, still module level
+        "class C:\n"                      # 4
+        "    import c\n"                  # 5 class body: runs at import
+        "    def f(self):\n"              # 6
+        "        import d\n"              # 7 function level
+        "def g():\n"                      # 8
+        "    try:\n"                      # 9
+        "        import e\n"              # 10 function level
+        "    except ImportError:\n"
+        "        pass\n"
+        "h = lambda: __import__('f')\n"   # 13
+    )
+    s = SourceScopes(tmp_path)
+    assert [s.function_level("m.py", n) for n in (1, 3, 5, 7, 10)] == [False, False, False, True, True]
+    assert s.function_level("m.py", 99) is False
+    assert s.function_level("missing.py", 1) is False
+
+
+def test_find_imports_of_a_module_grimp_cannot_see(tree: Path) -> None:
+    (tree / "vllm/models/alpha/rel_user.py").write_text("def f():\n    from .nsdir import hidden\n")
+    g = build_module_graph(tree, "vllm", exclude_type_checking=True)
+    found = SourceScopes(tree).find_imports_of("vllm.models.alpha.nsdir.hidden", g.files, "vllm")
+    got = {(f.importer, f.line, f.function_level) for f in found}
+    assert got == {("vllm.model_executor.layers.ns_user", 1, False), ("vllm.models.alpha.rel_user", 2, True)}

@@ -59,16 +59,18 @@ def rules_command(
 
 @app.command("schema")
 def schema_command(
-    which: str = typer.Argument(..., help="verdict | manifest | policy"),
+    which: str = typer.Argument(..., help="verdict | manifest | policy | evidence"),
 ) -> None:
-    """Print the JSON schema of the Verdict, the manifest or the policy."""
+    """Print the JSON schema of the Verdict, the manifest, the policy or the evidence statement."""
     from pydantic import BaseModel
 
+    from fasttrack.evidence.bundle import Statement
     from fasttrack.manifest import Manifest
     from fasttrack.policy import Policy
     from fasttrack.verdict import Verdict
 
-    models: dict[str, type[BaseModel]] = {"verdict": Verdict, "manifest": Manifest, "policy": Policy}
+    models: dict[str, type[BaseModel]] = {"verdict": Verdict, "manifest": Manifest, "policy": Policy,
+                                          "evidence": Statement}
     if which not in models:
         raise InputError(f"unknown schema {which!r}", field="WHICH", fix=f"use one of {sorted(models)}")
     typer.echo(json.dumps(models[which].model_json_schema(), indent=2))

@@ -129,6 +129,10 @@ class BenchmarkRow(Strict):
     speedup_ci: dict[str, tuple[float, float]] = Field(default_factory=dict)
     kernels_per_layer: dict[str, float] = Field(default_factory=dict)
     bandwidth_fraction: dict[str, float] = Field(default_factory=dict)  # of the measured copy roofline
+    # Ratios against baselines other than stock (e.g. "compile"): baseline -> variant -> baseline/variant
+    # median ratio, and its CI. Optional: the dashboard falls back to a ratio of medians (no CI) without it.
+    speedup_over: dict[str, dict[str, float]] = Field(default_factory=dict)
+    speedup_over_ci: dict[str, dict[str, tuple[float, float]]] = Field(default_factory=dict)
 
 
 class EvalResult(Strict):

@@ -103,6 +103,12 @@ def test_changed_hub_counts_importers_without_listing_them(tree: Path) -> None:
     assert r.naive_closure is not None and r.naive_closure >= 1
 
 
+def test_changed_modules_are_not_listed_as_affected(tree: Path) -> None:
+    r = radius(tree, mod("vllm/models/alpha/kernels.py"), mod("vllm/model_executor/models/gamma.py"))
+    # gamma imports the changed kernel but is changed itself: walked from, not reported (delta imports it).
+    assert [m.name for m in r.models] == ["delta"]
+
+
 def test_shared_change_lists_its_first_importers_only(tree: Path) -> None:
     r = radius(tree, mod("vllm/model_executor/layers/linear.py"))
     # alpha.model is inside the root: walked through (alpha/__init__), not reported.
@@ -159,7 +165,7 @@ def test_module_outside_grimps_graph_found_from_sources(tree: Path) -> None:
 def test_without_a_target_model_each_change_walks_its_own_package(tree: Path) -> None:
     # Several models touched (no target): alpha's change still walks through alpha to reach beta, and beta's
     # own change reports what imports it outside beta (nothing here).
-    r = radius(tree, mod("vllm/models/alpha/chain_a.py"), mod("vllm/models/beta/model.py"), model=None)
+    r = radius(tree, mod("vllm/models/alpha/chain_a.py"), mod("vllm/models/beta/__init__.py"), model=None)
     assert [m.name for m in r.models] == ["beta"]
     assert r.models[0].witness is not None
     assert r.models[0].witness.chain[-1] == "vllm.models.alpha.chain_a"

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import Executable, Gitlink, GitRepo, Symlink
+from git_helpers import Executable, Gitlink, GitRepo, Symlink
 
 from fasttrack.changes.file_list import changes_from_file_list
 from fasttrack.changes.git import (

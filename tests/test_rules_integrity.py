@@ -68,3 +68,11 @@ def test_both_sides_of_a_rename_count() -> None:
                 head_dir=Path("/nonexistent"), changes=(rename,), model="kimi_k3")
     (f,) = ft401(c)
     assert f.path == "policies/vllm.toml"
+
+
+def test_a_copy_leaves_its_judge_source_alone() -> None:
+    copy = Change(status=ChangeStatus.COPIED, path="vllm/models/kimi_k3/p.toml",
+                  old_path="policies/vllm.toml")
+    c = Context(policy=load_policy(POLICY_PATH), policy_path=POLICY_PATH, mode="range",
+                head_dir=Path("/nonexistent"), changes=(copy,), model="kimi_k3")
+    assert ft401(c) == []

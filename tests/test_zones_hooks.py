@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import GitRepo
+from git_helpers import GitRepo
 
 from fasttrack.changes.git import cache_root, changes_between
 from fasttrack.changes.model import Change, Hunk

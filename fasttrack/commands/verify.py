@@ -353,7 +353,10 @@ def _prune(root: Path, keep: Path, most: int = MAX_OVERLAYS) -> None:
 
 
 def _build_contribution_context(opts: VerifyOptions, cwd: Path) -> Context:
-    root = check_repo(opts.repo, "--repo") if opts.repo is not None else _root_of(cwd)
+    if opts.repo is not None and not opts.repo.is_dir():
+        raise InputError("not a directory", path=opts.repo, field="--repo",
+                         fix="pass the checkout that holds the contribution")
+    root = _root_of(opts.repo.resolve() if opts.repo is not None else cwd)
     contrib = opts.contribution if opts.contribution is not None else root / DEFAULT_CONTRIBUTION
     if not contrib.is_absolute():
         contrib = (cwd / contrib) if opts.contribution is not None else (root / contrib)
@@ -405,8 +408,9 @@ def _build_contribution_context(opts: VerifyOptions, cwd: Path) -> Context:
     if engine is None:
         blast = BlastRadius(computed=False, note=(
             f"contribution mode: no {policy.engine} {policy.engine_version} source tree to lay the "
-            f"contribution over (pass --engine-tree, set {ENGINE_TREE_ENV}, or extract the "
-            f"{policy.engine} wheel to {cache_root() / f'{policy.engine}-{policy.engine_version}'})"))
+            f"contribution over: fetch it with `python -m fasttrack.engine_tree {policy.engine_version}` "
+            f"(it lands in {cache_root() / f'{policy.engine}-{policy.engine_version}'}), or pass "
+            f"--engine-tree DIR, or set {ENGINE_TREE_ENV})"))
     else:
         from fasttrack.confinement.blast_radius import compute_blast_radius
 

@@ -174,6 +174,7 @@ def _compute(policy: Policy, head_dir: Path, changes: tuple[Change, ...], model:
     def edge_is_lazy(importer: str, sites: tuple[ImportSite, ...]) -> bool:
         return bool(sites) and all(function_level(importer, s) for s in sites)
 
+    changed = set(present) | set(removed)
     # Multi-source BFS upward: expand changed modules and modules inside the model root; stop at the first
     # importer outside the root. BFS order gives each affected module a shortest witness chain.
     step: dict[str, _Step] = {}
@@ -196,10 +197,9 @@ def _compute(policy: Policy, head_dir: Path, changes: tuple[Change, ...], model:
                     visited.add(importer)
                     step[importer] = _Step(m, sites)
                     queue.append((importer, root))
-            elif importer not in affected:
+            elif importer not in affected and importer not in changed:
+                # (a changed module is walked from on its own; it is not "affected" by another change)
                 affected[importer] = _Step(m, sites)
-
-    changed = set(present) | set(removed)
 
     def witness(start: str) -> Witness:
         chain = [start]
@@ -244,8 +244,11 @@ def _compute(policy: Policy, head_dir: Path, changes: tuple[Change, ...], model:
     shared_list = sorted(shared, key=lambda s: (*leak_first(s.witness.chain), s.module))
     cap = spec.max_witnesses
 
-    present_starts = [m for m in starts if m in graph.modules]
-    served = set(architectures_through(graph, present_starts, model_code, by_module, extra=root_modules))
+    # Architectures run through the changed modules; for modules the head no longer has (deleted, renamed
+    # away), through the head modules that still import them.
+    in_graph = {m for m in starts if m in graph.modules}
+    in_graph.update(i for found in scanned.values() for i in found if i in graph.modules)
+    served = set(architectures_through(graph, sorted(in_graph), model_code, by_module, extra=root_modules))
     for gone in removed:
         served.update(by_module.get(gone, []))
     # A registry edit serves the architectures whose entries it adds or changes.
@@ -253,7 +256,7 @@ def _compute(policy: Policy, head_dir: Path, changes: tuple[Change, ...], model:
         if registry.path is not None and c.path == registry.path and c.status is not ChangeStatus.DELETED:
             served.update(registry.touched_by({n for h in c.hunks for n, _ in h.added}))
 
-    naive = graph.upstream(present_starts)
+    naive = graph.upstream(in_graph) | (in_graph - set(starts))
     notes = [
         f"{len(changed)} changed module(s); walked to the first importer outside "
         + (f"{model}'s root" if model else "the changed modules (no target model)"),

@@ -196,13 +196,14 @@ def _arg(call: ast.Call, index: int, *names: str) -> ast.expr | None:
 class _Analyser:
     def __init__(self, tree: ast.Module, path: str, own_packages: set[str], module: str | None,
                  is_package: bool, own_op_namespaces: set[str], settings: EscapesSpec,
-                 exec_depth: int) -> None:
+                 exec_depth: int, foreign_op_namespaces: frozenset[str] = frozenset()) -> None:
         self.tree = tree
         self.path = path
         self.own_packages = {p for p in own_packages if p}
         self.module = module
         self.is_package = is_package
         self.own_ops = own_op_namespaces
+        self.foreign_ops = foreign_op_namespaces
         self.settings = settings
         self.exec_depth = exec_depth
         self.scopes: dict[ast.AST, _Scope] = {}
@@ -210,6 +211,9 @@ class _Analyser:
         self.star_imports: list[str] = []
         self.facts = FileFacts()
         self._resolving: set[int] = set()
+        self._memo: dict[int, _Ref | None] = {}
+        self._resolving_names: set[tuple[int, str]] = set()
+        self._name_memo: dict[tuple[int, str], _Ref | None] = {}
         self._found: set[tuple[str, int, int, str]] = set()
         self._stack: list[tuple[ast.AST, _Scope, bool]] = []
         self.candidates: list[tuple[ast.AST, _Scope, bool]] = []
@@ -469,15 +473,35 @@ class _Analyser:
     def resolve(self, node: ast.expr, scope: _Scope) -> _Ref | None:
         """What `node` refers to, or None when it is not a name-like expression."""
         key = id(node)
+        if key in self._memo:
+            return self._memo[key]
         if key in self._resolving:
-            return None
+            return None  # a cycle (x = x.y): no further information
         self._resolving.add(key)
         try:
-            return self._resolve(node, scope)
+            ref = self._resolve(node, scope)
         finally:
             self._resolving.discard(key)
+        self._memo[key] = ref
+        return ref
 
     def _resolve_name(self, name: str, scope: _Scope) -> _Ref | None:
+        # Flow-insensitive, so one answer per (scope, name); memoised, which also keeps a name with many
+        # assignments (s = s.a; s = s.b; ...) linear instead of exponential.
+        key = (id(scope), name)
+        if key in self._name_memo:
+            return self._name_memo[key]
+        if key in self._resolving_names:
+            return None
+        self._resolving_names.add(key)
+        try:
+            ref = self._resolve_name_uncached(name, scope)
+        finally:
+            self._resolving_names.discard(key)
+        self._name_memo[key] = ref
+        return ref
+
+    def _resolve_name_uncached(self, name: str, scope: _Scope) -> _Ref | None:
         if name == "__builtins__":
             return _Ref("import", "builtins")
         if name in ("__name__", "__package__", "__spec__"):
@@ -656,6 +680,8 @@ class _Analyser:
 
     def _report_write(self, node: ast.AST, target: str, verb: str, default_code: str,
                       import_time: bool, how: str) -> None:
+        if _matches(target, self.settings.allowed_writes):
+            return
         code = self._classify(target) or default_code
         if code == INTERPRETER:
             sev: EscapeSeverity = "warning" if target.startswith("sys.path") else "error"
@@ -764,7 +790,7 @@ class _Analyser:
                     severity="warning", target=q)
         if src is not None and self.exec_depth < _MAX_EXEC_DEPTH:
             inner = _analyse(src, self.path, self.own_packages, self.module, self.is_package,
-                             self.own_ops, self.settings, self.exec_depth + 1)
+                             self.own_ops, self.settings, self.exec_depth + 1, self.foreign_ops)
             for esc in inner.escapes:
                 if esc.code == UNPARSEABLE:
                     continue
@@ -853,11 +879,51 @@ class _Analyser:
     # torch.library -------------------------------------------------------------------------------
 
     def _op_is_own(self, ns: str, name: str | None) -> bool:
+        """An op is own in an own namespace (`kimi_k3`, or `kimi_k3_<anything>` unless that is another
+        model's), or in a shared engine namespace when its name starts with `<own>_`."""
         if ns in self.own_ops:
+            return True
+        if ns not in self.foreign_ops and any(ns.startswith(own + "_") for own in self.own_ops):
             return True
         if ns in self.settings.shared_op_namespaces and name:
             return any(name.startswith(own + "_") for own in self.own_ops)
         return False
+
+    def _string_value(self, expr: ast.expr, scope: _Scope, prefix_only: bool = False) -> str | None:
+        """The text of a string built from literals and names bound to string literals (f-strings, `+`).
+        With prefix_only, an unknown part ends the text (marked by a NUL) instead of giving None."""
+        lit = _dotted_literal(expr)
+        if lit is not None:
+            return lit
+        parts: list[ast.expr]
+        if isinstance(expr, ast.JoinedStr):
+            parts = list(expr.values)
+        elif isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add):
+            parts = [expr.left, expr.right]
+        elif isinstance(expr, ast.Name):
+            for b in self._lookup(expr.id, scope) or []:
+                if isinstance(b, _Alias) and id(b.value) not in self._resolving:
+                    self._resolving.add(id(b.value))
+                    try:
+                        value = self._string_value(b.value, b.scope)
+                    finally:
+                        self._resolving.discard(id(b.value))
+                    if value is not None:
+                        return value
+            return None
+        else:
+            return None
+        out = ""
+        for part in parts:
+            inner = part.value if isinstance(part, ast.FormattedValue) and part.format_spec is None \
+                and part.conversion == -1 else part
+            text = self._string_value(inner, scope, prefix_only) if isinstance(inner, ast.expr) else None
+            if text is None:
+                return out + "\x00" if prefix_only else None
+            out += text
+            if "\x00" in text:
+                return out
+        return out
 
     def _library_namespace(self, expr: ast.expr | None, scope: _Scope) -> str | None:
         """The namespace of a torch.library.Library object expression, when it can be known."""
@@ -888,6 +954,14 @@ class _Analyser:
         if expr is None:
             return None, None, False
         lit = _dotted_literal(expr)
+        if lit is None and isinstance(expr, ast.JoinedStr | ast.BinOp | ast.Name):
+            text = self._string_value(expr, scope, prefix_only=True) or ""
+            known, _, _ = text.partition("\x00")  # the literal prefix; the rest is computed
+            if "::" not in known:
+                return None, None, False
+            ns, _, rest = known.partition("::")
+            name = rest.split(".")[0] if rest and len(known) == len(text) else None
+            return ns, name, True
         if lit is not None:
             if "::" not in lit:
                 return None, lit, False
@@ -1044,15 +1118,7 @@ class _Analyser:
         if not (explicit or named):
             return
         if _matches(q, s.allowed_registrations):
-            # judged where the decorator is applied (see _check_decorator_application)
-            if isinstance(node, ast.Call) and scope is not None:
-                for a in node.args:
-                    ref = self.resolve(a, scope)
-                    if self.foreign(ref) and ref is not None and not isinstance(a, ast.Constant):
-                        self.report(REGISTRY, node, f"`{q}` registers `{ref.qualname}`, which is not the "
-                                    "contribution's own", target=q)
-                        return
-            return
+            return  # what a decorator registers is judged where it is applied (_check_decorator_application)
         if not explicit and first_arg_local:
             return  # registering onto a local object (a hook on an own module instance), not a registry
         what = f" `{registered.qualname}`" if registered is not None else ""
@@ -1091,7 +1157,8 @@ def _is_main_guard(test: ast.expr) -> bool:
 
 
 def _analyse(source: str, path: str, own_packages: set[str], module: str | None, is_package: bool,
-             own_op_namespaces: set[str], settings: EscapesSpec, exec_depth: int) -> FileFacts:
+             own_op_namespaces: set[str], settings: EscapesSpec, exec_depth: int,
+             foreign_op_namespaces: frozenset[str] = frozenset()) -> FileFacts:
     try:
         tree = ast.parse(source, filename=path)
     except (SyntaxError, ValueError) as exc:
@@ -1104,7 +1171,7 @@ def _analyse(source: str, path: str, own_packages: set[str], module: str | None,
         return FileFacts(escapes=[Escape(UNPARSEABLE, 1, "is nested too deeply to parse, so it cannot be "
                                          "checked for escapes", path=path)])
     analyser = _Analyser(tree, path, own_packages, module, is_package, own_op_namespaces, settings,
-                         exec_depth)
+                         exec_depth, foreign_op_namespaces)
     try:
         analyser.bind_all()
         analyser.check()
@@ -1116,7 +1183,7 @@ def _analyse(source: str, path: str, own_packages: set[str], module: str | None,
 
 
 def analyse_source(source: str, path: str, own_packages: set[str], *, module: str | None = None,
-                   own_op_namespaces: set[str] | None = None,
+                   own_op_namespaces: set[str] | None = None, foreign_op_namespaces: set[str] | None = None,
                    settings: EscapesSpec | None = None) -> FileFacts:
     """Escapes and imported modules of one file. `module` (the file's dotted name, defaulting to one
     derived from `path`) places relative imports; without it they count as the contribution's own."""
@@ -1124,16 +1191,18 @@ def analyse_source(source: str, path: str, own_packages: set[str], *, module: st
         module = module_name_for(path)
     is_package = path.endswith("__init__.py")
     return _analyse(source, path, set(own_packages), module, is_package, set(own_op_namespaces or ()),
-                    settings or EscapesSpec(), 0)
+                    settings or EscapesSpec(), 0, frozenset(foreign_op_namespaces or ()))
 
 
 def find_escapes(source: str, path: str, own_packages: set[str], *, module: str | None = None,
-                 own_op_namespaces: set[str] | None = None,
+                 own_op_namespaces: set[str] | None = None, foreign_op_namespaces: set[str] | None = None,
                  settings: EscapesSpec | None = None) -> list[Escape]:
     """Every escape in `source` (the text of `path`), ordered by line. Never raises on bad source.
 
     `own_packages`: dotted packages that are the contribution's own (writes into them are fine).
-    `own_op_namespaces`: torch op namespaces the contribution owns (e.g. {"kimi_k3"}).
+    `own_op_namespaces`: torch op namespaces the contribution owns (e.g. {"kimi_k3"}); namespaces
+    `<own>_*` are own too unless listed in `foreign_op_namespaces` (other models' names).
+    `module`: the file's dotted module name, to place relative imports (default: from `path`).
     """
     return analyse_source(source, path, own_packages, module=module, own_op_namespaces=own_op_namespaces,
-                          settings=settings).escapes
+                          foreign_op_namespaces=foreign_op_namespaces, settings=settings).escapes

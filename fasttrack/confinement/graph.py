@@ -316,6 +316,7 @@ def load_module_graph(root: Path, package: str, *, exclude_type_checking: bool,
     return GraphLoad(graph, key, False, time.perf_counter() - t0, count, cache_file)
 
 
+
 # ----------------------------------------------------------------------------------------- source scopes
 
 

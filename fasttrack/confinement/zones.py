@@ -23,7 +23,9 @@ from functools import lru_cache
 
 import pathspec
 
+from fasttrack.changes.model import Change
 from fasttrack.policy import MODEL_NAME_RE, MODEL_PLACEHOLDER, Policy, Zone, ZoneKind
+from fasttrack.verdict import ChangeStatus
 
 SHARED_ZONE = "shared"
 MODEL_LOCAL_ZONE = "model-local"
@@ -65,6 +67,17 @@ def _slot_regexes(roots: tuple[str, ...]) -> tuple[re.Pattern[str], ...]:
         prefix = root.split(MODEL_PLACEHOLDER, 1)[0].lstrip("/")
         regexes.append(re.compile("^" + _glob_prefix_regex(prefix) + r"([a-z][a-z0-9_]*)"))
     return tuple(regexes)
+
+
+def changed_sides(change: Change) -> list[tuple[str, str]]:
+    """(path, how the change touches it) for every path a change alters: both sides of a rename. A copy
+    leaves its source as it was, so only the copy counts (its source is named in the description)."""
+    if change.status is ChangeStatus.RENAMED and change.old_path and change.old_path != change.path:
+        return [(change.old_path, f"renamed to {change.path}"),
+                (change.path, f"renamed from {change.old_path}")]
+    if change.status is ChangeStatus.COPIED and change.old_path:
+        return [(change.path, f"copied from {change.old_path}")]
+    return [(change.path, change.status.value)]
 
 
 def in_model_root(policy: Policy, path: str, model: str) -> bool:

@@ -240,7 +240,13 @@ def coverage(ctx: Context) -> list[PointCoverage]:
 # ---------------------------------------------------------------------------------------------- benchmarks
 
 def timed_benchmarks(st: Statement) -> list[Benchmark]:
+    """Points that were timed (including measurements the collector's protocol rejected)."""
     return [b for b in st.predicate.benchmarks if b.not_run is None]
+
+
+def usable_benchmarks(st: Statement) -> list[Benchmark]:
+    """Timed points whose measurement the protocol accepted: only these support claims and comparisons."""
+    return [b for b in timed_benchmarks(st) if not b.rejected]
 
 
 def candidates(bench: Benchmark) -> list[str]:
@@ -305,6 +311,10 @@ def claim_checks(ctx: Context) -> list[ClaimCheck]:
         if bench is None:
             out.append(ClaimCheck(claim, None, f"no timed benchmark at {point_text(claim)}"))
             continue
+        if bench.rejected:
+            out.append(ClaimCheck(claim, None, "the timing protocol rejected the measurement at "
+                                               f"{point_text(claim)}: {'; '.join(bench.rejected[:3])}"))
+            continue
         missing = [v for v in (claim.baseline, claim.candidate) if v not in bench.variants]
         if missing:
             out.append(ClaimCheck(claim, None, f"the benchmark at {point_text(claim)} has no "
@@ -323,7 +333,7 @@ def iter_candidate_ratios(ctx: Context) -> Iterator[tuple[Benchmark, str, RatioE
     st = statement(ctx)
     if st is None:
         return
-    for bench in timed_benchmarks(st):
+    for bench in usable_benchmarks(st):
         stock = bench.variants.get(STOCK_VARIANT)
         if stock is None:
             continue

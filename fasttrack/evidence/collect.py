@@ -674,14 +674,23 @@ def collect(opts: CollectOptions, progress: Progress | None = None) -> CollectRe
     run = Run(opts=opts, manifest=manifest, contribution=contribution, work=work, env=env, progress=progress,
               backend=backend_kind, grid=grid)
     hw_count = int(environment.get("gpu_count") or 0)
-    if "tests" in opts.phases and grid.here:
-        phase_tests(run, hw_count)
-    if "bench" in opts.phases and grid.here:
-        phase_bench(run)
-    if "evals" in opts.phases:
-        phase_evals(run)
-    if "sanitizer" in opts.phases and grid.here:
-        phase_sanitizer(run, hw_count)
+    nothing_here = f"no envelope point for this machine's hardware ({environment['gpu_name']})"
+    for phase in PHASES:
+        if phase not in opts.phases:
+            continue
+        if phase == "evals":
+            phase_evals(run)
+        elif not grid.here:
+            if phase == "sanitizer":
+                skipped = san.not_run(nothing_here, run.manifest.evidence.sanitizer_tests)
+                _write_json(work.path("sanitizer.json"), [r.__dict__ for r in skipped])
+            run.report(phase, "skipped", nothing_here)
+        elif phase == "tests":
+            phase_tests(run, hw_count)
+        elif phase == "bench":
+            phase_bench(run)
+        else:
+            phase_sanitizer(run, hw_count)
     return write_bundle(run, digest, environment, out)
 
 

@@ -4,17 +4,30 @@ The harness, not the contribution, owns correctness checking and timing. A contr
 its work; fasttrack drives it. The manifest's `[evidence]` table names these entry points
 (`module:callable`, importable with the contribution's parent directory on sys.path):
 
-* `kernel_tests`: pytest files. Tests that take the `envelope_point` fixture (a dict with the plain keys
-  `gpu`, `tp`, `batch`, `context`, `dtype`) are parametrized by fasttrack's pytest plugin over the grid
-  `fasttrack collect` passes (`--fasttrack-grid FILE`). Without a grid the plugin skips them with a reason.
+* `kernel_tests`: pytest files (or node ids), run from the contribution directory. Tests that take the
+  `envelope_point` fixture (a dict with the plain keys `gpu`, `tp`, `batch`, `context`, `dtype`) are
+  parametrized by fasttrack's pytest plugin over the grid `fasttrack collect` passes (`--fasttrack-grid FILE`:
+  the envelope's points for the hardware present). Without a grid the plugin skips them with a reason.
   Such a test reports its numbers through the `fasttrack_record` fixture:
-  `fasttrack_record(max_error=..., tolerance=..., **extra_numbers)`.
+  `fasttrack_record(max_error=..., tolerance=..., **extra_numbers)`; an error above its tolerance (or NaN)
+  fails the test. `sanitizer_tests` are run the same way under compute-sanitizer, at the smallest point.
 
-* `benchmark`: a callable `(point: dict) -> BenchmarkCase` (below), or None when the point is not
-  benchmarkable on this machine (the collector records that as not run).
+* `benchmark`: a callable `(point: dict) -> BenchmarkCase | None` (below); None when the point cannot be
+  benchmarked on this machine (recorded as not run, with that reason). It is imported in a worker process
+  *after* the protocol has taken its own references to the timers; replacing a timer is a rejection.
 
-* `evals`: a callable `(device: str) -> list[dict]`; each dict has `name`, `value`, `threshold`,
-  `direction` ("max": value must be <= threshold, "min": value must be >= threshold) and optional `detail`.
+* `evals`: a callable `(device: str) -> list[dict]` (`device` is "cuda" or "cpu"); each dict has `name`,
+  `value`, `threshold`, `direction` ("max": value must be <= threshold, "min": value must be >= threshold)
+  and optional `detail` (a string or a JSON object) and `point`. `lm_eval_results` lists
+  lm-evaluation-harness result JSON files (relative to the contribution); their metrics are recorded.
+
+What the timing protocol (`fasttrack.evidence.timing`) does with a BenchmarkCase, so a case author knows
+what will be checked: every variant is warmed up and captured in a CUDA graph reading `static_inputs`;
+before every timed replay the variant's outputs are poisoned (NaN), fresh inputs are drawn with a new seed
+and loaded, the L2 is flushed and the persisting-L2 window reset; after it the inputs must be unchanged and
+the output must match stock computed eagerly on a clone of the same inputs (within `tolerance`). Variants
+are interleaved in both orders. A case is rejected when `make_inputs` ignores its seed, when `load_inputs`
+does not load, or when stock's output does not depend on its inputs.
 
 This module has no torch import so CI can type-check it; tensors are typed as `Any`.
 """
@@ -29,16 +42,16 @@ from typing import Any, Protocol, runtime_checkable
 class BenchmarkCase(Protocol):
     """One benchmark point: variants that compute the same function on the same inputs.
 
-    - `variants`: name -> callable(inputs) -> output tensor. Must contain "stock" (the baseline) and the
-      candidate(s), e.g. "fused"; may contain "compile" (torch.compile of stock). Each callable must be
-      CUDA-graph capturable (static shapes; it may allocate only inside the captured region).
-    - `make_inputs(seed)`: fresh activation inputs (the harness makes new ones for every timed iteration
-      and copies them into the graph's static input buffers outside the timed region).
+    - `variants`: name -> callable(inputs) -> output (a tensor, or a tuple/list/dict of tensors; plain
+      `torch.Tensor`s, not subclasses). Must contain "stock" (the baseline) and the candidate(s), e.g.
+      "fused"; may contain "compile" (torch.compile of stock). Each callable must be CUDA-graph capturable
+      (static shapes, no host synchronization; it may allocate only inside the captured region), must do
+      all its work on the calling stream (or join its side streams back to it), must not keep results
+      from one call to the next, and must not write to its inputs.
     - `static_inputs`: the buffers the variants read (the harness copies fresh values into them).
-    - `bytes_moved(variant, inputs)`: bytes a variant must move through HBM for one call (weights actually
-      touched + KV read + activations), for the bandwidth-vs-roofline figure.
-    - `tolerance`: (atol, rtol) for checking each variant's timed outputs against stock's.
-    - `layers`: how many distinct layers one call runs (the harness divides by it).
+    - `tolerance`: (atol, rtol) for checking each variant's timed outputs against stock's on the same
+      inputs: |out - ref| <= atol + rtol * |ref| element-wise.
+    - `layers`: how many distinct layers one call runs (kernel counts are divided by it).
     """
 
     variants: Mapping[str, Callable[[Any], Any]]
@@ -46,10 +59,15 @@ class BenchmarkCase(Protocol):
     tolerance: tuple[float, float]
     layers: int
 
-    def make_inputs(self, seed: int) -> Any: ...
+    def make_inputs(self, seed: int) -> Any:
+        """Fresh activation inputs, a pure function of `seed` (different seeds, different inputs)."""
+        ...
 
     def load_inputs(self, fresh: Any) -> None:
         """Copy `fresh` (from make_inputs) into `static_inputs` in place."""
         ...
 
-    def bytes_moved(self, variant: str) -> float: ...
+    def bytes_moved(self, variant: str) -> float:
+        """Bytes `variant` must move through HBM for one call (weights actually touched + KV read +
+        activations): the numerator of the bandwidth-vs-roofline figure."""
+        ...

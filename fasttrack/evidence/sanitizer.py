@@ -18,6 +18,10 @@ from pathlib import Path
 
 TOOLS = ("memcheck", "racecheck", "synccheck")
 SUMMARY_RE = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+errors?", re.IGNORECASE)
+# racecheck ends with its own line instead: "RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)"
+RACECHECK_RE = re.compile(
+    r"RACECHECK SUMMARY:\s*\d+\s+hazards? displayed\s*\((\d+)\s+errors?,\s*(\d+)\s+warnings?\)",
+    re.IGNORECASE)
 REFUSALS = ("Device not supported", "Unable to find injection library",
             "Target application terminated before", "no CUDA-capable device")
 
@@ -50,8 +54,13 @@ def find_sanitizer() -> str | None:
 
 
 def parse_output(tool: str, text: str, returncode: int, tests: list[str]) -> SanitizerRun:
-    """Turn compute-sanitizer's output into a result; no summary line means it did not run."""
+    """Turn compute-sanitizer's output into a result; no summary line means it did not run.
+
+    Errors are summed over processes. racecheck's hazard summary counts its errors (warnings are kept in
+    the summary text, not counted).
+    """
     counts = [int(m.group(1)) for m in SUMMARY_RE.finditer(text)]
+    counts += [int(m.group(1)) for m in RACECHECK_RE.finditer(text)]
     lines = [ln for ln in text.splitlines() if ln.startswith("=========")]
     tail = "\n".join(lines[-20:])
     if not counts:

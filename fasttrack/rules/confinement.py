@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from fasttrack.changes.model import Change
 from fasttrack.confinement.hooks import check_hook_change
-from fasttrack.confinement.zones import in_model_root, zone_description
+from fasttrack.confinement.zones import changed_sides, in_model_root, zone_description
 from fasttrack.context import Context
 from fasttrack.findings import Finding
 from fasttrack.policy import Zone, ZoneKind
@@ -18,18 +18,6 @@ catalogue = Catalogue("confinement")
 
 EXEC_MODE = "100755"
 FILE_MODES = ("100644", EXEC_MODE)
-
-
-def _sides(change: Change) -> Iterator[tuple[str, str]]:
-    """(path, how this change touches it) for every path the change changes: both sides of a rename. A
-    copy's source is left as it was, so only the copy counts (its source is named in the message)."""
-    if change.status is ChangeStatus.RENAMED and change.old_path and change.old_path != change.path:
-        yield change.old_path, f"renamed to {change.path}"
-        yield change.path, f"renamed from {change.old_path}"
-    elif change.status is ChangeStatus.COPIED and change.old_path:
-        yield change.path, f"copied from {change.old_path}"
-    else:
-        yield change.path, change.status.value
 
 
 def _roots(ctx: Context) -> str:
@@ -64,7 +52,7 @@ def shared_code(ctx: Context) -> Iterator[Finding]:
     engine code) make the PR ineligible for fast-track: it goes to normal review. The finding names the
     zone."""
     for change in ctx.changes:
-        for path, how in _sides(change):
+        for path, how in changed_sides(change):
             zone = ctx.zone_of(path)
             if zone.kind is ZoneKind.INELIGIBLE:
                 yield Finding.error(
@@ -82,7 +70,7 @@ def forbidden_zone(ctx: Context) -> Iterator[Finding]:
     """Input preparation, sampling, KV-cache management and the scheduler are shared by every model; a
     fast-track PR may never touch them (renames into or out of them count on both sides)."""
     for change in ctx.changes:
-        for path, how in _sides(change):
+        for path, how in changed_sides(change):
             zone = ctx.zone_of(path)
             if zone.kind is ZoneKind.FORBIDDEN:
                 yield Finding.error(
@@ -112,7 +100,7 @@ def one_model(ctx: Context) -> Iterator[Finding]:
                                 fix="pass --model NAME, and keep the changes inside that model's roots")
         return
     for change in ctx.changes:
-        for path, how in _sides(change):
+        for path, how in changed_sides(change):
             zone = ctx.zone_of(path)
             if zone.kind is ZoneKind.MODEL_LOCAL and zone.model != ctx.model:
                 yield Finding.error(
@@ -137,7 +125,7 @@ def hook_edits(ctx: Context) -> Iterator[Finding]:
     lines must be whole allowed entries for the target model, within the hook's line budget; the file may
     not be added, deleted, renamed, re-moded or made binary, and an added entry may not shadow another."""
     for change in ctx.changes:
-        for path, _ in _sides(change):
+        for path, _ in changed_sides(change):
             hook = ctx.policy.hook_for(ctx.engine_path(path))
             if hook is None:
                 continue

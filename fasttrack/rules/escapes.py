@@ -1,7 +1,275 @@
-"""FT12x escapes found in the AST of changed Python files."""
+"""FT12x escapes found in the AST of changed Python files.
+
+The analysis lives in `fasttrack.confinement.escapes` (pure, one file at a time); these rules decide
+which files to read, what counts as the contribution's own, and turn escapes into findings. Each file is
+analysed once per Context, whichever rule asks first.
+"""
 
 from __future__ import annotations
 
+import posixpath
+import weakref
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cached_property
+
+import pathspec
+
+from fasttrack.confinement.escapes import UNPARSEABLE, Escape, analyse_source, module_name_for
+from fasttrack.context import Context
+from fasttrack.findings import Finding, Severity
+from fasttrack.policy import MODEL_PLACEHOLDER
 from fasttrack.rules.base import Catalogue
+from fasttrack.verdict import ChangeStatus
 
 catalogue = Catalogue("escapes")
+
+ANALYSED = frozenset({ChangeStatus.ADDED, ChangeStatus.MODIFIED, ChangeStatus.RENAMED, ChangeStatus.COPIED,
+                      ChangeStatus.TYPE_CHANGED})
+_GLOB_CHARS = frozenset("*?[]!{}")
+
+
+def _dotted(path: str) -> str | None:
+    parts = [p for p in path.strip("/").split("/") if p]
+    if not parts or not all(p.isidentifier() for p in parts):
+        return None
+    return ".".join(parts)
+
+
+def _root_package(pattern: str) -> str | None:
+    """`vllm/models/kimi_k3/**` -> vllm.models.kimi_k3; `.../kimi_k3.py` -> its module; else None."""
+    p = pattern.lstrip("/")
+    for suffix in ("/**", "/*", "/"):
+        if p.endswith(suffix):
+            p = p[: -len(suffix)]
+            break
+    if p.endswith(".py"):
+        p = p[:-3]
+    if any(c in _GLOB_CHARS for c in p):
+        return None
+    return _dotted(p)
+
+
+def own_packages(ctx: Context) -> set[str]:
+    """The dotted packages that are the contribution's own: writes into them are not escapes.
+
+    Range mode: the model's package (`policy.models.package`) and every importable local root of the
+    model. Contribution mode: the contribution's top-level package (its directory name) and the package
+    its files land in (`contribution.target_path`)."""
+    own: set[str] = set()
+    if ctx.mode == "contribution":
+        if ctx.contribution_dir:
+            own.add(posixpath.basename(ctx.contribution_dir.rstrip("/")))
+        if ctx.manifest is not None:
+            target = _dotted(ctx.manifest.contribution.target_path)
+            if target:
+                own.add(target)
+        return {p for p in own if p}
+    models = [ctx.model] if ctx.model else list(ctx.models_touched)
+    for model in models:
+        own.add(ctx.policy.models.package.replace(MODEL_PLACEHOLDER, model))
+        for root in ctx.policy.models.local_roots:
+            pkg = _root_package(root.replace(MODEL_PLACEHOLDER, model))
+            if pkg:
+                own.add(pkg)
+    return own
+
+
+def own_op_namespaces(ctx: Context) -> set[str]:
+    """The torch op namespaces the contribution owns: the manifest's `op_namespace`, else the model."""
+    if ctx.manifest is not None:
+        return {ctx.manifest.contribution.own_op_namespace}
+    models = [ctx.model] if ctx.model else list(ctx.models_touched)
+    return set(models)
+
+
+def module_of(ctx: Context, path: str) -> str | None:
+    """The dotted module a changed file will be imported as (its engine path in contribution mode)."""
+    engine = ctx.engine_paths.get(path)
+    if engine is not None:
+        return module_name_for(engine)
+    if ctx.mode == "contribution" and ctx.contribution_dir:
+        parent = posixpath.dirname(ctx.contribution_dir.rstrip("/"))
+        rel = posixpath.relpath(path, parent) if parent else path
+        return module_name_for(rel)
+    return module_name_for(path)
+
+
+@dataclass(frozen=True)
+class FileEscapes:
+    path: str
+    module: str | None
+    is_test: bool
+    escapes: tuple[Escape, ...]
+    imports: frozenset[str]
+
+
+class _Analysis:
+    """Every changed Python file of one Context, analysed once."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+
+    @cached_property
+    def files(self) -> list[FileEscapes]:
+        ctx = self.ctx
+        own = own_packages(ctx)
+        ops = own_op_namespaces(ctx)
+        foreign_ops = set(ctx.known_models) - ops - {ctx.model or ""}
+        tests = pathspec.GitIgnoreSpec.from_lines(ctx.policy.escapes.test_paths)
+        out: list[FileEscapes] = []
+        for change in ctx.changes:
+            if change.status not in ANALYSED or not change.path.endswith(".py"):
+                continue
+            if change.is_symlink or change.is_submodule:
+                continue  # the path rules judge symlinks and submodules
+            module = module_of(ctx, change.path)
+            is_test = tests.match_file(change.path) or tests.match_file(ctx.engine_paths.get(change.path, ""))
+            text = ctx.read_head_text(change.path)
+            if text is None:
+                why = "binary" if change.binary else "unreadable (not UTF-8, missing or over 4 MiB)"
+                out.append(FileEscapes(change.path, module, is_test, (Escape(
+                    UNPARSEABLE, 1, f"is {why}, so it cannot be checked for escapes", path=change.path),),
+                    frozenset()))
+                continue
+            facts = analyse_source(text, change.path, own, module=module, own_op_namespaces=ops,
+                                   foreign_op_namespaces=foreign_ops, settings=ctx.policy.escapes)
+            out.append(FileEscapes(change.path, module, is_test, tuple(facts.escapes),
+                                   frozenset(facts.imports)))
+        return out
+
+    @cached_property
+    def imported_by_shipping_code(self) -> frozenset[str]:
+        """Modules imported by changed files that are not tests (a test file they import ships too)."""
+        return frozenset(m for f in self.files if not f.is_test for m in f.imports)
+
+    def escapes(self, code: str) -> Iterator[tuple[FileEscapes, Escape, bool]]:
+        """(file, escape, downgraded) for every escape with this code; escapes in test files that no
+        shipping file imports are downgraded to warnings."""
+        shipped = self.imported_by_shipping_code
+        for f in self.files:
+            downgrade = f.is_test and code != UNPARSEABLE and (f.module is None or f.module not in shipped)
+            for esc in f.escapes:
+                if esc.code == code:
+                    yield f, esc, downgrade
+
+
+_CACHE: dict[int, tuple[weakref.ref[Context], _Analysis]] = {}
+
+
+def analysis(ctx: Context) -> _Analysis:
+    key = id(ctx)
+    hit = _CACHE.get(key)
+    if hit is not None and hit[0]() is ctx:
+        return hit[1]
+    result = _Analysis(ctx)
+
+    def forget(_ref: weakref.ref[Context], k: int = key) -> None:
+        _CACHE.pop(k, None)
+
+    _CACHE[key] = (weakref.ref(ctx, forget), result)
+    return result
+
+
+def _findings(ctx: Context, code: str, fix: str) -> Iterator[Finding]:
+    for f, esc, downgrade in analysis(ctx).escapes(code):
+        severity = Severity.WARNING if downgrade or esc.severity == "warning" else Severity.ERROR
+        message = esc.message
+        if downgrade and esc.severity == "error":
+            message += " (in a test file that no shipping file imports: a warning)"
+        yield Finding(code=code, severity=severity, message=message, path=f.path, line=esc.line, fix=fix)
+
+
+@catalogue.rule("FT120", "A changed file monkeypatches a module or class outside the contribution.")
+def monkeypatch(ctx: Context) -> Iterator[Finding]:
+    """Monkeypatching: `x.Foo.forward = f`, `del mod.attr`, `Foo.attr += 1`, `FOREIGN_TABLE[k] = v` or
+    `FOREIGN_TABLE.update(...)` where the target resolves (through the file's imports and aliases, with
+    Python's scoping) to a module, class or object outside the contribution. Writes to `self.x`, to local
+    objects and to the contribution's own modules are fine. Writing to the class of an object whose class
+    cannot be known statically (`type(x).f = ...`) is a warning."""
+    yield from _findings(ctx, "FT120", "keep the change inside the contribution: subclass or wrap the shared "
+                         "class in the model's own package and use that, instead of assigning to it")
+
+
+@catalogue.rule("FT121", "A changed file patches a module or class outside the contribution by setattr.")
+def setattr_patch(ctx: Context) -> Iterator[Finding]:
+    """The same escape as FT120 in call form: `setattr(obj, ...)`/`delattr`, `object.__setattr__(obj, ...)`,
+    `vars(mod)[k] = v`, `mod.__dict__[k] = v` or `.update(...)`, and `mock.patch("pkg.mod.name")` /
+    `mock.patch.object(Cls, ...)` outside tests, when the object is outside the contribution."""
+    yield from _findings(ctx, "FT121", "do not patch shared modules or classes; subclass or wrap them in "
+                         "the model's own package")
+
+
+@catalogue.rule("FT122", "A changed file edits sys.modules, the import system or builtins.")
+def interpreter_state(ctx: Context) -> Iterator[Finding]:
+    """`sys.modules[...] = m`, `sys.modules.setdefault/update/pop(...)`, `del sys.modules[...]`,
+    `sys.meta_path`/`sys.path_hooks` edits, `builtins.x = ...`, `__builtins__[...] = ...`, and
+    interpreter-wide hooks (`sys.settrace`, `sys.setprofile`, `sys.addaudithook`): each can replace any
+    shared module for every model. `sys.path` edits are a warning."""
+    yield from _findings(ctx, "FT122", "import what you need normally; never swap modules in sys.modules, "
+                         "hook the import system or edit builtins")
+
+
+@catalogue.rule("FT123", "A changed file changes the process environment or global torch flags.")
+def environment(ctx: Context) -> Iterator[Finding]:
+    """At import time (module level, class bodies, decorators; not inside a def or under
+    `if __name__ == "__main__"`): writes to `os.environ` (`[k] = v`, `setdefault`, `update`, `pop`, `del`,
+    `|=`), `os.putenv`/`os.unsetenv`/`os.chdir`, writes to `torch.backends.*` and torch's dynamo/inductor
+    config, and the policy's `escapes.global_flag_calls` (`torch.set_default_dtype`, ...). These change
+    what every model sees: an error at import time, a warning inside functions."""
+    yield from _findings(ctx, "FT123", "pass settings explicitly or document them for the deployment; do "
+                         "not change the environment or global flags when the module is imported")
+
+
+@catalogue.rule("FT124", "A changed file registers into a global registry outside the contribution.")
+def registry(ctx: Context) -> Iterator[Finding]:
+    """Calls and decorators that register into shared registries: the policy's `escapes.registry_callables`
+    (vLLM's `ModelRegistry.register_model`, `CustomOp.register`/`register_oot`, attention backends,
+    quantization configs, kernels, connectors, parsers, HF Auto* classes, ...) and any `register`/
+    `register_*` callable on an object imported from outside the contribution (unless its first argument is
+    a local object). `escapes.allowed_registrations` (the multimodal processor registry, warm-up
+    registration, `atexit`) are fine for the contribution's own classes and flagged when applied to a
+    foreign one."""
+    yield from _findings(ctx, "FT124", "register the model through the policy's hook points (the "
+                         "architecture registry line) and keep other lookups model-local; a shared "
+                         "registration needs normal review")
+
+
+@catalogue.rule("FT125", "A changed file defines or overrides torch ops outside its own op namespace.")
+def torch_library(ctx: Context) -> Iterator[Finding]:
+    """`torch.library.Library(ns, "DEF"|"IMPL"|"FRAGMENT")`, `torch.library.define/impl/register_fake/
+    register_kernel/custom_op/triton_op("ns::name")` (calls or decorators), `.define/.impl` on a library,
+    vLLM's `direct_register_custom_op`, and `torch.ops.load_library`: the op's namespace must be the
+    contribution's own (`contribution.op_namespace`, default the model name). In the engine's shared
+    namespace (`vllm`) a new op is accepted when its name starts with `<own namespace>_`. Building C++
+    extensions at run time is a warning (their registrations cannot be seen)."""
+    ns = sorted(own_op_namespaces(ctx))
+    shown = ns[0] if ns else "<model>"
+    yield from _findings(ctx, "FT125", f"define ops in the contribution's own namespace "
+                         f"(torch.library.Library('{shown}', 'FRAGMENT') or op names starting '{shown}_'); "
+                         "never register implementations over another namespace's ops")
+
+
+@catalogue.rule("FT126", "A changed file loads shared modules by string, reloads or re-creates them.")
+def importlib_tricks(ctx: Context) -> Iterator[Finding]:
+    """`importlib.reload(shared)`, `spec_from_file_location`/`SourceFileLoader`/`imp.load_source` creating a
+    module under a shared name, and `runpy.run_module(shared)` are errors. `importlib.import_module`/
+    `__import__` of an engine module by a literal string (hidden from the import graph and so from the
+    blast radius) or by a computed name, and loading from a file path, are warnings. Patching what such a
+    call returns is caught by FT120/FT121."""
+    yield from _findings(ctx, "FT126", "import the module with an import statement (the import graph and "
+                         "the blast radius then see it) and never reload or re-create shared modules")
+
+
+@catalogue.rule("FT127", "A changed file runs code built from strings (exec, eval, compile).")
+def dynamic_code(ctx: Context) -> Iterator[Finding]:
+    """`exec`, `eval` and `compile` hide everything the other FT12x rules look for, so each is a warning.
+    A literal string argument is parsed and checked like the file itself."""
+    yield from _findings(ctx, "FT127", "write the code out as ordinary Python")
+
+
+@catalogue.rule("FT128", "A changed Python file cannot be parsed, so it cannot be checked for escapes.")
+def unparseable(ctx: Context) -> Iterator[Finding]:
+    """A changed `.py` file that does not parse (with the Python running fasttrack, 3.11+), is binary, not
+    UTF-8 or over 4 MiB cannot be checked for escapes: it fails closed."""
+    yield from _findings(ctx, "FT128", "fix the file so it parses (Python 3.11 syntax) as UTF-8 text")

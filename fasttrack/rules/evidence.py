@@ -77,7 +77,7 @@ def schema(ctx: Context) -> Iterator[Finding]:
     if ctx.manifest is None or ctx.evidence is None:
         return
     label = an.statement_file(ctx)
-    fix = an.recollect_fix(ctx, "do not edit the bundle by hand")
+    fix = an.recollect_fix(ctx)
     yield from _capped("FT301", (p.model_copy(update={"evidence_file": label, "fix": fix})
                                  for p in ctx.evidence.problems), limit=60)
 
@@ -148,7 +148,7 @@ def stale(ctx: Context) -> Iterator[Finding]:
         f"collected over {fr.subject[:12]}… ({changed})",
         path=f"{ctx.contribution_dir}/{first[0]}" if first and ctx.contribution_dir else ctx.contribution_dir,
         evidence_file=label,
-        fix=an.recollect_fix(ctx, "the code changed since the evidence was collected"),
+        fix=an.recollect_fix(ctx),
     )
 
 
@@ -217,8 +217,15 @@ def point_coverage(ctx: Context) -> Iterator[Finding]:
     fix = an.recollect_fix(ctx, "run the kernel tests at this point (or shrink the envelope to drop it)")
 
     def found() -> Iterator[Finding]:
-        for cov in an.coverage(ctx):
-            if cov.covered:
+        covs = an.coverage(ctx)
+        # A GPU with no covered point at all gets one finding, not one per point (FT306 says why).
+        bare = {c.point.gpu for c in covs} - {c.point.gpu for c in covs if c.passed}
+        for gpu in sorted(bare):
+            n = sum(c.point.gpu == gpu for c in covs)
+            yield Finding.error("FT304", f"none of the {n} envelope points on {gpu} has a passing kernel "
+                                         "test", point={"gpu": gpu}, evidence_file=label, fix=fix)
+        for cov in covs:
+            if cov.covered or cov.point.gpu in bare:
                 continue
             if cov.passed == 0 and cov.failed == 0 and cov.skipped == 0:
                 why = "no kernel test ran"
@@ -247,7 +254,7 @@ def small_batches(ctx: Context) -> Iterator[Finding]:
         yield Finding.error("FT305", "the manifest declares no benchmark, so batch 1 and 2 are never timed",
                             path=ctx.manifest_path, fix="name a benchmark case under [evidence].benchmark")
         return
-    timed = {(b.point.gpu, b.point.tp, b.point.batch, b.point.dtype) for b in an.timed_benchmarks(st)}
+    timed = {(b.point.gpu, b.point.tp, b.point.batch, b.point.dtype) for b in an.usable_benchmarks(st)}
     for batch in ctx.policy.evidence.required_batches:
         if not env.batch.contains(batch):
             continue
@@ -256,7 +263,8 @@ def small_batches(ctx: Context) -> Iterator[Finding]:
                 for dtype in env.dtypes:
                     if (hw.name, tp, batch, dtype) not in timed:
                         yield Finding.error(
-                            "FT305", f"no timed benchmark at batch {batch} on {hw.name} tp={tp} {dtype}",
+                            "FT305", f"no accepted timed benchmark at batch {batch} on {hw.name} tp={tp} "
+                                     f"{dtype}",
                             point={"gpu": hw.name, "tp": tp, "batch": batch, "dtype": dtype},
                             evidence_file=label, fix=an.recollect_fix(ctx, f"benchmark batch {batch}"))
 
@@ -436,7 +444,7 @@ def implausible(ctx: Context) -> Iterator[Finding]:
 
     def found() -> Iterator[Finding]:
         unknown: set[str] = set()
-        for bench in an.timed_benchmarks(st):
+        for bench in an.usable_benchmarks(st):
             for name in sorted(bench.variants):
                 bw = an.bandwidth(bench.variants[name])
                 if bw is None:
@@ -482,7 +490,7 @@ def samples(ctx: Context) -> Iterator[Finding]:
                         "FT312", f"{name} has {n} samples at {an.point_text(bench.point)}; at least {need} "
                                  "are required",
                         point=an.point_dict(bench.point), evidence_file=an.statement_file(ctx),
-                        fix=an.recollect_fix(ctx, "collect with more iterations"))
+                        fix=an.recollect_fix(ctx, "raise --iterations"))
 
     yield from _capped("FT312", found())
 
@@ -510,7 +518,8 @@ def timed_accuracy(ctx: Context) -> Iterator[Finding]:
                     yield Finding.error(
                         "FT313", f"{name}'s timed outputs at {an.point_text(bench.point)} differ from "
                                  f"stock's: max abs error {acc.max_abs_error:.3g} "
-                                 f"(atol {acc.atol:.3g}, rtol {acc.rtol:.3g})",
+                                 f"(atol {acc.atol:.3g}, rtol {acc.rtol:.3g})"
+                                 + (f": {acc.reason[:200]}" if acc.reason else ""),
                         point=pt, evidence_file=label,
                         fix="fix the kernel so its outputs match stock in the timed (CUDA-graph) mode")
 
@@ -522,7 +531,9 @@ def protocol(ctx: Context) -> Iterator[Finding]:
     """fasttrack, not the contribution, owns timing: CUDA-graph replay (when the envelope uses graphs), the
     L2 cache flushed by at least its size outside the timed region, the persisting-L2 window reset, fresh
     inputs every iteration, all streams synchronised, and stock and each candidate interleaved in both
-    orders. A point timed any other way is not evidence (each departure is a known way to game a timer)."""
+    orders. A point timed any other way is not evidence (each departure is a known way to game a timer), and
+    neither is a measurement the collector itself rejected (`rejected`: a failed input or output check, a
+    replaced timer, a raised persisting-L2 carve-out...)."""
     st = an.statement(ctx)
     if st is None or ctx.manifest is None:
         return
@@ -548,6 +559,7 @@ def protocol(ctx: Context) -> Iterator[Finding]:
                 bad.append("streams not synchronised")
             if p.iterations < 1:
                 bad.append("no timed iterations")
+            bad.extend(f"rejected by the collector: {why[:200]}" for why in bench.rejected[:5])
             for name in an.candidates(bench):
                 before = any(_precedes(o, name, STOCK_VARIANT) for o in p.orders)
                 after = any(_precedes(o, STOCK_VARIANT, name) for o in p.orders)
@@ -556,7 +568,7 @@ def protocol(ctx: Context) -> Iterator[Finding]:
             if bad:
                 yield Finding.error("FT319", f"benchmark at {an.point_text(bench.point)}: " + "; ".join(bad),
                                     point=an.point_dict(bench.point), evidence_file=an.statement_file(ctx),
-                                    fix=an.recollect_fix(ctx, "time it with `fasttrack collect` unmodified"))
+                                    fix=an.recollect_fix(ctx, "use an unmodified fasttrack"))
 
     yield from _capped("FT319", found())
 
@@ -657,8 +669,9 @@ def environment(ctx: Context) -> Iterator[Finding]:
         yield Finding.error("FT317", f"environment says {env.gpu_name} has compute capability "
                                      f"{env.compute_capability}; the policy knows it as {known}",
                             evidence_file=label, fix=fix)
-    points = [t.point for t in st.predicate.kernel_tests if t.point]
-    points += [b.point for b in st.predicate.benchmarks]
+    # Points that actually ran here (a point recorded as not run, e.g. for other hardware, is FT304/FT306's).
+    points = [t.point for t in st.predicate.kernel_tests if t.point and t.outcome != "skipped"]
+    points += [b.point for b in an.timed_benchmarks(st)]
     others = sorted({p.gpu for p in points if p.gpu != env.gpu_name})
     if others:
         yield Finding.error("FT317", f"points name {', '.join(others)} but the bundle was collected on "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from fasttrack.confinement.zones import classify
+from fasttrack.confinement.zones import changed_sides, classify
 from fasttrack.context import Context
 from fasttrack.findings import Finding
 from fasttrack.policy import ZoneKind
@@ -46,19 +46,18 @@ def edits_judge(ctx: Context) -> Iterator[Finding]:
     """A PR that changes what judges it (the policy, the allowed-signers file, the CI workflows, fasttrack
     itself, the action) cannot pass fast-track: its verdict would come from rules it wrote. Both the
     repository path and, in contribution mode, the path the file lands at in the engine are checked, and
-    both sides of renames and copies count."""
+    both sides of a rename count (a copy leaves its source as it was)."""
     fixed = judge_files(ctx)
     policy_rel = _policy_relpath(ctx)
     for change in ctx.changes:
-        for path in change.paths():
+        for path, how in changed_sides(change):
             zone = _judge_zone(ctx, path)
             if zone is None and path in fixed:
                 zone = "the policy in use" if path == policy_rel else "the allowed signers"
             if zone is not None:
                 yield Finding.error(
                     "FT401",
-                    f"{path} ({change.status.value}) is part of the judge ({zone}); a PR may not edit its "
-                    "own judge",
+                    f"{path} ({how}) is part of the judge ({zone}); a PR may not edit its own judge",
                     path=path,
                     fix="change the judge in a separate PR that goes through normal review",
                 )

@@ -157,7 +157,7 @@ def random_batch(
     graph_mode: GraphMode = "full",
     meta: DecodeMeta | None = None,
 ) -> DecodeBatch:
-    """A decode batch with a random paged latent cache (tests, benchmarks, evals).
+    """A decode batch with a random paged latent cache (tests, benchmarks, evals), built on `device`.
 
     Row b owns ceil(seq_lens[b] / block_size) blocks, scattered over the pool in a shuffled order. Cached
     positions < seq_len - 1 hold N(0, 1) values; with `poison`, every other cache entry (the slot the step
@@ -180,28 +180,31 @@ def random_batch(
     perm = torch.randperm(total, generator=gen)
     spare = perm[used:]
     table = torch.empty((bsz, max_blocks), dtype=torch.int32)
-    cache = torch.randn((total, page, cfg.kv_cache_dim), generator=gen).to(torch.bfloat16)
-    fill = float("nan") if poison else 0.0
-    cache[spare] = fill
+    bad = torch.ones((total, page), dtype=torch.bool)  # slots that hold no valid token
     start = 0
     for b, (s, nb) in enumerate(zip(seq_lens, nblocks, strict=True)):
         blocks = perm[start : start + nb]
         start += nb
         table[b, :nb] = blocks.to(torch.int32)
         table[b, nb:] = int(spare[b % len(spare)])
-        flat = cache[blocks].reshape(-1, cfg.kv_cache_dim)
-        flat[s - 1 :] = fill  # the slot this step writes, and the tail of the last block
-        cache[blocks] = flat.view(nb, page, cfg.kv_cache_dim)
-    hidden = torch.randn((bsz, cfg.hidden), generator=gen).to(torch.bfloat16)
-    residual = torch.randn((bsz, cfg.hidden), generator=gen).to(torch.bfloat16)
+        valid = torch.zeros(nb * page, dtype=torch.bool)
+        valid[: s - 1] = True  # the slot at s - 1 is the one this step writes
+        bad[blocks] = ~valid.view(nb, page)
+    dgen = torch.Generator(device=dev)
+    dgen.manual_seed(seed)
+    cache = torch.empty((total, page, cfg.kv_cache_dim), dtype=torch.bfloat16, device=dev)
+    cache.normal_(0.0, 1.0, generator=dgen)
+    cache[bad.to(dev)] = float("nan") if poison else 0.0
+    hidden = torch.randn((bsz, cfg.hidden), generator=dgen, device=dev).to(torch.bfloat16)
+    residual = torch.randn((bsz, cfg.hidden), generator=dgen, device=dev).to(torch.bfloat16)
     if meta is None:
         meta = DecodeMeta(
             batch=bsz, max_context=max(seq_lens, default=0), tp=cfg.tp, graph_mode=graph_mode
         )
     return DecodeBatch(
-        hidden=hidden.to(dev),
-        residual=residual.to(dev),
-        kv_cache=cache.to(dev),
+        hidden=hidden,
+        residual=residual,
+        kv_cache=cache,
         block_table=table.to(dev),
         seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=dev),
         meta=meta,

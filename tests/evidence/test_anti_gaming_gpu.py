@@ -14,7 +14,11 @@ pytest.importorskip("triton")
 
 from gpu_cases import AffineReluCase, export, fused_affine_relu  # noqa: E402
 
-from fasttrack.evidence.graph_count import CudaRuntime  # noqa: E402
+from fasttrack.evidence.graph_count import (  # noqa: E402
+    CUDA_DEV_ATTR_L2_CACHE_SIZE,
+    CUDA_DEV_ATTR_PERSISTING_L2_CACHE_MAX_SIZE,
+    CudaRuntime,
+)
 from fasttrack.evidence.timing import (  # noqa: E402
     CaseResult,
     CudaBackend,
@@ -111,7 +115,7 @@ def _set_window(rt: CudaRuntime, stream: Any, ptr: int, nbytes: int) -> int:
 
 def test_a_persisting_l2_window_is_caught(backend: CudaBackend) -> None:
     rt = CudaRuntime.load()
-    max_persist = rt.device_attribute(108)  # cudaDevAttrPersistingL2CacheMaxSize
+    max_persist = rt.device_attribute(CUDA_DEV_ATTR_PERSISTING_L2_CACHE_MAX_SIZE)
     case = AffineReluCase(n=1 << 20)
     calls: dict[str, Any] = {"window_rc": []}
 
@@ -159,8 +163,9 @@ def test_a_patched_cuda_event_timer_is_caught_and_ignored(backend: CudaBackend,
 @pytest.mark.skipif(not os.environ.get("FASTTRACK_GPU_OUT"), reason="records numbers only for the GPU report")
 def test_record_device_facts(backend: CudaBackend) -> None:
     rt = CudaRuntime.load()
-    facts = {"runtime_library": rt.path, "l2_bytes": rt.device_attribute(89),
-             "persisting_l2_max_bytes": rt.device_attribute(108), "torch": torch.__version__,
+    facts = {"runtime_library": rt.path, "l2_bytes": rt.device_attribute(CUDA_DEV_ATTR_L2_CACHE_SIZE),
+             "persisting_l2_max_bytes": rt.device_attribute(CUDA_DEV_ATTR_PERSISTING_L2_CACHE_MAX_SIZE),
+             "torch": torch.__version__,
              "device": torch.cuda.get_device_name(0)}
     export("device_facts", facts)
     assert facts["l2_bytes"] == backend.l2_bytes

@@ -234,3 +234,13 @@ def test_deep_free_form_json_is_refused_before_parsing(fx: BundleFixture) -> Non
     fx.pred["lm_eval"] = [_deep(60)]
     fx.write()
     assert any("nests" in m for m in messages(fx))
+
+
+def test_fasttrack_schema_evidence_prints_the_statement_schema() -> None:
+    from typer.testing import CliRunner
+
+    from fasttrack.cli import app
+
+    out = CliRunner().invoke(app, ["schema", "evidence"])
+    assert out.exit_code == 0, out.output
+    assert set(json.loads(out.output)["properties"]) == {"_type", "subject", "predicateType", "predicate"}

@@ -209,11 +209,13 @@ CASES = [
     Case("FT304", edit(skip_point), "batch=2 context=128 bfloat16: kernel tests were only skipped"),
     Case("FT304", edit(drop_function_at_point),
          "not every test function passed: tests/test_kernel.py::test_edges"),
-    Case("FT304", edit(lambda fx: fx.pred.update(kernel_tests=[])), "no kernel test ran"),
+    Case("FT304", edit(lambda fx: fx.pred.update(kernel_tests=[])),
+         "none of the 6 envelope points on NVIDIA H200 has a passing kernel test"),
     # FT305 batch 1 and 2
     Case("FT305", edit(lambda fx: fx.pred["benchmarks"].remove(bench(fx, 2))),
-         "no timed benchmark at batch 2"),
-    Case("FT305", edit(lambda fx: bench(fx, 1).update(not_run="no GPU")), "no timed benchmark at batch 1"),
+         "no accepted timed benchmark at batch 2"),
+    Case("FT305", edit(lambda fx: bench(fx, 1).update(not_run="no GPU")),
+         "no accepted timed benchmark at batch 1"),
     Case("FT305", manifest('benchmark = "demo.bench:case"\n', ""), "declares no benchmark"),
     # FT306 hardware
     Case("FT306", manifest('hardware = [{ name = "NVIDIA H200", compute_capability = "9.0" }]',
@@ -240,6 +242,9 @@ CASES = [
     Case("FT308", edit(lambda fx: variant(fx, 1, "compile").update(samples_us=[80.0])),
          "fewer than 2 samples"),
     Case("FT308", edit(lambda fx: bench(fx, 1)["variants"].pop("compile")), "has no 'compile' variant"),
+    Case("FT308", edit(lambda fx: bench(fx, 1).update(rejected=["fused changed its inputs"])),
+         "the timing protocol rejected the measurement at NVIDIA H200 tp=1 batch=1 context=128 bfloat16: "
+         "fused changed its inputs"),
     # FT309 like with like
     Case("FT309", edit(lambda fx: variant(fx, 4, "fused").update(gpus=2)),
          "fused ran on 2 x NVIDIA H200 but stock on 1"),
@@ -279,6 +284,10 @@ CASES = [
     Case("FT319",
          edit(lambda fx: bench(fx, 1)["protocol"].update(fresh_inputs=False, persisting_l2_reset=False)),
          "persisting-L2 window not reset; inputs reused"),
+    Case("FT319", edit(lambda fx: bench(fx, 4).update(rejected=["the timer was replaced"])),
+         "rejected by the collector: the timer was replaced"),
+    Case("FT305", edit(lambda fx: bench(fx, 2).update(rejected=["outputs reused"])),
+         "no accepted timed benchmark at batch 2"),
     # FT314 evals
     Case("FT314", edit(set_path("predicate.evals.0.value", 0.1)),
          "eval 'logit_max_abs_diff' = 0.1, must be <= 0.05"),
@@ -337,12 +346,37 @@ def test_every_rule_has_a_failing_case() -> None:
     assert {c.code for c in CASES} == set(CODES)
 
 
+def test_a_gpu_without_evidence_is_one_coverage_finding(fx: BundleFixture) -> None:
+    fx.set_manifest(MANIFEST.replace(
+        'hardware = [{ name = "NVIDIA H200", compute_capability = "9.0" }]',
+        'hardware = [{ name = "NVIDIA H200", compute_capability = "9.0" }, '
+        '{ name = "NVIDIA B200", compute_capability = "10.0" }]'))
+    found = run_rule("FT304", fx.context())
+    want = "none of the 6 envelope points on NVIDIA B200 has a passing kernel test"
+    assert [f.message for f in found] == [want]
+
+
 def test_findings_carry_the_envelope_point(fx: BundleFixture) -> None:
     edit(remove_point)(fx)
     found = run_rule("FT304", fx.context())
     assert [f.point for f in found] == [{"gpu": GPU, "tp": 1, "batch": 4, "context": 1, "dtype": "bfloat16"}]
     assert found[0].evidence_file == "evidence/demo/statement.json"
     assert "fasttrack collect kernels/demo" in (found[0].fix or "")
+
+
+def test_points_recorded_as_not_run_elsewhere_do_not_contradict_the_environment(fx: BundleFixture) -> None:
+    # The collector records other hardware's points as not run; that is FT306's business, not FT317's.
+    other = {"gpu": "NVIDIA B200", "tp": 8, "batch": 1, "context": 128, "dtype": "bfloat16"}
+    fx.pred["benchmarks"].append({"point": other, "not_run": "not this machine's hardware"})
+    fx.pred["kernel_tests"].append({"nodeid": "tests/test_kernel.py::test_matches[b200]", "point": other,
+                                    "outcome": "skipped", "message": "not this machine's hardware"})
+    fx.write_and_sign()
+    assert run_rule("FT317", fx.context()) == []
+    fx.pred["kernel_tests"][-1]["outcome"] = "passed"
+    fx.write_and_sign()
+    messages = [f.message for f in run_rule("FT317", fx.context())]
+    assert any("points name NVIDIA B200" in m for m in messages)
+    assert any("tp=8 but the machine has 1 GPUs" in m for m in messages)
 
 
 def test_stale_finding_points_at_the_changed_file(fx: BundleFixture) -> None:
@@ -426,3 +460,16 @@ def test_summary_of_stale_and_missing_bundles(fx: BundleFixture) -> None:
 def test_manifest_sha_matches_head_manifest(fx: BundleFixture) -> None:
     want = hashlib.sha256((fx.contrib / "fasttrack.toml").read_bytes()).hexdigest()
     assert fx.pred["manifest_sha256"] == want
+
+
+def test_fasttrack_rules_lists_the_evidence_codes() -> None:
+    from typer.testing import CliRunner
+
+    from fasttrack.cli import app
+
+    out = CliRunner().invoke(app, ["rules"])
+    assert out.exit_code == 0, out.output
+    for code in CODES:
+        assert code in out.output
+    doc = CliRunner().invoke(app, ["rules", "FT302"])
+    assert "content digest" in doc.output and "[evidence]" in doc.output

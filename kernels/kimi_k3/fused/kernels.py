@@ -163,6 +163,88 @@ def qkv_a_kernel(
 # 2. q_a norm -> q_b -> absorbed W_UK (q role) | kv_a norm -> paged cache write (kv role)
 # ------------------------------------------------------------------------------------------------------------
 @triton.jit
+def _q_role(
+    pid, part_ptr, ss_ptr, qa_norm_ptr, wqb_ptr, wkvb_ptr, ql_ptr, qpe_ptr, B, q_scale,
+    H: tl.constexpr, R: tl.constexpr, KS: tl.constexpr, EPS: tl.constexpr,
+    QL: tl.constexpr, KL: tl.constexpr, DN: tl.constexpr, DR: tl.constexpr, DV: tl.constexpr,
+    NH: tl.constexpr, CN: tl.constexpr, CNP: tl.constexpr,
+    BB: tl.constexpr, BK: tl.constexpr, MODE: tl.constexpr, KLP: tl.constexpr, LC: tl.constexpr,
+):
+    NCN: tl.constexpr = DN // CN
+    NCH: tl.constexpr = (DN + DR) // CN
+    rb = tl.arange(0, BB)
+    bm = rb < B
+    h = pid // NCH
+    c = pid % NCH
+    rstd_in = _rstd_from_parts(ss_ptr, B, rb, KS, H, EPS)
+    ri = tl.arange(0, CNP)
+    rmask = ri < CN
+    rows = h * (DN + DR) + c * CN + ri  # nope rows then rope rows, CN at a time
+    acc = _acc_init(BB, CNP, BK, MODE)
+    ssq = tl.zeros([BB], dtype=tl.float32)
+    for k0 in range(0, QL, BK):
+        rk = k0 + tl.arange(0, BK)
+        km = rk < QL
+        m2 = bm[:, None] & km[None, :]
+        x = tl.zeros([BB, BK], dtype=tl.float32)
+        for ks in tl.static_range(KS):
+            x += tl.load(part_ptr + ks * B * R + rb[:, None] * R + rk[None, :], mask=m2, other=0.0)
+        x = x * rstd_in[:, None]
+        ssq += tl.sum(x * x, axis=1)
+        g = tl.load(qa_norm_ptr + rk, mask=km, other=0.0).to(tl.float32)
+        w = tl.load(wqb_ptr + rows[:, None] * QL + rk[None, :], mask=rmask[:, None] & km[None, :], other=0.0)
+        acc = _mac(acc, x * g[None, :], w, MODE)
+    rstd_q = tl.rsqrt(ssq / QL + EPS)
+    q = _fin(acc, MODE) * (rstd_q * q_scale)[:, None]  # [BB, CNP]
+    if c >= NCN:
+        cp = (c - NCN) * CN + ri
+        tl.store(qpe_ptr + rb[:, None] * (NH * DR) + h * DR + cp[None, :], q, mask=bm[:, None] & rmask[None, :])
+    else:
+        # absorbed query: ql[b, l] (partial over this chunk) = sum_p q[b, p] * W_UK[h][c*CN + p, l]
+        wrow = h * (DN + DV) + c * CN + ri
+        for l0 in tl.static_range(0, KLP, LC):
+            rl = l0 + tl.arange(0, LC)
+            lm = rl < KL
+            wuk = tl.load(wkvb_ptr + wrow[:, None] * KL + rl[None, :], mask=rmask[:, None] & lm[None, :], other=0.0)
+            part = _small_mm(q, wuk, MODE)  # [BB, LC]
+            tl.store(ql_ptr + c * B * NH * KL + rb[:, None] * (NH * KL) + h * KL + rl[None, :], part,
+                     mask=bm[:, None] & lm[None, :])
+
+
+@triton.jit
+def _kv_role(
+    r0, part_ptr, ss_ptr, kva_norm_ptr, kv_cache_ptr, block_table_ptr, seq_lens_ptr, max_blocks, B,
+    H: tl.constexpr, R: tl.constexpr, KS: tl.constexpr, EPS: tl.constexpr,
+    QL: tl.constexpr, KL: tl.constexpr, DR: tl.constexpr, BS: tl.constexpr,
+    KLP: tl.constexpr, DRP: tl.constexpr, KVR: tl.constexpr,
+):
+    rr = r0 + tl.arange(0, KVR)
+    rm = rr < B
+    rstd_in = _rstd_from_parts(ss_ptr, B, rr, KS, H, EPS)
+    rl = tl.arange(0, KLP)
+    lm = rl < KL
+    m2 = rm[:, None] & lm[None, :]
+    kv = tl.zeros([KVR, KLP], dtype=tl.float32)
+    for ks in tl.static_range(KS):
+        kv += tl.load(part_ptr + ks * B * R + rr[:, None] * R + QL + rl[None, :], mask=m2, other=0.0)
+    kv = kv * rstd_in[:, None]
+    rstd_kv = tl.rsqrt(tl.sum(kv * kv, axis=1) / KL + EPS)
+    gk = tl.load(kva_norm_ptr + rl, mask=lm, other=0.0).to(tl.float32)
+    kvn = kv * rstd_kv[:, None] * gk[None, :]
+    rp = tl.arange(0, DRP)
+    pm = rm[:, None] & (rp < DR)[None, :]
+    kpe = tl.zeros([KVR, DRP], dtype=tl.float32)
+    for ks in tl.static_range(KS):
+        kpe += tl.load(part_ptr + ks * B * R + rr[:, None] * R + QL + KL + rp[None, :], mask=pm, other=0.0)
+    kpe = kpe * rstd_in[:, None]
+    pos = tl.load(seq_lens_ptr + rr, mask=rm, other=1) - 1
+    blk = tl.load(block_table_ptr + rr * max_blocks + pos // BS, mask=rm, other=0).to(tl.int64)
+    row = (blk * BS + pos % BS) * (KL + DR)
+    tl.store(kv_cache_ptr + row[:, None] + rl[None, :], kvn.to(tl.bfloat16), mask=m2)
+    tl.store(kv_cache_ptr + row[:, None] + KL + rp[None, :], kpe.to(tl.bfloat16), mask=pm)
+
+
+@triton.jit
 def q_b_kernel(
     part_ptr, ss_ptr,  # from qkv_a_kernel
     qa_norm_ptr, kva_norm_ptr, wqb_ptr, wkvb_ptr,
@@ -178,81 +260,133 @@ def q_b_kernel(
     KVR: tl.constexpr,  # rows per kv CTA
 ):
     pid = tl.program_id(0)
-    NCN: tl.constexpr = DN // CN
-    NCH: tl.constexpr = (DN + DR) // CN
-    NQ: tl.constexpr = NH * NCH
-    rb = tl.arange(0, BB)
-    bm = rb < B
+    NQ: tl.constexpr = NH * ((DN + DR) // CN)
     if pid < NQ:
-        h = pid // NCH
-        c = pid % NCH
-        rstd_in = _rstd_from_parts(ss_ptr, B, rb, KS, H, EPS)
-        ri = tl.arange(0, CNP)
-        rmask = ri < CN
-        rows = h * (DN + DR) + c * CN + ri  # nope rows then rope rows, CN at a time
-        acc = _acc_init(BB, CNP, BK, MODE)
-        ssq = tl.zeros([BB], dtype=tl.float32)
-        for k0 in range(0, QL, BK):
-            rk = k0 + tl.arange(0, BK)
-            km = rk < QL
-            m2 = bm[:, None] & km[None, :]
-            x = tl.zeros([BB, BK], dtype=tl.float32)
-            for ks in tl.static_range(KS):
-                x += tl.load(part_ptr + ks * B * R + rb[:, None] * R + rk[None, :], mask=m2, other=0.0)
-            x = x * rstd_in[:, None]
-            ssq += tl.sum(x * x, axis=1)
-            g = tl.load(qa_norm_ptr + rk, mask=km, other=0.0).to(tl.float32)
-            w = tl.load(wqb_ptr + rows[:, None] * QL + rk[None, :], mask=rmask[:, None] & km[None, :], other=0.0)
-            acc = _mac(acc, x * g[None, :], w, MODE)
-        rstd_q = tl.rsqrt(ssq / QL + EPS)
-        q = _fin(acc, MODE) * (rstd_q * q_scale)[:, None]  # [BB, CNP]
-        if c >= NCN:
-            cp = (c - NCN) * CN + ri
-            tl.store(qpe_ptr + rb[:, None] * (NH * DR) + h * DR + cp[None, :], q,
-                     mask=bm[:, None] & rmask[None, :])
-        else:
-            # absorbed query: ql[b, l] (partial over this chunk) = sum_p q[b, p] * W_UK[h][c*CN + p, l]
-            wrow = h * (DN + DV) + c * CN + ri
-            for l0 in tl.static_range(0, KLP, LC):
-                rl = l0 + tl.arange(0, LC)
-                lm = rl < KL
-                wuk = tl.load(wkvb_ptr + wrow[:, None] * KL + rl[None, :], mask=rmask[:, None] & lm[None, :],
-                              other=0.0)
-                part = _small_mm(q, wuk, MODE)  # [BB, LC]
-                tl.store(ql_ptr + c * B * NH * KL + rb[:, None] * (NH * KL) + h * KL + rl[None, :], part,
-                         mask=bm[:, None] & lm[None, :])
+        _q_role(pid, part_ptr, ss_ptr, qa_norm_ptr, wqb_ptr, wkvb_ptr, ql_ptr, qpe_ptr, B, q_scale,
+                H, R, KS, EPS, QL, KL, DN, DR, DV, NH, CN, CNP, BB, BK, MODE, KLP, LC)
     else:
-        # kv role: rows [r0, r0 + KVR)
-        r0 = (pid - NQ) * KVR
-        rr = r0 + tl.arange(0, KVR)
-        rm = rr < B
-        rstd_in = _rstd_from_parts(ss_ptr, B, rr, KS, H, EPS)
-        rl = tl.arange(0, KLP)
-        lm = rl < KL
-        m2 = rm[:, None] & lm[None, :]
-        kv = tl.zeros([KVR, KLP], dtype=tl.float32)
-        for ks in tl.static_range(KS):
-            kv += tl.load(part_ptr + ks * B * R + rr[:, None] * R + QL + rl[None, :], mask=m2, other=0.0)
-        kv = kv * rstd_in[:, None]
-        rstd_kv = tl.rsqrt(tl.sum(kv * kv, axis=1) / KL + EPS)
-        gk = tl.load(kva_norm_ptr + rl, mask=lm, other=0.0).to(tl.float32)
-        kvn = kv * rstd_kv[:, None] * gk[None, :]
-        rp = tl.arange(0, DRP)
-        pm = rm[:, None] & (rp < DR)[None, :]
-        kpe = tl.zeros([KVR, DRP], dtype=tl.float32)
-        for ks in tl.static_range(KS):
-            kpe += tl.load(part_ptr + ks * B * R + rr[:, None] * R + QL + KL + rp[None, :], mask=pm, other=0.0)
-        kpe = kpe * rstd_in[:, None]
-        pos = tl.load(seq_lens_ptr + rr, mask=rm, other=1) - 1
-        blk = tl.load(block_table_ptr + rr * max_blocks + pos // BS, mask=rm, other=0).to(tl.int64)
-        row = (blk * BS + pos % BS) * (KL + DR)
-        tl.store(kv_cache_ptr + row[:, None] + rl[None, :], kvn.to(tl.bfloat16), mask=m2)
-        tl.store(kv_cache_ptr + row[:, None] + KL + rp[None, :], kpe.to(tl.bfloat16), mask=pm)
+        _kv_role((pid - NQ) * KVR, part_ptr, ss_ptr, kva_norm_ptr, kv_cache_ptr, block_table_ptr, seq_lens_ptr,
+                 max_blocks, B, H, R, KS, EPS, QL, KL, DR, BS, KLP, DRP, KVR)
 
 
 # ------------------------------------------------------------------------------------------------------------
 # 3. split-KV MLA decode + (merge, W_UV, output gate)
 # ------------------------------------------------------------------------------------------------------------
+@triton.jit
+def _attn_role(
+    v, ql_ptr, qpe_ptr, kv_cache_ptr, block_table_ptr, seq_lens_ptr, max_blocks, opart_ptr, lse_ptr, ctr_ptr,
+    B, S,
+    KL: tl.constexpr, DR: tl.constexpr, NH: tl.constexpr, BS: tl.constexpr, NCN: tl.constexpr,
+    BH: tl.constexpr, BLOCK_N: tl.constexpr, KLP: tl.constexpr, DRP: tl.constexpr,
+):
+    NHB: tl.constexpr = (NH + BH - 1) // BH
+    hb = v % NHB
+    s = (v // NHB) % S
+    b = v // (NHB * S)
+    rh = hb * BH + tl.arange(0, BH)
+    hm = rh < NH
+    rl = tl.arange(0, KLP)
+    lm = rl < KL
+    rp = tl.arange(0, DRP)
+    pm = rp < DR
+    ql = tl.zeros([BH, KLP], dtype=tl.float32)
+    for c in tl.static_range(NCN):  # fixed order over the q_b row chunks
+        ql += tl.load(ql_ptr + c * B * NH * KL + b * NH * KL + rh[:, None] * KL + rl[None, :],
+                      mask=hm[:, None] & lm[None, :], other=0.0)
+    qlb = ql.to(tl.bfloat16)
+    qpe = tl.load(qpe_ptr + b * NH * DR + rh[:, None] * DR + rp[None, :], mask=hm[:, None] & pm[None, :],
+                  other=0.0).to(tl.bfloat16)
+    seq_len = tl.load(seq_lens_ptr + b)
+    per = tl.cdiv(tl.cdiv(seq_len, S), BLOCK_N) * BLOCK_N
+    t_start = s * per
+    t_end = tl.minimum(seq_len, t_start + per)
+    m_i = tl.full([BH], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BH], dtype=tl.float32)
+    acc = tl.zeros([BH, KLP], dtype=tl.float32)
+    for t0 in range(t_start, t_end, BLOCK_N):
+        rt = t0 + tl.arange(0, BLOCK_N)
+        tm = rt < t_end
+        blk = tl.load(block_table_ptr + b * max_blocks + rt // BS, mask=tm, other=0).to(tl.int64)
+        row = (blk * BS + rt % BS) * (KL + DR)
+        # masked loads: cache slots past seq_len (poisoned in the tests) are never read
+        kv = tl.load(kv_cache_ptr + row[:, None] + rl[None, :], mask=tm[:, None] & lm[None, :], other=0.0)
+        kpe = tl.load(kv_cache_ptr + row[:, None] + KL + rp[None, :], mask=tm[:, None] & pm[None, :], other=0.0)
+        sc = tl.dot(qlb, tl.trans(kv))
+        sc = tl.dot(qpe, tl.trans(kpe), sc)  # log2-domain scores (q pre-scaled by scale * log2 e)
+        sc = tl.where(tm[None, :], sc, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(sc, axis=1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(sc - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None]
+        acc = tl.dot(p.to(tl.bfloat16), kv, acc)  # V = the first KL columns of the same tile
+        m_i = m_new
+    has = l_i > 0.0
+    o = acc / tl.where(has, l_i, 1.0)[:, None]
+    lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
+    base = (b * S + s) * NH
+    tl.store(opart_ptr + (base + rh[:, None]) * KL + rl[None, :], o, mask=hm[:, None] & lm[None, :])
+    tl.store(lse_ptr + base + rh, lse, mask=hm)
+    tl.debug_barrier()
+    tl.atomic_add(ctr_ptr + 1 + hb, 1, sem="release")  # CTR_ATTN_HB + hb
+
+
+@triton.jit
+def _merge_role(
+    m, opart_ptr, lse_ptr, wkvb_ptr, part_ptr, ss_ptr, attn_out_ptr, ctr_ptr, B, S,
+    H: tl.constexpr, R: tl.constexpr, KS: tl.constexpr, EPS: tl.constexpr,
+    GATE_OFF: tl.constexpr, USE_GATE: tl.constexpr,
+    KL: tl.constexpr, DN: tl.constexpr, DV: tl.constexpr, NH: tl.constexpr,
+    BH: tl.constexpr, KLP: tl.constexpr, DVP: tl.constexpr, MB: tl.constexpr, LC: tl.constexpr,
+):
+    h = m % NH
+    b0 = (m // NH) * MB
+    hb = h // BH
+    need = B * S
+    cnt = tl.atomic_add(ctr_ptr + 1 + hb, 0, sem="acquire")
+    while cnt < need:
+        cnt = tl.atomic_add(ctr_ptr + 1 + hb, 0, sem="acquire")
+    tl.debug_barrier()
+    rb = b0 + tl.arange(0, MB)
+    bm = rb < B
+    # max and normaliser of the split LSEs (log2 domain)
+    mx = tl.full([MB], float("-inf"), dtype=tl.float32)
+    for s in range(0, S):
+        ls = tl.load(lse_ptr + (rb * S + s) * NH + h, mask=bm, other=float("-inf"), cache_modifier=".cg")
+        mx = tl.maximum(mx, ls)
+    mx = tl.where(mx == float("-inf"), 0.0, mx)
+    den = tl.zeros([MB], dtype=tl.float32)
+    for s in range(0, S):
+        ls = tl.load(lse_ptr + (rb * S + s) * NH + h, mask=bm, other=float("-inf"), cache_modifier=".cg")
+        den += tl.exp2(ls - mx)
+    den = tl.where(den > 0.0, den, 1.0)
+    rv = tl.arange(0, DVP)
+    vm = rv < DV
+    out = tl.zeros([MB, DVP], dtype=tl.float32)
+    wrow = h * (DN + DV) + DN + rv  # W_UV rows of head h inside w_kv_b
+    for l0 in tl.static_range(0, KLP, LC):
+        rl = l0 + tl.arange(0, LC)
+        lm = rl < KL
+        lat = tl.zeros([MB, LC], dtype=tl.float32)
+        for s in range(0, S):
+            ls = tl.load(lse_ptr + (rb * S + s) * NH + h, mask=bm, other=float("-inf"), cache_modifier=".cg")
+            wgt = tl.exp2(ls - mx) / den
+            o = tl.load(opart_ptr + ((rb[:, None] * S + s) * NH + h) * KL + rl[None, :],
+                        mask=bm[:, None] & lm[None, :], other=0.0, cache_modifier=".cg")
+            lat += wgt[:, None] * o
+        wuv = tl.load(wkvb_ptr + wrow[None, :] * KL + rl[:, None], mask=lm[:, None] & vm[None, :], other=0.0)
+        out = tl.dot(lat.to(tl.bfloat16), wuv, out)  # [MB, DVP]
+    if USE_GATE:
+        rstd_in = _rstd_from_parts(ss_ptr, B, rb, KS, H, EPS)
+        g = tl.zeros([MB, DVP], dtype=tl.float32)
+        for ks in tl.static_range(KS):
+            g += tl.load(part_ptr + ks * B * R + rb[:, None] * R + GATE_OFF + h * DV + rv[None, :],
+                         mask=bm[:, None] & vm[None, :], other=0.0)
+        out = out * tl.sigmoid(g * rstd_in[:, None])
+    tl.store(attn_out_ptr + rb[:, None] * (NH * DV) + h * DV + rv[None, :], out.to(tl.bfloat16),
+             mask=bm[:, None] & vm[None, :])
+
+
 @triton.jit
 def attn_kernel(
     ql_ptr, qpe_ptr, kv_cache_ptr, block_table_ptr, seq_lens_ptr, max_blocks,
@@ -268,108 +402,16 @@ def attn_kernel(
     BH: tl.constexpr, BLOCK_N: tl.constexpr, KLP: tl.constexpr, DRP: tl.constexpr, DVP: tl.constexpr,
     MB: tl.constexpr, LC: tl.constexpr,
 ):
-    v = tl.atomic_add(ctr_ptr + 0, 1)  # role ticket (CTR_ATTN_TICKET)
+    # role from a ticket taken at start: every merge CTA starts after all attention CTAs have started
+    v = tl.atomic_add(ctr_ptr + 0, 1)  # CTR_ATTN_TICKET
     NHB: tl.constexpr = (NH + BH - 1) // BH
     n_attn = B * S * NHB
     if v < n_attn:
-        hb = v % NHB
-        s = (v // NHB) % S
-        b = v // (NHB * S)
-        rh = hb * BH + tl.arange(0, BH)
-        hm = rh < NH
-        rl = tl.arange(0, KLP)
-        lm = rl < KL
-        rp = tl.arange(0, DRP)
-        pm = rp < DR
-        ql = tl.zeros([BH, KLP], dtype=tl.float32)
-        for c in tl.static_range(NCN):
-            ql += tl.load(ql_ptr + c * B * NH * KL + b * NH * KL + rh[:, None] * KL + rl[None, :],
-                          mask=hm[:, None] & lm[None, :], other=0.0)
-        qlb = ql.to(tl.bfloat16)
-        qpe = tl.load(qpe_ptr + b * NH * DR + rh[:, None] * DR + rp[None, :], mask=hm[:, None] & pm[None, :],
-                      other=0.0).to(tl.bfloat16)
-        seq_len = tl.load(seq_lens_ptr + b)
-        per = tl.cdiv(tl.cdiv(seq_len, S), BLOCK_N) * BLOCK_N
-        t_start = s * per
-        t_end = tl.minimum(seq_len, t_start + per)
-        m_i = tl.full([BH], float("-inf"), dtype=tl.float32)
-        l_i = tl.zeros([BH], dtype=tl.float32)
-        acc = tl.zeros([BH, KLP], dtype=tl.float32)
-        for t0 in range(t_start, t_end, BLOCK_N):
-            rt = t0 + tl.arange(0, BLOCK_N)
-            tm = rt < t_end
-            blk = tl.load(block_table_ptr + b * max_blocks + rt // BS, mask=tm, other=0).to(tl.int64)
-            row = (blk * BS + rt % BS) * (KL + DR)
-            kv = tl.load(kv_cache_ptr + row[:, None] + rl[None, :], mask=tm[:, None] & lm[None, :], other=0.0)
-            kpe = tl.load(kv_cache_ptr + row[:, None] + KL + rp[None, :], mask=tm[:, None] & pm[None, :],
-                          other=0.0)
-            sc = tl.dot(qlb, tl.trans(kv))
-            sc = tl.dot(qpe, tl.trans(kpe), sc)
-            sc = tl.where(tm[None, :], sc, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(sc, axis=1))
-            alpha = tl.exp2(m_i - m_new)
-            p = tl.exp2(sc - m_new[:, None])
-            l_i = l_i * alpha + tl.sum(p, axis=1)
-            acc = acc * alpha[:, None]
-            acc = tl.dot(p.to(tl.bfloat16), kv, acc)
-            m_i = m_new
-        has = l_i > 0.0
-        o = acc / tl.where(has, l_i, 1.0)[:, None]
-        lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
-        base = (b * S + s) * NH
-        tl.store(opart_ptr + (base + rh[:, None]) * KL + rl[None, :], o, mask=hm[:, None] & lm[None, :])
-        tl.store(lse_ptr + base + rh, lse, mask=hm)
-        tl.debug_barrier()
-        tl.atomic_add(ctr_ptr + 1 + hb, 1, sem="release")
+        _attn_role(v, ql_ptr, qpe_ptr, kv_cache_ptr, block_table_ptr, seq_lens_ptr, max_blocks, opart_ptr, lse_ptr,
+                   ctr_ptr, B, S, KL, DR, NH, BS, NCN, BH, BLOCK_N, KLP, DRP)
     else:
-        # merge role: (head h, rows [b0, b0 + MB))
-        m = v - n_attn
-        h = m % NH
-        b0 = (m // NH) * MB
-        hb = h // BH
-        need = B * S
-        cnt = tl.atomic_add(ctr_ptr + 1 + hb, 0, sem="acquire")
-        while cnt < need:
-            cnt = tl.atomic_add(ctr_ptr + 1 + hb, 0, sem="acquire")
-        tl.debug_barrier()
-        rb = b0 + tl.arange(0, MB)
-        bm = rb < B
-        # pass 1: max and normaliser of the split LSEs (log2 domain)
-        mx = tl.full([MB], float("-inf"), dtype=tl.float32)
-        for s in range(0, S):
-            ls = tl.load(lse_ptr + (rb * S + s) * NH + h, mask=bm, other=float("-inf"), cache_modifier=".cg")
-            mx = tl.maximum(mx, ls)
-        mx = tl.where(mx == float("-inf"), 0.0, mx)
-        den = tl.zeros([MB], dtype=tl.float32)
-        for s in range(0, S):
-            ls = tl.load(lse_ptr + (rb * S + s) * NH + h, mask=bm, other=float("-inf"), cache_modifier=".cg")
-            den += tl.exp2(ls - mx)
-        den = tl.where(den > 0.0, den, 1.0)
-        rv = tl.arange(0, DVP)
-        vm = rv < DV
-        out = tl.zeros([MB, DVP], dtype=tl.float32)
-        wrow = h * (DN + DV) + DN + rv
-        for l0 in tl.static_range(0, KLP, LC):
-            rl = l0 + tl.arange(0, LC)
-            lm = rl < KL
-            lat = tl.zeros([MB, LC], dtype=tl.float32)
-            for s in range(0, S):
-                ls = tl.load(lse_ptr + (rb * S + s) * NH + h, mask=bm, other=float("-inf"), cache_modifier=".cg")
-                wgt = tl.exp2(ls - mx) / den
-                o = tl.load(opart_ptr + ((rb[:, None] * S + s) * NH + h) * KL + rl[None, :],
-                            mask=bm[:, None] & lm[None, :], other=0.0, cache_modifier=".cg")
-                lat += wgt[:, None] * o
-            wuv = tl.load(wkvb_ptr + wrow[None, :] * KL + rl[:, None], mask=lm[:, None] & vm[None, :], other=0.0)
-            out = tl.dot(lat.to(tl.bfloat16), wuv, out)  # [MB, DVP]
-        if USE_GATE:
-            rstd_in = _rstd_from_parts(ss_ptr, B, rb, KS, H, EPS)
-            g = tl.zeros([MB, DVP], dtype=tl.float32)
-            for ks in tl.static_range(KS):
-                g += tl.load(part_ptr + ks * B * R + rb[:, None] * R + GATE_OFF + h * DV + rv[None, :],
-                             mask=bm[:, None] & vm[None, :], other=0.0)
-            out = out * tl.sigmoid(g * rstd_in[:, None])
-        tl.store(attn_out_ptr + rb[:, None] * (NH * DV) + h * DV + rv[None, :], out.to(tl.bfloat16),
-                 mask=bm[:, None] & vm[None, :])
+        _merge_role(v - n_attn, opart_ptr, lse_ptr, wkvb_ptr, part_ptr, ss_ptr, attn_out_ptr, ctr_ptr, B, S,
+                    H, R, KS, EPS, GATE_OFF, USE_GATE, KL, DN, DV, NH, BH, KLP, DVP, MB, LC)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -409,15 +451,21 @@ def o_proj_kernel(
         out += tl.load(resid1_ptr + rb[:, None] * H + rn[None, :], mask=m2, other=0.0)
         tl.store(resid_out_ptr + rb[:, None] * H + rn[None, :], out.to(tl.bfloat16), mask=m2)
     else:
-        tl.store(part_ptr + ks * B * H + rb[:, None] * H + rn[None, :], out, mask=m2)
-        tl.debug_barrier()
-        arrived = tl.atomic_add(ctr_ptr + CTR_OFF + nb, 1, sem="acq_rel")
-        if arrived == KS - 1:
-            tot = tl.load(resid1_ptr + rb[:, None] * H + rn[None, :], mask=m2, other=0.0)
-            for j in tl.static_range(KS):  # fixed order: bit-reproducible
-                tot += tl.load(part_ptr + j * B * H + rb[:, None] * H + rn[None, :], mask=m2, other=0.0,
-                               cache_modifier=".cg")
-            tl.store(resid_out_ptr + rb[:, None] * H + rn[None, :], tot.to(tl.bfloat16), mask=m2)
+        _o_splitk_finish(out, ks, nb, rb, rn, m2, resid1_ptr, part_ptr, resid_out_ptr, ctr_ptr, B, H, KS, CTR_OFF)
+
+
+@triton.jit
+def _o_splitk_finish(out, ks, nb, rb, rn, m2, resid1_ptr, part_ptr, resid_out_ptr, ctr_ptr, B,
+                     H: tl.constexpr, KS: tl.constexpr, CTR_OFF: tl.constexpr):
+    tl.store(part_ptr + ks * B * H + rb[:, None] * H + rn[None, :], out, mask=m2)
+    tl.debug_barrier()
+    arrived = tl.atomic_add(ctr_ptr + CTR_OFF + nb, 1, sem="acq_rel")
+    if arrived == KS - 1:
+        tot = tl.load(resid1_ptr + rb[:, None] * H + rn[None, :], mask=m2, other=0.0)
+        for j in tl.static_range(KS):  # fixed order: bit-reproducible
+            tot += tl.load(part_ptr + j * B * H + rb[:, None] * H + rn[None, :], mask=m2, other=0.0,
+                           cache_modifier=".cg")
+        tl.store(resid_out_ptr + rb[:, None] * H + rn[None, :], tot.to(tl.bfloat16), mask=m2)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -605,6 +653,94 @@ def expert_up_kernel(
 # 7. routed experts: w2 x routing weight, deterministic per-token sum; tail: routed norm -> latent_up + shared
 # ------------------------------------------------------------------------------------------------------------
 @triton.jit
+def _down_role(
+    v, act_ptr, w2_ptr, slot_exp_ptr, slot_off_ptr, slot_cnt_ptr, sorted_pair_ptr, topk_w_ptr,
+    ypair_ptr, latent_ptr, ctr_ptr, B, P,
+    LAT: tl.constexpr, I: tl.constexpr, TOPK: tl.constexpr,
+    BT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, MODE: tl.constexpr, RB: tl.constexpr,
+):
+    NBL: tl.constexpr = (LAT + BN - 1) // BN
+    nb = v % NBL
+    p = v // NBL
+    n_slots = tl.load(ctr_ptr + 17)  # CTR_NSLOTS
+    rn = nb * BN + tl.arange(0, BN)
+    nm = rn < LAT
+    rt = tl.arange(0, BT)
+    for sl in range(p, n_slots, P):
+        e = tl.load(slot_exp_ptr + sl).to(tl.int64)
+        off = tl.load(slot_off_ptr + sl)
+        cnt = tl.load(slot_cnt_ptr + sl)
+        wbase = w2_ptr + e * (LAT * I)
+        for c0 in range(0, cnt, BT):
+            tm = c0 + rt < cnt
+            rows = off + c0 + rt
+            acc = _acc_init(BT, BN, BK, MODE)
+            for k0 in range(0, I, BK):
+                rk = k0 + tl.arange(0, BK)
+                km = rk < I
+                x = tl.load(act_ptr + rows[:, None] * I + rk[None, :], mask=tm[:, None] & km[None, :], other=0.0)
+                w = tl.load(wbase + rn[:, None] * I + rk[None, :], mask=nm[:, None] & km[None, :], other=0.0)
+                acc = _mac(acc, x, w, MODE)
+            y = _fin(acc, MODE)
+            pair = tl.load(sorted_pair_ptr + rows, mask=tm, other=0)
+            wt = tl.load(topk_w_ptr + pair, mask=tm, other=0.0)
+            tl.store(ypair_ptr + pair[:, None] * LAT + rn[None, :], y * wt[:, None], mask=tm[:, None] & nm[None, :])
+    tl.debug_barrier()
+    arrived = tl.atomic_add(ctr_ptr + 512 + nb, 1, sem="acq_rel")  # CTR_DOWN + nb
+    if arrived == P - 1:
+        # every pair of every token has landed for this column block: sum each token's pairs in k order
+        for b0 in range(0, B, RB):
+            rb = b0 + tl.arange(0, RB)
+            bm = rb < B
+            m2 = bm[:, None] & nm[None, :]
+            tot = tl.zeros([RB, BN], dtype=tl.float32)
+            for k in tl.static_range(TOPK):
+                tot += tl.load(ypair_ptr + (rb * TOPK + k)[:, None] * LAT + rn[None, :], mask=m2, other=0.0,
+                               cache_modifier=".cg")
+            tl.store(latent_ptr + rb[:, None] * LAT + rn[None, :], tot, mask=m2)
+        tl.debug_barrier()
+        tl.atomic_add(ctr_ptr + 19, 1, sem="release")  # CTR_LAT_DONE
+
+
+@triton.jit
+def _tail_role(
+    nt, sh_ptr, sw2_ptr, rnorm_ptr, up_ptr, latent_ptr, out_ptr, ctr_ptr, B,
+    H: tl.constexpr, LAT: tl.constexpr, SI: tl.constexpr, EPS: tl.constexpr, NBL: tl.constexpr,
+    BB: tl.constexpr, BNT: tl.constexpr, BKT: tl.constexpr, MODE_T: tl.constexpr,
+):
+    rb = tl.arange(0, BB)
+    bm = rb < B
+    rn = nt * BNT + tl.arange(0, BNT)
+    nm = rn < H
+    # shared expert down-projection first: it does not depend on the routed experts
+    acc = _acc_init(BB, BNT, BKT, MODE_T)
+    for k0 in range(0, SI, BKT):
+        rk = k0 + tl.arange(0, BKT)
+        km = rk < SI
+        x = tl.load(sh_ptr + rb[:, None] * SI + rk[None, :], mask=bm[:, None] & km[None, :], other=0.0)
+        w = tl.load(sw2_ptr + rn[:, None] * SI + rk[None, :], mask=nm[:, None] & km[None, :], other=0.0)
+        acc = _mac(acc, x, w, MODE_T)
+    shared = _fin(acc, MODE_T)
+    cnt = tl.atomic_add(ctr_ptr + 19, 0, sem="acquire")  # CTR_LAT_DONE
+    while cnt < NBL:
+        cnt = tl.atomic_add(ctr_ptr + 19, 0, sem="acquire")
+    tl.debug_barrier()
+    acc2 = _acc_init(BB, BNT, BKT, MODE_T)
+    ss = tl.zeros([BB], dtype=tl.float32)
+    for k0 in range(0, LAT, BKT):
+        rk = k0 + tl.arange(0, BKT)
+        km = rk < LAT
+        x = tl.load(latent_ptr + rb[:, None] * LAT + rk[None, :], mask=bm[:, None] & km[None, :], other=0.0,
+                    cache_modifier=".cg")
+        ss += tl.sum(x * x, axis=1)
+        g = tl.load(rnorm_ptr + rk, mask=km, other=0.0).to(tl.float32)
+        w = tl.load(up_ptr + rn[:, None] * LAT + rk[None, :], mask=nm[:, None] & km[None, :], other=0.0)
+        acc2 = _mac(acc2, x * g[None, :], w, MODE_T)
+    out = _fin(acc2, MODE_T) * tl.rsqrt(ss / LAT + EPS)[:, None] + shared
+    tl.store(out_ptr + rb[:, None] * H + rn[None, :], out.to(tl.bfloat16), mask=bm[:, None] & nm[None, :])
+
+
+@triton.jit
 def expert_down_kernel(
     act_ptr, w2_ptr,  # act [B*TOPK, I] bf16 (sorted-pair rows), w2 [E, LAT, I]
     slot_exp_ptr, slot_off_ptr, slot_cnt_ptr, sorted_pair_ptr, topk_w_ptr,
@@ -618,80 +754,13 @@ def expert_down_kernel(
     BT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, MODE: tl.constexpr,
     BB: tl.constexpr, BNT: tl.constexpr, BKT: tl.constexpr, MODE_T: tl.constexpr, RB: tl.constexpr,
 ):
+    # role from a ticket taken at start: every tail CTA starts after all down CTAs have started
     v = tl.atomic_add(ctr_ptr + 18, 1)  # CTR_DOWN_TICKET
     NBL: tl.constexpr = (LAT + BN - 1) // BN
     n_down = NBL * P
     if v < n_down:
-        nb = v % NBL
-        p = v // NBL
-        n_slots = tl.load(ctr_ptr + 17)
-        rn = nb * BN + tl.arange(0, BN)
-        nm = rn < LAT
-        rt = tl.arange(0, BT)
-        for sl in range(p, n_slots, P):
-            e = tl.load(slot_exp_ptr + sl).to(tl.int64)
-            off = tl.load(slot_off_ptr + sl)
-            cnt = tl.load(slot_cnt_ptr + sl)
-            wbase = w2_ptr + e * (LAT * I)
-            for c0 in range(0, cnt, BT):
-                tm = c0 + rt < cnt
-                rows = off + c0 + rt
-                acc = _acc_init(BT, BN, BK, MODE)
-                for k0 in range(0, I, BK):
-                    rk = k0 + tl.arange(0, BK)
-                    km = rk < I
-                    x = tl.load(act_ptr + rows[:, None] * I + rk[None, :], mask=tm[:, None] & km[None, :], other=0.0)
-                    w = tl.load(wbase + rn[:, None] * I + rk[None, :], mask=nm[:, None] & km[None, :], other=0.0)
-                    acc = _mac(acc, x, w, MODE)
-                y = _fin(acc, MODE)
-                pair = tl.load(sorted_pair_ptr + rows, mask=tm, other=0)
-                wt = tl.load(topk_w_ptr + pair, mask=tm, other=0.0)
-                tl.store(ypair_ptr + pair[:, None] * LAT + rn[None, :], y * wt[:, None],
-                         mask=tm[:, None] & nm[None, :])
-        tl.debug_barrier()
-        arrived = tl.atomic_add(ctr_ptr + 512 + nb, 1, sem="acq_rel")  # CTR_DOWN
-        if arrived == P - 1:
-            # every pair of every token has landed for this column block: sum each token's pairs in k order
-            for b0 in range(0, B, RB):
-                rb = b0 + tl.arange(0, RB)
-                bm = rb < B
-                m2 = bm[:, None] & nm[None, :]
-                tot = tl.zeros([RB, BN], dtype=tl.float32)
-                for k in tl.static_range(TOPK):
-                    tot += tl.load(ypair_ptr + (rb * TOPK + k)[:, None] * LAT + rn[None, :], mask=m2, other=0.0,
-                                   cache_modifier=".cg")
-                tl.store(latent_ptr + rb[:, None] * LAT + rn[None, :], tot, mask=m2)
-            tl.debug_barrier()
-            tl.atomic_add(ctr_ptr + 19, 1, sem="release")  # CTR_LAT_DONE
+        _down_role(v, act_ptr, w2_ptr, slot_exp_ptr, slot_off_ptr, slot_cnt_ptr, sorted_pair_ptr, topk_w_ptr,
+                   ypair_ptr, latent_ptr, ctr_ptr, B, P, LAT, I, TOPK, BT, BN, BK, MODE, RB)
     else:
-        nt = v - n_down
-        rb = tl.arange(0, BB)
-        bm = rb < B
-        rn = nt * BNT + tl.arange(0, BNT)
-        nm = rn < H
-        # shared expert down-projection first: it does not depend on the routed experts
-        acc = _acc_init(BB, BNT, BKT, MODE_T)
-        for k0 in range(0, SI, BKT):
-            rk = k0 + tl.arange(0, BKT)
-            km = rk < SI
-            x = tl.load(sh_ptr + rb[:, None] * SI + rk[None, :], mask=bm[:, None] & km[None, :], other=0.0)
-            w = tl.load(sw2_ptr + rn[:, None] * SI + rk[None, :], mask=nm[:, None] & km[None, :], other=0.0)
-            acc = _mac(acc, x, w, MODE_T)
-        shared = _fin(acc, MODE_T)
-        cnt = tl.atomic_add(ctr_ptr + 19, 0, sem="acquire")
-        while cnt < NBL:
-            cnt = tl.atomic_add(ctr_ptr + 19, 0, sem="acquire")
-        tl.debug_barrier()
-        acc = _acc_init(BB, BNT, BKT, MODE_T)
-        ss = tl.zeros([BB], dtype=tl.float32)
-        for k0 in range(0, LAT, BKT):
-            rk = k0 + tl.arange(0, BKT)
-            km = rk < LAT
-            x = tl.load(latent_ptr + rb[:, None] * LAT + rk[None, :], mask=bm[:, None] & km[None, :], other=0.0,
-                        cache_modifier=".cg")
-            ss += tl.sum(x * x, axis=1)
-            g = tl.load(rnorm_ptr + rk, mask=km, other=0.0).to(tl.float32)
-            w = tl.load(up_ptr + rn[:, None] * LAT + rk[None, :], mask=nm[:, None] & km[None, :], other=0.0)
-            acc = _mac(acc, x * g[None, :], w, MODE_T)
-        out = _fin(acc, MODE_T) * tl.rsqrt(ss / LAT + EPS)[:, None] + shared
-        tl.store(out_ptr + rb[:, None] * H + rn[None, :], out.to(tl.bfloat16), mask=bm[:, None] & nm[None, :])
+        _tail_role(v - n_down, sh_ptr, sw2_ptr, rnorm_ptr, up_ptr, latent_ptr, out_ptr, ctr_ptr, B,
+                   H, LAT, SI, EPS, NBL, BB, BNT, BKT, MODE_T)

@@ -267,7 +267,7 @@ def _grouped_gemm_launch(
     if pairs == 0:
         return c
     cfg = moe_config(num_tokens)
-    m_blocks = pairs if naive else sorted_ids.numel() // cfg["BLOCK_M"]
+    m_blocks = pairs if naive else triton.cdiv(sorted_ids.numel(), cfg["BLOCK_M"])
     grid = (m_blocks * triton.cdiv(n, cfg["BLOCK_N"]),)
     launcher(_fused_moe_kernel, a)[grid](
         a, w, c, topk_weights, sorted_ids, expert_ids, num_post_pad,

@@ -47,19 +47,19 @@ def _q_kv_rms_norm_kernel(
     row = tl.program_id(0)
     part = tl.program_id(1)
     if part == 0:
-        offs = tl.arange(0, BLOCK_Q)
-        mask = offs < NQ
-        x = tl.load(QKV + row * stride_in + offs, mask=mask, other=0.0).to(tl.float32)
-        rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / NQ + eps)
-        w = tl.load(WQ + offs, mask=mask, other=0.0).to(tl.float32)
-        tl.store(QO + row * stride_qo + offs, (x * rstd * w).to(QO.dtype.element_ty), mask=mask)
+        oq = tl.arange(0, BLOCK_Q)
+        mq = oq < NQ
+        xq = tl.load(QKV + row * stride_in + oq, mask=mq, other=0.0).to(tl.float32)
+        rq = 1.0 / tl.sqrt(tl.sum(xq * xq, axis=0) / NQ + eps)
+        wq = tl.load(WQ + oq, mask=mq, other=0.0).to(tl.float32)
+        tl.store(QO + row * stride_qo + oq, (xq * rq * wq).to(QO.dtype.element_ty), mask=mq)
     else:
-        offs = tl.arange(0, BLOCK_K)
-        mask = offs < NK
-        x = tl.load(QKV + row * stride_in + NQ + offs, mask=mask, other=0.0).to(tl.float32)
-        rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / NK + eps)
-        w = tl.load(WK + offs, mask=mask, other=0.0).to(tl.float32)
-        tl.store(KO + row * stride_ko + offs, (x * rstd * w).to(KO.dtype.element_ty), mask=mask)
+        ok = tl.arange(0, BLOCK_K)
+        mk = ok < NK
+        xk = tl.load(QKV + row * stride_in + NQ + ok, mask=mk, other=0.0).to(tl.float32)
+        rk = 1.0 / tl.sqrt(tl.sum(xk * xk, axis=0) / NK + eps)
+        wk = tl.load(WK + ok, mask=mk, other=0.0).to(tl.float32)
+        tl.store(KO + row * stride_ko + ok, (xk * rk * wk).to(KO.dtype.element_ty), mask=mk)
 
 
 def _warps(block: int) -> int:

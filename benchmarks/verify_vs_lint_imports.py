@@ -1,0 +1,152 @@
+"""Time `fasttrack verify` on a kimi_k3 PR against the real vLLM tree, side by side with `lint-imports`
+checking one forbidden contract on the same tree. A benchmark, not a test.
+
+    python benchmarks/verify_vs_lint_imports.py [--repeats 3] [--version 0.33.0] [--json OUT]
+
+Set-up (not timed): the vLLM tree (``python -m fasttrack.engine_tree``) is committed as the base of a
+temporary git repository, and a kimi_k3 PR (a new kernel module in the specialized decode plus the line that
+uses it) as its head. Then, each `--repeats` times:
+
+- fasttrack cold: ``fasttrack verify --repo R --base B --head H --model kimi_k3 --format json`` with an empty
+  $FASTTRACK_CACHE_DIR (no materialised head tree, no cached graph): diff, head tree, grimp graph, every rule.
+- fasttrack warm: the same command again on the same cache (head tree and graph found by content).
+- lint-imports cold: one forbidden contract, "shared model code (vllm.model_executor) may not import
+  vllm.models.kimi_k3", with ``--no-cache`` on the same tree (PYTHONPATH points at the head tree).
+
+Each is a fresh process (wall clock, including interpreter start-up). Also reported: the blast radius's own
+time inside the verdict (graph build or cache load plus the walk). Prints medians, minima and the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from fasttrack.engine_tree import ensure_tree  # noqa: E402
+
+BIN = Path(sys.executable).parent
+GIT_ENV = {"GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@fasttrack.invalid",
+           "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@fasttrack.invalid",
+           "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}
+DECODE = "vllm/models/kimi_k3/nvidia/specialized_decode/runtime/decode.py"
+NEW = "vllm/models/kimi_k3/nvidia/specialized_decode/fused_new.py"
+CONTRACT = """[importlinter]
+root_package = vllm
+include_external_packages = False
+exclude_type_checking_imports = True
+
+[importlinter:contract:kimi-k3-private]
+name = Shared model code may not import Kimi K3's package
+type = forbidden
+source_modules =
+    vllm.model_executor
+forbidden_modules =
+    vllm.models.kimi_k3
+"""
+
+
+def git(repo: Path, *args: str) -> str:
+    proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True,
+                          env={**os.environ, **GIT_ENV})
+    return proc.stdout.strip()
+
+
+def make_repo(tree: Path, work: Path) -> tuple[Path, str, str]:
+    repo = work / "vllm-repo"
+    shutil.copytree(tree / "vllm", repo / "vllm")
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    base = git(repo, "rev-parse", "HEAD")
+    (repo / NEW).write_text("def fused_step(x):\n    return x\n")
+    decode = repo / DECODE
+    decode.write_text(decode.read_text() + "\nfrom .. import fused_new  # noqa: E402\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "kimi_k3: fused decode step")
+    return repo, base, git(repo, "rev-parse", "HEAD")
+
+
+def timed(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, subprocess.CompletedProcess[str]]:
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, check=False)
+    return time.perf_counter() - t0, proc
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--version", default="0.33.0")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--json", type=Path, help="also write the figures as JSON here")
+    args = ap.parse_args()
+    tree = ensure_tree(args.version)
+    work = Path(tempfile.mkdtemp(prefix="ft-bench-"))
+    try:
+        repo, base, head = make_repo(tree, work)
+        contract = work / ".importlinter"
+        contract.write_text(CONTRACT)
+        verify = [str(BIN / "fasttrack"), "verify", "--repo", str(repo), "--base", base, "--head", head,
+                  "--model", "kimi_k3", "--policy", str(REPO / "policies" / "vllm.toml"), "--format", "json"]
+        lint = [str(BIN / "lint-imports"), "--no-cache", "--no-logo", str(contract)]
+        rows: dict[str, list[float]] = {"fasttrack cold": [], "fasttrack warm": [], "lint-imports cold": [],
+                                        "radius cold": [], "radius warm": []}
+        verdict: dict[str, object] = {}
+        for i in range(args.repeats):
+            cache = work / f"cache-{i}"
+            env = {**os.environ, "FASTTRACK_CACHE_DIR": str(cache)}
+            for label, radius_label in (("fasttrack cold", "radius cold"), ("fasttrack warm", "radius warm")):
+                secs, proc = timed(verify, env, work)
+                if proc.returncode not in (0, 1):
+                    raise SystemExit(f"fasttrack verify failed ({proc.returncode}): {proc.stderr.strip()}")
+                verdict = json.loads(proc.stdout)
+                br = verdict["blast_radius"]
+                assert isinstance(br, dict) and br["computed"], br
+                rows[label].append(secs)
+                rows[radius_label].append(float(br["seconds"]))
+            # lint-imports reads the tree in place: point it at the PR head's checkout.
+            git(repo, "checkout", "-q", head)
+            lint_env = {**os.environ, "PYTHONPATH": str(repo)}
+            secs, proc = timed(lint, lint_env, work)
+            if proc.returncode not in (0, 1) or "Contracts" not in proc.stdout:
+                raise SystemExit(f"lint-imports failed ({proc.returncode}): {proc.stdout[-500:]}{proc.stderr}")
+            rows["lint-imports cold"].append(secs)
+            shutil.rmtree(cache, ignore_errors=True)
+        lint_result = "kept" if "KEPT" in proc.stdout.upper() and "BROKEN" not in proc.stdout.upper() else "broken"
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    med = {k: statistics.median(v) for k, v in rows.items()}
+    low = {k: min(v) for k, v in rows.items()}
+    print(f"vLLM {args.version}, kimi_k3 PR (2 files), {args.repeats} repeats, {os.cpu_count()} CPUs, "
+          f"load average {os.getloadavg()[0]:.1f}")
+    for k in rows:
+        print(f"  {k:18s} median {med[k]:6.2f}s   min {low[k]:6.2f}s")
+    br = verdict["blast_radius"]
+    assert isinstance(br, dict)
+    print(f"  verdict: {verdict['verdict']}; radius: {br['models_total']} models, {br['shared_total']} shared; "
+          f"lint-imports contract {lint_result}")
+    ratios = {
+        "fasttrack cold / lint-imports cold": med["fasttrack cold"] / med["lint-imports cold"],
+        "fasttrack warm / fasttrack cold": med["fasttrack warm"] / med["fasttrack cold"],
+        "radius warm / radius cold": med["radius warm"] / med["radius cold"],
+    }
+    for k, v in ratios.items():
+        print(f"  {k:36s} {v:5.2f}")
+    if args.json:
+        args.json.write_text(json.dumps({"median": med, "min": low, "ratios": ratios, "samples": rows,
+                                         "cpus": os.cpu_count(), "lint_imports": lint_result}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,234 @@
+"""Benchmark cases for `fasttrack collect` (contract: `fasttrack/evidence/contract.py`).
+
+`benchmark_case(point)` returns one `K3BenchmarkCase` for an envelope point (`gpu`, `tp`, `batch`,
+`context`, `dtype`), or None where the point cannot run here (no CUDA, not bf16). Real K3 shapes: at TP1 the
+full layer (896 routed experts, ~59 GB of bf16 expert weights: fits one H200); at TP 2 / 8 the per-rank
+shard shapes (benchmark only; outside the envelope). Weights are built once per (tp, device) and cached
+across points.
+
+Variants, all on the same weights, the same paged cache and the same inputs:
+- "stock": `kimi_k3.stock.forward` (cuBLAS + the stock engine's one-kernel Triton ops).
+- "compile": `torch.compile(stock, mode="max-autotune-no-cudagraphs")`. That is `mode="max-autotune"`
+  minus Inductor's own CUDA graphs: the harness captures every variant in one full CUDA graph itself, and
+  Inductor's cudagraph trees cannot run inside an outer capture. Dynamo traces through the stock Triton
+  kernels (they are `torch.library.triton_op`s launched with `wrap_triton`), so Inductor sees and may fuse
+  around them; the GEMMs are autotuned (Triton templates vs cuBLAS).
+- "fused": `kimi_k3.fused.forward`, when that module imports.
+
+Inputs: `static_inputs` = {"hidden", "residual"} (bf16 [B, 7168]); the paged cache, block table and
+sequence lengths are the case's own state (every row at `context` tokens including the new one; blocks
+scattered over the pool). A step writes only the new token's slot, which it also reads, so repeated calls
+are independent of each other and the inputs are never mutated.
+
+Routing near-ties: a token whose 16th and 17th biased router scores are closer than the two bf16 paths'
+rounding noise may legitimately pick a different 16th expert on each path, and then the outputs differ by
+far more than any elementwise tolerance. `make_inputs` therefore redraws such rows (up to 24 rounds) until
+every token's top-k boundary gap is >= ROUTE_GAP under stock's own fp32 router logits. This changes which
+tokens are drawn, not how many experts they touch (the count of distinct experts is logged by
+`touched_experts`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kimi_k3.config import K3LayerConfig
+from kimi_k3.layer import DecodeBatch, DecodeMeta, Workspace
+from kimi_k3.weights import K3LayerWeights
+
+if TYPE_CHECKING:
+    import torch
+
+ROUTE_GAP = 2e-3
+# Elementwise tolerance of a variant against stock on the same inputs (both bf16). Outputs are O(1) (hidden
+# std ~1, residual std ~1.5); two bf16 implementations of the layer differ by ~0.5-1% of a row's RMS per
+# element (measured stock vs fp32 reference on the H200: see NOTES.md), whose maximum over 64 x 14336
+# elements is ~5 sigma ~= 0.05. atol 0.1 + rtol 0.05 leaves ~2x headroom; one wrong expert or head moves
+# elements by O(0.3-1).
+TOLERANCE = (0.1, 0.05)
+
+_WEIGHTS: dict[tuple[int, int, str], K3LayerWeights] = {}
+
+
+def cached_weights(cfg: K3LayerConfig, device: str, seed: int = 0) -> K3LayerWeights:
+    """Real-shape weights, built once per (tp, experts, device) and reused across points."""
+    key = (cfg.tp, cfg.n_routed_experts, device)
+    w = _WEIGHTS.get(key)
+    if w is None or w.cfg != cfg:
+        w = K3LayerWeights.random(cfg, device=device, seed=seed + cfg.tp)
+        _WEIGHTS[key] = w
+    return w
+
+
+def weight_bytes(w: K3LayerWeights, experts_touched: int) -> float:
+    """Bytes of weights one step must read: everything but the routed experts, plus the touched experts."""
+    per_expert = (w.w13[0].numel() + w.w2[0].numel()) * w.w13.element_size()
+    dense = w.nbytes() - (w.w13.numel() + w.w2.numel()) * w.w13.element_size()
+    return float(dense + experts_touched * per_expert)
+
+
+def _load_fused() -> Any:
+    try:
+        from kimi_k3 import fused
+    except ImportError:
+        return None
+    return getattr(fused, "forward", None)
+
+
+@dataclass
+class K3BenchmarkCase:
+    cfg: K3LayerConfig
+    weights: K3LayerWeights
+    batch: int
+    context: int
+    device: str = "cuda"
+    include_fused: bool = True
+    include_compile: bool = True
+    tolerance: tuple[float, float] = TOLERANCE
+    layers: int = 1
+    variants: dict[str, Any] = field(default_factory=dict)
+    static_inputs: dict[str, Any] = field(default_factory=dict)
+    touched_experts: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        import torch
+
+        cfg, dev = self.cfg, torch.device(self.device)
+        page = cfg.block_size
+        nb = (self.context + page - 1) // page
+        gen = torch.Generator(device=dev)
+        gen.manual_seed(self.batch * 100_003 + self.context)
+        total = self.batch * nb + 1
+        perm = torch.randperm(total, generator=gen, device=dev)
+        self.block_table = perm[: self.batch * nb].view(self.batch, nb).to(torch.int32).contiguous()
+        self.kv_cache = torch.empty((total, page, cfg.kv_cache_dim), dtype=torch.bfloat16, device=dev)
+        self.kv_cache.normal_(0.0, 1.0, generator=gen)
+        self.seq_lens = torch.full((self.batch,), self.context, dtype=torch.int32, device=dev)
+        self.meta = DecodeMeta.for_device(self.batch, self.context, dev, tp=cfg.tp)
+        self.workspace = Workspace()
+        self.static_inputs = {
+            "hidden": torch.empty((self.batch, cfg.hidden), dtype=torch.bfloat16, device=dev),
+            "residual": torch.empty((self.batch, cfg.hidden), dtype=torch.bfloat16, device=dev),
+        }
+        self.variants = {"stock": self._runner(_stock_forward())}
+        if self.include_compile:
+            self.variants["compile"] = self._compiled_stock()
+        fused = _load_fused() if self.include_fused else None
+        if fused is not None:
+            self.variants["fused"] = self._runner(fused)
+        self.load_inputs(self.make_inputs(0))
+
+    # ---- variants ----------------------------------------------------------------------------------------
+    def decode_batch(self, inputs: dict[str, Any]) -> DecodeBatch:
+        return DecodeBatch(
+            inputs["hidden"], inputs["residual"], self.kv_cache, self.block_table, self.seq_lens, self.meta,
+            self.workspace,
+        )
+
+    def _runner(self, forward: Any) -> Any:
+        cfg, w = self.cfg, self.weights
+
+        def run(inputs: dict[str, Any]) -> tuple[Any, Any]:
+            out: tuple[Any, Any] = forward(cfg, w, self.decode_batch(inputs))
+            return out
+
+        return run
+
+    def _compiled_stock(self) -> Any:
+        import torch
+
+        from kimi_k3 import stock
+
+        cfg, w, meta = self.cfg, self.weights, self.meta
+
+        def layer(hidden: Any, residual: Any, kv_cache: Any, block_table: Any, seq_lens: Any) -> Any:
+            return stock.forward(cfg, w, DecodeBatch(hidden, residual, kv_cache, block_table, seq_lens, meta))
+
+        compiled = torch.compile(layer, mode="max-autotune-no-cudagraphs", dynamic=False)
+
+        def run(inputs: dict[str, Any]) -> tuple[Any, Any]:
+            out: tuple[Any, Any] = compiled(
+                inputs["hidden"], inputs["residual"], self.kv_cache, self.block_table, self.seq_lens
+            )
+            return out
+
+        return run
+
+    # ---- inputs --------------------------------------------------------------------------------------------
+    def make_inputs(self, seed: int) -> dict[str, Any]:
+        import torch
+
+        from kimi_k3 import stock
+
+        dev = torch.device(self.device)
+        gen = torch.Generator(device=dev)
+        gen.manual_seed(int(seed))
+        shape = (self.batch, self.cfg.hidden)
+        hidden = torch.randn(shape, generator=gen, device=dev).to(torch.bfloat16)
+        residual = torch.randn(shape, generator=gen, device=dev).to(torch.bfloat16)
+        ids = None
+        for _ in range(24):
+            _, _, aux = stock.forward_with_aux(self.cfg, self.weights, self.decode_batch(
+                {"hidden": hidden, "residual": residual}))
+            ids = aux["topk_ids"]
+            gap = _route_gap(self.cfg, aux["router_logits"], self.weights.e_score_correction_bias)
+            bad = gap < ROUTE_GAP
+            if not bool(bad.any()):
+                break
+            n = int(bad.sum())
+            hidden[bad] = torch.randn((n, shape[1]), generator=gen, device=dev).to(torch.bfloat16)
+            residual[bad] = torch.randn((n, shape[1]), generator=gen, device=dev).to(torch.bfloat16)
+        if ids is not None:
+            self.touched_experts.append(int(torch.unique(ids).numel()))
+        return {"hidden": hidden, "residual": residual}
+
+    def load_inputs(self, fresh: dict[str, Any]) -> None:
+        self.static_inputs["hidden"].copy_(fresh["hidden"])
+        self.static_inputs["residual"].copy_(fresh["residual"])
+
+    # ---- roofline ---------------------------------------------------------------------------------------------
+    def experts_touched_now(self) -> int:
+        import torch
+
+        from kimi_k3 import stock
+
+        _, _, aux = stock.forward_with_aux(self.cfg, self.weights, self.decode_batch(self.static_inputs))
+        return int(torch.unique(aux["topk_ids"]).numel())
+
+    def bytes_moved(self, variant: str) -> float:
+        """The fewest bytes one step must move, whatever the variant: weights read (the experts the current
+        inputs actually route to), the latent cache read (every row's context), the new cache slot written,
+        and the activations in and out."""
+        cfg = self.cfg
+        kv = self.batch * self.context * cfg.kv_cache_dim * 2
+        act = 4 * self.batch * cfg.hidden * 2 + self.batch * cfg.kv_cache_dim * 2
+        return weight_bytes(self.weights, self.experts_touched_now()) + kv + act
+
+
+def _route_gap(cfg: K3LayerConfig, logits: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    import torch
+
+    biased = torch.sigmoid(logits.float()) + bias.float()
+    top = torch.topk(biased, cfg.top_k + 1, dim=-1).values
+    return top[:, cfg.top_k - 1] - top[:, cfg.top_k]
+
+
+def _stock_forward() -> Any:
+    from kimi_k3 import stock
+
+    return stock.forward
+
+
+def benchmark_case(point: dict[str, Any]) -> K3BenchmarkCase | None:
+    """The case for one envelope point, or None when it cannot run on this machine."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available() or str(point.get("dtype", "bfloat16")) != "bfloat16":
+        return None
+    tp = int(point.get("tp", 1))
+    cfg = K3LayerConfig.real(tp)
+    weights = cached_weights(cfg, "cuda")
+    return K3BenchmarkCase(cfg, weights, batch=int(point["batch"]), context=int(point["context"]))

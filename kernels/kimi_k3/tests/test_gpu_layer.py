@@ -1,0 +1,148 @@
+"""GPU evidence tests (marker `gpu`; skipped without CUDA — a skip is not a pass).
+
+- At every envelope point (`envelope_point`, parametrized by fasttrack's pytest plugin from the grid that
+  `fasttrack collect` passes): the stock path at real K3 shapes against the fp32 reference, mixed row
+  lengths up to the point's context, NaN-poisoned cache padding, each row's new cache slot checked and the
+  rest of the cache checked untouched. Reported through `fasttrack_record`.
+- Repeatability: the same inputs give bit-identical outputs over many runs at batch 1, 2 and 64, for the
+  stock path and the fused path (races show as run-to-run differences), eager and under CUDA-graph replay.
+- A CUDA graph of the stock layer replays correctly with new inputs copied into its static buffers.
+- `test_stock_tiny_on_gpu`: small shapes, fast: the subset the sanitizer runs (compute-sanitizer).
+
+Tolerances (bf16), from `kimi_k3.reference.TOLERANCES`: relative L2 error per row, max over rows: layer
+output (MoE) 3e-2, attention output 3e-2, residual 1.5e-2, written cache latent 1e-2. bf16's unit roundoff
+is 2^-9 ~ 0.2%; a row passes through ~10 rounded intermediates, so 0.5-1% is the expected error; one
+dropped head (1 of 96) or expert (1 of 16) costs >= 10%. The reference is evaluated with the experts the
+path chose (near-ties in routing are resolved either way by bf16 noise), and rows whose choice differs from
+the reference's own with a clear score gap fail.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from kimi_k3 import reference, stock  # noqa: E402
+from kimi_k3.bench import cached_weights  # noqa: E402
+from kimi_k3.config import K3LayerConfig  # noqa: E402
+from kimi_k3.layer import DecodeBatch, random_batch  # noqa: E402
+from kimi_k3.weights import K3LayerWeights  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+
+def _lens(batch: int, context: int, seed: int) -> list[int]:
+    rng = random.Random(seed)
+    lens = [rng.randint(1, context) for _ in range(batch)]
+    lens[0] = context
+    if batch > 1:
+        lens[-1] = 1
+    return lens
+
+
+def _fused_forward() -> Any:
+    try:
+        from kimi_k3 import fused
+    except ImportError:
+        return None
+    return getattr(fused, "forward", None)
+
+
+def check_stock_point(point: dict[str, Any]) -> reference.Comparison:
+    """Stock vs the fp32 reference at one envelope point (also called by benchmarks/measure.py)."""
+    cfg = K3LayerConfig.real(int(point["tp"]))
+    w = cached_weights(cfg, "cuda")
+    batch = random_batch(cfg, _lens(int(point["batch"]), int(point["context"]), seed=int(point["batch"])),
+                         device="cuda", seed=int(point["context"]), poison=True)
+    before = batch.kv_cache.clone()
+    out, residual, aux = stock.forward_with_aux(cfg, w, batch)
+    torch.cuda.synchronize()
+    return reference.compare(cfg, w, batch, before, out, residual, topk_ids=aux["topk_ids"],
+                             attn_out=aux["attn_out"])
+
+
+def test_stock_matches_reference_at_envelope_point(envelope_point: dict[str, Any], fasttrack_record: Any) -> None:
+    if envelope_point["dtype"] != "bfloat16":
+        pytest.skip("the stock path is bf16 only")
+    c = check_stock_point(envelope_point)
+    fasttrack_record(max_error=c.hidden_err, tolerance=reference.TOLERANCES["hidden"], **{
+        k: v for k, v in c.summary().items() if k != "hidden_err" and v is not None})
+    assert c.finite and c.cache_untouched, c.summary()
+    assert c.route_mismatch_rows == 0, c.summary()
+    assert c.max_ratio() <= 1.0, c.summary()
+
+
+def _repeat(fn: Any, batch: DecodeBatch, runs: int) -> int:
+    """Number of runs whose outputs differ in any bit from the first run's."""
+    first = [t.clone() for t in fn(batch)]
+    differ = 0
+    for _ in range(runs - 1):
+        out = fn(batch)
+        if not all(torch.equal(a.view(torch.int16), b.view(torch.int16)) for a, b in zip(first, out, strict=True)):
+            differ += 1
+    return differ
+
+
+def _graphed(cfg: K3LayerConfig, w: K3LayerWeights, batch: DecodeBatch, forward: Any) -> Any:
+    """forward captured in a CUDA graph over `batch`'s buffers; returns a callable replaying it."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            forward(cfg, w, batch)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = forward(cfg, w, batch)
+
+    def replay(_: DecodeBatch) -> Any:
+        graph.replay()
+        return outs
+
+    return replay
+
+
+@pytest.mark.parametrize("bsz", [1, 2, 64])
+@pytest.mark.parametrize("path", ["stock", "fused"])
+def test_repeatable_bitwise(path: str, bsz: int) -> None:
+    forward = stock.forward if path == "stock" else _fused_forward()
+    if forward is None:
+        pytest.skip("kimi_k3.fused is not importable")
+    cfg = K3LayerConfig.real(1)
+    w = cached_weights(cfg, "cuda")
+    batch = random_batch(cfg, _lens(bsz, 4096, seed=bsz), device="cuda", seed=bsz)
+    eager_diff = _repeat(lambda b: forward(cfg, w, b), batch, runs=20)
+    graph_diff = _repeat(_graphed(cfg, w, batch, forward), batch, runs=50)
+    assert (eager_diff, graph_diff) == (0, 0), f"{path} b{bsz}: {eager_diff} eager / {graph_diff} replays differ"
+
+
+def test_graph_replay_with_new_inputs_matches_eager() -> None:
+    cfg = K3LayerConfig.real(1)
+    w = cached_weights(cfg, "cuda")
+    batch = random_batch(cfg, _lens(8, 4096, seed=8), device="cuda", seed=8)
+    replay = _graphed(cfg, w, batch, stock.forward)
+    g = torch.Generator(device="cuda").manual_seed(99)
+    for _ in range(3):
+        batch.hidden.copy_(torch.randn(batch.hidden.shape, generator=g, device="cuda"))
+        batch.residual.copy_(torch.randn(batch.residual.shape, generator=g, device="cuda"))
+        h, r = (t.clone() for t in replay(batch))
+        he, re_ = stock.forward(cfg, w, batch)
+        torch.testing.assert_close(h, he, rtol=0, atol=0)
+        torch.testing.assert_close(r, re_, rtol=0, atol=0)
+
+
+def test_stock_tiny_on_gpu() -> None:
+    """Small shapes on the GPU: all stock kernels, poisoned cache; fast enough for compute-sanitizer."""
+    cfg = K3LayerConfig.tiny()
+    w = K3LayerWeights.random(cfg, device="cuda", seed=3)
+    for lens in ([1], [5, 17, 40], [33] * 16 + [1] * 16):
+        batch = random_batch(cfg, lens, device="cuda", seed=len(lens))
+        before = batch.kv_cache.clone()
+        out, residual, aux = stock.forward_with_aux(cfg, w, batch)
+        c = reference.compare(cfg, w, batch, before, out, residual, topk_ids=aux["topk_ids"],
+                              attn_out=aux["attn_out"])
+        assert c.ok(), c.summary()

@@ -1,0 +1,280 @@
+"""The blast radius and the confinement findings on the real vLLM 0.33.0 tree, for synthetic PRs.
+
+What the import graph of vLLM 0.33.0 looks like (grimp, TYPE_CHECKING imports excluded; measured with
+``benchmarks/blast_radius_measurements.py``; see docs/blast-radius.md):
+
+- 3,231 ``.py`` files; 3,154 modules in grimp's graph (77 files sit in directories without ``__init__.py``
+  under ``vllm/third_party`` and ``vllm/vllm_flash_attn``); 19,420 imports (20,160 with TYPE_CHECKING blocks),
+  1,432 of them only inside functions. The registry names 423 architectures over 275 modules, by string.
+- Model packages that import each other: deepseek_v41 -> deepseek_v4 (14 imports), dots3_note ->
+  deepseek_v32 (3), minimax_m3 -> deepseek_v41 (9, two lazy); deepseek_v32, deepseek_v4, deepseek_v41,
+  glm5next, kimi_k3, muse_spark, qwen4_exp and step5 import the shared package vllm/models/common.
+- Model packages imported by shared code (outside every model unit): deepseek_v4 (quantization, its config
+  utils, deep_gemm_warmup, the sparse_swa MLA backend, llm_base_proposer, the V2 runner's eplb_utils and
+  dspark utils), deepseek_v41 (quantization, config utils), kimi_k3 (kimi_gdn_linear_attn lazily,
+  kimi_k3_triton_warmup lazily), minimax_m3 (mxfp8_native_moe lazily, minimax_m3_msa_warmup,
+  llm_base_proposer lazily), qwen4_exp (qwen4_exp_qsa_warmup, lazily), step5 (step5_dsa_warmup, lazily).
+  Legacy model files importing a model package: alice_ai -> kimi_k3.nvidia.ops.attn_res (module level).
+  vllm/models/common is imported by vllm/model_executor/layers/mla.py.
+- The naive transitive closure of kimi_k3's 133 modules reaches 2,301 of the 3,154 modules (1 without
+  function-level imports); fasttrack's radius for all of them is 3 modules: alice_ai,
+  kimi_gdn_linear_attn and kimi_k3_triton_warmup. 120 of kimi_k3's 133 modules reach nothing outside it.
+- deepseek_v2.py (DeepseekV3ForCausalLM: DeepSeek V3 and Kimi K2) is imported by 14 other model units, among
+  them vllm/models/deepseek_v32 (GlmMoeDsaForCausalLM: GLM-5); 32 registered architectures run through it.
+
+Each PR is a commit on a base holding the real tree; `run_verify` judges the range (cold caches). Timings on
+the 2-core VM with other jobs running: 4-14 s a PR (materialising the head tree and building the graph with
+grimp, 1.5-8 s, dominate), about 2 minutes for the file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from vllm_repo_support import POLICY, VllmRepo
+
+from fasttrack.changes.model import Change
+from fasttrack.commands.verify import VerifyOptions, run_verify
+from fasttrack.confinement.blast_radius import compute_blast_radius
+from fasttrack.confinement.graph import iter_package_files
+from fasttrack.policy import load_policy
+from fasttrack.rules.blast import catalogue as blast_catalogue
+from fasttrack.rules.confinement import catalogue as confinement_catalogue
+from fasttrack.rules.escapes import catalogue as escapes_catalogue
+from fasttrack.verdict import ChangeStatus, Verdict
+
+pytestmark = pytest.mark.vllm_tree
+
+CONFINEMENT_CODES = {r.code for c in (confinement_catalogue, blast_catalogue, escapes_catalogue)
+                     for r in c.rules}
+KIMI_ARCHS = ["K3DSparkModel", "KimiK3ForConditionalGeneration", "KimiK3MTPModel", "KimiLinearForCausalLM"]
+DECODE = "vllm/models/kimi_k3/nvidia/specialized_decode/runtime/decode.py"
+ATTN_RES = "vllm/models/kimi_k3/nvidia/ops/attn_res.py"
+TRITON_WARMUP = "vllm.model_executor.warmup.kimi_k3_triton_warmup"
+
+
+def verify(repo: VllmRepo, head: str, model: str | None = "kimi_k3") -> Verdict:
+    return run_verify(VerifyOptions(repo=repo.path, base=repo.base, head=head, model=model, policy=POLICY))
+
+
+def confinement(v: Verdict) -> list[tuple[str, str | None]]:
+    """The FT1xx findings (zones, hooks, blast radius, escapes) as (code, path), in verdict order."""
+    return [(f.code, f.path) for f in v.findings if f.code in CONFINEMENT_CODES]
+
+
+def message(v: Verdict, code: str) -> str:
+    found = [f.message for f in v.findings if f.code == code]
+    assert len(found) == 1, (code, found)
+    return found[0]
+
+
+def test_model_local_change(vllm_repo: VllmRepo) -> None:
+    """A new kernel module in kimi_k3's specialized decode, wired into its decode runtime: nothing outside
+    kimi_k3 imports either, so the radius is empty; it serves kimi_k3's four registered architectures."""
+    head = vllm_repo.pr(
+        append={DECODE: "\n\ndef _fused_decode_step(x):\n    return x\n"},
+        write={"vllm/models/kimi_k3/nvidia/specialized_decode/fused_new.py":
+               "from vllm.models.kimi_k3.nvidia.specialized_decode.runtime import decode\n\nSTEP = decode\n"})
+    v = verify(vllm_repo, head, model=None)  # the model is inferred from the paths
+    assert v.model == "kimi_k3"
+    assert confinement(v) == [("FT112", None)]
+    r = v.blast_radius
+    assert r.computed and r.models == [] and r.shared == []
+    assert r.changed_modules == ["vllm.models.kimi_k3.nvidia.specialized_decode.fused_new",
+                                 "vllm.models.kimi_k3.nvidia.specialized_decode.runtime.decode"]
+    assert r.architectures == KIMI_ARCHS
+    assert r.graph_modules == 3155 and r.graph_cached is False
+
+
+def test_change_to_a_module_another_model_imports(vllm_repo: VllmRepo) -> None:
+    """attn_res is imported at module level by the legacy model file alice_ai (line 69) and inside a
+    function by the shared kimi_k3_triton_warmup (line 49): FT110 and FT111, each with its chain."""
+    v = verify(vllm_repo, vllm_repo.pr(append={ATTN_RES: "\n\ndef _new_helper():\n    return 0\n"}))
+    assert confinement(v) == [("FT110", ATTN_RES), ("FT111", ATTN_RES), ("FT112", None)]
+    r = v.blast_radius
+    assert [(m.name, m.kind, m.architectures) for m in r.models] == [
+        ("alice_ai", "legacy", ["AliceAIForCausalLM"])]
+    w = r.models[0].witness
+    assert w is not None and w.chain == ["vllm.model_executor.models.alice_ai",
+                                         "vllm.models.kimi_k3.nvidia.ops.attn_res"]
+    assert w.lines == [69] and w.function_level == [False]
+    assert [(s.module, s.zone, s.witness.lines, s.witness.function_level) for s in r.shared] == [
+        (TRITON_WARMUP, "shared", [49], [True])]
+    assert r.architectures == sorted(["AliceAIForCausalLM", *KIMI_ARCHS])
+    assert r.naive_closure == 2352  # of 3,154: what a plain transitive closure would have reported
+    assert "vllm.model_executor.models.alice_ai:69 -> vllm.models.kimi_k3.nvidia.ops.attn_res" in \
+        message(v, "FT110")
+
+
+def test_change_to_a_shared_model_file_that_serves_many_architectures(vllm_repo: VllmRepo) -> None:
+    """deepseek_v2.py serves DeepseekV3ForCausalLM (DeepSeek V3, Kimi K2) and, through the deepseek_v32
+    package that imports it, GlmMoeDsaForCausalLM (GLM-5): 14 other model units import it directly."""
+    v = verify(vllm_repo, vllm_repo.pr(append={"vllm/model_executor/models/deepseek_v2.py": "\n_Z = 1\n"}))
+    path = "vllm/model_executor/models/deepseek_v2.py"
+    assert confinement(v) == [("FT101", path), ("FT110", path), ("FT112", None)]
+    r = v.blast_radius
+    assert r.models_total == 14 and r.shared_total == 0
+    names = {m.name: m for m in r.models}
+    assert {"deepseek_v32", "deepseek_mtp", "deepseek_v4", "dots3_note", "glm5next", "hy_v4"} <= set(names)
+    assert "GlmMoeDsaForCausalLM" in names["deepseek_v32"].architectures
+    assert {"DeepseekV3ForCausalLM", "GlmMoeDsaForCausalLM", "KimiK3ForConditionalGeneration"} \
+        - set(r.architectures) == {"KimiK3ForConditionalGeneration"}
+    assert len(r.architectures) == 32
+    assert "14 other model unit(s) import it" in message(v, "FT110")
+
+
+def test_change_to_the_shared_models_common_package(vllm_repo: VllmRepo) -> None:
+    """vllm/models/common is shared (policy shared_packages): eight model packages import its
+    sequence_parallel module; kimi_k3 is the target (walked through), the other seven are reported."""
+    path = "vllm/models/common/ops/sequence_parallel.py"
+    v = verify(vllm_repo, vllm_repo.pr(append={path: "\n_X = 1\n"}))
+    assert confinement(v) == [("FT101", path), ("FT110", path), ("FT112", None)]
+    assert sorted(m.name for m in v.blast_radius.models) == [
+        "deepseek_v32", "deepseek_v4", "deepseek_v41", "glm5next", "muse_spark", "qwen4_exp", "step5"]
+
+
+def test_change_hidden_in_sampling_next_to_model_files(vllm_repo: VllmRepo) -> None:
+    """A kimi_k3 edit plus one line in the sampler: FT102 names the sampling zone; the sampler's first
+    importers are two other model units (FT110) and three shared modules (rejection sampler, the spec-decode
+    proposer, the V1 model runner)."""
+    sampler = "vllm/v1/sample/sampler.py"
+    v = verify(vllm_repo, vllm_repo.pr(append={DECODE: "\n_Y = 1\n", sampler: "\n_GREEDY_FAST = True\n"}))
+    assert confinement(v) == [("FT102", sampler), ("FT110", sampler), ("FT112", None)]
+    r = v.blast_radius
+    assert sorted(m.name for m in r.models) == ["hy_v3_mtp", "hy_v4"]
+    assert [(s.module, s.zone) for s in r.shared] == [
+        ("vllm.v1.sample.rejection_sampler", "sampling"),
+        ("vllm.v1.spec_decode.llm_base_proposer", "shared"),
+        ("vllm.v1.worker.gpu_model_runner", "input-preparation")]
+
+
+def test_change_hidden_in_kv_cache_code_next_to_model_files(vllm_repo: VllmRepo) -> None:
+    """kv_cache_utils is imported by 28 shared modules (KV connectors, offloading, the core); no model."""
+    kv = "vllm/v1/core/kv_cache_utils.py"
+    v = verify(vllm_repo, vllm_repo.pr(append={DECODE: "\n_Y = 1\n", kv: "\n_BLOCK = 64\n"}))
+    assert confinement(v) == [("FT102", kv), ("FT112", None)]
+    r = v.blast_radius
+    assert r.models_total == 0 and r.shared_total == 28
+    assert all(s.witness.chain[-1] == "vllm.v1.core.kv_cache_utils" for s in r.shared)
+
+
+def test_monkeypatch_from_a_model_file(vllm_repo: VllmRepo) -> None:
+    """Patching the sampler from a kimi_k3 module: the import graph only shows kimi_k3 importing the
+    sampler (the radius of the kimi_k3 module stays empty); the escape is the AST rules' to find."""
+    patch = "\nimport vllm.v1.sample.sampler as _s\n_s.Sampler.forward = lambda self, *a, **k: None\n"
+    v = verify(vllm_repo, vllm_repo.pr(append={DECODE: patch}))
+    r = v.blast_radius
+    assert r.computed and r.models == [] and r.shared == [] and r.architectures == KIMI_ARCHS
+    escapes = [(f.code, f.path) for f in v.findings if f.code in {x.code for x in escapes_catalogue.rules}]
+    assert confinement(v) == [*escapes, ("FT112", None)] or confinement(v) == [("FT112", None), *escapes]
+    if escapes_catalogue.rules:
+        assert escapes and all(path == DECODE for _, path in escapes)
+
+
+def test_renamed_shared_file(vllm_repo: VllmRepo) -> None:
+    """Renaming kimi_gdn_linear_attn.py: both sides count (FT101 twice); the old module is gone from the
+    head, so its importers come from the sources that still import it: alice_ai (line 29) and three
+    kimi_k3 modules (inside the root, walked through)."""
+    old = "vllm/model_executor/layers/mamba/gdn/kimi_gdn_linear_attn.py"
+    new = "vllm/model_executor/layers/mamba/gdn/kimi_gdn_linear_attn_v2.py"
+    v = verify(vllm_repo, vllm_repo.pr(rename={old: new}))
+    assert confinement(v) == [("FT101", old), ("FT101", new), ("FT110", old), ("FT112", None)]
+    r = v.blast_radius
+    assert r.removed_modules == ["vllm.model_executor.layers.mamba.gdn.kimi_gdn_linear_attn"]
+    assert [(m.name, m.witness.lines if m.witness else None) for m in r.models] == [("alice_ai", [29])]
+    assert r.architectures == sorted(["AliceAIForCausalLM", *KIMI_ARCHS])
+
+
+def test_out_of_root_symlink(vllm_repo: VllmRepo) -> None:
+    """A symlink in kimi_k3 pointing at the sampler: FT105; the link is a module nobody imports."""
+    link = "vllm/models/kimi_k3/nvidia/ops/sampler_link.py"
+    v = verify(vllm_repo, vllm_repo.pr(symlink={link: "../../../../v1/sample/sampler.py"}))
+    assert confinement(v) == [("FT105", link), ("FT112", None)]
+    r = v.blast_radius
+    assert r.changed_modules == ["vllm.models.kimi_k3.nvidia.ops.sampler_link"]
+    assert r.models == [] and r.shared == []
+
+
+def test_registry_hook_edit(vllm_repo: VllmRepo) -> None:
+    """One allowed registry line: no FT104; the registry is a hub (its one importer, the legacy models
+    package, is counted, not listed) and the edit serves exactly the architecture it adds."""
+    reg = "vllm/model_executor/models/registry.py"
+    anchor = '    "KimiK3MTPModel": ("vllm.models.kimi_k3", "KimiK3MTP"),\n'
+    text = vllm_repo.read(reg)
+    assert anchor in text
+    added = anchor + '    "KimiK3FastMTPModel": ("vllm.models.kimi_k3", "KimiK3MTP"),\n'
+    v = verify(vllm_repo, vllm_repo.pr(write={reg: text.replace(anchor, added)}))
+    assert confinement(v) == [("FT112", None)]
+    r = v.blast_radius
+    assert r.hubs_changed == {"vllm.model_executor.models.registry": 1}
+    assert r.models == [] and r.shared == [] and r.architectures == ["KimiK3FastMTPModel"]
+
+
+def test_build_file_edit(vllm_repo: VllmRepo) -> None:
+    """setup.py and a requirements pin: FT101 (build, requirements zones); no Python module of vllm/ changed,
+    so no graph is built."""
+    v = verify(vllm_repo, vllm_repo.pr(append={"setup.py": "# fast path\n",
+                                               "requirements/cuda.txt": "flashinfer-python==0.5.3\n"}))
+    assert confinement(v) == [("FT101", "requirements/cuda.txt"), ("FT101", "setup.py"), ("FT112", None)]
+    r = v.blast_radius
+    assert r.computed and r.changed_modules == [] and r.graph_modules is None
+
+
+def test_deleted_model_module_still_imported_elsewhere(vllm_repo: VllmRepo) -> None:
+    """Deleting attn_res: named from the base path; alice_ai and the triton warmup still import it."""
+    v = verify(vllm_repo, vllm_repo.pr(delete=(ATTN_RES,)))
+    assert confinement(v) == [("FT110", ATTN_RES), ("FT111", ATTN_RES), ("FT112", None)]
+    r = v.blast_radius
+    assert r.removed_modules == ["vllm.models.kimi_k3.nvidia.ops.attn_res"]
+    assert [m.name for m in r.models] == ["alice_ai"] and [s.module for s in r.shared] == [TRITON_WARMUP]
+
+
+def test_second_run_uses_the_content_cache(vllm_repo: VllmRepo) -> None:
+    head = vllm_repo.pr(append={DECODE: "\n_W = 2\n"})
+    first = verify(vllm_repo, head).blast_radius
+    second = verify(vllm_repo, head).blast_radius
+    assert first.graph_cached is False and second.graph_cached is True
+    assert first.model_dump(exclude={"seconds", "note", "graph_cached"}) == \
+        second.model_dump(exclude={"seconds", "note", "graph_cached"})
+
+
+# What each model package reaches when all of its modules change (policy defaults: lazy imports followed,
+# TYPE_CHECKING ignored). Measured on vLLM 0.33.0; packages not listed reach nothing outside themselves.
+QUANT = "vllm.model_executor.layers.quantization"
+PACKAGE_RADII: dict[str, tuple[list[str], list[str]]] = {
+    "deepseek_v32": (["dots3_note"], []),
+    "deepseek_v4": (["deepseek_v41"], [
+        QUANT, f"{QUANT}.utils.config_utils", "vllm.model_executor.warmup.deep_gemm_warmup",
+        "vllm.v1.attention.backends.mla.sparse_swa",
+        "vllm.v1.spec_decode.llm_base_proposer", "vllm.v1.worker.gpu.eplb_utils",
+        "vllm.v1.worker.gpu.spec_decode.dspark.utils"]),
+    "deepseek_v41": (["minimax_m3"], [
+        QUANT, f"{QUANT}.utils.config_utils"]),
+    "kimi_k3": (["alice_ai"], ["vllm.model_executor.layers.mamba.gdn.kimi_gdn_linear_attn", TRITON_WARMUP]),
+    "minimax_m3": ([], ["vllm.model_executor.layers.fused_moe.experts.mxfp8_native_moe",
+                        "vllm.model_executor.warmup.minimax_m3_msa_warmup",
+                        "vllm.v1.spec_decode.llm_base_proposer"]),
+    "qwen4_exp": ([], ["vllm.model_executor.warmup.qwen4_exp_qsa_warmup"]),
+    "step5": ([], ["vllm.model_executor.warmup.step5_dsa_warmup"]),
+}
+PACKAGES = ["beam", "deepseek_v32", "deepseek_v4", "deepseek_v41", "dots3_note", "flint", "glm5next", "hy_v4",
+            "inkling", "kimi_k3", "minimax_m3", "muse_spark", "qwen4_exp", "step5"]
+
+
+def test_every_model_package_radius_on_the_pristine_tree(vllm_tree: Path, vllm_repo: VllmRepo) -> None:
+    """All 14 model packages, each changed as a whole, on the extracted tree (one graph, then cached)."""
+    policy = load_policy(POLICY)
+    files = list(iter_package_files(vllm_tree, "vllm"))
+    found = sorted({p.split("/")[2] for p in files if p.startswith("vllm/models/") and p.count("/") >= 3}
+                   - {"common"})
+    assert found == PACKAGES
+    for pkg in PACKAGES:
+        changes = tuple(Change(status=ChangeStatus.MODIFIED, path=p) for p in files
+                        if p.startswith(f"vllm/models/{pkg}/"))
+        r = compute_blast_radius(policy, vllm_tree, changes, pkg)
+        assert r.computed, r.note
+        got = (sorted(m.name for m in r.models), sorted(s.module for s in r.shared))
+        assert got == PACKAGE_RADII.get(pkg, ([], [])), pkg
+        if pkg == "kimi_k3":
+            assert len(changes) == 133 and r.naive_closure == 2301 and r.graph_modules == 3154

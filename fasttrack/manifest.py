@@ -73,7 +73,8 @@ class Envelope(Strict):
     def _grid_inside(self) -> Envelope:
         for b in self.grid_batches:
             if not self.batch.contains(b):
-                raise ValueError(f"grid_batches value {b} is outside batch {self.batch.min}..{self.batch.max}")
+                raise ValueError(
+                    f"grid_batches value {b} is outside batch {self.batch.min}..{self.batch.max}")
         for c in self.grid_contexts:
             if not self.context.contains(c):
                 raise ValueError(

@@ -76,7 +76,6 @@ class CollectOptions:
     principal: str | None = None
     resume: bool = True
     work_dir: Path | None = None
-    backend: str | None = None  # None: cuda where available, else cpu
     sanitizer_timeout_s: float = 1800.0
     measure_bandwidth: bool = True
     command: str = ""
@@ -491,7 +490,10 @@ def benchmark_entry(case: dict[str, Any]) -> Benchmark:
     res = CaseResult.model_validate(case)
     point = {k: res.point[k] for k in ("gpu", "tp", "batch", "context", "dtype")}
     if res.status == "not_run" or res.protocol is None:
-        return Benchmark(point=point, not_run="; ".join(res.reasons) or "not run")
+        why = "; ".join(res.reasons) or "not run"
+        if res.status == "rejected":
+            why = f"rejected by the timing protocol: {why}"
+        return Benchmark(point=point, not_run=why)
     pr = res.protocol
     protocol = Protocol(graph_replay=pr.graph_replay, l2_flush_bytes=pr.l2_flush_bytes,
                         persisting_l2_reset=pr.persisting_l2_reset, fresh_inputs=pr.fresh_inputs,
@@ -643,10 +645,10 @@ def collect(opts: CollectOptions, progress: Progress | None = None) -> CollectRe
     digest = contribution_digest(contribution)
     env = _subprocess_env(contribution)
     work = WorkDir((opts.work_dir or default_work_dir(name)).resolve())
-    backend_kind = opts.backend
+    # Results are reused only for the same code, settings and machine (the environment is read once).
     state = {"version": STATE_VERSION, "fasttrack": __version__, "digest": digest.sha256,
              "iterations": opts.iterations, "warmup": opts.warmup, "points_limit": opts.points_limit,
-             "backend": backend_kind, "flush_bytes": opts.flush_bytes}
+             "flush_bytes": opts.flush_bytes, "hostname": socket.gethostname()}
     resumed = work.prepare(state, opts.resume, progress)
     if resumed:
         progress.message(f"resuming from {work.root}")
@@ -662,11 +664,9 @@ def collect(opts: CollectOptions, progress: Progress | None = None) -> CollectRe
                              path=work.path("bench.log"), fix="see the log; is torch installed?")
         progress.finish("environment")
     environment = _read_json(env_file)
-    hw_backend = str(environment.get("extra", {}).get("backend", "cpu"))
-    if backend_kind is None:
-        backend_kind = hw_backend
-    elif backend_kind == "cuda" and hw_backend != "cuda":
-        raise InputError("no CUDA GPU on this machine", field="--backend", fix="run on a GPU machine")
+    # The backend follows the hardware: CUDA wherever a GPU is present (the CPU backend would time
+    # asynchronous GPU work by its launch cost), the CPU backend only on a machine without one.
+    backend_kind = "cuda" if environment.get("extra", {}).get("backend") == "cuda" else "cpu"
     grid = build_grid(manifest, environment["gpu_name"], environment["compute_capability"], opts.points_limit)
     if not grid.here:
         progress.message(f"no envelope point is for this machine's hardware ({environment['gpu_name']}, "

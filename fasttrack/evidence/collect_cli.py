@@ -13,8 +13,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from fasttrack.errors import InputError
-
 if TYPE_CHECKING:
     from fasttrack.evidence.collect import CollectResult
 
@@ -42,8 +40,6 @@ def collect_command(
         "--resume/--fresh", help="Reuse results of an interrupted run.")] = True,
     work_dir: Annotated[Path | None, typer.Option(
         "--work-dir", help="Per-phase results (default .cache/fasttrack/collect/<name>).")] = None,
-    backend: Annotated[str | None, typer.Option(
-        "--backend", help="cuda or cpu (default: cuda when a GPU is present).")] = None,
     sanitizer_timeout: Annotated[float, typer.Option(
         "--sanitizer-timeout", help="Seconds per sanitizer tool.")] = 1800.0,
 ) -> None:
@@ -51,12 +47,10 @@ def collect_command(
     from fasttrack.evidence.collect import CollectOptions, collect
 
     chosen = tuple(p.strip() for p in phases.split(",") if p.strip())
-    if backend not in (None, "cuda", "cpu"):
-        raise InputError(f"unknown backend {backend!r}", field="--backend", fix="use cuda or cpu")
     opts = CollectOptions(
         contribution=contribution, out=out, phases=chosen, points_limit=points_limit, iterations=iterations,
         warmup=warmup, sign_key=sign_key, principal=principal, resume=resume, work_dir=work_dir,
-        backend=backend, sanitizer_timeout_s=sanitizer_timeout,
+        sanitizer_timeout_s=sanitizer_timeout,
         command=" ".join(shlex.quote(a) for a in ["fasttrack", *sys.argv[1:]]),
     )
     with RichProgress() as progress:

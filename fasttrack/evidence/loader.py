@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -170,24 +171,26 @@ def _parse_json(raw: bytes, problems: _Problems) -> Any:
     return _INVALID
 
 
+_ESCAPES = re.compile(r"\\.", re.DOTALL)
+_NOT_STRUCTURE = re.compile(r'[^"\[\]{}]+')
+
+
 def _max_depth(text: str) -> int:
-    """Bracket nesting depth outside strings (cheap pre-check so json/pydantic never recurse deeply)."""
+    """Bracket nesting depth outside strings (cheap pre-check so json/pydantic never recurse deeply).
+
+    Escape pairs and every character but quotes and brackets are removed first (at C speed), so the loop
+    only visits the structure, not the numbers that make up the bulk of a bundle."""
     depth = best = 0
-    in_string = escaped = False
-    for ch in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
+    in_string = False
+    for ch in _NOT_STRUCTURE.sub("", _ESCAPES.sub("", text)):
+        if ch == '"':
+            in_string = not in_string
+        elif in_string:
+            continue
         elif ch in "[{":
             depth += 1
             best = max(best, depth)
-        elif ch in "]}":
+        else:
             depth -= 1
     return best
 

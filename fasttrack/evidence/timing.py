@@ -350,6 +350,9 @@ class CpuBackend(Backend):
         self.notes = ["CPU backend: for tests of the protocol's bookkeeping; not GPU evidence"]
 
     def prepare(self, name: str, fn: Callable[[Any], Any], static_inputs: Any) -> Prepared:
+        devices = sorted({str(t.device) for t in tensors_of(static_inputs) if t.device.type != "cpu"})
+        if devices:  # perf_counter around asynchronous device work would time only the launches
+            raise CaseRejected(f"the CPU backend cannot time inputs on {', '.join(devices)}")
         prepared = Prepared(name=name, fn=fn)
         prepared.output = fn(static_inputs)  # a first call checks the variant runs at all
         return prepared

@@ -110,12 +110,16 @@ def _measures(c: ContributionView) -> list[str]:
         out += ["", "**Kernels per layer**", "", "| point | " + " | ".join(esc(x, 40) for x in c.kernels.variants)
                 + " |", "|---|" + "---|" * len(c.kernels.variants)]
         out += [f"| {esc(p, 120)} | " + " | ".join(vals) + " |" for p, vals in c.kernels.rows]
-    if c.bandwidth:
-        roof = f" of {c.roofline_bps / 1e12:.2f} TB/s measured copy bandwidth" if c.roofline_bps else ""
-        out += ["", f"**Bandwidth vs the roofline**{roof}", "", "| point | variant | share of roofline |",
-                "|---|---|---|"]
-        out += [f"| {esc(b.point, 120)} | {esc(b.variant, 40)} | {100 * b.fraction:.0f}%"
-                + (" (above the roofline)" if b.over else "") + " |" for b in c.bandwidth]
+    bw = c.bandwidth
+    if bw:
+        roof = f" ({bw.roofline_bps / 1e12:.2f} TB/s measured copy bandwidth)" if bw.roofline_bps else ""
+        out += ["", f"**Bandwidth as a share of the roofline**{roof}"
+                + (f" · {esc(bw.common, 120)}" if bw.common else ""), "",
+                "| point | " + " | ".join(esc(x, 40) for x in bw.variants) + " |", "|---|" + "---|" * len(bw.variants)]
+        for lab, cells in bw.rows:
+            vals = ["–" if cell is None else f"{100 * cell.fraction:.0f}%" + (" (above!)" if cell.over else "")
+                    for cell in cells]
+            out.append(f"| {esc(lab, 120)} | " + " | ".join(vals) + " |")
     if c.evals:
         out += ["", "**Evals**", "", "| eval | value | threshold | margin | |", "|---|---|---|---|---|"]
         out += [f"| {esc(e.result.name, 80)} | {e.result.value:.4g} | {e.rule} {e.result.threshold:.4g} | "

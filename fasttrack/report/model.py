@@ -196,8 +196,9 @@ def build_kernels(v: Verdict) -> KernelTable | None:
     if not rows_in:
         return None
     variants = _variant_order({n for r in rows_in for n in r.kernels_per_layer})
-    rows = tuple((point_label(r.point), tuple(_fmt_count(r.kernels_per_layer.get(n)) for n in variants))
-                 for r in rows_in)
+    labels, _ = short_labels([r.point for r in rows_in])
+    rows = tuple((lab, tuple(_fmt_count(r.kernels_per_layer.get(n)) for n in variants))
+                 for lab, r in zip(labels, rows_in, strict=True))
     uniform = len({vals for _, vals in rows}) == 1
     if uniform:
         rows = ((f"all {len(rows)} benchmarked points", rows[0][1]),)
@@ -205,35 +206,63 @@ def build_kernels(v: Verdict) -> KernelTable | None:
 
 
 @dataclass(frozen=True)
-class BandwidthBar:
-    point: str
-    variant: str
+class BandwidthCell:
     fraction: float
     bytes_per_s: float | None
-    bar: float  # width of the bar in px, out of BAR_PX (capped)
+    bar: float  # bar length in px out of BAR_PX; BAR_PX / BAR_SCALE marks the roofline
 
     @property
     def over(self) -> bool:
         return self.fraction > 1.0
 
 
-BAR_PX = 220
+@dataclass(frozen=True)
+class BandwidthTable:
+    variants: tuple[str, ...]
+    rows: tuple[tuple[str, tuple[BandwidthCell | None, ...]], ...]  # (point label, one cell per variant)
+    roofline_bps: float | None
+    common: str  # what every row shares (GPU, TP, dtype), said once
+
+    @property
+    def over(self) -> int:
+        return sum(1 for _, cells in self.rows for c in cells if c is not None and c.over)
 
 
-def build_bandwidth(v: Verdict) -> tuple[tuple[BandwidthBar, ...], float | None]:
+BAR_PX = 120
+BAR_SCALE = 1.25  # the bar's full length is 125% of the roofline, so an implausible result shows past the line
+
+
+def short_labels(points: list[dict[str, str | int]]) -> tuple[list[str], str]:
+    """Point labels without the keys every point shares, and those shared keys as one label."""
+    keys = [k for k in ("gpu", "tp", "dtype", "batch", "context") if any(k in p for p in points)]
+    keys += sorted({k for p in points for k in p} - set(keys))
+    shared = [k for k in keys if len({str(p.get(k)) for p in points}) == 1 and len(points) > 1]
+    varying = [k for k in keys if k not in shared]
+    if not points:
+        return [], ""
+    return ([point_label({k: p[k] for k in varying if k in p}) for p in points],
+            point_label({k: points[0][k] for k in shared if k in points[0]}))
+
+
+def build_bandwidth(v: Verdict) -> BandwidthTable | None:
     ev = v.evidence
-    if ev is None:
-        return (), None
+    rows_in = [r for r in (ev.benchmarks if ev else []) if r.bandwidth_fraction]
+    if ev is None or not rows_in:
+        return None
     raw = ev.environment.get("copy_bandwidth_bytes_per_s")
     roof = float(raw) if isinstance(raw, int | float) and raw > 0 else None
-    out = []
-    for r in ev.benchmarks:
-        for name in _variant_order(set(r.bandwidth_fraction)):
-            f = r.bandwidth_fraction[name]
-            out.append(BandwidthBar(point=point_label(r.point), variant=name, fraction=f,
-                                    bytes_per_s=f * roof if roof else None,
-                                    bar=round(min(max(f, 0.0), 1.2) / 1.2 * BAR_PX, 1)))
-    return tuple(out), roof
+    variants = _variant_order({n for r in rows_in for n in r.bandwidth_fraction})
+    labels, common = short_labels([r.point for r in rows_in])
+    rows = []
+    for lab, r in zip(labels, rows_in, strict=True):
+        cells = []
+        for name in variants:
+            f = r.bandwidth_fraction.get(name)
+            cells.append(None if f is None else BandwidthCell(
+                fraction=f, bytes_per_s=f * roof if roof else None,
+                bar=round(min(max(f, 0.0), BAR_SCALE) / BAR_SCALE * BAR_PX, 1)))
+        rows.append((lab, tuple(cells)))
+    return BandwidthTable(variants=variants, rows=tuple(rows), roofline_bps=roof, common=common)
 
 
 # ------------------------------------------------------------------------ evals, sanitizers, checks
@@ -362,8 +391,7 @@ class ContributionView:
     grid: EnvelopeGrid | None
     plots: tuple[Plot, ...]
     kernels: KernelTable | None
-    bandwidth: tuple[BandwidthBar, ...]
-    roofline_bps: float | None
+    bandwidth: BandwidthTable | None
     evals: tuple[EvalView, ...]
     sanitizers: tuple[SanitizerView, ...]
     checklist: tuple[CheckItem, ...]
@@ -428,14 +456,13 @@ def build_view(v: Verdict, *, slug: str, origin: str, now: datetime, max_age_day
     shown = {k: tuple(fs[:MAX_FINDINGS_SHOWN]) for k, fs in by_sev.items()}
     hidden = {k: max(0, len(fs) - MAX_FINDINGS_SHOWN) for k, fs in by_sev.items()}
     ev = v.evidence
-    bars, roof = build_bandwidth(v)
     return ContributionView(
         slug=slug, title=title, kind=kind, origin=origin, verdict=v,
         risk=assess(v, now=now, max_age_days=max_age_days),
         blocker=block, other_errors=max(0, counts["error"] - (1 if block else 0)), counts=counts,
         grid=build_grid(v),
         plots=tuple(build_plots(ev.benchmarks, ev.claims)) if ev else (),
-        kernels=build_kernels(v), bandwidth=bars, roofline_bps=roof,
+        kernels=build_kernels(v), bandwidth=build_bandwidth(v),
         evals=tuple(EvalView(e, eval_margin(e)) for e in ev.evals) if ev else (),
         sanitizers=build_sanitizers(v), checklist=build_checklist(v),
         findings=shown, hidden=hidden,

@@ -56,7 +56,8 @@ class ClaimMark:
     holds: bool
     x: float
     y: float
-    color: str
+    label_x: float
+    anchor: str  # "start" (label right of the mark) or "end" (left of it, near the right edge)
 
 
 @dataclass(frozen=True)
@@ -232,9 +233,13 @@ def _plot(key: tuple[str, int, str, int], rows: list[BenchmarkRow], claims: list
                              dash=DASHES[i % len(DASHES)], marker=MARKERS[i % len(MARKERS)],
                              points=tuple(pts), path=path, has_ci=any(p.ci for p in pts)))
 
-    marks = tuple(ClaimMark(name=c.name, claimed=c.claimed, holds=c.holds, x=round(x_of(b), 2),
-                            y=round(y_of(c.claimed), 2), color="#000000")
-                  for c, b in placed)
+    marks = []
+    for c, b in placed:
+        x = x_of(b)
+        right = x > LEFT + 0.6 * inner_w
+        marks.append(ClaimMark(name=c.name, claimed=c.claimed, holds=c.holds, x=round(x, 2),
+                               y=round(y_of(c.claimed), 2), label_x=round(x - 17 if right else x + 17, 2),
+                               anchor="end" if right else "start"))
     table = []
     for b in batches:
         cells = []
@@ -254,6 +259,6 @@ def _plot(key: tuple[str, int, str, int], rows: list[BenchmarkRow], claims: list
         inner_w=inner_w, inner_h=inner_h,
         x_ticks=tuple(Tick(round(x_of(b), 2), str(b)) for b in batches),
         y_ticks=tuple(Tick(round(y_of(v), 2), _fmt_tick(v)) for v in y_ticks_vals),
-        parity_y=round(y_of(1.0), 2), series=tuple(series), claims=marks, table=tuple(table), log_x=log_x,
+        parity_y=round(y_of(1.0), 2), series=tuple(series), claims=tuple(marks), table=tuple(table), log_x=log_x,
         notes=tuple(notes),
     )

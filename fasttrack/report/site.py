@@ -27,6 +27,8 @@ from fasttrack.report.model import (
     STATUS_MEANING,
     STATUS_ORDER,
     STATUS_SYMBOL,
+    BAR_PX,
+    BAR_SCALE,
     ContributionView,
     build_view,
     identity,
@@ -168,7 +170,7 @@ def environment() -> jinja2.Environment:
     env.filters.update(ratio=_ratio, pct=_pct, rate=_rate, age=_age, num=_num, short=_short)
     env.globals.update(
         STATUS_ORDER=STATUS_ORDER, STATUS_LABEL=STATUS_LABEL, STATUS_SYMBOL=STATUS_SYMBOL,
-        STATUS_MEANING=STATUS_MEANING, worst=worst, RISK_RULES=RISK_RULES, LOW_BELOW=LOW_BELOW, HIGH_FROM=HIGH_FROM,
+        STATUS_MEANING=STATUS_MEANING, worst=worst, BAR_PX=BAR_PX, BAR_SCALE=BAR_SCALE, RISK_RULES=RISK_RULES, LOW_BELOW=LOW_BELOW, HIGH_FROM=HIGH_FROM,
         tool_version=fasttrack.__version__,
     )
     return env

@@ -158,16 +158,16 @@ _CACHE: dict[int, tuple[weakref.ref[Context], _Analysis]] = {}
 
 
 def analysis(ctx: Context) -> _Analysis:
-    key = id(ctx)
-    hit = _CACHE.get(key)
+    """The analysis of this Context's changed files, computed once whichever rule asks first (Context is
+    frozen but unhashable, so it is keyed by identity and dropped when the Context is gone)."""
+    for key, (ref, _) in list(_CACHE.items()):
+        if ref() is None:
+            del _CACHE[key]
+    hit = _CACHE.get(id(ctx))
     if hit is not None and hit[0]() is ctx:
         return hit[1]
     result = _Analysis(ctx)
-
-    def forget(_ref: weakref.ref[Context], k: int = key) -> None:
-        _CACHE.pop(k, None)
-
-    _CACHE[key] = (weakref.ref(ctx, forget), result)
+    _CACHE[id(ctx)] = (weakref.ref(ctx), result)
     return result
 
 

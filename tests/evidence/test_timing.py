@@ -230,3 +230,11 @@ def test_settings_need_both_orders() -> None:
 def test_cpu_flush_buffer_has_a_floor() -> None:
     assert CpuBackend(flush_bytes=10).l2_flush_bytes == 1 << 20
     assert CpuBackend(flush_bytes=3 << 20).l2_flush_bytes == 3 << 20
+
+
+def test_cpu_backend_refuses_to_time_device_tensors() -> None:
+    """perf_counter around asynchronous device work would time the launches only: not a measurement."""
+    case = MatmulReluCase()
+    case.static_inputs = {"x": torch.empty(8, 64, device="meta")}
+    with pytest.raises(CaseRejected, match="cannot time inputs on meta"):
+        backend().prepare("stock", case.stock, case.static_inputs)

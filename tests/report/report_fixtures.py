@@ -246,3 +246,28 @@ def hostile(**kw: Any) -> Verdict:
     return verdict(name=f"evil{HOSTILE}", ev=ev, env=env, findings=findings, br=br, files=files,
                    **kw).model_copy(update={"fallback": fallback(metric=f"m{HOSTILE}"),
                                              "policy": f"policies/{HOSTILE}.toml"})
+
+
+def wide(**kw: Any) -> Verdict:
+    """Two hardware kinds, two TP sizes, two dtypes: B200 has no evidence (H200-only evidence), one H200 point
+    failed in fp8, and the TP2 points are stale."""
+    env = envelope(hardware=(GPU, "NVIDIA B200"), tp=(1, 2), batches=(1, 2, 16, 128), contexts=(1, 8192, 131072),
+                   dtypes=("bfloat16", "fp8"))
+    full = evidence(env)
+    points = []
+    for p in full.points:
+        if p.point["gpu"] == "NVIDIA B200":
+            continue  # no evidence from that hardware: missing
+        if p.point["tp"] == 2:
+            p = p.model_copy(update={"status": PointStatus.STALE})
+        elif p.point["dtype"] == "fp8" and p.point["batch"] == 128 and p.point["context"] == 131072:
+            p = p.model_copy(update={"status": PointStatus.FAILED, "failed": 1, "max_error": 0.21})
+        points.append(p)
+    benches = [b for b in full.benchmarks if b.point["gpu"] == GPU and b.point["tp"] == 1
+               and b.point["dtype"] == "bfloat16" and b.point["context"] == 8192]
+    ev = full.model_copy(update={"points": points, "benchmarks": benches, "claims": []})
+    findings = [Finding.error("FT306", "no evidence from NVIDIA B200, which the envelope declares",
+                              fix="collect on a B200 or drop it from envelope.hardware"),
+                Finding.error("FT307", "1 kernel test failed at NVIDIA H200 tp=1 batch=128 context=131072 fp8",
+                              fix="fix the fp8 path or shrink the envelope")]
+    return verdict(name="kimi_k3_wide", ev=ev, env=env, findings=findings, br=blast(2, 3), **kw)

@@ -120,12 +120,14 @@ def main() -> int:
     packages = sorted({m.split(".")[2] for m in graph.modules
                        if m.startswith(pkg_prefix) and m.count(".") >= 2}
                       - set(policy.models.shared_packages))
-    print(f"\nper model package: naive transitive closure vs fasttrack's radius (of {len(graph.modules)} modules)")
+    print("\nper model package: naive transitive closure vs fasttrack's radius "
+          f"(of {len(graph.modules)} modules)")
     print(f"  {'package':14s} {'mods':>4s} {'naive':>6s} {'-lazy':>6s} {'-hubs':>6s} {'-both':>6s}   "
           f"{'radius(lazy on)':>16s} {'radius(lazy off)':>17s}")
     rows = []
     for pkg in packages:
-        mods = sorted(m for m in graph.modules if m == f"vllm.models.{pkg}" or m.startswith(f"vllm.models.{pkg}."))
+        top = f"vllm.models.{pkg}"
+        mods = sorted(m for m in graph.modules if m == top or m.startswith(top + "."))
         paths = [graph.path_of(m) or "" for m in mods]
         inside = set(mods)
         naive = len(graph.upstream(mods) - inside)
@@ -150,11 +152,13 @@ def main() -> int:
     print(f"\nkimi_k3, one changed module at a time ({len(k3)} modules):")
     print(f"  naive closure: min {min(naive_sizes)}, median {statistics.median(naive_sizes)}, "
           f"max {max(naive_sizes)}")
+    short = ", ".join(m.removeprefix("vllm.models.kimi_k3.") for m in nonzero)
     print(f"  radius (lazy on): {len(k3) - len(nonzero)} modules reach nothing outside kimi_k3; "
-          f"max {max(radius_sizes)}; non-empty for: {', '.join(m.removeprefix('vllm.models.kimi_k3.') for m in nonzero)}")
-    out["kimi_k3_per_module"] = {"modules": len(k3), "naive_min": min(naive_sizes),
-                                 "naive_median": statistics.median(naive_sizes), "naive_max": max(naive_sizes),
-                                 "radius_max": max(radius_sizes), "radius_empty": len(k3) - len(nonzero)}
+          f"max {max(radius_sizes)}; non-empty for: {short}")
+    out["kimi_k3_per_module"] = {
+        "modules": len(k3), "naive_min": min(naive_sizes), "naive_median": statistics.median(naive_sizes),
+        "naive_max": max(naive_sizes), "radius_max": max(radius_sizes),
+        "radius_empty": len(k3) - len(nonzero)}
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
     return 0

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -77,10 +78,17 @@ def make_repo(tree: Path, work: Path) -> tuple[Path, str, str]:
     return repo, base, git(repo, "rev-parse", "HEAD")
 
 
-def timed(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, subprocess.CompletedProcess[str]]:
-    t0 = time.perf_counter()
+def _children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def timed(cmd: list[str], env: dict[str, str],
+          cwd: Path) -> tuple[float, float, subprocess.CompletedProcess[str]]:
+    """(wall seconds, CPU seconds of the child, result)."""
+    c0, t0 = _children_cpu(), time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, check=False)
-    return time.perf_counter() - t0, proc
+    return time.perf_counter() - t0, _children_cpu() - c0, proc
 
 
 def main() -> int:
@@ -98,50 +106,57 @@ def main() -> int:
         verify = [str(BIN / "fasttrack"), "verify", "--repo", str(repo), "--base", base, "--head", head,
                   "--model", "kimi_k3", "--policy", str(REPO / "policies" / "vllm.toml"), "--format", "json"]
         lint = [str(BIN / "lint-imports"), "--no-cache", "--no-logo", str(contract)]
-        rows: dict[str, list[float]] = {"fasttrack cold": [], "fasttrack warm": [], "lint-imports cold": [],
-                                        "radius cold": [], "radius warm": []}
+        rows: dict[str, list[float]] = {k: [] for k in (
+            "fasttrack cold", "fasttrack warm", "lint-imports cold", "radius cold", "radius warm",
+            "fasttrack cold cpu", "fasttrack warm cpu", "lint-imports cold cpu")}
         verdict: dict[str, object] = {}
         for i in range(args.repeats):
             cache = work / f"cache-{i}"
             env = {**os.environ, "FASTTRACK_CACHE_DIR": str(cache)}
             for label, radius_label in (("fasttrack cold", "radius cold"), ("fasttrack warm", "radius warm")):
-                secs, proc = timed(verify, env, work)
+                secs, cpu, proc = timed(verify, env, work)
                 if proc.returncode not in (0, 1):
                     raise SystemExit(f"fasttrack verify failed ({proc.returncode}): {proc.stderr.strip()}")
                 verdict = json.loads(proc.stdout)
                 br = verdict["blast_radius"]
                 assert isinstance(br, dict) and br["computed"], br
                 rows[label].append(secs)
+                rows[f"{label} cpu"].append(cpu)
                 rows[radius_label].append(float(br["seconds"]))
             # lint-imports reads the tree in place: point it at the PR head's checkout.
             git(repo, "checkout", "-q", head)
             lint_env = {**os.environ, "PYTHONPATH": str(repo)}
-            secs, proc = timed(lint, lint_env, work)
+            secs, cpu, proc = timed(lint, lint_env, work)
             if proc.returncode not in (0, 1) or "Contracts" not in proc.stdout:
-                raise SystemExit(f"lint-imports failed ({proc.returncode}): {proc.stdout[-500:]}{proc.stderr}")
+                raise SystemExit(f"lint-imports failed ({proc.returncode}): {proc.stdout[-500:]}")
             rows["lint-imports cold"].append(secs)
+            rows["lint-imports cold cpu"].append(cpu)
             shutil.rmtree(cache, ignore_errors=True)
-        lint_result = "kept" if "KEPT" in proc.stdout.upper() and "BROKEN" not in proc.stdout.upper() else "broken"
+        lint_result = "broken" if "BROKEN" in proc.stdout.upper() else "kept"
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
     med = {k: statistics.median(v) for k, v in rows.items()}
     low = {k: min(v) for k, v in rows.items()}
     print(f"vLLM {args.version}, kimi_k3 PR (2 files), {args.repeats} repeats, {os.cpu_count()} CPUs, "
-          f"load average {os.getloadavg()[0]:.1f}")
+          f"load average {os.getloadavg()[0]:.1f} at the end")
     for k in rows:
-        print(f"  {k:18s} median {med[k]:6.2f}s   min {low[k]:6.2f}s")
+        print(f"  {k:22s} median {med[k]:6.2f}s   min {low[k]:6.2f}s")
     br = verdict["blast_radius"]
-    assert isinstance(br, dict)
-    print(f"  verdict: {verdict['verdict']}; radius: {br['models_total']} models, {br['shared_total']} shared; "
-          f"lint-imports contract {lint_result}")
+    findings = verdict["findings"]
+    assert isinstance(br, dict) and isinstance(findings, list)
+    codes = ", ".join(sorted({str(f["code"]) for f in findings}))
+    print(f"  verdict: {verdict['verdict']} ({codes}); radius: {br['models_total']} models, "
+          f"{br['shared_total']} shared; lint-imports contract {lint_result}")
     ratios = {
         "fasttrack cold / lint-imports cold": med["fasttrack cold"] / med["lint-imports cold"],
+        "(cpu) fasttrack cold / lint-imports": med["fasttrack cold cpu"] / med["lint-imports cold cpu"],
         "fasttrack warm / fasttrack cold": med["fasttrack warm"] / med["fasttrack cold"],
+        "(cpu) fasttrack warm / cold": med["fasttrack warm cpu"] / med["fasttrack cold cpu"],
         "radius warm / radius cold": med["radius warm"] / med["radius cold"],
     }
     for k, v in ratios.items():
-        print(f"  {k:36s} {v:5.2f}")
+        print(f"  {k:38s} {v:5.2f}")
     if args.json:
         args.json.write_text(json.dumps({"median": med, "min": low, "ratios": ratios, "samples": rows,
                                          "cpus": os.cpu_count(), "lint_imports": lint_result}, indent=2))

@@ -91,18 +91,21 @@ def changed_module_paths(changes: tuple[Change, ...], package: str) -> tuple[dic
 
 
 def compute_blast_radius(policy: Policy, head_dir: Path, changes: tuple[Change, ...],
-                         model: str | None, *, cache_dir: Path | object | None = _DEFAULT) -> BlastRadius:
+                         model: str | None, *, cache_dir: Path | object | None = _DEFAULT,
+                         tree_id: str | None = None) -> BlastRadius:
     """Which other model units and shared modules import what the PR changed, each with a witness chain.
 
     Never raises for a problem with the tree: a radius that could not be computed comes back with
     ``computed=False`` and the reason in ``note`` (FT113 turns that into an error: fail closed).
-    `cache_dir` defaults to ``~/.cache/fasttrack/graphs``; ``None`` disables the graph cache.
+    `cache_dir` defaults to ``~/.cache/fasttrack/graphs``; ``None`` disables the graph cache. `tree_id`, when
+    the caller has one that names head_dir's content (``git-tree:<sha>`` for a tree materialised from git),
+    keys the graph cache instead of hashing every file.
     """
     t0 = time.perf_counter()
     graphs = default_graph_cache_dir() if cache_dir is _DEFAULT else cache_dir
     assert graphs is None or isinstance(graphs, Path)
     try:
-        radius = _compute(policy, head_dir, changes, model, graphs)
+        radius = _compute(policy, head_dir, changes, model, graphs, tree_id)
     except (GraphBuildError, RegistryError, OSError) as exc:
         radius = BlastRadius(computed=False, note=f"blast radius not computed: {exc}")
     except Exception as exc:  # fail closed with the reason, never crash the verdict
@@ -112,7 +115,7 @@ def compute_blast_radius(policy: Policy, head_dir: Path, changes: tuple[Change, 
 
 
 def _compute(policy: Policy, head_dir: Path, changes: tuple[Change, ...], model: str | None,
-             cache_dir: Path | None) -> BlastRadius:
+             cache_dir: Path | None, tree_id: str | None) -> BlastRadius:
     spec = policy.blast_radius
     package = spec.root_package
     present, removed = changed_module_paths(changes, package)
@@ -122,7 +125,7 @@ def _compute(policy: Policy, head_dir: Path, changes: tuple[Change, ...], model:
         raise GraphBuildError(f"the head tree {head_dir} does not exist")
 
     load = load_module_graph(head_dir, package, exclude_type_checking=spec.exclude_type_checking_imports,
-                             cache_dir=cache_dir)
+                             cache_dir=cache_dir, tree_id=tree_id)
     graph = load.graph
     scopes = SourceScopes(head_dir)
     units = UnitIndex(policy.models, package)

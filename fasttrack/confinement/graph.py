@@ -297,14 +297,28 @@ def _prune(directory: Path) -> None:
         old.unlink(missing_ok=True)
 
 
-def load_module_graph(root: Path, package: str, *, exclude_type_checking: bool,
-                      cache_dir: Path | None) -> GraphLoad:
+def _id_key(tree_id: str, package: str, *, exclude_type_checking: bool) -> str:
+    h = hashlib.sha256()
+    h.update(f"fasttrack-graph/{GRAPH_FORMAT}/{_grimp_version()}/{package}/tc={exclude_type_checking}\n".encode())
+    h.update(f"id\0{tree_id}\n".encode())
+    return h.hexdigest()
+
+
+def load_module_graph(root: Path, package: str, *, exclude_type_checking: bool, cache_dir: Path | None,
+                      tree_id: str | None = None) -> GraphLoad:
     """The graph of the tree at `root`: from the content-keyed cache when present, else built with grimp.
 
-    `cache_dir=None` disables the cache (always build, never write).
+    The key is a digest of every file's content, or, when the caller vouches for one, `tree_id`: an id that
+    already names the tree's content (a git tree sha, for a tree materialised from it), which saves reading
+    the files on a warm run. `cache_dir=None` disables the cache (always build, never write).
     """
     t0 = time.perf_counter()
-    key, files, count = tree_key(root, package, exclude_type_checking=exclude_type_checking)
+    files: dict[str, str] | None = None
+    count = 0
+    if tree_id is not None:
+        key = _id_key(tree_id, package, exclude_type_checking=exclude_type_checking)
+    else:
+        key, files, count = tree_key(root, package, exclude_type_checking=exclude_type_checking)
     cache_file = cache_dir / f"{key[:40]}.json" if cache_dir is not None else None
     if cache_file is not None:
         cached = _read_cache(cache_file, key)
@@ -313,8 +327,7 @@ def load_module_graph(root: Path, package: str, *, exclude_type_checking: bool,
     graph = build_module_graph(root, package, exclude_type_checking=exclude_type_checking, files=files)
     if cache_file is not None:
         _write_cache(cache_file, graph, key)
-    return GraphLoad(graph, key, False, time.perf_counter() - t0, count, cache_file)
-
+    return GraphLoad(graph, key, False, time.perf_counter() - t0, count or len(graph.files), cache_file)
 
 
 # ----------------------------------------------------------------------------------------- source scopes

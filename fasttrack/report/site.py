@@ -8,6 +8,7 @@ a rendering bug could not make a verdict's text run.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -157,7 +158,9 @@ def _short(text: str | None, n: int = 12) -> str:
     return text[:n]
 
 
+@functools.cache
 def environment() -> jinja2.Environment:
+    """The templates' environment (compiled templates are cached on it, so build it once)."""
     import jinja2
 
     env = jinja2.Environment(

@@ -108,11 +108,11 @@ class _Analysis:
     """Every changed Python file of one Context, analysed once."""
 
     def __init__(self, ctx: Context) -> None:
-        self.ctx = ctx
+        # Computed now: the analysis must not keep the Context alive (it is cached by identity).
+        self.files = self._analyse(ctx)
 
-    @cached_property
-    def files(self) -> list[FileEscapes]:
-        ctx = self.ctx
+    @staticmethod
+    def _analyse(ctx: Context) -> list[FileEscapes]:
         own = own_packages(ctx)
         ops = own_op_namespaces(ctx)
         foreign_ops = set(ctx.known_models) - ops - {ctx.model or ""}

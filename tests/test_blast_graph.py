@@ -12,6 +12,7 @@ from blast_fake_tree import write_tree
 
 from fasttrack.confinement.graph import (
     GraphBuildError,
+    GraphLoad,
     SourceScopes,
     build_module_graph,
     load_module_graph,
@@ -129,11 +130,15 @@ def test_find_imports_of_a_module_grimp_cannot_see(tree: Path) -> None:
 
 def test_a_vouched_tree_id_keys_the_cache_without_reading_files(tree: Path, tmp_path: Path) -> None:
     cache = tmp_path / "graphs"
-    cold = load_module_graph(tree, "vllm", exclude_type_checking=True, cache_dir=cache, tree_id="git-tree:a1")
+
+    def load(tree_id: str | None) -> GraphLoad:
+        return load_module_graph(tree, "vllm", exclude_type_checking=True, cache_dir=cache, tree_id=tree_id)
+
+    cold = load("git-tree:a1")
     assert not cold.from_cache and cold.files_hashed == len(cold.graph.files)
-    warm = load_module_graph(tree, "vllm", exclude_type_checking=True, cache_dir=cache, tree_id="git-tree:a1")
+    warm = load("git-tree:a1")
     assert warm.from_cache and warm.files_hashed == 0 and warm.graph.files == cold.graph.files
-    other = load_module_graph(tree, "vllm", exclude_type_checking=True, cache_dir=cache, tree_id="git-tree:b2")
+    other = load("git-tree:b2")
     assert not other.from_cache and other.key != cold.key
-    by_content = load_module_graph(tree, "vllm", exclude_type_checking=True, cache_dir=cache)
+    by_content = load(None)
     assert not by_content.from_cache and by_content.key != cold.key  # the two kinds of key never mix

@@ -337,3 +337,11 @@ def test_rules_lists_every_code(monkeypatch: MP, capsys: Cap) -> None:
     assert set(mine) <= set(listed)
     code, out, _ = main(monkeypatch, capsys, "rules", "FT104")
     assert code == 0 and out.startswith("FT104 [confinement]") and "hook" in out
+
+
+def test_copying_from_another_model_does_not_touch_it(engine: GitRepo) -> None:
+    engine.commit({f"{K3}/borrowed.py": ENGINE["vllm/models/step5/model.py"]})
+    v = run_verify(VerifyOptions(repo=engine.path, base="HEAD~1", head="HEAD", policy=POLICY))
+    (cf,) = v.changed_files
+    assert (cf.status, cf.old_path, v.model) == (ChangeStatus.COPIED, "vllm/models/step5/model.py", "kimi_k3")
+    assert not [f for f in v.findings if f.code.startswith("FT10")]

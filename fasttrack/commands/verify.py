@@ -45,7 +45,7 @@ from fasttrack.changes.git import (
     run_git,
 )
 from fasttrack.changes.model import Change, Hunk
-from fasttrack.confinement.zones import in_model_root, infer_model, models_touched
+from fasttrack.confinement.zones import changed_sides, in_model_root, infer_model, models_touched
 from fasttrack.context import Context
 from fasttrack.errors import EXIT_PASS, EXIT_POLICY_FAILURE, InputError
 from fasttrack.evidence.loaded import LoadedEvidence
@@ -204,7 +204,7 @@ def _build_range_context(opts: VerifyOptions, cwd: Path) -> Context:
     changes = diff_trees(top, base.tree, head.tree)
     head_dir = materialize_revision(top, head)
     tree_files = list_tree_files(top, head.tree)
-    changed = sorted({p for c in changes for p in c.paths()})
+    changed = sorted({p for c in changes for p, _ in changed_sides(c)})  # a copy's source is unchanged
     known = _known_models(policy, tree_files, changed)
     touched = models_touched(policy, changed, known)
     model = model_arg or infer_model(touched)

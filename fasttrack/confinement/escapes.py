@@ -66,6 +66,12 @@ _FILE_LOADERS = frozenset({
     "imp.load_source", "imp.load_compiled", "imp.load_dynamic", "imp.load_module",
 })
 _MAX_EXEC_DEPTH = 3
+# Nodes with nothing below them to bind or check (names in expressions are resolved, not visited).
+_LEAVES = frozenset({
+    ast.Name, ast.Constant, ast.Load, ast.Store, ast.Del, ast.Pass, ast.Break, ast.Continue,
+    *(c for c in vars(ast).values() if isinstance(c, type) and issubclass(c, ast.operator | ast.unaryop |
+                                                                          ast.cmpop | ast.boolop)),
+})
 
 
 @dataclass(frozen=True)
@@ -260,7 +266,8 @@ class _Analyser:
                 self._push_children(node, scope, import_time)
 
     def _push(self, nodes: Sequence[ast.AST | None], scope: _Scope, import_time: bool) -> None:
-        self._stack.extend((n, scope, import_time) for n in reversed(nodes) if n is not None)
+        self._stack.extend((n, scope, import_time) for n in reversed(nodes)
+                           if n is not None and type(n) not in _LEAVES)
 
     def _push_children(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
         self._push(list(ast.iter_child_nodes(node)), scope, import_time)

@@ -243,12 +243,14 @@ class _CachedGraph(BaseModel):
     imports: list[tuple[str, str, list[tuple[int, str]]]]
 
 
-def _to_cached(graph: ModuleGraph, key: str) -> _CachedGraph:
-    imports = [(importer, imported, [(s.line, s.contents) for s in sites])
+def _to_json(graph: ModuleGraph, key: str) -> str:
+    """The cache file's text (the shape of _CachedGraph, which validates it on the way back in)."""
+    imports = [[importer, imported, [[s.line, s.contents] for s in sites]]
                for imported, importers in sorted(graph.importers_of.items())
                for importer, sites in sorted(importers.items())]
-    return _CachedGraph(format=GRAPH_FORMAT, key=key, package=graph.package, modules=sorted(graph.modules),
-                        files=graph.files, imports=imports)
+    return json.dumps({"format": GRAPH_FORMAT, "key": key, "package": graph.package,
+                       "modules": sorted(graph.modules), "files": graph.files, "imports": imports},
+                      separators=(",", ":"))
 
 
 def _from_cached(cached: _CachedGraph) -> ModuleGraph:
@@ -277,7 +279,7 @@ def _write_cache(path: Path, graph: ModuleGraph, key: str) -> None:
     """Write atomically (a temporary file in the same directory, then rename); a failure only costs speed."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        payload = json.dumps(_to_cached(graph, key).model_dump(mode="json"), separators=(",", ":"))
+        payload = _to_json(graph, key)
         fd, tmp = tempfile.mkstemp(prefix=".graph-", suffix=".tmp", dir=path.parent)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as fh:

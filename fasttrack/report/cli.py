@@ -35,18 +35,33 @@ def _max_age_days(policy: Path | None, given: int | None) -> int:
 
 
 def report_command(
-    verdict: Annotated[list[Path] | None, typer.Option(
-        "--verdict", help="A Verdict JSON file (`fasttrack verify --format json`); repeatable.")] = None,
-    verdicts_dir: Annotated[list[Path] | None, typer.Option(
-        "--verdicts-dir", help="A directory of Verdict JSON files (*.json); repeatable.")] = None,
-    contribution: Annotated[list[Path] | None, typer.Option(
-        "--contribution", help="Verify this contribution directory and report it; repeatable. "
-                               "Default when no verdict is given: the reference contribution.")] = None,
-    policy: Annotated[Path | None, typer.Option(
-        "--policy", help="Policy for --contribution runs and the evidence age limit.")] = None,
+    verdict: Annotated[
+        list[Path] | None,
+        typer.Option("--verdict", help="A Verdict JSON file (`fasttrack verify --format json`); repeatable."),
+    ] = None,
+    verdicts_dir: Annotated[
+        list[Path] | None,
+        typer.Option("--verdicts-dir", help="A directory of Verdict JSON files (*.json); repeatable."),
+    ] = None,
+    contribution: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--contribution",
+            help="Verify this contribution directory and report it; repeatable. "
+            "Default when no verdict is given: the reference contribution.",
+        ),
+    ] = None,
+    policy: Annotated[
+        Path | None,
+        typer.Option("--policy", help="Policy for --contribution runs and the evidence age limit."),
+    ] = None,
     out: Annotated[Path, typer.Option("--out", help="Output directory for the site.")] = DEFAULT_OUT,
-    max_age_days: Annotated[int | None, typer.Option(
-        "--max-age-days", help="Evidence older than this counts as old (default: the policy's).")] = None,
+    max_age_days: Annotated[
+        int | None,
+        typer.Option(
+            "--max-age-days", help="Evidence older than this counts as old (default: the policy's)."
+        ),
+    ] = None,
 ) -> None:
     """Build the maintainer review dashboard: index.html (the queue), a page per contribution, report.md."""
     from fasttrack.report.site import Source, build_site, load_verdict_files
@@ -60,10 +75,15 @@ def report_command(
 
         for target in targets:
             v = run_verify(VerifyOptions(contribution=target, policy=policy))
-            what = (f"fasttrack verify --contribution {target}" if target is not None
-                    else "fasttrack verify (the reference contribution)")
+            what = (
+                f"fasttrack verify --contribution {target}"
+                if target is not None
+                else "fasttrack verify (the reference contribution)"
+            )
             sources.append(Source(v, what))
     site = build_site(sources, out, max_age_days=_max_age_days(policy, max_age_days))
     ready = sum(1 for v in site.views if v.ready)
-    typer.echo(f"report: {len(site.views)} contribution(s), {ready} ready, {len(site.views) - ready} blocked "
-               f"-> {out / 'index.html'} and {out / 'report.md'}")
+    typer.echo(
+        f"report: {len(site.views)} contribution(s), {ready} ready, {len(site.views) - ready} blocked "
+        f"-> {out / 'index.html'} and {out / 'report.md'}"
+    )

@@ -25,8 +25,13 @@ COMPILE_VARIANT: Final = "compile"
 # What to fix first when several errors block: the judge, then confinement, then whether evidence exists and
 # belongs to this code, then cheating, then the envelope, then the remaining evidence rules.
 _BLOCKER_ORDER: Final = (
-    ("FT4",), ("FT1",), ("FT300", "FT301", "FT321"), ("FT302", "FT303"), tuple(sorted(ANTI_GAMING_CODES)),
-    ("FT2",), ("FT3",),
+    ("FT4",),
+    ("FT1",),
+    ("FT300", "FT301", "FT321"),
+    ("FT302", "FT303"),
+    tuple(sorted(ANTI_GAMING_CODES)),
+    ("FT2",),
+    ("FT3",),
 )
 
 

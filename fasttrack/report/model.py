@@ -31,10 +31,18 @@ from fasttrack.verdict import EvalResult, PointStatus, SanitizerResult, Verdict
 MAX_FINDINGS_SHOWN = 1000  # per severity on a page; the verdict JSON beside the page has all of them
 MAX_FILES_SHOWN = 2000
 STATUS_ORDER = (PointStatus.PASSED, PointStatus.FAILED, PointStatus.STALE, PointStatus.MISSING)
-STATUS_LABEL = {PointStatus.PASSED: "passed", PointStatus.FAILED: "failed", PointStatus.STALE: "stale",
-                PointStatus.MISSING: "missing"}
-STATUS_SYMBOL = {PointStatus.PASSED: "✓", PointStatus.FAILED: "✗", PointStatus.STALE: "↻",
-                 PointStatus.MISSING: "?"}
+STATUS_LABEL = {
+    PointStatus.PASSED: "passed",
+    PointStatus.FAILED: "failed",
+    PointStatus.STALE: "stale",
+    PointStatus.MISSING: "missing",
+}
+STATUS_SYMBOL = {
+    PointStatus.PASSED: "✓",
+    PointStatus.FAILED: "✗",
+    PointStatus.STALE: "↻",
+    PointStatus.MISSING: "?",
+}
 STATUS_MEANING = {
     PointStatus.PASSED: "kernel tests passed at this point, on evidence for this exact code",
     PointStatus.FAILED: "a kernel test failed at this point",
@@ -65,7 +73,12 @@ class CellEntry:
         return STATUS_SYMBOL[self.status]
 
 
-_SEVERITY_OF_STATUS = {PointStatus.FAILED: 0, PointStatus.STALE: 1, PointStatus.MISSING: 2, PointStatus.PASSED: 3}
+_SEVERITY_OF_STATUS = {
+    PointStatus.FAILED: 0,
+    PointStatus.STALE: 1,
+    PointStatus.MISSING: 2,
+    PointStatus.PASSED: 3,
+}
 
 
 def worst(entries: tuple[CellEntry, ...]) -> PointStatus:
@@ -117,10 +130,16 @@ def build_grid(v: Verdict) -> EnvelopeGrid | None:
     if ev is not None:
         for p in ev.points:
             d = p.point
-            k = _key(str(d.get("gpu", "?")), _int(d.get("tp"), 1), _int(d.get("batch")),
-                     _int(d.get("context")), str(d.get("dtype", "")))
-            known[k] = CellEntry(dtype=k[4], status=p.status, tests=p.tests, failed=p.failed,
-                                 max_error=p.max_error)
+            k = _key(
+                str(d.get("gpu", "?")),
+                _int(d.get("tp"), 1),
+                _int(d.get("batch")),
+                _int(d.get("context")),
+                str(d.get("dtype", "")),
+            )
+            known[k] = CellEntry(
+                dtype=k[4], status=p.status, tests=p.tests, failed=p.failed, max_error=p.max_error
+            )
     if env is not None:
         gpus = [h.name for h in env.hardware]
         tps, batches, contexts, dtypes = sorted(env.tp), env.batches(), env.contexts(), list(env.dtypes)
@@ -147,17 +166,27 @@ def build_grid(v: Verdict) -> EnvelopeGrid | None:
                     for dt in dtypes:
                         k = _key(gpu, tp, b, c, dt)
                         declared.add(k)
-                        entry = known.get(k) or CellEntry(dtype=dt, status=PointStatus.MISSING, tests=0,
-                                                          failed=0, max_error=None)
+                        entry = known.get(k) or CellEntry(
+                            dtype=dt, status=PointStatus.MISSING, tests=0, failed=0, max_error=None
+                        )
                         counts[entry.status.value] += 1
                         entries.append(entry)
                     cells.append(tuple(entries))
                 rows.append(GridRow(batch=b, cells=tuple(cells)))
             panels.append(GridPanel(gpu=gpu, tp=tp, contexts=tuple(contexts), rows=tuple(rows)))
-    extra = tuple(f"{k[0]} TP{k[1]} batch {k[2]} context {k[3]} {k[4]}".strip()
-                  for k in sorted(known) if k not in declared)
-    return EnvelopeGrid(panels=tuple(panels), counts={s.value: counts[s.value] for s in STATUS_ORDER},
-                        total=sum(counts.values()), dtypes=tuple(dtypes), source=source, extra=extra)
+    extra = tuple(
+        f"{k[0]} TP{k[1]} batch {k[2]} context {k[3]} {k[4]}".strip()
+        for k in sorted(known)
+        if k not in declared
+    )
+    return EnvelopeGrid(
+        panels=tuple(panels),
+        counts={s.value: counts[s.value] for s in STATUS_ORDER},
+        total=sum(counts.values()),
+        dtypes=tuple(dtypes),
+        source=source,
+        extra=extra,
+    )
 
 
 # --------------------------------------------------------------------------- kernels and bandwidth
@@ -179,8 +208,13 @@ def point_label(point: dict[str, str | int]) -> str:
     parts = []
     for k in ("gpu", "tp", "batch", "context", "dtype"):
         if k in point:
-            parts.append(f"TP{point[k]}" if k == "tp" else f"{k} {point[k]}" if k in ("batch", "context")
-                         else str(point[k]))
+            parts.append(
+                f"TP{point[k]}"
+                if k == "tp"
+                else f"{k} {point[k]}"
+                if k in ("batch", "context")
+                else str(point[k])
+            )
     parts += [f"{k}={val}" for k, val in point.items() if k not in ("gpu", "tp", "batch", "context", "dtype")]
     return " · ".join(parts)
 
@@ -197,8 +231,10 @@ def build_kernels(v: Verdict) -> KernelTable | None:
         return None
     variants = _variant_order({n for r in rows_in for n in r.kernels_per_layer})
     labels, _ = short_labels([r.point for r in rows_in])
-    rows = tuple((lab, tuple(_fmt_count(r.kernels_per_layer.get(n)) for n in variants))
-                 for lab, r in zip(labels, rows_in, strict=True))
+    rows = tuple(
+        (lab, tuple(_fmt_count(r.kernels_per_layer.get(n)) for n in variants))
+        for lab, r in zip(labels, rows_in, strict=True)
+    )
     uniform = len({vals for _, vals in rows}) == 1
     if uniform:
         rows = ((f"all {len(rows)} benchmarked points", rows[0][1]),)
@@ -229,7 +265,9 @@ class BandwidthTable:
 
 
 BAR_PX = 120
-BAR_SCALE = 1.25  # the bar's full length is 125% of the roofline, so an implausible result shows past the line
+BAR_SCALE = (
+    1.25  # the bar's full length is 125% of the roofline, so an implausible result shows past the line
+)
 
 
 def short_labels(points: list[dict[str, str | int]]) -> tuple[list[str], str]:
@@ -240,8 +278,10 @@ def short_labels(points: list[dict[str, str | int]]) -> tuple[list[str], str]:
     varying = [k for k in keys if k not in shared]
     if not points:
         return [], ""
-    return ([point_label({k: p[k] for k in varying if k in p}) for p in points],
-            point_label({k: points[0][k] for k in shared if k in points[0]}))
+    return (
+        [point_label({k: p[k] for k in varying if k in p}) for p in points],
+        point_label({k: points[0][k] for k in shared if k in points[0]}),
+    )
 
 
 def build_bandwidth(v: Verdict) -> BandwidthTable | None:
@@ -258,9 +298,15 @@ def build_bandwidth(v: Verdict) -> BandwidthTable | None:
         cells = []
         for name in variants:
             f = r.bandwidth_fraction.get(name)
-            cells.append(None if f is None else BandwidthCell(
-                fraction=f, bytes_per_s=f * roof if roof else None,
-                bar=round(min(max(f, 0.0), BAR_SCALE) / BAR_SCALE * BAR_PX, 1)))
+            cells.append(
+                None
+                if f is None
+                else BandwidthCell(
+                    fraction=f,
+                    bytes_per_s=f * roof if roof else None,
+                    bar=round(min(max(f, 0.0), BAR_SCALE) / BAR_SCALE * BAR_PX, 1),
+                )
+            )
         rows.append((lab, tuple(cells)))
     return BandwidthTable(variants=variants, rows=tuple(rows), roofline_bps=roof, common=common)
 
@@ -312,16 +358,40 @@ class CheckItem:
 # Checklist items the tool decides: title, the rule codes behind it, what it means.
 _TOOL_CHECKS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("The judge is untouched", ("FT401",), "no edit to the policy, allowed signers, workflows or fasttrack"),
-    ("Confined to one model's own code", ("FT100", "FT101", "FT102", "FT103", "FT104", "FT105", "FT106",
-                                          "FT107", "FT108", "FT109", "FT110", "FT111", "FT113"),
-     "path zones, hooks, symlinks, modes, and nothing else importing the changed code"),
-    ("Envelope bounded and honoured", ("FT2",), "finite hardware, TP in one NVLink domain, bounded batch "
-                                                "and context, guard agrees with the manifest"),
-    ("Evidence is for this code, fresh and signed", ("FT300", "FT301", "FT302", "FT303", "FT318", "FT320",
-                                                     "FT321"),
-     "bundle parses, digest matches the head, signature from an allowed signer, raw logs match"),
-    ("Performance claims hold", ("FT305", "FT308", "FT309", "FT310", "FT311", "FT312", "FT319"),
-     "recomputed from raw samples at the CI's lower bound, like with like, never slower than stock"),
+    (
+        "Confined to one model's own code",
+        (
+            "FT100",
+            "FT101",
+            "FT102",
+            "FT103",
+            "FT104",
+            "FT105",
+            "FT106",
+            "FT107",
+            "FT108",
+            "FT109",
+            "FT110",
+            "FT111",
+            "FT113",
+        ),
+        "path zones, hooks, symlinks, modes, and nothing else importing the changed code",
+    ),
+    (
+        "Envelope bounded and honoured",
+        ("FT2",),
+        "finite hardware, TP in one NVLink domain, bounded batch and context, guard agrees with the manifest",
+    ),
+    (
+        "Evidence is for this code, fresh and signed",
+        ("FT300", "FT301", "FT302", "FT303", "FT318", "FT320", "FT321"),
+        "bundle parses, digest matches the head, signature from an allowed signer, raw logs match",
+    ),
+    (
+        "Performance claims hold",
+        ("FT305", "FT308", "FT309", "FT310", "FT311", "FT312", "FT319"),
+        "recomputed from raw samples at the CI's lower bound, like with like, never slower than stock",
+    ),
     ("Model-level evals within thresholds", ("FT314",), "every eval on the right side of its threshold"),
     ("Sanitizers clean", ("FT315", "FT316"), "memcheck, racecheck and synccheck ran and found nothing"),
 )
@@ -333,7 +403,9 @@ def _matches(code: str, prefixes: tuple[str, ...]) -> bool:
 
 
 def _tool_state(v: Verdict, prefixes: tuple[str, ...]) -> tuple[CheckState, tuple[str, ...]]:
-    failing = sorted({f.code for f in v.findings if f.severity is Severity.ERROR and _matches(f.code, prefixes)})
+    failing = sorted(
+        {f.code for f in v.findings if f.severity is Severity.ERROR and _matches(f.code, prefixes)}
+    )
     if failing:
         return "failed", tuple(failing)
     if not any(_matches(c, prefixes) for c in v.rules_run):
@@ -360,15 +432,27 @@ def build_checklist(v: Verdict) -> tuple[CheckItem, ...]:
     else:
         signer = None
         who = "nobody: the evidence is unsigned"
-    items.insert(4, CheckItem(
-        title="Numerical check: kernel tests at every envelope point, timed outputs match stock",
-        state=state, codes=codes, signer=signer,
-        detail=f"{who}; a maintainer countersigns below after reading the tolerances"))
+    items.insert(
+        4,
+        CheckItem(
+            title="Numerical check: kernel tests at every envelope point, timed outputs match stock",
+            state=state,
+            codes=codes,
+            signer=signer,
+            detail=f"{who}; a maintainer countersigns below after reading the tolerances",
+        ),
+    )
     items += [
-        CheckItem("Blast radius read: every witness import chain is expected", "human",
-                  "the chains below show how other code reaches the change"),
-        CheckItem("Fallback is visible in production", "human",
-                  "the fallback counter is scraped and alerted on; outside the envelope the stock path runs"),
+        CheckItem(
+            "Blast radius read: every witness import chain is expected",
+            "human",
+            "the chains below show how other code reaches the change",
+        ),
+        CheckItem(
+            "Fallback is visible in production",
+            "human",
+            "the fallback counter is scraped and alerted on; outside the envelope the stock path runs",
+        ),
         CheckItem("Kernel source read", "human", "launch bounds, guards, and the envelope checks in code"),
     ]
     return tuple(items)
@@ -445,8 +529,9 @@ def slugify(text: str) -> str:
     return s[:60] or "item"
 
 
-def build_view(v: Verdict, *, slug: str, origin: str, now: datetime, max_age_days: int,
-               superseded: int = 0) -> ContributionView:
+def build_view(
+    v: Verdict, *, slug: str, origin: str, now: datetime, max_age_days: int, superseded: int = 0
+) -> ContributionView:
     _, title, kind = identity(v)
     block = blocker(v.findings)
     counts = v.counts()
@@ -457,19 +542,30 @@ def build_view(v: Verdict, *, slug: str, origin: str, now: datetime, max_age_day
     hidden = {k: max(0, len(fs) - MAX_FINDINGS_SHOWN) for k, fs in by_sev.items()}
     ev = v.evidence
     return ContributionView(
-        slug=slug, title=title, kind=kind, origin=origin, verdict=v,
+        slug=slug,
+        title=title,
+        kind=kind,
+        origin=origin,
+        verdict=v,
         risk=assess(v, now=now, max_age_days=max_age_days),
-        blocker=block, other_errors=max(0, counts["error"] - (1 if block else 0)), counts=counts,
+        blocker=block,
+        other_errors=max(0, counts["error"] - (1 if block else 0)),
+        counts=counts,
         grid=build_grid(v),
         plots=tuple(build_plots(ev.benchmarks, ev.claims)) if ev else (),
-        kernels=build_kernels(v), bandwidth=build_bandwidth(v),
+        kernels=build_kernels(v),
+        bandwidth=build_bandwidth(v),
         evals=tuple(EvalView(e, eval_margin(e)) for e in ev.evals) if ev else (),
-        sanitizers=build_sanitizers(v), checklist=build_checklist(v),
-        findings=shown, hidden=hidden,
-        anti_gaming=tuple(f for f in v.findings if f.code in ANTI_GAMING_CODES and f.severity is not
-                          Severity.INFO),
+        sanitizers=build_sanitizers(v),
+        checklist=build_checklist(v),
+        findings=shown,
+        hidden=hidden,
+        anti_gaming=tuple(
+            f for f in v.findings if f.code in ANTI_GAMING_CODES and f.severity is not Severity.INFO
+        ),
         evidence_age_days=evidence_age_days(ev, now) if ev else None,
-        superseded=superseded, generated=parse_time(v.generated_at),
+        superseded=superseded,
+        generated=parse_time(v.generated_at),
     )
 
 

@@ -132,8 +132,10 @@ class _Raw:
 
 def _series_for(rows: list[BenchmarkRow]) -> list[_Raw]:
     """Candidate-over-stock and candidate-over-compile values per batch for one group of rows."""
-    candidates = sorted({v for r in rows for v in r.speedup if v not in REFERENCE_VARIANTS}
-                        | {v for r in rows for v in r.median_us if v not in REFERENCE_VARIANTS})
+    candidates = sorted(
+        {v for r in rows for v in r.speedup if v not in REFERENCE_VARIANTS}
+        | {v for r in rows for v in r.median_us if v not in REFERENCE_VARIANTS}
+    )
     out: list[_Raw] = []
     for cand in candidates:
         for base in (STOCK_VARIANT, COMPILE_VARIANT):
@@ -154,8 +156,12 @@ def _series_for(rows: list[BenchmarkRow]) -> list[_Raw]:
 
 
 def group_key(point: dict[str, str | int]) -> tuple[str, int, str, int]:
-    return (str(point.get("gpu", "?")), _num(point.get("tp")) or 1, str(point.get("dtype", "")),
-            _num(point.get("context")) or 0)
+    return (
+        str(point.get("gpu", "?")),
+        _num(point.get("tp")) or 1,
+        str(point.get("dtype", "")),
+        _num(point.get("context")) or 0,
+    )
 
 
 def _title(key: tuple[str, int, str, int]) -> str:
@@ -224,22 +230,47 @@ def _plot(key: tuple[str, int, str, int], rows: list[BenchmarkRow], claims: list
             value, ci = raw.values[b]
             if not math.isfinite(value):
                 continue
-            pts.append(PlotPoint(batch=b, value=value, ci=ci, x=round(x_of(b), 2), y=round(y_of(value), 2),
-                                 y_low=round(y_of(ci[0]), 2) if ci else None,
-                                 y_high=round(y_of(ci[1]), 2) if ci else None))
+            pts.append(
+                PlotPoint(
+                    batch=b,
+                    value=value,
+                    ci=ci,
+                    x=round(x_of(b), 2),
+                    y=round(y_of(value), 2),
+                    y_low=round(y_of(ci[0]), 2) if ci else None,
+                    y_high=round(y_of(ci[1]), 2) if ci else None,
+                )
+            )
         path = " ".join(f"{'M' if j == 0 else 'L'}{p.x:.2f},{p.y:.2f}" for j, p in enumerate(pts))
-        series.append(Series(name=f"{raw.candidate} over {label(raw.baseline)}", candidate=raw.candidate,
-                             baseline=raw.baseline, color=PALETTE[i % len(PALETTE)],
-                             dash=DASHES[i % len(DASHES)], marker=MARKERS[i % len(MARKERS)],
-                             points=tuple(pts), path=path, has_ci=any(p.ci for p in pts)))
+        series.append(
+            Series(
+                name=f"{raw.candidate} over {label(raw.baseline)}",
+                candidate=raw.candidate,
+                baseline=raw.baseline,
+                color=PALETTE[i % len(PALETTE)],
+                dash=DASHES[i % len(DASHES)],
+                marker=MARKERS[i % len(MARKERS)],
+                points=tuple(pts),
+                path=path,
+                has_ci=any(p.ci for p in pts),
+            )
+        )
 
     marks = []
     for c, b in placed:
         x = x_of(b)
         right = x > LEFT + 0.6 * inner_w
-        marks.append(ClaimMark(name=c.name, claimed=c.claimed, holds=c.holds, x=round(x, 2),
-                               y=round(y_of(c.claimed), 2), label_x=round(x - 17 if right else x + 17, 2),
-                               anchor="end" if right else "start"))
+        marks.append(
+            ClaimMark(
+                name=c.name,
+                claimed=c.claimed,
+                holds=c.holds,
+                x=round(x, 2),
+                y=round(y_of(c.claimed), 2),
+                label_x=round(x - 17 if right else x + 17, 2),
+                anchor="end" if right else "start",
+            )
+        )
     table = []
     for b in batches:
         cells = []
@@ -249,16 +280,28 @@ def _plot(key: tuple[str, int, str, int], rows: list[BenchmarkRow], claims: list
         table.append(TableRow(batch=b, cells=tuple(cells)))
     notes = []
     if any(not s.has_ci for s in series):
-        notes.append("Series without whiskers have no recorded confidence interval: their values are the "
-                     "ratio of the two variants' medians.")
+        notes.append(
+            "Series without whiskers have no recorded confidence interval: their values are the "
+            "ratio of the two variants' medians."
+        )
     off = [c.name for c, b in claim_batches if b is None or b not in batches]
     if off:
         notes.append(f"Claims at batch sizes without a benchmark here: {', '.join(off)}.")
     return Plot(
-        key="-".join(str(k) for k in key), title=_title(key), width=WIDTH, height=HEIGHT, left=LEFT, top=TOP,
-        inner_w=inner_w, inner_h=inner_h,
+        key="-".join(str(k) for k in key),
+        title=_title(key),
+        width=WIDTH,
+        height=HEIGHT,
+        left=LEFT,
+        top=TOP,
+        inner_w=inner_w,
+        inner_h=inner_h,
         x_ticks=tuple(Tick(round(x_of(b), 2), str(b)) for b in batches),
         y_ticks=tuple(Tick(round(y_of(v), 2), _fmt_tick(v)) for v in y_ticks_vals),
-        parity_y=round(y_of(1.0), 2), series=tuple(series), claims=tuple(marks), table=tuple(table), log_x=log_x,
+        parity_y=round(y_of(1.0), 2),
+        series=tuple(series),
+        claims=tuple(marks),
+        table=tuple(table),
+        log_x=log_x,
         notes=tuple(notes),
     )

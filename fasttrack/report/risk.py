@@ -17,8 +17,8 @@ from fasttrack.findings import Severity
 from fasttrack.report.facts import (
     ANTI_GAMING_CODES,
     REQUIRED_SANITIZERS,
-    evidence_age_days,
     eval_margin,
+    evidence_age_days,
     grid_size,
 )
 from fasttrack.verdict import PointStatus, Verdict
@@ -37,22 +37,40 @@ class RiskRule:
 
 
 RISK_RULES: Final[tuple[RiskRule, ...]] = (
-    RiskRule("blast radius", "8 per other model unit and 4 per shared module that imports the changed code, "
-             "4 per changed hub module; 15 when the blast radius could not be computed", 30),
+    RiskRule(
+        "blast radius",
+        "8 per other model unit and 4 per shared module that imports the changed code, "
+        "4 per changed hub module; 15 when the blast radius could not be computed",
+        30,
+    ),
     RiskRule("change size", "1 per 500 changed lines plus 1 per 25 changed files", 10),
-    RiskRule("envelope width", "4 per hardware kind and 2 per TP size beyond the first, "
-             "1 per 64 grid points", 15),
+    RiskRule(
+        "envelope width", "4 per hardware kind and 2 per TP size beyond the first, 1 per 64 grid points", 15
+    ),
     RiskRule("evidence missing", "35 when there is no readable evidence bundle", 35),
     RiskRule("evidence stale", "20 when the code changed since the evidence was collected", 20),
     RiskRule("unsigned evidence", "15 for an invalid signature, 10 for none", 15),
-    RiskRule("evidence age", "10 past the policy's max age, 4 past half of it, 5 with no collection date", 10),
-    RiskRule("envelope coverage", "2 per failed point, plus up to 10 for the share of points without "
-             "passing tests", 15),
-    RiskRule("failed or skipped checks", "3 per error and 1 per warning finding, 4 per required sanitizer "
-             "that did not run, 6 per sanitizer that found errors, 4 per claim that does not hold", 25),
+    RiskRule(
+        "evidence age", "10 past the policy's max age, 4 past half of it, 5 with no collection date", 10
+    ),
+    RiskRule(
+        "envelope coverage",
+        "2 per failed point, plus up to 10 for the share of points without passing tests",
+        15,
+    ),
+    RiskRule(
+        "failed or skipped checks",
+        "3 per error and 1 per warning finding, 4 per required sanitizer "
+        "that did not run, 6 per sanitizer that found errors, 4 per claim that does not hold",
+        25,
+    ),
     RiskRule("evals", "8 per eval outside its threshold, 2 per eval within 5% of it", 16),
-    RiskRule("anti-gaming", "15 per error and 5 per warning from the anti-gaming and integrity rules "
-             f"({', '.join(sorted(ANTI_GAMING_CODES))})", 30),
+    RiskRule(
+        "anti-gaming",
+        "15 per error and 5 per warning from the anti-gaming and integrity rules "
+        f"({', '.join(sorted(ANTI_GAMING_CODES))})",
+        30,
+    ),
 )
 _CAP = {r.factor: r.cap for r in RISK_RULES}
 
@@ -89,8 +107,10 @@ def _blast(v: Verdict) -> tuple[int, str]:
     shared = max(br.shared_total, len(br.shared))
     hubs = len(br.hubs_changed)
     pts = 8 * models + 4 * shared + 4 * hubs
-    return pts, (f"{_plural(models, 'other model unit')}, {_plural(shared, 'shared module')}"
-                 + (f", {_plural(hubs, 'hub module')} changed" if hubs else ""))
+    return pts, (
+        f"{_plural(models, 'other model unit')}, {_plural(shared, 'shared module')}"
+        + (f", {_plural(hubs, 'hub module')} changed" if hubs else "")
+    )
 
 
 def _size(v: Verdict) -> tuple[int, str]:
@@ -108,7 +128,10 @@ def _width(v: Verdict) -> tuple[int, str]:
     tps = len(tp) if isinstance(tp, list) else 1
     points = grid_size(v)
     pts = 4 * max(0, kinds - 1) + 2 * max(0, tps - 1) + points // 64
-    return pts, f"{_plural(kinds, 'hardware kind')}, {_plural(tps, 'TP size')}, {_plural(points, 'grid point')}"
+    return (
+        pts,
+        f"{_plural(kinds, 'hardware kind')}, {_plural(tps, 'TP size')}, {_plural(points, 'grid point')}",
+    )
 
 
 def assess(v: Verdict, *, now: datetime, max_age_days: int) -> Risk:
@@ -130,11 +153,17 @@ def assess(v: Verdict, *, now: datetime, max_age_days: int) -> Risk:
     elif ev is not None:
         if ev.fresh is False:
             changed = len(ev.changed_since)
-            add("evidence stale", 20, "the code changed since collection"
-                + (f" ({_plural(changed, 'file')})" if changed else ""))
+            add(
+                "evidence stale",
+                20,
+                "the code changed since collection" + (f" ({_plural(changed, 'file')})" if changed else ""),
+            )
         if ev.signature_valid is False:
-            add("unsigned evidence", 15, "the signature does not verify"
-                + (f" for {ev.signer}" if ev.signer else ""))
+            add(
+                "unsigned evidence",
+                15,
+                "the signature does not verify" + (f" for {ev.signer}" if ev.signer else ""),
+            )
         elif ev.signature_valid is None:
             add("unsigned evidence", 10, "the bundle is not signed")
         age = evidence_age_days(ev, now)
@@ -148,9 +177,12 @@ def assess(v: Verdict, *, now: datetime, max_age_days: int) -> Risk:
             failed = sum(1 for p in ev.points if p.status is PointStatus.FAILED)
             unproven = sum(1 for p in ev.points if p.status is not PointStatus.PASSED)
             share = unproven / len(ev.points)
-            add("envelope coverage", 2 * failed + math.ceil(10 * share),
+            add(
+                "envelope coverage",
+                2 * failed + math.ceil(10 * share),
                 f"{unproven} of {len(ev.points)} points without passing tests"
-                + (f", {failed} failed" if failed else ""))
+                + (f", {failed} failed" if failed else ""),
+            )
 
     errors = [f for f in v.findings if f.severity is Severity.ERROR]
     warnings = [f for f in v.findings if f.severity is Severity.WARNING]
@@ -185,8 +217,11 @@ def assess(v: Verdict, *, now: datetime, max_age_days: int) -> Risk:
     gaming = [f for f in v.findings if f.code in ANTI_GAMING_CODES and f.severity is not Severity.INFO]
     if gaming:
         g_err = sum(1 for f in gaming if f.severity is Severity.ERROR)
-        add("anti-gaming", 15 * g_err + 5 * (len(gaming) - g_err),
-            f"{_plural(len(gaming), 'finding')}: {', '.join(sorted({f.code for f in gaming}))}")
+        add(
+            "anti-gaming",
+            15 * g_err + 5 * (len(gaming) - g_err),
+            f"{_plural(len(gaming), 'finding')}: {', '.join(sorted({f.code for f in gaming}))}",
+        )
 
     factors = tuple(sorted(raw, key=lambda f: (-f.points, f.factor)))
     score = min(100, sum(f.points for f in factors))

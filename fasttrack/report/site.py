@@ -24,12 +24,12 @@ from fasttrack.errors import InputError
 from fasttrack.loading import load_json_model
 from fasttrack.report.facts import parse_time
 from fasttrack.report.model import (
+    BAR_PX,
+    BAR_SCALE,
     STATUS_LABEL,
     STATUS_MEANING,
     STATUS_ORDER,
     STATUS_SYMBOL,
-    BAR_PX,
-    BAR_SCALE,
     ContributionView,
     build_view,
     identity,
@@ -70,16 +70,27 @@ def load_verdict_files(files: Sequence[Path], dirs: Sequence[Path]) -> list[Sour
     paths: list[Path] = list(files)
     for d in dirs:
         if not d.is_dir():
-            raise InputError("not a directory", path=d, field="--verdicts-dir",
-                             fix="pass a directory holding verdict JSON files")
+            raise InputError(
+                "not a directory",
+                path=d,
+                field="--verdicts-dir",
+                fix="pass a directory holding verdict JSON files",
+            )
         found = sorted(p for p in d.glob("*.json") if p.is_file())
         if not found:
-            raise InputError("no *.json verdict files in the directory", path=d, field="--verdicts-dir",
-                             fix="write verdicts with `fasttrack verify --format json --output DIR/NAME.json`")
+            raise InputError(
+                "no *.json verdict files in the directory",
+                path=d,
+                field="--verdicts-dir",
+                fix="write verdicts with `fasttrack verify --format json --output DIR/NAME.json`",
+            )
         paths += found
     if len(paths) > MAX_VERDICT_FILES:
-        raise InputError(f"{len(paths)} verdict files, over the limit of {MAX_VERDICT_FILES}",
-                         field="--verdict", fix="build the report from fewer verdicts")
+        raise InputError(
+            f"{len(paths)} verdict files, over the limit of {MAX_VERDICT_FILES}",
+            field="--verdict",
+            fix="build the report from fewer verdicts",
+        )
     return [Source(load_json_model(p, Verdict, "verdict"), str(p)) for p in paths]
 
 
@@ -106,8 +117,11 @@ def build_views(sources: Iterable[Source], *, now: datetime, max_age_days: int) 
         while slug in used or slug == "index":
             slug, n = f"{base}-{n}", n + 1
         used.add(slug)
-        views.append(build_view(v, slug=slug, origin=src.origin, now=now, max_age_days=max_age_days,
-                                superseded=superseded))
+        views.append(
+            build_view(
+                v, slug=slug, origin=src.origin, now=now, max_age_days=max_age_days, superseded=superseded
+            )
+        )
     return queue_order(views)
 
 
@@ -172,25 +186,50 @@ def environment() -> jinja2.Environment:
     )
     env.filters.update(ratio=_ratio, pct=_pct, rate=_rate, age=_age, num=_num, short=_short)
     env.globals.update(
-        STATUS_ORDER=STATUS_ORDER, STATUS_LABEL=STATUS_LABEL, STATUS_SYMBOL=STATUS_SYMBOL,
-        STATUS_MEANING=STATUS_MEANING, worst=worst, BAR_PX=BAR_PX, BAR_SCALE=BAR_SCALE, RISK_RULES=RISK_RULES, LOW_BELOW=LOW_BELOW, HIGH_FROM=HIGH_FROM,
+        STATUS_ORDER=STATUS_ORDER,
+        STATUS_LABEL=STATUS_LABEL,
+        STATUS_SYMBOL=STATUS_SYMBOL,
+        STATUS_MEANING=STATUS_MEANING,
+        worst=worst,
+        BAR_PX=BAR_PX,
+        BAR_SCALE=BAR_SCALE,
+        RISK_RULES=RISK_RULES,
+        LOW_BELOW=LOW_BELOW,
+        HIGH_FROM=HIGH_FROM,
         tool_version=fasttrack.__version__,
     )
     return env
 
 
-def render_index(env: jinja2.Environment, views: Sequence[ContributionView], built_at: datetime,
-                 max_age_days: int) -> str:
+def render_index(
+    env: jinja2.Environment, views: Sequence[ContributionView], built_at: datetime, max_age_days: int
+) -> str:
     return env.get_template("index.html.j2").render(
-        views=views, built_at=built_at.isoformat(timespec="seconds"), max_age_days=max_age_days,
-        ready=sum(1 for v in views if v.ready), blocked=sum(1 for v in views if not v.ready))
+        views=views,
+        built_at=built_at.isoformat(timespec="seconds"),
+        max_age_days=max_age_days,
+        ready=sum(1 for v in views if v.ready),
+        blocked=sum(1 for v in views if not v.ready),
+    )
 
 
-def render_page(env: jinja2.Environment, view: ContributionView, built_at: datetime, rank: int,
-                total: int, max_age_days: int) -> str:
+def render_page(
+    env: jinja2.Environment,
+    view: ContributionView,
+    built_at: datetime,
+    rank: int,
+    total: int,
+    max_age_days: int,
+) -> str:
     return env.get_template("contribution.html.j2").render(
-        c=view, v=view.verdict, ev=view.verdict.evidence, built_at=built_at.isoformat(timespec="seconds"),
-        rank=rank, total=total, max_age_days=max_age_days)
+        c=view,
+        v=view.verdict,
+        ev=view.verdict.evidence,
+        built_at=built_at.isoformat(timespec="seconds"),
+        rank=rank,
+        total=total,
+        max_age_days=max_age_days,
+    )
 
 
 # ---------------------------------------------------------------------------------------------- output
@@ -199,14 +238,19 @@ def render_page(env: jinja2.Environment, view: ContributionView, built_at: datet
 def _prepare_out(out: Path) -> list[str]:
     """Make `out` ready; return the files a previous build wrote there (to remove the ones not rewritten)."""
     if out.exists() and not out.is_dir():
-        raise InputError("the output path exists and is not a directory", path=out, field="--out",
-                         fix="pass a directory (it is created if missing)")
+        raise InputError(
+            "the output path exists and is not a directory",
+            path=out,
+            field="--out",
+            fix="pass a directory (it is created if missing)",
+        )
     if not out.exists():
         try:
             out.mkdir(parents=True)
         except OSError as exc:
-            raise InputError(f"cannot create the output directory: {exc.strerror}", path=out,
-                             field="--out") from None
+            raise InputError(
+                f"cannot create the output directory: {exc.strerror}", path=out, field="--out"
+            ) from None
         return []
     marker = out / MARKER
     if marker.is_file():
@@ -216,8 +260,12 @@ def _prepare_out(out: Path) -> list[str]:
             listed = []
         return [str(x) for x in listed if isinstance(x, str)] if isinstance(listed, list) else []
     if any(out.iterdir()):
-        raise InputError("the output directory is not empty and was not made by `fasttrack report`",
-                         path=out, field="--out", fix="pass a new or empty directory (e.g. --out site)")
+        raise InputError(
+            "the output directory is not empty and was not made by `fasttrack report`",
+            path=out,
+            field="--out",
+            fix="pass a new or empty directory (e.g. --out site)",
+        )
     return []
 
 
@@ -234,15 +282,23 @@ def _write(path: Path, text: str) -> None:
         raise
 
 
-def build_site(sources: Sequence[Source], out: Path, *, now: datetime | None = None,
-               max_age_days: int = DEFAULT_MAX_AGE_DAYS) -> Site:
+def build_site(
+    sources: Sequence[Source],
+    out: Path,
+    *,
+    now: datetime | None = None,
+    max_age_days: int = DEFAULT_MAX_AGE_DAYS,
+) -> Site:
     """Render every source into `out` and return what was built."""
     from fasttrack.report.markdown import render_markdown
 
     if not sources:
-        raise InputError("no verdicts to report on", field="--verdict",
-                         fix="pass --verdict FILE or --verdicts-dir DIR, or run without them for the "
-                             "reference contribution")
+        raise InputError(
+            "no verdicts to report on",
+            field="--verdict",
+            fix="pass --verdict FILE or --verdicts-dir DIR, or run without them for the "
+            "reference contribution",
+        )
     built_at = (now or datetime.now(UTC)).replace(microsecond=0)
     views = build_views(sources, now=built_at, max_age_days=max_age_days)
     previous = _prepare_out(out)
@@ -259,4 +315,6 @@ def build_site(sources: Sequence[Source], out: Path, *, now: datetime | None = N
         if name not in written and "/" not in name and not name.startswith(".") and name != MARKER:
             (out / name).unlink(missing_ok=True)
     _write(out / MARKER, json.dumps(sorted(written), indent=1) + "\n")
-    return Site(views=tuple(views), built_at=built_at, max_age_days=max_age_days, files=tuple(sorted(written)))
+    return Site(
+        views=tuple(views), built_at=built_at, max_age_days=max_age_days, files=tuple(sorted(written))
+    )

@@ -1,4 +1,4 @@
-"""The dashboard's view of a verdict: grid statuses, plots, tables, the blocker, the checklist, queue order."""
+"""The dashboard's view of a verdict: grid statuses, plots, tables, blocker, checklist, queue order."""
 
 from __future__ import annotations
 
@@ -58,8 +58,12 @@ def test_grid_stale_and_missing() -> None:
 def test_grid_across_hardware_tp_and_dtypes() -> None:
     g = build_grid(rf.wide())
     assert g is not None and g.total == 2 * 2 * 4 * 3 * 2 and g.dtypes == ("bfloat16", "fp8")
-    assert [(p.gpu, p.tp) for p in g.panels] == [("NVIDIA H200", 1), ("NVIDIA H200", 2), ("NVIDIA B200", 1),
-                                                   ("NVIDIA B200", 2)]
+    assert [(p.gpu, p.tp) for p in g.panels] == [
+        ("NVIDIA H200", 1),
+        ("NVIDIA H200", 2),
+        ("NVIDIA B200", 1),
+        ("NVIDIA B200", 2),
+    ]
     b200 = [e for p in g.panels if p.gpu == "NVIDIA B200" for r in p.rows for cell in r.cells for e in cell]
     assert {e.status for e in b200} == {PointStatus.MISSING}
     assert g.counts == {"passed": 23, "failed": 1, "stale": 24, "missing": 48}
@@ -79,7 +83,9 @@ def test_grid_lists_evidence_outside_the_declared_envelope() -> None:
     v = rf.passing()
     assert v.evidence is not None
     extra = v.evidence.points[0].model_copy(update={"point": rf.point(256, 1)})
-    v = v.model_copy(update={"evidence": v.evidence.model_copy(update={"points": [*v.evidence.points, extra]})})
+    v = v.model_copy(
+        update={"evidence": v.evidence.model_copy(update={"points": [*v.evidence.points, extra]})}
+    )
     g = build_grid(v)
     assert g is not None and g.total == 15 and len(g.extra) == 1 and "batch 256" in g.extra[0]
 
@@ -95,17 +101,23 @@ def test_plots_one_per_context_with_both_baselines() -> None:
     v = rf.passing()
     assert v.evidence is not None
     plots = build_plots(v.evidence.benchmarks, v.evidence.claims)
-    assert [p.title for p in plots] == [f"NVIDIA H200 · TP1 · bfloat16 · context {c:,}" for c in (1, 4096, 32768)]
+    assert [p.title for p in plots] == [
+        f"NVIDIA H200 · TP1 · bfloat16 · context {c:,}" for c in (1, 4096, 32768)
+    ]
     p = plots[1]
     assert [s.name for s in p.series] == ["fused over stock", "fused over torch.compile"]
     assert all(s.has_ci for s in p.series) and p.log_x
     stock = p.series[0]
     assert [pt.batch for pt in stock.points] == [1, 2, 8, 32, 64]
-    assert all(pt.y_high is not None and pt.y_low is not None and pt.y_high <= pt.y <= pt.y_low
-               for pt in stock.points)  # SVG y grows downwards: the upper bound is drawn above the median
+    assert all(
+        pt.y_high is not None and pt.y_low is not None and pt.y_high <= pt.y <= pt.y_low
+        for pt in stock.points
+    )  # SVG y grows downwards: the upper bound is drawn above the median
     xs = [pt.x for pt in stock.points]
     assert xs == sorted(xs) and math.isclose(xs[1] - xs[0], (xs[2] - xs[1]) / 2, rel_tol=1e-3)  # log2 axis
-    assert {m.name for m in p.claims} == {c.name for c in v.evidence.claims}  # all three claims at context 4096
+    assert {m.name for m in p.claims} == {
+        c.name for c in v.evidence.claims
+    }  # all three claims at context 4096
     assert not plots[0].claims
     assert p.table[0].cells[0].startswith("2.30× [")
 
@@ -154,7 +166,9 @@ def test_bandwidth_table_flags_results_above_the_roofline() -> None:
     assert v.evidence is not None
     rows = list(v.evidence.benchmarks)
     rows[-1] = rows[-1].model_copy(update={"bandwidth_fraction": {"stock": 0.5, "fused": 1.4}})
-    bw = build_bandwidth(v.model_copy(update={"evidence": v.evidence.model_copy(update={"benchmarks": rows})}))
+    bw = build_bandwidth(
+        v.model_copy(update={"evidence": v.evidence.model_copy(update={"benchmarks": rows})})
+    )
     assert bw is not None and bw.over == 1 and bw.roofline_bps == 4.1e12
     assert bw.common == "NVIDIA H200 · TP1 · bfloat16"  # said once, not on each row
     label, cells = bw.rows[-1]
@@ -169,12 +183,26 @@ def test_short_labels() -> None:
     assert labels == ["batch 1", "batch 2"] and common == "NVIDIA H200 · TP1 · context 1 · bfloat16"
 
 
-@pytest.mark.parametrize(("value", "threshold", "direction", "margin"), [
-    (0.01, 0.05, "max", 0.8), (0.06, 0.05, "max", -0.2), (0.998, 0.99, "min", 0.8), (0.97, 0.99, "min", -2.0),
-    (120.0, 100.0, "min", 0.2), (-0.002, -0.01, "min", 0.8), (0.5, 0.0, "max", -0.5)])
+@pytest.mark.parametrize(
+    ("value", "threshold", "direction", "margin"),
+    [
+        (0.01, 0.05, "max", 0.8),
+        (0.06, 0.05, "max", -0.2),
+        (0.998, 0.99, "min", 0.8),
+        (0.97, 0.99, "min", -2.0),
+        (120.0, 100.0, "min", 0.2),
+        (-0.002, -0.01, "min", 0.8),
+        (0.5, 0.0, "max", -0.5),
+    ],
+)
 def test_eval_margin(value: float, threshold: float, direction: str, margin: float) -> None:
-    e = EvalResult(name="e", value=value, threshold=threshold, direction=direction,  # type: ignore[arg-type]
-                   passed=margin >= 0)
+    e = EvalResult(
+        name="e",
+        value=value,
+        threshold=threshold,
+        direction=direction,  # type: ignore[arg-type]
+        passed=margin >= 0,
+    )
     assert math.isclose(eval_margin(e), margin, abs_tol=1e-9)
 
 
@@ -226,8 +254,12 @@ def test_checklist_states_and_signer() -> None:
 
 
 def test_queue_order_ready_first_then_risk() -> None:
-    views = [view(rf.stale(name="b"), "b"), view(rf.passing(name="a"), "a"), view(rf.missing(name="c"), "c"),
-             view(rf.failing(name="d"), "d")]
+    views = [
+        view(rf.stale(name="b"), "b"),
+        view(rf.passing(name="a"), "a"),
+        view(rf.missing(name="c"), "c"),
+        view(rf.failing(name="d"), "d"),
+    ]
     order = [c.slug for c in queue_order(views)]
     assert order[0] == "a"
     risks = [c.risk.score for c in queue_order(views)[1:]]

@@ -5,43 +5,15 @@ from __future__ import annotations
 
 import json
 import re
-from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 import report_fixtures as rf
+from report_fixtures import Doc
 
 from fasttrack.errors import InputError
 from fasttrack.report.site import MARKER, Site, Source, build_site, dedupe, load_verdict_files
 from fasttrack.verdict import Verdict
-
-
-class Doc(HTMLParser):
-    """Every start tag with its attributes, and the text, of one HTML page."""
-
-    def __init__(self, text: str) -> None:
-        super().__init__(convert_charrefs=True)
-        self.tags: list[tuple[str, dict[str, str | None]]] = []
-        self.text: list[str] = []
-        self.feed(text)
-        self.close()
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.tags.append((tag, dict(attrs)))
-
-    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.tags.append((tag, dict(attrs)))
-
-    def handle_data(self, data: str) -> None:
-        self.text.append(data)
-
-    def find(self, tag: str, **attrs: str) -> list[dict[str, str | None]]:
-        return [a for t, a in self.tags if t == tag and all(a.get(k.replace("_", "-")) == v
-                                                             for k, v in attrs.items())]
-
-    @property
-    def plain(self) -> str:
-        return " ".join(" ".join(self.text).split())
 
 
 def build(tmp_path: Path, *verdicts: Verdict) -> tuple[Site, Path]:
@@ -54,8 +26,14 @@ def page(out: Path, slug: str) -> Doc:
     return Doc((out / f"{slug}.html").read_text(encoding="utf-8"))
 
 
-ALL = (rf.passing(), rf.failing(pr=4242), rf.stale(name="old_one"), rf.missing(name="no_bundle"),
-       rf.huge(name="huge_one"), rf.wide())
+ALL = (
+    rf.passing(),
+    rf.failing(pr=4242),
+    rf.stale(name="old_one"),
+    rf.missing(name="no_bundle"),
+    rf.huge(name="huge_one"),
+    rf.wide(),
+)
 
 
 @pytest.fixture(scope="module")
@@ -133,12 +111,17 @@ def test_page_of_stale_and_missing_evidence(demo: tuple[Site, Path]) -> None:
     _, out = demo
     stale = page(out, "old_one")
     assert len(stale.find("td", data_status="stale")) == 15
-    assert "the code changed since collection" in stale.plain and "kernels/kimi_k3/fused/kernels.py" in stale.plain
+    assert (
+        "the code changed since collection" in stale.plain
+        and "kernels/kimi_k3/fused/kernels.py" in stale.plain
+    )
     assert "older than 90 days" in stale.plain
     missing = page(out, "no_bundle")
     assert len(missing.find("td", data_status="missing")) == 15
-    assert "no evidence" in missing.plain and "No timed benchmarks in the evidence: there is no evidence" in \
-        missing.plain
+    assert (
+        "no evidence" in missing.plain
+        and "No timed benchmarks in the evidence: there is no evidence" in missing.plain
+    )
     assert "Numerical check signed by: nobody yet" in missing.plain
     assert not missing.find("svg", data_plot="speedup")
 
@@ -196,7 +179,9 @@ def test_markdown_report(demo: tuple[Site, Path]) -> None:
 
 def test_rebuild_replaces_its_own_files(tmp_path: Path) -> None:
     out = tmp_path / "site"
-    build_site([Source(rf.passing(name="first"), "a"), Source(rf.missing(name="second"), "b")], out, now=rf.NOW)
+    build_site(
+        [Source(rf.passing(name="first"), "a"), Source(rf.missing(name="second"), "b")], out, now=rf.NOW
+    )
     assert (out / "second.html").exists()
     build_site([Source(rf.passing(name="first"), "a")], out, now=rf.NOW)
     assert (out / "first.html").exists() and not (out / "second.html").exists()
@@ -245,7 +230,7 @@ def test_load_verdict_files(tmp_path: Path) -> None:
     assert str(bad) in str(err.value) and "verdict" in str(err.value)
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(InputError, match="no \\*.json verdict files"):
+    with pytest.raises(InputError, match=r"no \*\.json verdict files"):
         load_verdict_files([], [empty])
     with pytest.raises(InputError, match="not a directory"):
         load_verdict_files([], [single])

@@ -82,22 +82,33 @@ def test_sanitizer_not_run_counts_as_skipped_check() -> None:
     ev = v.evidence.model_copy(update={"sanitizers": [SanitizerResult(tool="memcheck", ran=True, errors=0)]})
     r = risk(v.model_copy(update={"evidence": ev}))
     assert points(r, "failed or skipped checks") == 8  # racecheck and synccheck did not run
-    assert "racecheck, synccheck" in next(f.detail for f in r.factors if f.factor == "failed or skipped checks")
+    assert "racecheck, synccheck" in next(
+        f.detail for f in r.factors if f.factor == "failed or skipped checks"
+    )
 
 
 def test_tight_eval_margin() -> None:
     v = rf.passing()
     assert v.evidence is not None
-    ev = v.evidence.model_copy(update={"evals": [
-        EvalResult(name="agreement", value=0.9902, threshold=0.99, direction="min", passed=True),  # 2% of room
-        EvalResult(name="diff", value=0.01, threshold=0.05, direction="max", passed=True)]})
+    ev = v.evidence.model_copy(
+        update={
+            "evals": [
+                EvalResult(
+                    name="agreement", value=0.9902, threshold=0.99, direction="min", passed=True
+                ),  # 2% of room
+                EvalResult(name="diff", value=0.01, threshold=0.05, direction="max", passed=True),
+            ]
+        }
+    )
     assert points(risk(v.model_copy(update={"evidence": ev})), "evals") == 2
 
 
 def test_blast_radius_and_envelope_width() -> None:
     assert points(risk(rf.verdict(br=rf.blast(1, 2))), "blast radius") == 8 + 8
     assert points(risk(rf.verdict(br=rf.blast(10, 10))), "blast radius") == 30  # capped
-    uncomputed = rf.verdict().model_copy(update={"blast_radius": rf.blast().model_copy(update={"computed": False})})
+    uncomputed = rf.verdict().model_copy(
+        update={"blast_radius": rf.blast().model_copy(update={"computed": False})}
+    )
     assert points(risk(uncomputed), "blast radius") == 15
     wide = risk(rf.wide())  # 2 kinds, 2 TP sizes, 2*2*4*3*2 = 96 grid points
     assert points(wide, "envelope width") == 4 + 2 + 1

@@ -47,9 +47,12 @@ CTR_ROUTER = 16
 CTR_NSLOTS = 17
 CTR_DOWN_TICKET = 18
 CTR_LAT_DONE = 19
+CTR_TOPK_DONE = 20
+CTR_FRONT_TICKET = 21
 CTR_O = 32  # + o_proj column block (split-K arrivals), up to 480 blocks
 CTR_DOWN = 512  # + latent column block, up to 512 blocks
-CTR_SIZE = 1024
+CTR_ECNT = 1024  # + expert: pairs routed to each expert (up to 1024 experts)
+CTR_SIZE = 2048
 
 
 @triton.jit
@@ -472,68 +475,72 @@ def _o_splitk_finish(out, ks, nb, rb, rn, m2, resid1_ptr, part_ptr, resid_out_pt
 # 5. post RMSNorm -> router | latent down | shared w13 + SiTU; last router CTA: top-k + touched-expert list
 # ------------------------------------------------------------------------------------------------------------
 @triton.jit
-def _topk_and_slots(
-    logits_ptr, bias_ptr, topk_id_ptr, topk_w_ptr, rank_ptr, ecnt_ptr, eoff_ptr,
+def _topk_role(
+    t, logits_ptr, bias_ptr, topk_id_ptr, topk_w_ptr, rank_ptr, eoff_ptr,
     slot_exp_ptr, slot_off_ptr, slot_cnt_ptr, sorted_tok_ptr, sorted_pair_ptr, ctr_ptr,
     B, route_scale,
-    E: tl.constexpr, TOPK: tl.constexpr, RENORM: tl.constexpr, EP: tl.constexpr, TB: tl.constexpr,
-    KP: tl.constexpr,
+    E: tl.constexpr, TOPK: tl.constexpr, RENORM: tl.constexpr, NR: tl.constexpr, NT: tl.constexpr,
+    EP: tl.constexpr, TB: tl.constexpr, KP: tl.constexpr, PP: tl.constexpr,
 ):
+    """Rows [t*TB, t*TB + TB): sigmoid, biased top-k, renormalised weights; per-expert pair counts (atomic
+    ranks). The last top-k CTA turns the counts into the touched-expert list and the per-expert pair lists."""
+    ecnt_ptr = ctr_ptr + 1024  # CTR_ECNT: per-expert pair counts, zeroed with the counters
+    cnt = tl.atomic_add(ctr_ptr + 16, 0, sem="acquire")  # CTR_ROUTER: all router CTAs done?
+    while cnt < NR:
+        cnt = tl.atomic_add(ctr_ptr + 16, 0, sem="acquire")
+    tl.debug_barrier()
     re = tl.arange(0, EP)
     em = re < E
-    tl.store(ecnt_ptr + re, tl.zeros([EP], dtype=tl.int32), mask=em)
-    tl.debug_barrier()
     bias = tl.load(bias_ptr + re, mask=em, other=0.0)
     rkk = tl.arange(0, KP)
-    for b0 in range(0, B, TB):
-        rb = b0 + tl.arange(0, TB)
-        bm = rb < B
-        lg = tl.load(logits_ptr + rb[:, None] * E + re[None, :], mask=bm[:, None] & em[None, :], other=0.0,
-                     cache_modifier=".cg")
-        sc = tl.sigmoid(lg)
-        sel = tl.where(em[None, :], sc + bias[None, :], float("-inf"))
-        ids = tl.zeros([TB, KP], dtype=tl.int32)
-        wts = tl.zeros([TB, KP], dtype=tl.float32)
-        for k in tl.static_range(TOPK):
-            best = tl.max(sel, axis=1)
-            cand = tl.where(sel == best[:, None], re[None, :], EP)
-            idx = tl.minimum(tl.min(cand, axis=1), E - 1)  # lowest index among ties (NaN-safe)
-            hit = re[None, :] == idx[:, None]
-            wk = tl.sum(tl.where(hit, sc, 0.0), axis=1)
-            sel = tl.where(hit, float("-inf"), sel)
-            ids = tl.where(rkk[None, :] == k, idx[:, None], ids)
-            wts = tl.where(rkk[None, :] == k, wk[:, None], wts)
-        if RENORM:
-            wts = wts / tl.sum(wts, axis=1)[:, None]
-        wts = wts * route_scale
-        km = bm[:, None] & (rkk < TOPK)[None, :]
-        tl.store(topk_id_ptr + rb[:, None] * TOPK + rkk[None, :], ids, mask=km)
-        tl.store(topk_w_ptr + rb[:, None] * TOPK + rkk[None, :], wts, mask=km)
-        # rank of this pair among the pairs of its expert (any order is fine: see module doc)
-        rk = tl.atomic_add(ecnt_ptr + ids, tl.full([TB, KP], 1, dtype=tl.int32), mask=km, sem="relaxed")
-        tl.store(rank_ptr + rb[:, None] * TOPK + rkk[None, :], rk, mask=km)
+    rb = t * TB + tl.arange(0, TB)
+    bm = rb < B
+    lg = tl.load(logits_ptr + rb[:, None] * E + re[None, :], mask=bm[:, None] & em[None, :], other=0.0,
+                 cache_modifier=".cg")
+    sc = tl.sigmoid(lg)
+    sel = tl.where(em[None, :], sc + bias[None, :], float("-inf"))
+    ids = tl.zeros([TB, KP], dtype=tl.int32)
+    wts = tl.zeros([TB, KP], dtype=tl.float32)
+    for k in range(TOPK):
+        best = tl.max(sel, axis=1)
+        cand = tl.where(sel == best[:, None], re[None, :], EP)
+        idx = tl.minimum(tl.min(cand, axis=1), E - 1)  # lowest index among ties (NaN-safe)
+        hit = re[None, :] == idx[:, None]
+        wk = tl.sum(tl.where(hit, sc, 0.0), axis=1)
+        sel = tl.where(hit, float("-inf"), sel)
+        ids = tl.where(rkk[None, :] == k, idx[:, None], ids)
+        wts = tl.where(rkk[None, :] == k, wk[:, None], wts)
+    if RENORM:
+        wts = wts / tl.sum(wts, axis=1)[:, None]
+    wts = wts * route_scale
+    km = bm[:, None] & (rkk < TOPK)[None, :]
+    tl.store(topk_id_ptr + rb[:, None] * TOPK + rkk[None, :], ids, mask=km)
+    tl.store(topk_w_ptr + rb[:, None] * TOPK + rkk[None, :], wts, mask=km)
+    # rank of each pair among its expert's pairs; the order is arbitrary but every pair's math is independent
+    # of its position, so outputs stay bit-identical run to run
+    rk = tl.atomic_add(ecnt_ptr + ids, tl.full([TB, KP], 1, dtype=tl.int32), mask=km, sem="relaxed")
+    tl.store(rank_ptr + rb[:, None] * TOPK + rkk[None, :], rk, mask=km)
     tl.debug_barrier()
-    cnt = tl.load(ecnt_ptr + re, mask=em, other=0, cache_modifier=".cg")
-    used = (cnt > 0).to(tl.int32)
-    slot = tl.cumsum(used, axis=0) - 1
-    off = tl.cumsum(cnt, axis=0) - cnt
-    tl.store(eoff_ptr + re, off, mask=em)
-    um = em & (used > 0)
-    tl.store(slot_exp_ptr + slot, re, mask=um)
-    tl.store(slot_off_ptr + slot, off, mask=um)
-    tl.store(slot_cnt_ptr + slot, cnt, mask=um)
-    tl.store(ctr_ptr + 17, tl.sum(used, axis=0))  # CTR_NSLOTS
-    tl.debug_barrier()
-    for b0 in range(0, B, TB):
-        rb = b0 + tl.arange(0, TB)
-        bm = rb < B
-        km = bm[:, None] & (rkk < TOPK)[None, :]
-        pair = rb[:, None] * TOPK + rkk[None, :]
-        ids = tl.load(topk_id_ptr + pair, mask=km, other=0, cache_modifier=".cg")
-        rk = tl.load(rank_ptr + pair, mask=km, other=0, cache_modifier=".cg")
-        pos = tl.load(eoff_ptr + ids, mask=km, other=0, cache_modifier=".cg") + rk
-        tl.store(sorted_tok_ptr + pos, rb[:, None] + tl.zeros([TB, KP], dtype=tl.int32), mask=km)
-        tl.store(sorted_pair_ptr + pos, pair, mask=km)
+    arrived = tl.atomic_add(ctr_ptr + 20, 1, sem="acq_rel")  # CTR_TOPK_DONE
+    if arrived == NT - 1:
+        ec = tl.load(ecnt_ptr + re, mask=em, other=0, cache_modifier=".cg")
+        used = (ec > 0).to(tl.int32)
+        slot = tl.cumsum(used, axis=0) - 1
+        off = tl.cumsum(ec, axis=0) - ec
+        tl.store(eoff_ptr + re, off, mask=em)
+        um = em & (used > 0)
+        tl.store(slot_exp_ptr + slot, re, mask=um)
+        tl.store(slot_off_ptr + slot, off, mask=um)
+        tl.store(slot_cnt_ptr + slot, ec, mask=um)
+        tl.debug_barrier()
+        pp = tl.arange(0, PP)
+        pm = pp < B * TOPK
+        pid_ = tl.load(topk_id_ptr + pp, mask=pm, other=0, cache_modifier=".cg")
+        prk = tl.load(rank_ptr + pp, mask=pm, other=0, cache_modifier=".cg")
+        pos = tl.load(eoff_ptr + pid_, mask=pm, other=0, cache_modifier=".cg") + prk
+        tl.store(sorted_tok_ptr + pos, pp // TOPK, mask=pm)
+        tl.store(sorted_pair_ptr + pos, pp, mask=pm)
+        tl.store(ctr_ptr + 17, tl.sum(used, axis=0))  # CTR_NSLOTS (read by the next kernels)
 
 
 @triton.jit
@@ -541,29 +548,50 @@ def moe_front_kernel(
     x_ptr, gamma_ptr,  # residual_out [B, H] bf16 (x2 before the norm), post_norm [H]
     router_ptr, down_ptr, sw13_ptr,  # [E, H], [LAT, H], [2*SI, H]
     logits_ptr, lat_ptr, sh_ptr,  # out: [B, E] fp32, [B, LAT] bf16, [B, SI] bf16
-    bias_ptr, topk_id_ptr, topk_w_ptr, rank_ptr, ecnt_ptr, eoff_ptr,
+    bias_ptr, topk_id_ptr, topk_w_ptr, rank_ptr, eoff_ptr,
     slot_exp_ptr, slot_off_ptr, slot_cnt_ptr, sorted_tok_ptr, sorted_pair_ptr,
     ctr_ptr,
     B, route_scale,
     H: tl.constexpr, E: tl.constexpr, LAT: tl.constexpr, SI: tl.constexpr, EPS: tl.constexpr,
     TOPK: tl.constexpr, RENORM: tl.constexpr, BETA: tl.constexpr, LBETA: tl.constexpr,
     BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, MODE: tl.constexpr,
-    EP: tl.constexpr, TB: tl.constexpr, KP: tl.constexpr,
+    EP: tl.constexpr, TB: tl.constexpr, KP: tl.constexpr, PP: tl.constexpr,
 ):
-    pid = tl.program_id(0)
+    # roles in ticket order: router CTAs, top-k CTAs (wait for the router), latent-down CTAs, shared-w13 CTAs
+    v = tl.atomic_add(ctr_ptr + 21, 1)  # CTR_FRONT_TICKET
+    NR: tl.constexpr = (E + BN - 1) // BN
+    NL: tl.constexpr = (LAT + BN - 1) // BN
+    NT = tl.cdiv(B, TB)
+    if (v >= NR) & (v < NR + NT):
+        _topk_role(v - NR, logits_ptr, bias_ptr, topk_id_ptr, topk_w_ptr, rank_ptr, eoff_ptr,
+                   slot_exp_ptr, slot_off_ptr, slot_cnt_ptr, sorted_tok_ptr, sorted_pair_ptr, ctr_ptr,
+                   B, route_scale, E, TOPK, RENORM, NR, NT, EP, TB, KP, PP)
+    else:
+        g = tl.where(v < NR, v, v - NT)  # GEMV role index: [0, NR) router, [NR, NR+NL) latent, then shared
+        _front_gemv_role(g, x_ptr, gamma_ptr, router_ptr, down_ptr, sw13_ptr, logits_ptr, lat_ptr, sh_ptr, ctr_ptr,
+                         B, H, E, LAT, SI, EPS, BETA, LBETA, BB, BN, BK, MODE)
+
+
+@triton.jit
+def _front_gemv_role(
+    g, x_ptr, gamma_ptr, router_ptr, down_ptr, sw13_ptr, logits_ptr, lat_ptr, sh_ptr, ctr_ptr, B,
+    H: tl.constexpr, E: tl.constexpr, LAT: tl.constexpr, SI: tl.constexpr, EPS: tl.constexpr,
+    BETA: tl.constexpr, LBETA: tl.constexpr,
+    BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, MODE: tl.constexpr,
+):
     NR: tl.constexpr = (E + BN - 1) // BN
     NL: tl.constexpr = (LAT + BN - 1) // BN
     HALF: tl.constexpr = BN // 2
     rb = tl.arange(0, BB)
     bm = rb < B
     ri = tl.arange(0, BN)
-    j0 = (pid - NR - NL) * HALF
-    if pid < NR:
-        rows = pid * BN + ri
+    j0 = (g - NR - NL) * HALF
+    if g < NR:
+        rows = g * BN + ri
         nm = rows < E
         w_base = router_ptr
-    elif pid < NR + NL:
-        rows = (pid - NR) * BN + ri
+    elif g < NR + NL:
+        rows = (g - NR) * BN + ri
         nm = rows < LAT
         w_base = down_ptr
     else:
@@ -579,24 +607,19 @@ def moe_front_kernel(
         km = rk < H
         x = tl.load(x_ptr + rb[:, None] * H + rk[None, :], mask=bm[:, None] & km[None, :], other=0.0).to(tl.float32)
         ss += tl.sum(x * x, axis=1)
-        g = tl.load(gamma_ptr + rk, mask=km, other=0.0).to(tl.float32)
+        gm = tl.load(gamma_ptr + rk, mask=km, other=0.0).to(tl.float32)
         w = tl.load(w_base + rows[:, None] * H + rk[None, :], mask=nm[:, None] & km[None, :], other=0.0)
-        acc = _mac(acc, x * g[None, :], w, MODE)
+        acc = _mac(acc, x * gm[None, :], w, MODE)
     y = _fin(acc, MODE) * tl.rsqrt(ss / H + EPS)[:, None]
-    if pid < NR:
+    if g < NR:
         tl.store(logits_ptr + rb[:, None] * E + rows[None, :], y, mask=bm[:, None] & nm[None, :])
         tl.debug_barrier()
-        arrived = tl.atomic_add(ctr_ptr + 16, 1, sem="acq_rel")  # CTR_ROUTER
-        if arrived == NR - 1:
-            _topk_and_slots(logits_ptr, bias_ptr, topk_id_ptr, topk_w_ptr, rank_ptr, ecnt_ptr, eoff_ptr,
-                            slot_exp_ptr, slot_off_ptr, slot_cnt_ptr, sorted_tok_ptr, sorted_pair_ptr, ctr_ptr,
-                            B, route_scale, E, TOPK, RENORM, EP, TB, KP)
-    elif pid < NR + NL:
+        tl.atomic_add(ctr_ptr + 16, 1, sem="release")  # CTR_ROUTER
+    elif g < NR + NL:
         tl.store(lat_ptr + rb[:, None] * LAT + rows[None, :], y.to(tl.bfloat16), mask=bm[:, None] & nm[None, :])
     else:
-        gu = tl.reshape(y, [BB, HALF, 2])
-        g, u = tl.split(gu)
-        a = _situ(g, u, BETA, LBETA)
+        gt, up = tl.split(tl.reshape(y, [BB, HALF, 2]))
+        a = _situ(gt, up, BETA, LBETA)
         rj = j0 + tl.arange(0, HALF)
         tl.store(sh_ptr + rb[:, None] * SI + rj[None, :], a.to(tl.bfloat16), mask=bm[:, None] & (rj < SI)[None, :])
 

@@ -151,7 +151,7 @@ def make_plan(cfg: K3LayerConfig, B: int, max_context: int, *, gpu: bool = True,
         QB_CN=cn, QB_BK=qb_bk, KVR=4,
         BH=bh, BLOCK_N=block_n, S=s, MB=16,
         O_BN=o_bn, O_BK=o_bk, O_KS=o_ks,
-        F_BN=f_bn, F_BK=f_bk, TB=min(8, _p2(B)),
+        F_BN=f_bn, F_BK=f_bk, TB=min(2, _p2(B)) if big else min(8, _p2(B)),
         X_MODE=x_mode, BT=bt, U_BN=u_bn, U_BK=u_bk, U_P=u_p, D_BN=d_bn, D_BK=d_bk, D_P=d_p,
         T_BN=t_bn, T_BK=t_bk, RB=16 if big else 8,
     )
@@ -167,7 +167,9 @@ def _check_plan(cfg: K3LayerConfig, p: Plan) -> None:
         raise ValueError("too many head blocks for the counter layout")
     if _cdiv(cfg.hidden, p.O_BN) > K.CTR_DOWN - K.CTR_O:
         raise ValueError("too many o_proj column blocks for the counter layout")
-    if _cdiv(cfg.latent, p.D_BN) > K.CTR_SIZE - K.CTR_DOWN:
+    if cfg.n_routed_experts > K.CTR_SIZE - K.CTR_ECNT:
+        raise ValueError("too many experts for the counter layout")
+    if _cdiv(cfg.latent, p.D_BN) > K.CTR_ECNT - K.CTR_DOWN:
         raise ValueError("too many latent column blocks for the counter layout")
     if p.F_BN % 2 or p.U_BN % 2:
         raise ValueError("interleaved gate/up tiles need an even block")
@@ -221,7 +223,6 @@ def forward_planned(
     topk_id = ws("topk_id", (B, TOPK), i32)
     topk_w = ws("topk_w", (B, TOPK), f32)
     rank = ws("rank", (B * TOPK,), i32)
-    ecnt = ws("ecnt", (E,), i32)
     eoff = ws("eoff", (E,), i32)
     max_slots = min(E, B * TOPK)
     slot_exp = ws("slot_exp", (max_slots,), i32)
@@ -278,14 +279,14 @@ def forward_planned(
     )
     # 5
     ep = _p2(E)
-    grid_f = _cdiv(E, p.F_BN) + _cdiv(LAT, p.F_BN) + _cdiv(2 * SI, p.F_BN)
+    grid_f = _cdiv(E, p.F_BN) + _cdiv(B, p.TB) + _cdiv(LAT, p.F_BN) + _cdiv(2 * SI, p.F_BN)
     K.moe_front_kernel[(grid_f,)](
         resid_out, w.post_norm, w.router, w.latent_down, w.shared_w13, logits, lat, sh,
-        w.e_score_correction_bias, topk_id, topk_w, rank, ecnt, eoff, slot_exp, slot_off, slot_cnt,
+        w.e_score_correction_bias, topk_id, topk_w, rank, eoff, slot_exp, slot_off, slot_cnt,
         sorted_tok, sorted_pair, ctr, B, float(cfg.routed_scaling_factor),
         H=H, E=E, LAT=LAT, SI=SI, EPS=eps, TOPK=TOPK, RENORM=bool(cfg.moe_renormalize),
         BETA=float(cfg.situ_beta), LBETA=float(cfg.situ_linear_beta),
-        BB=p.BB, BN=p.F_BN, BK=p.F_BK, MODE=p.MODE, EP=ep, TB=p.TB, KP=_p2(TOPK),
+        BB=p.BB, BN=p.F_BN, BK=p.F_BK, MODE=p.MODE, EP=ep, TB=p.TB, KP=_p2(TOPK), PP=_p2(B * TOPK),
         num_warps=nw, num_stages=st,
     )
     # 6

@@ -10,8 +10,11 @@ from __future__ import annotations
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from fasttrack.changes.model import Change
 from fasttrack.confinement.escapes import Escape, analyse_source, find_escapes, module_name_for
@@ -911,3 +914,87 @@ def test_known_escapes_in_real_model_packages(vllm_models: Path, rel: str,
         src, f"vllm/models/{rel}", {f"vllm.models.{model}"}, own_op_namespaces={model})
         if e.severity == "error"]
     assert found == expected
+
+
+# ------------------------------------------------------------------------------------------------------
+# Escapes the base revision already had
+
+
+PATCH = "import os\nimport vllm.envs as e\ne.X = 1\nos.environ['A'] = '1'\n"
+
+
+def test_escapes_already_in_the_base_are_warnings(tmp_path: Path, policy: Policy, make_repo: Any) -> None:
+    path = "vllm/models/kimi_k3/nvidia/k3.py"
+    repo = make_repo({path: PATCH})
+    base = repo.git("rev-parse", "HEAD").strip()
+    # the PR keeps the old patch and env write, adds a second copy of the patch and a new one
+    repo.commit({path: PATCH + "e.X = 1\nfrom vllm.v1.sample.sampler import Sampler\nSampler.f = None\n"})
+    ctx = Context(policy=policy, policy_path=POLICY, mode="range", head_dir=repo.path,
+                  changes=(Change(status=ChangeStatus.MODIFIED, path=path),), model="kimi_k3",
+                  repo=repo.path, base=base)
+    found = [(f.code, f.line, f.severity) for f in run_all(ctx)]
+    assert found == [("FT120", 3, Severity.WARNING), ("FT120", 5, Severity.ERROR),
+                     ("FT120", 7, Severity.ERROR), ("FT123", 4, Severity.WARNING)]
+    old = next(f for f in run_all(ctx) if f.line == 3)
+    assert "already in the base revision" in old.message
+
+
+def test_an_alias_change_makes_an_old_line_a_new_escape(tmp_path: Path, policy: Policy) -> None:
+    path = "vllm/models/kimi_k3/nvidia/k3.py"
+    before = "import vllm.models.kimi_k3.common as c\nc.X = 1\n"
+    after = "import vllm.v1.sample.sampler as c\nc.X = 1\n"  # line 2 unchanged, its target is not
+    ctx = Context(policy=policy, policy_path=POLICY, mode="range", head_dir=tmp_path,
+                  changes=(Change(status=ChangeStatus.MODIFIED, path=path),), model="kimi_k3",
+                  base_texts={path: before})
+    (tmp_path / path).parent.mkdir(parents=True)
+    (tmp_path / path).write_text(after)
+    assert [(f.code, f.line, f.severity) for f in run_all(ctx)] == [("FT120", 2, Severity.ERROR)]
+
+
+def test_a_copied_file_brings_its_escapes_as_new(tmp_path: Path, policy: Policy, make_repo: Any) -> None:
+    src, dst = "vllm/v1/x.py", "vllm/models/kimi_k3/x.py"
+    repo = make_repo({src: PATCH})
+    base = repo.git("rev-parse", "HEAD").strip()
+    repo.commit({dst: PATCH})
+    ctx = Context(policy=policy, policy_path=POLICY, mode="range", head_dir=repo.path,
+                  changes=(Change(status=ChangeStatus.COPIED, path=dst, old_path=src),), model="kimi_k3",
+                  repo=repo.path, base=base)
+    assert {f.severity for f in run_all(ctx)} == {Severity.ERROR}
+
+
+def test_verify_end_to_end_on_a_small_repository(make_repo: Any, isolated_cache: Path) -> None:
+    """`fasttrack verify` on a git range: the escape reaches the Verdict with its path and line."""
+    from fasttrack.commands.verify import VerifyOptions, run_verify
+
+    model_file = "vllm/models/kimi_k3/__init__.py"
+    repo = make_repo({model_file: "X = 1\n", "vllm/__init__.py": "", "vllm/models/__init__.py": "",
+                      "vllm/v1/__init__.py": "", "vllm/v1/sample/__init__.py": "",
+                      "vllm/v1/sample/sampler.py": "class Sampler:\n    pass\n"})
+    base = repo.git("rev-parse", "HEAD").strip()
+    repo.commit({model_file: "X = 1\nfrom vllm.v1.sample.sampler import Sampler\nSampler.forward = None\n"})
+    head = repo.git("rev-parse", "HEAD").strip()
+    verdict = run_verify(VerifyOptions(repo=repo.path, base=base, head=head, model="kimi_k3", policy=POLICY))
+    hits = [(f.code, f.path, f.line, f.severity) for f in verdict.findings if f.code.startswith("FT12")]
+    assert hits == [("FT120", model_file, 3, Severity.ERROR)]
+    assert verdict.verdict == "fail"
+
+
+# ------------------------------------------------------------------------------------------------------
+# Robustness: whatever the text, the analysis returns escapes and never raises
+
+
+SNIPPETS = [textwrap.dedent(t[1]) for t in TRUE_POSITIVES + NEAR_MISSES]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(SNIPPETS), st.lists(st.tuples(st.integers(0, 400), st.integers(0, 8),
+                                                     st.sampled_from(["", "(", ")", ":", "\n", " ", "=", ".",
+                                                                      "[", "*", "lambda ", "global x\n"])),
+                                           max_size=4))
+def test_mutated_sources_never_crash(snippet: str, edits: list[tuple[int, int, str]]) -> None:
+    src = snippet
+    for at, cut, insert in edits:
+        at = min(at, len(src))
+        src = src[:at] + insert + src[at + cut:]
+    found = find_escapes(src, MODEL_FILE, OWN, own_op_namespaces={"kimi_k3"})
+    assert all(isinstance(e, Escape) and e.line >= 1 and e.code.startswith("FT12") for e in found)

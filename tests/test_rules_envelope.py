@@ -319,3 +319,20 @@ def test_rules_without_a_manifest_leave_it_to_ft200(tmp_path: Path, policy: Poli
     ctx = make_ctx(tmp_path, policy, None, mode="range")
     found = [f for r in envelope_rules.catalogue.rules for f in r.run(ctx)]
     assert [f.code for f in found] == ["FT200"]
+
+
+def test_ft210_in_range_mode_the_contribution_package_name_maps_to_its_directory(tmp_path: Path,
+                                                                                 policy: Policy) -> None:
+    """In the engine tree the contribution directory is its target_path (.../hopper), not `kimi_k3/`;
+    `kimi_k3.guard:decide` still names hopper/guard.py."""
+    target = MANIFEST["contribution"]["target_path"]
+    for rel, text in {"__init__.py": "", "guard.py": GUARD, "stock.py": STOCK}.items():
+        (tmp_path / target / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / target / rel).write_text(textwrap.dedent(text))
+    m = manifest_with()
+    ctx = Context(policy=policy, policy_path=POLICY, mode="range", head_dir=tmp_path, changes=(),
+                  model="kimi_k3", manifest=m, manifest_path=f"{target}/fasttrack.toml",
+                  contribution_dir=target)
+    assert check("FT210", ctx) == []
+    (tmp_path / target / "guard.py").unlink()  # the guard, and the counter it created, are gone
+    assert [f.message.split(":")[0] for f in check("FT210", ctx)] == ["fallback.guard", "fallback.metric"]

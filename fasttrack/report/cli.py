@@ -24,11 +24,11 @@ def _max_age_days(policy: Path | None, given: int | None) -> int:
         if given < 1:
             raise InputError("must be at least 1", field="--max-age-days", fix="pass a number of days")
         return given
-    from fasttrack.commands.verify import VerifyOptions, _root_of, resolve_policy_path
+    from fasttrack.commands.verify import VerifyOptions, resolve_policy_path
     from fasttrack.policy import load_policy
 
     try:
-        path = resolve_policy_path(VerifyOptions(policy=policy), _root_of(Path.cwd()))
+        path = resolve_policy_path(VerifyOptions(policy=policy), Path.cwd())
     except InputError:
         return DEFAULT_MAX_AGE_DAYS
     return load_policy(path).evidence.max_age_days
@@ -37,16 +37,23 @@ def _max_age_days(policy: Path | None, given: int | None) -> int:
 def report_command(
     verdict: Annotated[
         list[Path] | None,
-        typer.Option("--verdict", help="A Verdict JSON file (`fasttrack verify --format json`); repeatable."),
+        typer.Option(
+            "--verdict",
+            metavar="FILE",
+            help="A Verdict JSON file (`fasttrack verify --format json`); repeatable.",
+        ),
     ] = None,
     verdicts_dir: Annotated[
         list[Path] | None,
-        typer.Option("--verdicts-dir", help="A directory of Verdict JSON files (*.json); repeatable."),
+        typer.Option(
+            "--verdicts-dir", metavar="DIR", help="A directory of Verdict JSON files (*.json); repeatable."
+        ),
     ] = None,
     contribution: Annotated[
         list[Path] | None,
         typer.Option(
             "--contribution",
+            metavar="DIR",
             help="Verify this contribution directory and report it; repeatable. "
             "Default when no verdict is given: the reference contribution.",
         ),
@@ -66,6 +73,7 @@ def report_command(
     """Build the maintainer review dashboard: index.html (the queue), a page per contribution, report.md."""
     from fasttrack.report.site import Source, build_site, load_verdict_files
 
+    age_limit = _max_age_days(policy, max_age_days)
     sources = load_verdict_files(verdict or [], verdicts_dir or [])
     targets: list[Path | None] = list(contribution or [])
     if not sources and not targets:
@@ -81,7 +89,7 @@ def report_command(
                 else "fasttrack verify (the reference contribution)"
             )
             sources.append(Source(v, what))
-    site = build_site(sources, out, max_age_days=_max_age_days(policy, max_age_days))
+    site = build_site(sources, out, max_age_days=age_limit)
     ready = sum(1 for v in site.views if v.ready)
     typer.echo(
         f"report: {len(site.views)} contribution(s), {ready} ready, {len(site.views) - ready} blocked "

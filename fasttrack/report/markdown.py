@@ -211,6 +211,7 @@ def _provenance(c: ContributionView) -> list[str]:
         )
     fb = v.fallback or {}
     if fb:
+        out.append("")
         out.append(
             f"**Fallback metric**: {code(str(fb.get('metric', '–')))}, guard "
             f"{code(str(fb.get('guard', '–')))}, stock path {code(str(fb.get('stock_path', '–')))}."

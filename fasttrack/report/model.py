@@ -6,6 +6,7 @@ renderer (jinja2 autoescape for HTML and SVG, `fasttrack.github.markdown.esc` fo
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -298,6 +299,8 @@ def build_bandwidth(v: Verdict) -> BandwidthTable | None:
         cells = []
         for name in variants:
             f = r.bandwidth_fraction.get(name)
+            if f is not None and not math.isfinite(f):
+                f = None  # a broken figure is shown as absent; FT311 judges the evidence itself
             cells.append(
                 None
                 if f is None

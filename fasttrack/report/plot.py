@@ -123,6 +123,10 @@ def fmt_ratio(value: float, ci: tuple[float, float] | None) -> str:
     return text + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
 
 
+def _finite_ci(ci: tuple[float, float] | None) -> tuple[float, float] | None:
+    return ci if ci is not None and all(math.isfinite(x) for x in ci) else None
+
+
 @dataclass(frozen=True)
 class _Raw:
     candidate: str
@@ -145,9 +149,12 @@ def _series_for(rows: list[BenchmarkRow]) -> list[_Raw]:
                 if b is None:
                     continue
                 if base == STOCK_VARIANT and cand in r.speedup:
-                    values[b] = (r.speedup[cand], r.speedup_ci.get(cand))
+                    values[b] = (r.speedup[cand], _finite_ci(r.speedup_ci.get(cand)))
                 elif base != STOCK_VARIANT and cand in r.speedup_over.get(base, {}):
-                    values[b] = (r.speedup_over[base][cand], r.speedup_over_ci.get(base, {}).get(cand))
+                    values[b] = (
+                        r.speedup_over[base][cand],
+                        _finite_ci(r.speedup_over_ci.get(base, {}).get(cand)),
+                    )
                 elif base in r.median_us and cand in r.median_us and r.median_us[cand] > 0:
                     values[b] = (r.median_us[base] / r.median_us[cand], None)  # ratio of medians, no CI
             if values:

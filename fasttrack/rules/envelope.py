@@ -271,13 +271,20 @@ def _split_ref(ref: str) -> tuple[str, str] | None:
 def _module_file(ctx: Context, module: str) -> tuple[str | None, str | None]:
     """(file inside the contribution, file found outside it) for a dotted module, looked up the way
     `fasttrack collect` imports it: from the contribution's parent directory, the contribution itself,
-    and the head's root."""
+    the head's root, and (for `<contribution name>.x`) inside the contribution directory."""
     contrib = _contribution_dir(ctx)
     parent = posixpath.dirname(contrib)
     rel = module.replace(".", "/")
+    places = [(parent, rel), (contrib, rel), ("", rel)]
+    # `kimi_k3.guard` names the contribution's own package; in the engine tree (range mode) the
+    # contribution directory has another name (its target_path), so look inside it as well.
+    first, _, rest = module.partition(".")
+    names = {posixpath.basename(contrib)} | ({ctx.manifest.contribution.name} if ctx.manifest else set())
+    if rest and first in names:
+        places.append((contrib, rest.replace(".", "/")))
     outside: str | None = None
-    for root in dict.fromkeys((parent, contrib, "")):
-        for cand in (f"{rel}.py", f"{rel}/__init__.py"):
+    for root, stem in dict.fromkeys(places):
+        for cand in (f"{stem}.py", f"{stem}/__init__.py"):
             path = posixpath.normpath(posixpath.join(root, cand)) if root else cand
             if ctx.read_head_text(path) is None:
                 continue

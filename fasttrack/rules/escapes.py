@@ -9,14 +9,23 @@ from __future__ import annotations
 
 import posixpath
 import weakref
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 
 import pathspec
 
-from fasttrack.confinement.escapes import UNPARSEABLE, Escape, analyse_source, module_name_for
+from fasttrack.changes.model import Change
+from fasttrack.confinement.escapes import (
+    UNPARSEABLE,
+    Escape,
+    FileFacts,
+    analyse_source,
+    module_name_for,
+)
 from fasttrack.context import Context
+from fasttrack.errors import InputError
 from fasttrack.findings import Finding, Severity
 from fasttrack.policy import MODEL_PLACEHOLDER
 from fasttrack.rules.base import Catalogue
@@ -27,6 +36,7 @@ catalogue = Catalogue("escapes")
 ANALYSED = frozenset({ChangeStatus.ADDED, ChangeStatus.MODIFIED, ChangeStatus.RENAMED, ChangeStatus.COPIED,
                       ChangeStatus.TYPE_CHANGED})
 _GLOB_CHARS = frozenset("*?[]!{}")
+MAX_BASE_BYTES = 4 * 1024 * 1024
 
 
 def _dotted(path: str) -> str | None:
@@ -102,6 +112,76 @@ class FileEscapes:
     is_test: bool
     escapes: tuple[Escape, ...]
     imports: frozenset[str]
+    # Escapes the base revision of this (modified or renamed) file already had: the PR did not add them.
+    preexisting: frozenset[int] = frozenset()  # indices into `escapes`
+
+
+def _key(esc: Escape) -> tuple[str, str, str | None, str]:
+    return (esc.code, esc.severity, esc.target, esc.message)
+
+
+def base_text(ctx: Context, change: Change) -> str | None:
+    """The base-side text of a modified or renamed file: from the Context when the pipeline kept it, else
+    read from the repository at the base revision (range mode); None when there is none."""
+    old = change.old_path or change.path
+    if change.path in ctx.base_texts:
+        return ctx.base_texts[change.path]
+    if ctx.mode != "range" or ctx.repo is None or not ctx.base:
+        return None
+    from fasttrack.changes.git import read_blob
+
+    try:
+        raw = read_blob(ctx.repo, ctx.base, old)
+    except (OSError, RuntimeError, InputError):
+        return None
+    if raw is None or len(raw) > MAX_BASE_BYTES:
+        return None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _preexisting(head: list[Escape], base: list[Escape]) -> frozenset[int]:
+    """Head escapes matched one-for-one by an identical escape (code, severity, target, message) in the
+    base: the PR carried them over. A second copy of an old patch is new."""
+    budget = Counter(_key(e) for e in base if e.code != UNPARSEABLE)
+    kept: set[int] = set()
+    for i, esc in enumerate(head):
+        k = _key(esc)
+        if budget[k] > 0:
+            budget[k] -= 1
+            kept.add(i)
+    return frozenset(kept)
+
+
+@dataclass(frozen=True)
+class _Ownership:
+    packages: set[str]
+    op_namespaces: set[str]
+
+
+def _analyse_file(ctx: Context, change: Change, own: _Ownership, is_test: bool) -> FileEscapes:
+    module = module_of(ctx, change.path)
+    text = ctx.read_head_text(change.path)
+    if text is None:
+        why = "binary" if change.binary else "unreadable (not UTF-8, missing or over 4 MiB)"
+        cannot = Escape(UNPARSEABLE, 1, f"is {why}, so it cannot be checked for escapes", path=change.path)
+        return FileEscapes(change.path, module, is_test, (cannot,), frozenset())
+    foreign_ops = set(ctx.known_models) - own.op_namespaces - {ctx.model or ""}
+
+    def analyse(source: str) -> FileFacts:
+        return analyse_source(source, change.path, own.packages, module=module,
+                              own_op_namespaces=own.op_namespaces, foreign_op_namespaces=foreign_ops,
+                              settings=ctx.policy.escapes)
+
+    facts = analyse(text)
+    old: frozenset[int] = frozenset()
+    if facts.escapes and change.status in (ChangeStatus.MODIFIED, ChangeStatus.RENAMED):
+        before = base_text(ctx, change)
+        if before is not None:  # judged with the head's module name and ownership: what the text meant
+            old = _preexisting(facts.escapes, analyse(before).escapes)
+    return FileEscapes(change.path, module, is_test, tuple(facts.escapes), frozenset(facts.imports), old)
 
 
 class _Analysis:
@@ -113,9 +193,7 @@ class _Analysis:
 
     @staticmethod
     def _analyse(ctx: Context) -> list[FileEscapes]:
-        own = own_packages(ctx)
-        ops = own_op_namespaces(ctx)
-        foreign_ops = set(ctx.known_models) - ops - {ctx.model or ""}
+        scope = _Ownership(own_packages(ctx), own_op_namespaces(ctx))
         tests = pathspec.GitIgnoreSpec.from_lines(ctx.policy.escapes.test_paths)
         out: list[FileEscapes] = []
         for change in ctx.changes:
@@ -123,19 +201,8 @@ class _Analysis:
                 continue
             if change.is_symlink or change.is_submodule:
                 continue  # the path rules judge symlinks and submodules
-            module = module_of(ctx, change.path)
             is_test = tests.match_file(change.path) or tests.match_file(ctx.engine_paths.get(change.path, ""))
-            text = ctx.read_head_text(change.path)
-            if text is None:
-                why = "binary" if change.binary else "unreadable (not UTF-8, missing or over 4 MiB)"
-                out.append(FileEscapes(change.path, module, is_test, (Escape(
-                    UNPARSEABLE, 1, f"is {why}, so it cannot be checked for escapes", path=change.path),),
-                    frozenset()))
-                continue
-            facts = analyse_source(text, change.path, own, module=module, own_op_namespaces=ops,
-                                   foreign_op_namespaces=foreign_ops, settings=ctx.policy.escapes)
-            out.append(FileEscapes(change.path, module, is_test, tuple(facts.escapes),
-                                   frozenset(facts.imports)))
+            out.append(_analyse_file(ctx, change, scope, bool(is_test)))
         return out
 
     @cached_property
@@ -143,15 +210,22 @@ class _Analysis:
         """Modules imported by changed files that are not tests (a test file they import ships too)."""
         return frozenset(m for f in self.files if not f.is_test for m in f.imports)
 
-    def escapes(self, code: str) -> Iterator[tuple[FileEscapes, Escape, bool]]:
-        """(file, escape, downgraded) for every escape with this code; escapes in test files that no
-        shipping file imports are downgraded to warnings."""
+    def escapes(self, code: str) -> Iterator[tuple[FileEscapes, Escape, str | None]]:
+        """(file, escape, why it is downgraded to a warning or None) for every escape with this code.
+        Downgraded: escapes in test files that no shipping file imports, and escapes the base revision of
+        the file already had. FT128 (cannot be checked) never is."""
         shipped = self.imported_by_shipping_code
         for f in self.files:
-            downgrade = f.is_test and code != UNPARSEABLE and (f.module is None or f.module not in shipped)
-            for esc in f.escapes:
-                if esc.code == code:
-                    yield f, esc, downgrade
+            test = f.is_test and (f.module is None or f.module not in shipped)
+            for i, esc in enumerate(f.escapes):
+                if esc.code != code:
+                    continue
+                why = None
+                if code != UNPARSEABLE and i in f.preexisting:
+                    why = "already in the base revision: not introduced by this PR"
+                elif code != UNPARSEABLE and test:
+                    why = "in a test file that no shipping file imports"
+                yield f, esc, why
 
 
 _CACHE: dict[int, tuple[weakref.ref[Context], _Analysis]] = {}
@@ -172,11 +246,9 @@ def analysis(ctx: Context) -> _Analysis:
 
 
 def _findings(ctx: Context, code: str, fix: str) -> Iterator[Finding]:
-    for f, esc, downgrade in analysis(ctx).escapes(code):
-        severity = Severity.WARNING if downgrade or esc.severity == "warning" else Severity.ERROR
-        message = esc.message
-        if downgrade and esc.severity == "error":
-            message += " (in a test file that no shipping file imports: a warning)"
+    for f, esc, why in analysis(ctx).escapes(code):
+        severity = Severity.WARNING if why or esc.severity == "warning" else Severity.ERROR
+        message = f"{esc.message} ({why})" if why and esc.severity == "error" else esc.message
         yield Finding(code=code, severity=severity, message=message, path=f.path, line=esc.line, fix=fix)
 
 

@@ -122,7 +122,12 @@ class K3BenchmarkCase:
     # ---- variants ----------------------------------------------------------------------------------------
     def decode_batch(self, inputs: dict[str, Any]) -> DecodeBatch:
         return DecodeBatch(
-            inputs["hidden"], inputs["residual"], self.kv_cache, self.block_table, self.seq_lens, self.meta,
+            inputs["hidden"],
+            inputs["residual"],
+            self.kv_cache,
+            self.block_table,
+            self.seq_lens,
+            self.meta,
             self.workspace,
         )
 
@@ -169,8 +174,9 @@ class K3BenchmarkCase:
         residual = torch.randn(shape, generator=gen, device=dev).to(torch.bfloat16)
         ids = None
         for _ in range(24):
-            _, _, aux = stock.forward_with_aux(self.cfg, self.weights, self.decode_batch(
-                {"hidden": hidden, "residual": residual}))
+            _, _, aux = stock.forward_with_aux(
+                self.cfg, self.weights, self.decode_batch({"hidden": hidden, "residual": residual})
+            )
             ids = aux["topk_ids"]
             gap = _route_gap(self.cfg, aux["router_logits"], self.weights.e_score_correction_bias)
             bad = gap < ROUTE_GAP
@@ -187,7 +193,7 @@ class K3BenchmarkCase:
         self.static_inputs["hidden"].copy_(fresh["hidden"])
         self.static_inputs["residual"].copy_(fresh["residual"])
 
-    # ---- roofline ---------------------------------------------------------------------------------------------
+    # ---- roofline ------------------------------------------------------------------------------------
     def experts_touched_now(self) -> int:
         import torch
 

@@ -31,6 +31,7 @@ projection, the router, the latent down/up projections and the norms are replica
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 SUPPORTED_TP = (1, 2, 4, 8)
@@ -126,7 +127,7 @@ class K3LayerConfig:
 
     @property
     def softmax_scale(self) -> float:
-        return float(self.qk_head_dim) ** -0.5
+        return 1.0 / math.sqrt(self.qk_head_dim)
 
     @property
     def qkv_a_rows(self) -> int:

@@ -198,9 +198,7 @@ def random_batch(
     hidden = torch.randn((bsz, cfg.hidden), generator=dgen, device=dev).to(torch.bfloat16)
     residual = torch.randn((bsz, cfg.hidden), generator=dgen, device=dev).to(torch.bfloat16)
     if meta is None:
-        meta = DecodeMeta(
-            batch=bsz, max_context=max(seq_lens, default=0), tp=cfg.tp, graph_mode=graph_mode
-        )
+        meta = DecodeMeta(batch=bsz, max_context=max(seq_lens, default=0), tp=cfg.tp, graph_mode=graph_mode)
     return DecodeBatch(
         hidden=hidden,
         residual=residual,

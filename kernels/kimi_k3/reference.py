@@ -18,7 +18,8 @@ Semantics checked against vLLM 0.33 (`models/kimi_k3/nvidia/model.py` KimiDecode
    renormalised, times routed_scaling_factor
 8. lat = x @ latent_down.T; routed = sum_k w_k * (SiTU(lat @ w13[e_k].T) @ w2[e_k].T)
    SiTU(g, u) = beta * tanh(g / beta) * sigmoid(g) * linear_beta * tanh(u / linear_beta)
-9. out = RMSNorm(routed) * routed_norm @ latent_up.T + shared(x), shared = SiTU(x @ shared_w13.T) @ shared_w2.T
+9. out = RMSNorm(routed) * routed_norm @ latent_up.T + shared(x),
+   shared(x) = SiTU(x @ shared_w13.T) @ shared_w2.T
 """
 
 from __future__ import annotations
@@ -192,7 +193,9 @@ def forward_full(
     )
 
 
-def forward(cfg: K3LayerConfig, weights: K3LayerWeights, batch: DecodeBatch) -> tuple[torch.Tensor, torch.Tensor]:
+def forward(
+    cfg: K3LayerConfig, weights: K3LayerWeights, batch: DecodeBatch
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(hidden_out, residual_out) in fp32; the cache is left as it was."""
     out = forward_full(cfg, weights, batch)
     return out.hidden, out.residual
@@ -231,7 +234,9 @@ class Comparison:
         return max(ratios)
 
     def ok(self) -> bool:
-        return self.finite and self.cache_untouched and self.route_mismatch_rows == 0 and self.max_ratio() <= 1.0
+        return (
+            self.finite and self.cache_untouched and self.route_mismatch_rows == 0 and self.max_ratio() <= 1.0
+        )
 
     def summary(self) -> dict[str, float | int | bool | None]:
         return {
@@ -321,4 +326,3 @@ def compare(
         finite=finite,
         cache_untouched=untouched,
     )
-

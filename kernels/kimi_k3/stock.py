@@ -92,7 +92,9 @@ def forward_with_aux(
     return out, residual, aux
 
 
-def forward(cfg: K3LayerConfig, weights: K3LayerWeights, batch: DecodeBatch) -> tuple[torch.Tensor, torch.Tensor]:
+def forward(
+    cfg: K3LayerConfig, weights: K3LayerWeights, batch: DecodeBatch
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(hidden_out [B, H], residual_out [B, H]); writes the new token's latent into batch.kv_cache."""
     if batch.hidden.shape[0] == 0:
         return batch.hidden.new_empty(batch.hidden.shape), batch.residual.new_empty(batch.residual.shape)

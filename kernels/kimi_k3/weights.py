@@ -5,7 +5,7 @@ Torch linear convention throughout: `y = x @ W.T`, W is `[out, in]`.
 | field | shape (per rank) | dtype |
 |---|---|---|
 | input_norm | [H] | bf16 |
-| w_qkv_a_g | [q_lora + kv_lora + rope + local_heads*v, H] (q_a, kv_a latent, kv_a key part, gate rows) | bf16 |
+| w_qkv_a_g | [q_lora + kv_lora + rope + local_heads*v, H] (q_a, kv_a latent, kv_a key, gate) | bf16 |
 | q_a_norm | [q_lora] | bf16 |
 | kv_a_norm | [kv_lora] | bf16 |
 | w_q_b | [local_heads*(nope+rope), q_lora] (per head: nope rows then rope rows) | bf16 |
@@ -228,7 +228,7 @@ class K3LayerWeights:
         """A new weights object with some tensors swapped (derived forms are recomputed)."""
         kwargs = {name: getattr(self, name) for name in WEIGHT_FIELDS}
         kwargs.update(changes)
-        return dataclasses.replace(self, _derived={}, **kwargs)  # type: ignore[arg-type]
+        return dataclasses.replace(self, _derived={}, **kwargs)
 
 
 def _split_uk_t(w: K3LayerWeights) -> torch.Tensor:

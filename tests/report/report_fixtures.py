@@ -303,7 +303,7 @@ def failing(**kw: Any) -> Verdict:
     env = envelope()
     ev = evidence(env)
     ev.points[3] = ev.points[3].model_copy(update={"status": PointStatus.FAILED, "failed": 2})
-    ev.claims[0] = ev.claims[0].model_copy(update={"holds": False, "ci_low": 1.6})
+    ev.claims[0] = ev.claims[0].model_copy(update={"holds": False, "claimed": 2.5})
     ev.evals[1] = ev.evals[1].model_copy(update={"value": 0.97, "passed": False})
     ev.sanitizers[1] = SanitizerResult(
         tool="racecheck",
@@ -320,7 +320,7 @@ def failing(**kw: Any) -> Verdict:
         ),
         Finding.error(
             "FT308",
-            "claim fused-vs-stock-tp1-b1-c4096 does not hold: CI lower bound 1.60 < 1.9",
+            "claim fused-vs-stock-tp1-b1-c4096 does not hold: CI lower bound 2.23 < 2.5",
             fix="lower the claim to what the lower bound supports, or speed the kernel up",
         ),
         Finding.error(

@@ -1,6 +1,6 @@
-"""A real browser loads the built site from disk: headless Chromium (Debian's `chromium`, installed by .ci/run)
-dumps the DOM, takes screenshots and prints a page to PDF. The screenshots and the PDF are CI artifacts under
-out/screenshots/ (or $FASTTRACK_ARTIFACTS/screenshots/)."""
+"""A real browser loads the built site from disk: headless Chromium (Debian's `chromium`, which .ci/run
+installs) dumps the DOM, takes screenshots and prints a page to PDF. The screenshots and the PDF are CI
+artifacts under out/screenshots/ (or $FASTTRACK_ARTIFACTS/screenshots/)."""
 
 from __future__ import annotations
 
@@ -36,16 +36,31 @@ def find_chromium() -> str | None:
 
 CHROMIUM = find_chromium()
 if CHROMIUM is None:
-    pytest.skip("headless Chromium is not installed (apt-get install -y chromium; .ci/run does it), so the "
-                "browser checks did not run", allow_module_level=True)
+    pytest.skip(
+        "headless Chromium is not installed (apt-get install -y chromium; .ci/run does it), so the "
+        "browser checks did not run",
+        allow_module_level=True,
+    )
 
 
 def chromium(tmp: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
     assert CHROMIUM is not None
     profile = tmp / f"profile-{len(list(tmp.glob('profile-*')))}"
-    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-           "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-extensions",
-           "--hide-scrollbars", "--force-device-scale-factor=1", f"--user-data-dir={profile}", *args]
+    cmd = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--disable-extensions",
+        "--hide-scrollbars",
+        "--force-device-scale-factor=1",
+        f"--user-data-dir={profile}",
+        *args,
+    ]
     proc = subprocess.run(cmd, capture_output=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-2000:]
     return proc
@@ -66,8 +81,15 @@ def png_size(path: Path) -> tuple[int, int]:
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> tuple[Site, Path]:
     out = tmp_path_factory.mktemp("browser") / "site"
-    verdicts = [rf.passing(), rf.failing(pr=4242), rf.stale(name="kimi_k3_stale"), rf.missing(name="no_bundle"),
-                rf.huge(name="huge_pr"), rf.wide(), rf.hostile()]
+    verdicts = [
+        rf.passing(),
+        rf.failing(pr=4242),
+        rf.stale(name="kimi_k3_stale"),
+        rf.missing(name="no_bundle"),
+        rf.huge(name="huge_pr"),
+        rf.wide(),
+        rf.hostile(),
+    ]
     return build_site([Source(v, f"fixture {i}") for i, v in enumerate(verdicts)], out, now=rf.NOW), out
 
 
@@ -105,8 +127,12 @@ def test_screenshots_and_print(site: tuple[Site, Path], tmp_path: Path) -> None:
     for name in ("index", "kimi_k3", "pr-4242", "kimi_k3_wide"):
         shot = ARTIFACTS / f"{name}.png"
         shot.unlink(missing_ok=True)
-        chromium(tmp_path, f"--screenshot={shot}", f"--window-size={WINDOW[0]},{WINDOW[1]}",
-                 (out / f"{name}.html").as_uri())
+        chromium(
+            tmp_path,
+            f"--screenshot={shot}",
+            f"--window-size={WINDOW[0]},{WINDOW[1]}",
+            (out / f"{name}.html").as_uri(),
+        )
         assert png_size(shot) == WINDOW
         assert shot.stat().st_size > 50_000, f"{shot} looks blank"
     pdf = ARTIFACTS / "kimi_k3.pdf"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 import report_fixtures as rf
@@ -129,6 +130,13 @@ def test_huge_pr_stays_at_100() -> None:
 def test_no_manifest_no_evidence_factor() -> None:
     v = rf.verdict(env=None).model_copy(update={"envelope": None, "fallback": None, "evidence": None})
     assert points(risk(v), "evidence missing") == 0
+
+
+def test_docs_print_the_same_rules() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "report.md").read_text(encoding="utf-8")
+    for rule in RISK_RULES:
+        assert f"| {rule.factor} | {rule.rule} | {rule.cap} |" in doc, rule.factor
+    assert f"**low** below {LOW_BELOW}" in doc and f"**high** from {HIGH_FROM}" in doc
 
 
 def test_bands() -> None:

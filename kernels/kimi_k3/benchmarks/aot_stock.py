@@ -26,8 +26,12 @@ def check(tp: int, batch: int, context: int) -> list[dict[str, Any]]:
 
     cfg = K3LayerConfig.real(tp=tp)
     meta = torch.device("meta")
-    ws = {n: torch.empty(s, dtype=torch.float32 if n == "e_score_correction_bias" else torch.bfloat16,
-                         device=meta) for n, s in expected_shapes(cfg).items()}
+    ws: dict[str, Any] = {
+        n: torch.empty(
+            s, dtype=torch.float32 if n == "e_score_correction_bias" else torch.bfloat16, device=meta
+        )
+        for n, s in expected_shapes(cfg).items()
+    }
     w = K3LayerWeights(cfg=cfg, **ws)
     nb = context // cfg.block_size + 1
     b = DecodeBatch(
@@ -46,17 +50,20 @@ def check(tp: int, batch: int, context: int) -> list[dict[str, Any]]:
         r["grid"] = grid
         out.append(r)
 
-    mods = [importlib.import_module(f"kimi_k3.stock_ops.{m}") for m in ("norms", "activation", "mla_decode", "moe")]
+    mods = [
+        importlib.import_module(f"kimi_k3.stock_ops.{m}")
+        for m in ("norms", "activation", "mla_decode", "moe")
+    ]
     saved = [m.use_triton for m in mods]
-    JITFunction.run = fake_run  # type: ignore[method-assign]
+    JITFunction.run = fake_run
     for m in mods:
-        m.use_triton = lambda t: True  # type: ignore[attr-defined]
+        setattr(m, "use_triton", lambda t: True)  # noqa: B010
     try:
         stock.forward(cfg, w, b)
     finally:
-        JITFunction.run = orig_run  # type: ignore[method-assign]
+        JITFunction.run = orig_run
         for m, s in zip(mods, saved, strict=True):
-            m.use_triton = s  # type: ignore[attr-defined]
+            setattr(m, "use_triton", s)  # noqa: B010
     return out
 
 
@@ -67,8 +74,10 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=4096)
     a = ap.parse_args()
     for r in check(a.tp, a.batch, a.context):
-        print(f"{r['kernel']:<32} grid={r['grid']!s:<16} warps={r['num_warps']} regs={r['regs']:>3} "
-              f"spill={r['spill_bytes']:>5}B smem={r['smem'] // 1024:>4}KB pipelined={r['pipelined']}")
+        print(
+            f"{r['kernel']:<32} grid={r['grid']!s:<16} warps={r['num_warps']} regs={r['regs']:>3} "
+            f"spill={r['spill_bytes']:>5}B smem={r['smem'] // 1024:>4}KB pipelined={r['pipelined']}"
+        )
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,7 @@ def copy_bandwidth(torch: Any) -> float:
         times.append(s.elapsed_time(e) / 1e3)
     del a, b
     torch.cuda.empty_cache()
-    return 2 * n * 2 / statistics.median(times[2:])
+    return float(2 * n * 2 / statistics.median(times[2:]))
 
 
 class GraphTimer:
@@ -120,8 +121,9 @@ class GraphTimer:
         return samples
 
 
-def measure_point(torch: Any, timer: GraphTimer, case: Any, names: list[str], profile: bool,
-                  copy_bw: float) -> dict[str, Any]:
+def measure_point(
+    torch: Any, timer: GraphTimer, case: Any, names: Sequence[str], profile: bool, copy_bw: float
+) -> dict[str, Any]:
     res: dict[str, Any] = {"variants": {}}
     seed = 1000 * case.batch + case.context
     case.load_inputs(case.make_inputs(seed))
@@ -141,15 +143,22 @@ def measure_point(torch: Any, timer: GraphTimer, case: Any, names: list[str], pr
             v["nodes"] = timer.nodes(graph)
             samples = timer.time(graph)
             med = statistics.median(samples)
-            v.update(samples_us=[round(x, 2) for x in samples], median_us=med, p10_us=pct(samples, 0.1),
-                     p90_us=pct(samples, 0.9), tbps=bytes_moved / med / 1e6,
-                     pct_copy_bw=100 * bytes_moved / (med * 1e-6) / copy_bw)
+            v.update(
+                samples_us=[round(x, 2) for x in samples],
+                median_us=med,
+                p10_us=pct(samples, 0.1),
+                p90_us=pct(samples, 0.9),
+                tbps=bytes_moved / med / 1e6,
+                pct_copy_bw=100 * bytes_moved / (med * 1e-6) / copy_bw,
+            )
             graph.replay()
             torch.cuda.synchronize()
             diffs = [float((a.float() - b.float()).abs().max()) for a, b in zip(out, ref, strict=True)]
             atol, rtol = case.tolerance
-            ok = all(bool(((a.float() - b.float()).abs() <= atol + rtol * b.float().abs()).all())
-                     for a, b in zip(out, ref, strict=True))
+            ok = all(
+                bool(((a.float() - b.float()).abs() <= atol + rtol * b.float().abs()).all())
+                for a, b in zip(out, ref, strict=True)
+            )
             v.update(max_abs_vs_stock=max(diffs), within_tolerance=ok)
             if profile:
                 v["kernels"] = timer.kernel_names(graph)
@@ -171,20 +180,26 @@ def stock_vs_reference(torch: Any, tp: int, batch: int, context: int) -> dict[st
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    lines = ["| TP | B | ctx | experts | variant | median us | p10-p90 us | kernels | TB/s | % copy BW | max abs vs stock |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| TP | B | ctx | experts | variant | median us | p10-p90 us | kernels | TB/s | % copy BW "
+        "| max abs vs stock |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in results:
         for name, v in r["variants"].items():
             if "error" in v:
-                lines.append(f"| {r['tp']} | {r['batch']} | {r['context']} | {r.get('experts_touched')} | {name} "
-                             f"| error: {v['error'][:60]} | | | | | |")
+                lines.append(
+                    f"| {r['tp']} | {r['batch']} | {r['context']} | {r.get('experts_touched')} | {name} "
+                    f"| error: {v['error'][:60]} | | | | | |"
+                )
                 continue
             k = v.get("nodes", {}).get("kernel")
             lines.append(
                 f"| {r['tp']} | {r['batch']} | {r['context']} | {r['experts_touched']} | {name} | "
                 f"{v['median_us']:.1f} | {v['p10_us']:.1f}-{v['p90_us']:.1f} | {k} | {v['tbps']:.2f} | "
                 f"{v['pct_copy_bw']:.0f} | {v.get('max_abs_vs_stock', 0):.3g}"
-                f"{'' if v.get('within_tolerance', True) else ' (OUT OF TOL)'} |")
+                f"{'' if v.get('within_tolerance', True) else ' (OUT OF TOL)'} |"
+            )
     return "\n".join(lines)
 
 
@@ -209,15 +224,25 @@ def main() -> None:
     from kimi_k3.bench import K3BenchmarkCase, cached_weights
     from kimi_k3.config import K3LayerConfig
 
-    env: dict[str, Any] = {"torch": torch.__version__, "device": torch.cuda.get_device_name(),
-                           "capability": torch.cuda.get_device_capability()}
+    env: dict[str, Any] = {
+        "torch": torch.__version__,
+        "device": torch.cuda.get_device_name(),
+        "capability": torch.cuda.get_device_capability(),
+    }
     try:
         import triton
 
         env["triton"] = triton.__version__
         env["nvidia_smi"] = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.draw",
-             "--format=csv,noheader"], capture_output=True, text=True, timeout=20).stdout.strip()
+            [
+                "nvidia-smi",
+                "--query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.draw",
+                "--format=csv,noheader",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        ).stdout.strip()
     except Exception as exc:
         env["nvidia_smi"] = f"unavailable: {exc}"
     env["copy_bw_Bps"] = copy_bandwidth(torch)
@@ -248,8 +273,9 @@ def main() -> None:
                 with_compile = key in compile_points and time.monotonic() - T0 < args.budget_s - 90
                 t = time.monotonic()
                 try:
-                    case = K3BenchmarkCase(cfg, w, b, ctx, include_compile=with_compile,
-                                           include_fused=not args.no_fused)
+                    case = K3BenchmarkCase(
+                        cfg, w, b, ctx, include_compile=with_compile, include_fused=not args.no_fused
+                    )
                     names = [n for n in ("stock", "compile", "fused") if n in case.variants]
                     r = measure_point(torch, timer, case, names, key in profile_points, env["copy_bw_Bps"])
                 except Exception as exc:
@@ -257,8 +283,10 @@ def main() -> None:
                     log(traceback.format_exc(limit=6))
                 r.update(tp=tp, batch=b, context=ctx, wall_s=round(time.monotonic() - t, 1))
                 doc["points"].append(r)
-                summary = {n: (round(v["median_us"], 1) if "median_us" in v else v.get("error", "?")[:80])
-                           for n, v in r["variants"].items()}
+                summary = {
+                    n: (round(v["median_us"], 1) if "median_us" in v else v.get("error", "?")[:80])
+                    for n, v in r["variants"].items()
+                }
                 log(f"tp{tp} b{b} c{ctx}: {summary} ({r['wall_s']}s)")
                 save()
                 del case

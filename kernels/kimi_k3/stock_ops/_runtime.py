@@ -90,7 +90,9 @@ def _patch_interpreter_bf16_dot() -> None:
             return interpreter.TensorHandle(data, tl.float32)
         return h
 
-    def create_dot(self: Any, a: Any, b: Any, d: Any, input_precision: Any, max_num_imprecise_acc: Any) -> Any:
+    def create_dot(
+        self: Any, a: Any, b: Any, d: Any, input_precision: Any, max_num_imprecise_acc: Any
+    ) -> Any:
         return original(self, widen(a), widen(b), d, input_precision, max_num_imprecise_acc)
 
     create_dot._kimi_k3_bf16_fix = True  # type: ignore[attr-defined]
@@ -130,9 +132,9 @@ def _patch_interpreter_nested_calls() -> None:
 
 
 def _interpreter_like_gpu() -> None:
-    """Speed: the interpreter checks every 32-bit integer add/mul for overflow (`sanitize_overflow`), which the
-    CUDA backend only does in debug builds; it costs about a fifth of the interpreter's time. Index
-    arithmetic that could overflow int32 uses int64 in these kernels (page numbers, expert offsets)."""
+    """Speed: the interpreter checks every 32-bit integer add/mul for overflow (`sanitize_overflow`),
+    which the CUDA backend only does in debug builds; it costs about a fifth of the interpreter's time.
+    Index arithmetic that could overflow int32 uses int64 in these kernels (page numbers, expert offsets)."""
     import dataclasses
 
     from triton.runtime import interpreter

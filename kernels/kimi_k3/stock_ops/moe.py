@@ -1,3 +1,6 @@
+# Triton kernels are untyped (tl types): relax mypy's strict defaults for this module only.
+# mypy: disallow-untyped-defs=False, disallow-untyped-decorators=False
+# mypy: disallow-incomplete-defs=False, warn-return-any=False
 """The stock fused-MoE path, like vLLM's Triton `fused_experts` for bf16 (written here from the algorithm):
 
 1. `grouped_topk`: one routing kernel (sigmoid scores, selection-only correction bias, top-k, renormalise,
@@ -6,7 +9,8 @@
    every (token, expert) pair gets its own M block, only row 0 valid); otherwise `moe_align_block_size`
    sorts the pairs by expert and pads each expert's run to BLOCK_M (one kernel here).
 3. `fused_moe_kernel` for w13 over the (token, expert) pairs -> [pairs, 2I]; `situ_and_mul`;
-   `fused_moe_kernel` for w2 with the routing weight multiplied in -> [pairs, latent]; `moe_sum` -> [B, latent].
+   `fused_moe_kernel` for w2 with the routing weight multiplied in -> [pairs, latent];
+   `moe_sum` -> [B, latent].
 Tile sizes follow vLLM 0.33's `get_default_config` for bf16 (BLOCK_M 16 up to 32 tokens, 32 up to 96;
 BLOCK_N 64; BLOCK_K 128; 4 warps; 4 stages up to 32 tokens, else 3).
 """
@@ -23,8 +27,19 @@ from kimi_k3.stock_ops._runtime import launcher, next_pow2, register, use_triton
 # ---- routing ---------------------------------------------------------------------------------------------
 @triton.jit
 def _grouped_topk_kernel(
-    LOGITS, BIAS, W_OUT, ID_OUT, E, stride_l, stride_w, stride_i, scale,
-    K: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_K: tl.constexpr, RENORM: tl.constexpr,
+    LOGITS,
+    BIAS,
+    W_OUT,
+    ID_OUT,
+    E,
+    stride_l,
+    stride_w,
+    stride_i,
+    scale: tl.constexpr,
+    K: tl.constexpr,
+    BLOCK_E: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    RENORM: tl.constexpr,
 ):
     row = tl.program_id(0)
     offs = tl.arange(0, BLOCK_E)
@@ -57,8 +72,20 @@ def _topk_launch(
     if b == 0:
         return w, ids
     launcher(_grouped_topk_kernel, logits)[(b,)](
-        logits, bias, w, ids, e, logits.stride(0), w.stride(0), ids.stride(0), scale,
-        K=top_k, BLOCK_E=next_pow2(e), BLOCK_K=next_pow2(top_k), RENORM=renormalize, num_warps=4,
+        logits,
+        bias,
+        w,
+        ids,
+        e,
+        logits.stride(0),
+        w.stride(0),
+        ids.stride(0),
+        scale,
+        K=top_k,
+        BLOCK_E=next_pow2(e),
+        BLOCK_K=next_pow2(top_k),
+        RENORM=renormalize,
+        num_warps=4,
     )
     return w, ids
 
@@ -95,8 +122,17 @@ def _max_combine(a, b):
 
 @triton.jit
 def _moe_align_kernel(
-    TOPK_IDS, SORTED, EXPERT_IDS, NUM_POST_PAD, SCRATCH, P, E, MAX_PADDED,
-    BLOCK_P: tl.constexpr, BM: tl.constexpr, FILL: tl.constexpr,
+    TOPK_IDS,
+    SORTED,
+    EXPERT_IDS,
+    NUM_POST_PAD,
+    SCRATCH,
+    P,
+    E,
+    MAX_PADDED,
+    BLOCK_P: tl.constexpr,
+    BM: tl.constexpr,
+    FILL: tl.constexpr,
 ):
     # Single program: fill the padded list with the sentinel P, then sort pairs by expert and scatter
     # each expert's run to a BM-aligned segment.
@@ -144,8 +180,18 @@ def _align_launch(
     block_p = next_pow2(pairs)
     scratch = torch.empty((block_p,), dtype=torch.int32, device=dev)
     launcher(_moe_align_kernel, topk_ids)[(1,)](
-        topk_ids, sorted_ids, expert_ids, num_post, scratch, pairs, num_experts, max_padded,
-        BLOCK_P=block_p, BM=block_m, FILL=1024, num_warps=8,
+        topk_ids,
+        sorted_ids,
+        expert_ids,
+        num_post,
+        scratch,
+        pairs,
+        num_experts,
+        max_padded,
+        BLOCK_P=block_p,
+        BM=block_m,
+        FILL=1024,
+        num_warps=8,
     )
     return sorted_ids, expert_ids, num_post
 
@@ -160,7 +206,8 @@ def _align_op(
 def moe_align_block_size(
     topk_ids: torch.Tensor, num_experts: int, block_m: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(sorted pair ids padded per expert to block_m with sentinel=pairs, expert id per block, [padded len])."""
+    """(pair ids sorted by expert, each run padded to block_m with sentinel = pairs; expert id per block;
+    [padded length])."""
     if topk_ids.is_cuda:
         out = torch.ops.kimi_k3_stock.moe_align_block_size(topk_ids, num_experts, block_m)
         return out[0], out[1], out[2]
@@ -184,11 +231,28 @@ def moe_align_block_size(
 # ---- grouped expert GEMM ---------------------------------------------------------------------------------
 @triton.jit
 def _fused_moe_kernel(
-    A, W, C, TOPK_W, SORTED, EXPERT_IDS, NUM_POST_PAD,
-    N, K, num_pairs,
-    stride_am, stride_we, stride_wn, stride_wk, stride_cm,
-    TOP_K: tl.constexpr, A_PER_TOKEN: tl.constexpr, MUL_WEIGHT: tl.constexpr, NAIVE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    A,
+    W,
+    C,
+    TOPK_W,
+    SORTED,
+    EXPERT_IDS,
+    NUM_POST_PAD,
+    N,
+    K,
+    num_pairs,
+    stride_am,
+    stride_we,
+    stride_wn,
+    stride_wk,
+    stride_cm,
+    TOP_K: tl.constexpr,
+    A_PER_TOKEN: tl.constexpr,
+    MUL_WEIGHT: tl.constexpr,
+    NAIVE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
 ):
     pid = tl.program_id(0)
     num_n = tl.cdiv(N, BLOCK_N)
@@ -205,10 +269,7 @@ def _fused_moe_kernel(
         pair = tl.load(SORTED + pid_m * BLOCK_M + offs_m)
         expert = tl.load(EXPERT_IDS + pid_m).to(tl.int64)
     row_ok = pair < num_pairs
-    if A_PER_TOKEN:
-        a_row = pair // TOP_K
-    else:
-        a_row = pair
+    a_row = pair // TOP_K if A_PER_TOKEN else pair
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = offs_n < N
     offs_k = tl.arange(0, BLOCK_K)
@@ -257,9 +318,17 @@ def naive_assignment(num_tokens: int, top_k: int, num_experts: int) -> bool:
 
 
 def _grouped_gemm_launch(
-    a: torch.Tensor, w: torch.Tensor, topk_weights: torch.Tensor, sorted_ids: torch.Tensor,
-    expert_ids: torch.Tensor, num_post_pad: torch.Tensor, top_k: int, a_per_token: bool,
-    mul_weight: bool, naive: bool, num_tokens: int,
+    a: torch.Tensor,
+    w: torch.Tensor,
+    topk_weights: torch.Tensor,
+    sorted_ids: torch.Tensor,
+    expert_ids: torch.Tensor,
+    num_post_pad: torch.Tensor,
+    top_k: int,
+    a_per_token: bool,
+    mul_weight: bool,
+    naive: bool,
+    num_tokens: int,
 ) -> torch.Tensor:
     pairs = topk_weights.numel()
     n, k = w.shape[1], w.shape[2]
@@ -270,12 +339,30 @@ def _grouped_gemm_launch(
     m_blocks = pairs if naive else triton.cdiv(sorted_ids.numel(), cfg["BLOCK_M"])
     grid = (m_blocks * triton.cdiv(n, cfg["BLOCK_N"]),)
     launcher(_fused_moe_kernel, a)[grid](
-        a, w, c, topk_weights, sorted_ids, expert_ids, num_post_pad,
-        n, k, pairs,
-        a.stride(0), w.stride(0), w.stride(1), w.stride(2), c.stride(0),
-        TOP_K=top_k, A_PER_TOKEN=a_per_token, MUL_WEIGHT=mul_weight, NAIVE=naive,
-        BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        a,
+        w,
+        c,
+        topk_weights,
+        sorted_ids,
+        expert_ids,
+        num_post_pad,
+        n,
+        k,
+        pairs,
+        a.stride(0),
+        w.stride(0),
+        w.stride(1),
+        w.stride(2),
+        c.stride(0),
+        TOP_K=top_k,
+        A_PER_TOKEN=a_per_token,
+        MUL_WEIGHT=mul_weight,
+        NAIVE=naive,
+        BLOCK_M=cfg["BLOCK_M"],
+        BLOCK_N=cfg["BLOCK_N"],
+        BLOCK_K=cfg["BLOCK_K"],
+        num_warps=cfg["num_warps"],
+        num_stages=cfg["num_stages"],
     )
     return c
 
@@ -293,8 +380,13 @@ def _moe_sum_launch(x: torch.Tensor, top_k: int) -> torch.Tensor:
 
 
 def _experts_launch(
-    lat: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
-    topk_ids: torch.Tensor, beta: float, linear_beta: float,
+    lat: torch.Tensor,
+    w13: torch.Tensor,
+    w2: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    beta: float,
+    linear_beta: float,
 ) -> torch.Tensor:
     from kimi_k3.stock_ops.activation import _situ_launch
 
@@ -307,25 +399,37 @@ def _experts_launch(
         sorted_ids, expert_ids, num_post = flat, flat, flat  # sorted/num_post unused when naive
     else:
         sorted_ids, expert_ids, num_post = _align_launch(topk_ids, e, cfg["BLOCK_M"])
-    h13 = _grouped_gemm_launch(lat, w13, topk_weights, sorted_ids, expert_ids, num_post, top_k,
-                               True, False, naive, b)
+    h13 = _grouped_gemm_launch(
+        lat, w13, topk_weights, sorted_ids, expert_ids, num_post, top_k, True, False, naive, b
+    )
     act = _situ_launch(h13, beta, linear_beta)
-    y = _grouped_gemm_launch(act, w2, topk_weights, sorted_ids, expert_ids, num_post, top_k,
-                             False, True, naive, b)
+    y = _grouped_gemm_launch(
+        act, w2, topk_weights, sorted_ids, expert_ids, num_post, top_k, False, True, naive, b
+    )
     return _moe_sum_launch(y, top_k)
 
 
 @register("fused_experts")
 def _experts_op(
-    lat: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
-    topk_ids: torch.Tensor, beta: float, linear_beta: float,
+    lat: torch.Tensor,
+    w13: torch.Tensor,
+    w2: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    beta: float,
+    linear_beta: float,
 ) -> torch.Tensor:
     return _experts_launch(lat, w13, w2, topk_weights, topk_ids, beta, linear_beta)
 
 
 def fused_experts(
-    lat: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
-    topk_ids: torch.Tensor, beta: float, linear_beta: float,
+    lat: torch.Tensor,
+    w13: torch.Tensor,
+    w2: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    beta: float,
+    linear_beta: float,
 ) -> torch.Tensor:
     """sum_k w[b,k] * w2[e] @ SiTU(w13[e] @ lat[b]) for e = ids[b,k]: [B, latent] in lat's dtype."""
     if lat.is_cuda:

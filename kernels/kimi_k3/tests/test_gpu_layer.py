@@ -56,21 +56,32 @@ def check_stock_point(point: dict[str, Any]) -> reference.Comparison:
     """Stock vs the fp32 reference at one envelope point (also called by benchmarks/measure.py)."""
     cfg = K3LayerConfig.real(int(point["tp"]))
     w = cached_weights(cfg, "cuda")
-    batch = random_batch(cfg, _lens(int(point["batch"]), int(point["context"]), seed=int(point["batch"])),
-                         device="cuda", seed=int(point["context"]), poison=True)
+    batch = random_batch(
+        cfg,
+        _lens(int(point["batch"]), int(point["context"]), seed=int(point["batch"])),
+        device="cuda",
+        seed=int(point["context"]),
+        poison=True,
+    )
     before = batch.kv_cache.clone()
     out, residual, aux = stock.forward_with_aux(cfg, w, batch)
     torch.cuda.synchronize()
-    return reference.compare(cfg, w, batch, before, out, residual, topk_ids=aux["topk_ids"],
-                             attn_out=aux["attn_out"])
+    return reference.compare(
+        cfg, w, batch, before, out, residual, topk_ids=aux["topk_ids"], attn_out=aux["attn_out"]
+    )
 
 
-def test_stock_matches_reference_at_envelope_point(envelope_point: dict[str, Any], fasttrack_record: Any) -> None:
+def test_stock_matches_reference_at_envelope_point(
+    envelope_point: dict[str, Any], fasttrack_record: Any
+) -> None:
     if envelope_point["dtype"] != "bfloat16":
         pytest.skip("the stock path is bf16 only")
     c = check_stock_point(envelope_point)
-    fasttrack_record(max_error=c.hidden_err, tolerance=reference.TOLERANCES["hidden"], **{
-        k: v for k, v in c.summary().items() if k != "hidden_err" and v is not None})
+    fasttrack_record(
+        max_error=c.hidden_err,
+        tolerance=reference.TOLERANCES["hidden"],
+        **{k: v for k, v in c.summary().items() if k != "hidden_err" and v is not None},
+    )
     assert c.finite and c.cache_untouched, c.summary()
     assert c.route_mismatch_rows == 0, c.summary()
     assert c.max_ratio() <= 1.0, c.summary()
@@ -82,7 +93,9 @@ def _repeat(fn: Any, batch: DecodeBatch, runs: int) -> int:
     differ = 0
     for _ in range(runs - 1):
         out = fn(batch)
-        if not all(torch.equal(a.view(torch.int16), b.view(torch.int16)) for a, b in zip(first, out, strict=True)):
+        if not all(
+            torch.equal(a.view(torch.int16), b.view(torch.int16)) for a, b in zip(first, out, strict=True)
+        ):
             differ += 1
     return differ
 
@@ -117,7 +130,9 @@ def test_repeatable_bitwise(path: str, bsz: int) -> None:
     batch = random_batch(cfg, _lens(bsz, 4096, seed=bsz), device="cuda", seed=bsz)
     eager_diff = _repeat(lambda b: forward(cfg, w, b), batch, runs=20)
     graph_diff = _repeat(_graphed(cfg, w, batch, forward), batch, runs=50)
-    assert (eager_diff, graph_diff) == (0, 0), f"{path} b{bsz}: {eager_diff} eager / {graph_diff} replays differ"
+    assert (eager_diff, graph_diff) == (0, 0), (
+        f"{path} b{bsz}: {eager_diff} eager / {graph_diff} replays differ"
+    )
 
 
 def test_graph_replay_with_new_inputs_matches_eager() -> None:
@@ -143,6 +158,7 @@ def test_stock_tiny_on_gpu() -> None:
         batch = random_batch(cfg, lens, device="cuda", seed=len(lens))
         before = batch.kv_cache.clone()
         out, residual, aux = stock.forward_with_aux(cfg, w, batch)
-        c = reference.compare(cfg, w, batch, before, out, residual, topk_ids=aux["topk_ids"],
-                              attn_out=aux["attn_out"])
+        c = reference.compare(
+            cfg, w, batch, before, out, residual, topk_ids=aux["topk_ids"], attn_out=aux["attn_out"]
+        )
         assert c.ok(), c.summary()

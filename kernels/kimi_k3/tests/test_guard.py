@@ -14,7 +14,12 @@ from kimi_k3.guard import ENVELOPE, MANIFEST_PATH, METRIC_NAME, REASONS, Envelop
 from kimi_k3.layer import DecodeMeta
 
 INSIDE = DecodeMeta(
-    batch=1, max_context=4096, tp=1, dtype="bfloat16", graph_mode="full", device_capability=(9, 0),
+    batch=1,
+    max_context=4096,
+    tp=1,
+    dtype="bfloat16",
+    graph_mode="full",
+    device_capability=(9, 0),
     device_name="NVIDIA H200",
 )
 
@@ -54,7 +59,9 @@ EDGES = [
 ]
 
 
-@pytest.mark.parametrize(("change", "reason"), EDGES, ids=[f"{next(iter(c))}={next(iter(c.values()))}" for c, _ in EDGES])
+@pytest.mark.parametrize(
+    ("change", "reason"), EDGES, ids=[f"{next(iter(c))}={next(iter(c.values()))}" for c, _ in EDGES]
+)
 def test_guard_decision_at_edges(change: dict[str, object], reason: str | None) -> None:
     guard, reg = _guard()
     meta = dataclasses.replace(INSIDE, **change)  # type: ignore[arg-type]

@@ -23,7 +23,9 @@ pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_layer_dispatches_through_the_guard(tiny_cfg: K3LayerConfig, tiny_weights: K3LayerWeights) -> None:
     calls: list[str] = []
 
-    def fake_fused(cfg: K3LayerConfig, w: K3LayerWeights, batch: DecodeBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    def fake_fused(
+        cfg: K3LayerConfig, w: K3LayerWeights, batch: DecodeBatch
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         calls.append("fused")
         assert batch.workspace is not None
         return stock.forward(cfg, w, batch)

@@ -13,7 +13,9 @@ from kimi_k3.config import K3LayerConfig
 from kimi_k3.layer import DecodeBatch, random_batch
 from kimi_k3.weights import K3LayerWeights
 
-pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # NaN poison inside masked interpreter loads
+pytestmark = pytest.mark.filterwarnings(
+    "ignore::RuntimeWarning"
+)  # NaN poison inside masked interpreter loads
 
 BATCHES = [1, 2, 3, 4, 8, 16, 31, 32, 63, 64]
 
@@ -34,7 +36,9 @@ def assert_ok(c: reference.Comparison) -> None:
 
 
 @pytest.mark.parametrize("bsz", BATCHES)
-def test_stock_matches_reference_at_every_batch(bsz: int, tiny_cfg: K3LayerConfig, tiny_weights: K3LayerWeights) -> None:
+def test_stock_matches_reference_at_every_batch(
+    bsz: int, tiny_cfg: K3LayerConfig, tiny_weights: K3LayerWeights
+) -> None:
     rng = random.Random(bsz)
     # one row at one token, one at several blocks, the rest anywhere in between
     max_ctx = 3 * tiny_cfg.block_size + 5
@@ -47,7 +51,9 @@ def test_stock_matches_reference_at_every_batch(bsz: int, tiny_cfg: K3LayerConfi
 
 
 @pytest.mark.parametrize("ctx", [1, 2, 3, 4, 5, 15, 16, 17, 32, 33, 64, 100])
-def test_stock_matches_reference_across_contexts(ctx: int, tiny_cfg: K3LayerConfig, tiny_weights: K3LayerWeights) -> None:
+def test_stock_matches_reference_across_contexts(
+    ctx: int, tiny_cfg: K3LayerConfig, tiny_weights: K3LayerWeights
+) -> None:
     # contexts below the split count (empty splits), at and around block edges, several blocks
     batch = random_batch(tiny_cfg, [ctx, max(1, ctx // 2)], seed=ctx, poison=True)
     assert_ok(run_and_compare(tiny_cfg, tiny_weights, batch))
@@ -60,11 +66,13 @@ def test_poison_is_effective(tiny_cfg: K3LayerConfig, tiny_weights: K3LayerWeigh
     longer = DecodeBatch(
         batch.hidden, batch.residual, batch.kv_cache, batch.block_table, batch.seq_lens + 1, batch.meta
     )
-    out, residual = stock.forward(tiny_cfg, tiny_weights, longer)
+    out, _ = stock.forward(tiny_cfg, tiny_weights, longer)
     assert not torch.isfinite(out).all()
 
 
-def test_routing_ambiguity_is_reported_not_hidden(tiny_cfg: K3LayerConfig, tiny_weights: K3LayerWeights) -> None:
+def test_routing_ambiguity_is_reported_not_hidden(
+    tiny_cfg: K3LayerConfig, tiny_weights: K3LayerWeights
+) -> None:
     # forcing other experts than the path chose must show up as an error, not be absorbed
     batch = random_batch(tiny_cfg, [9, 3, 40], seed=11, poison=True)
     before = batch.kv_cache.clone()
@@ -78,7 +86,12 @@ def test_routing_ambiguity_is_reported_not_hidden(tiny_cfg: K3LayerConfig, tiny_
 def test_empty_batch_returns_empty(tiny_cfg: K3LayerConfig, tiny_weights: K3LayerWeights) -> None:
     batch = random_batch(tiny_cfg, [3], seed=0)
     empty = DecodeBatch(
-        batch.hidden[:0], batch.residual[:0], batch.kv_cache, batch.block_table[:0], batch.seq_lens[:0], batch.meta
+        batch.hidden[:0],
+        batch.residual[:0],
+        batch.kv_cache,
+        batch.block_table[:0],
+        batch.seq_lens[:0],
+        batch.meta,
     )
     out, residual = stock.forward(tiny_cfg, tiny_weights, empty)
     assert out.shape == (0, tiny_cfg.hidden) and residual.shape == (0, tiny_cfg.hidden)

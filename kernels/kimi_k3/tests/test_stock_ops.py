@@ -46,7 +46,12 @@ def test_norms_and_activation() -> None:
     gu = (torch.randn(5, 96, generator=g) * 30).bfloat16()
     assert _rel(ops.situ_and_mul(gu, 4.0, 25.0), reference.situ_and_mul(gu.float(), 4.0, 25.0)) < 4e-3
     gate = torch.randn(5, 96, generator=g).bfloat16()
-    assert _rel(ops.gate_sigmoid_mul(x[:, :48], gate[:, 48:]), x[:, :48].float() * gate[:, 48:].float().sigmoid()) < 4e-3
+    assert (
+        _rel(
+            ops.gate_sigmoid_mul(x[:, :48], gate[:, 48:]), x[:, :48].float() * gate[:, 48:].float().sigmoid()
+        )
+        < 4e-3
+    )
 
 
 @pytest.mark.parametrize(("experts", "top_k", "renorm", "scale"), [(16, 4, True, 1.0), (40, 6, False, 2.5)])
@@ -64,7 +69,10 @@ def test_grouped_topk_matches_torch(experts: int, top_k: int, renorm: bool, scal
     torch.testing.assert_close(w, ref_w * scale, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize(("tokens", "experts", "top_k", "block_m"), [(1, 16, 4, 16), (7, 16, 4, 16), (64, 16, 4, 16), (13, 896, 16, 16), (33, 24, 5, 32)])
+@pytest.mark.parametrize(
+    ("tokens", "experts", "top_k", "block_m"),
+    [(1, 16, 4, 16), (7, 16, 4, 16), (64, 16, 4, 16), (13, 896, 16, 16), (33, 24, 5, 32)],
+)
 def test_moe_align_block_size(tokens: int, experts: int, top_k: int, block_m: int) -> None:
     g = torch.Generator().manual_seed(tokens)
     ids = torch.stack([torch.randperm(experts, generator=g)[:top_k] for _ in range(tokens)]).to(torch.int32)

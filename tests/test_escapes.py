@@ -998,3 +998,22 @@ def test_mutated_sources_never_crash(snippet: str, edits: list[tuple[int, int, s
         src = src[:at] + insert + src[at + cut:]
     found = find_escapes(src, MODEL_FILE, OWN, own_op_namespaces={"kimi_k3"})
     assert all(isinstance(e, Escape) and e.line >= 1 and e.code.startswith("FT12") for e in found)
+
+
+@pytest.mark.vllm_tree
+def test_a_pr_touching_a_real_file_with_an_old_patch(vllm_models: Path, tmp_path: Path,
+                                                      policy: Policy) -> None:
+    """A deepseek_v41 PR that edits mxfp8.py (which already swaps flashinfer's autotune_tactics): the old
+    patch is a warning, a patch the PR adds is an error."""
+    rel = "vllm/models/deepseek_v41/nvidia/specialized_decode/attention/mxfp8.py"
+    before = (vllm_models.parent.parent / rel).read_text()
+    after = before + "\nimport vllm.v1.sample.sampler as _s\n_s.Sampler.forward = None\n"
+    (tmp_path / rel).parent.mkdir(parents=True)
+    (tmp_path / rel).write_text(after)
+    ctx = Context(policy=policy, policy_path=POLICY, mode="range", head_dir=tmp_path,
+                  changes=(Change(status=ChangeStatus.MODIFIED, path=rel),), model="deepseek_v41",
+                  base_texts={rel: before})
+    found = [(f.code, f.line, f.severity) for f in run_all(ctx)]
+    new_line = len(after.splitlines())
+    assert found == [("FT120", 167, Severity.WARNING), ("FT120", 171, Severity.WARNING),
+                     ("FT120", new_line, Severity.ERROR)]

@@ -34,7 +34,9 @@ from pathlib import Path
 from fasttrack.changes.model import Change
 from fasttrack.confinement.graph import (
     GraphBuildError,
+    GraphLoad,
     ImportSite,
+    ModuleGraph,
     SourceScopes,
     default_graph_cache_dir,
     load_module_graph,
@@ -117,183 +119,216 @@ def compute_blast_radius(policy: Policy, head_dir: Path, changes: tuple[Change, 
 def _compute(policy: Policy, head_dir: Path, changes: tuple[Change, ...], model: str | None,
              cache_dir: Path | None, tree_id: str | None) -> BlastRadius:
     spec = policy.blast_radius
-    package = spec.root_package
-    present, removed = changed_module_paths(changes, package)
+    present, removed = changed_module_paths(changes, spec.root_package)
     if not present and not removed:
-        return BlastRadius(computed=True, note=f"no Python module under {package.replace('.', '/')}/ changed")
+        return BlastRadius(computed=True,
+                           note=f"no Python module under {spec.root_package.replace('.', '/')}/ changed")
     if not head_dir.is_dir():
         raise GraphBuildError(f"the head tree {head_dir} does not exist")
-
-    load = load_module_graph(head_dir, package, exclude_type_checking=spec.exclude_type_checking_imports,
+    load = load_module_graph(head_dir, spec.root_package,
+                             exclude_type_checking=spec.exclude_type_checking_imports,
                              cache_dir=cache_dir, tree_id=tree_id)
-    graph = load.graph
-    scopes = SourceScopes(head_dir)
-    units = UnitIndex(policy.models, package)
-    registry = read_registry(head_dir, policy.models, package)
-    by_module = registry.by_module()
+    walk = _Walk(policy, head_dir, model, load.graph, present, removed)
+    walk.run()
+    return walk.radius(changes, load)
 
-    def path_of(m: str) -> str:
-        return graph.path_of(m) or present.get(m) or removed.get(m) or m.replace(".", "/") + ".py"
 
-    def in_root(m: str, root: str | None) -> bool:
-        return root is not None and in_model_root(policy, path_of(m), root)
+class _Walk:
+    """One blast-radius computation over a loaded graph (the steps of the module doc, one method each)."""
 
-    def own_root(m: str) -> str | None:
+    def __init__(self, policy: Policy, head_dir: Path, model: str | None, graph: ModuleGraph,
+                 present: dict[str, str], removed: dict[str, str]) -> None:
+        self.policy = policy
+        self.spec = policy.blast_radius
+        self.model = model
+        self.graph = graph
+        self.present = present
+        self.removed = removed
+        self.changed = set(present) | set(removed)
+        self.starts = sorted(self.changed)
+        self.scopes = SourceScopes(head_dir)
+        self.units = UnitIndex(policy.models, self.spec.root_package)
+        self.registry = read_registry(head_dir, policy.models, self.spec.root_package)
+        self.by_module = self.registry.by_module()
+        # Importers of modules grimp's graph lacks (deleted, renamed away, in a directory without
+        # __init__.py), read from the head sources; and which of those imports sit in a function.
+        self.scanned: dict[str, dict[str, tuple[ImportSite, ...]]] = {}
+        self.lazy_sites: set[tuple[str, int]] = set()
+        # The walk's result: how each module inside a root reaches a change, and the affected modules.
+        self.step: dict[str, _Step] = {}
+        self.affected: dict[str, _Step] = {}
+        self.hubs_changed: dict[str, int] = {}
+
+    # ---------------------------------------------------------------------------------------- lookups
+
+    def path_of(self, m: str) -> str:
+        return (self.graph.path_of(m) or self.present.get(m) or self.removed.get(m)
+                or m.replace(".", "/") + ".py")
+
+    def in_root(self, m: str, root: str | None) -> bool:
+        return root is not None and in_model_root(self.policy, self.path_of(m), root)
+
+    def own_root(self, m: str) -> str | None:
         """The root a walk from changed module `m` may cross: the target model's, or without a target
         (several models touched, or none inferred), the model package `m` itself belongs to."""
-        if model is not None:
-            return model
-        unit = units.unit_of_module(m, path_of(m))
+        if self.model is not None:
+            return self.model
+        unit = self.units.unit_of_module(m, self.path_of(m))
         return unit.name if unit is not None and unit.kind == "package" else None
 
-    def is_hub(m: str) -> bool:
-        return any(fnmatch.fnmatchcase(m, pat) for pat in spec.hub_modules)
+    def is_hub(self, m: str) -> bool:
+        return any(fnmatch.fnmatchcase(m, pat) for pat in self.spec.hub_modules)
 
-    # Modules outside grimp's graph (deleted or renamed away; in a directory without __init__.py): their
-    # importers are read from the head sources that import them.
-    unseen = sorted(m for m in present if m not in graph.modules)
-    starts = sorted(set(present) | set(removed))
-    scanned: dict[str, dict[str, tuple[ImportSite, ...]]] = {}
-    lazy_sites: set[tuple[str, int]] = set()
-
-    def importers(m: str) -> Mapping[str, tuple[ImportSite, ...]]:
-        if m in graph.modules:
-            return graph.importers(m)
-        if m not in scanned:
+    def importers(self, m: str) -> Mapping[str, tuple[ImportSite, ...]]:
+        if m in self.graph.modules:
+            return self.graph.importers(m)
+        if m not in self.scanned:
             found_by: dict[str, tuple[ImportSite, ...]] = {}
-            for found in scopes.find_imports_of(m, graph.files, package):
-                found_by[found.importer] = (*found_by.get(found.importer, ()),
-                                            ImportSite(found.line, found.contents))
+            for found in self.scopes.find_imports_of(m, self.graph.files, self.spec.root_package):
+                site = ImportSite(found.line, found.contents)
+                found_by[found.importer] = (*found_by.get(found.importer, ()), site)
                 if found.function_level:
-                    lazy_sites.add((found.importer, found.line))
-            scanned[m] = found_by
-        return scanned[m]
+                    self.lazy_sites.add((found.importer, found.line))
+            self.scanned[m] = found_by
+        return self.scanned[m]
 
-    def function_level(importer: str, site: ImportSite) -> bool:
-        if (importer, site.line) in lazy_sites:
-            return True
-        return scopes.function_level(path_of(importer), site.line)
+    def edge_is_lazy(self, importer: str, sites: tuple[ImportSite, ...]) -> bool:
+        """Every import of the edge sits inside a function body."""
+        path = self.path_of(importer)
+        return bool(sites) and all((importer, s.line) in self.lazy_sites
+                                   or self.scopes.function_level(path, s.line) for s in sites)
 
-    def edge_is_lazy(importer: str, sites: tuple[ImportSite, ...]) -> bool:
-        return bool(sites) and all(function_level(importer, s) for s in sites)
+    # ------------------------------------------------------------------------------------------- walk
 
-    changed = set(present) | set(removed)
-    # Multi-source BFS upward: expand changed modules and modules inside the model root; stop at the first
-    # importer outside the root. BFS order gives each affected module a shortest witness chain.
-    step: dict[str, _Step] = {}
-    affected: dict[str, _Step] = {}
-    visited: set[str] = set(starts)
-    hubs_changed: dict[str, int] = {}
-    queue = deque((m, own_root(m)) for m in starts)
-    while queue:
-        m, root = queue.popleft()
-        if m in present and is_hub(m) and not in_root(m, root):
-            hubs_changed[m] = len(importers(m))
-            continue
-        for importer, sites in sorted(importers(m).items()):
-            if importer == m:
+    def run(self) -> None:
+        """Multi-source BFS upward from the changed modules, through modules inside the root, stopping at the
+        first importer outside it. BFS order gives each affected module a shortest witness chain."""
+        visited = set(self.starts)
+        queue = deque((m, self.own_root(m)) for m in self.starts)
+        while queue:
+            m, root = queue.popleft()
+            if m in self.present and self.is_hub(m) and not self.in_root(m, root):
+                self.hubs_changed[m] = len(self.importers(m))
                 continue
-            if not spec.include_lazy_imports and edge_is_lazy(importer, sites):
-                continue
-            if in_root(importer, root):
-                if importer not in visited:
-                    visited.add(importer)
-                    step[importer] = _Step(m, sites)
-                    queue.append((importer, root))
-            elif importer not in affected and importer not in changed:
-                # (a changed module is walked from on its own; it is not "affected" by another change)
-                affected[importer] = _Step(m, sites)
+            for importer, sites in sorted(self.importers(m).items()):
+                if importer == m:
+                    continue
+                if not self.spec.include_lazy_imports and self.edge_is_lazy(importer, sites):
+                    continue
+                if self.in_root(importer, root):
+                    if importer not in visited:
+                        visited.add(importer)
+                        self.step[importer] = _Step(m, sites)
+                        queue.append((importer, root))
+                elif importer not in self.affected and importer not in self.changed:
+                    # (a changed module is walked from on its own; it is not "affected" by another change)
+                    self.affected[importer] = _Step(m, sites)
 
-    def witness(start: str) -> Witness:
+    def witness(self, start: str) -> Witness:
         chain = [start]
         lines: list[int | None] = []
         lazy: list[bool] = []
-        cur, link = start, affected[start]
+        cur, link = start, self.affected[start]
         while True:
             chain.append(link.target)
-            first = link.sites[0] if link.sites else None
-            lines.append(first.line if first else None)
-            lazy.append(edge_is_lazy(cur, link.sites))
+            lines.append(link.sites[0].line if link.sites else None)
+            lazy.append(self.edge_is_lazy(cur, link.sites))
             cur = link.target
-            if cur not in step:  # a changed module (the walk's sources have no step)
+            if cur not in self.step:  # a changed module (the walk's sources have no step)
                 break
-            link = step[cur]
-        return Witness(chain=chain, lines=lines, function_level=lazy, changed_path=path_of(chain[-1]))
+            link = self.step[cur]
+        return Witness(chain=chain, lines=lines, function_level=lazy, changed_path=self.path_of(chain[-1]))
 
-    model_code = model_code_modules(graph, units)
-    root_modules = frozenset(m for m in graph.modules if in_root(m, model))
+    # --------------------------------------------------------------------------------------- results
 
-    models: dict[str, AffectedModel] = {}
-    shared: list[AffectedShared] = []
-    for mod in affected:
-        w = witness(mod)
-        unit = units.unit_of_module(mod, graph.path_of(mod))
-        if unit is not None:
-            prev = models.get(unit.name)
-            if prev is None or (prev.witness is not None and len(w.chain) < len(prev.witness.chain)):
-                archs = architectures_through(graph, [mod], model_code, by_module)
-                models[unit.name] = AffectedModel(name=unit.name, kind=unit.kind, module=mod, witness=w,
-                                                  architectures=archs, path=path_of(mod))
-        else:
-            zone, zone_kind = zone_of(policy, path_of(mod), model)
-            shared.append(AffectedShared(module=mod, zone=zone, zone_kind=zone_kind, witness=w,
-                                         path=path_of(mod), hub=is_hub(mod)))
+    def classify(self, model_code: frozenset[str]) -> tuple[list[AffectedModel], list[AffectedShared]]:
+        """Affected modules as model units (one per unit, with its architectures) or shared modules, leaks
+        from changed model code first, then by chain length and name."""
+        models: dict[str, AffectedModel] = {}
+        shared: list[AffectedShared] = []
+        for mod in self.affected:  # BFS order: the first module of a unit has its shortest chain
+            w = self.witness(mod)
+            path = self.path_of(mod)
+            unit = self.units.unit_of_module(mod, path)
+            if unit is not None:
+                if unit.name not in models:
+                    archs = architectures_through(self.graph, [mod], model_code, self.by_module)
+                    models[unit.name] = AffectedModel(name=unit.name, kind=unit.kind, module=mod, witness=w,
+                                                      architectures=archs, path=path)
+            else:
+                zone, zone_kind = zone_of(self.policy, path, self.model)
+                shared.append(AffectedShared(module=mod, zone=zone, zone_kind=zone_kind, witness=w, path=path,
+                                             hub=self.is_hub(mod)))
 
-    def leak_first(chain: list[str]) -> tuple[int, int]:
-        return (0 if in_root(chain[-1], own_root(chain[-1])) else 1, len(chain))
+        def order(chain: list[str], name: str) -> tuple[int, int, str]:
+            leak = self.in_root(chain[-1], self.own_root(chain[-1]))
+            return (0 if leak else 1, len(chain), name)
 
-    model_list = sorted(models.values(), key=lambda a: (*leak_first(a.witness.chain if a.witness else []),
-                                                       a.name))
-    shared_list = sorted(shared, key=lambda s: (*leak_first(s.witness.chain), s.module))
-    cap = spec.max_witnesses
+        return (sorted(models.values(), key=lambda a: order(a.witness.chain if a.witness else [], a.name)),
+                sorted(shared, key=lambda s: order(s.witness.chain, s.module)))
 
-    # Architectures run through the changed modules; for modules the head no longer has (deleted, renamed
-    # away), through the head modules that still import them.
-    in_graph = {m for m in starts if m in graph.modules}
-    in_graph.update(i for found in scanned.values() for i in found if i in graph.modules)
-    served = set(architectures_through(graph, sorted(in_graph), model_code, by_module, extra=root_modules))
-    for gone in removed:
-        served.update(by_module.get(gone, []))
-    # A registry edit serves the architectures whose entries it adds or changes.
-    for c in changes:
-        if registry.path is not None and c.path == registry.path and c.status is not ChangeStatus.DELETED:
-            served.update(registry.touched_by({n for h in c.hunks for n, _ in h.added}))
+    def served(self, changes: tuple[Change, ...], model_code: frozenset[str]) -> tuple[list[str], set[str]]:
+        """Architectures running through the changed code, and the graph modules the changes start from
+        (for modules the head no longer has: the head modules that still import them)."""
+        in_graph = {m for m in self.starts if m in self.graph.modules}
+        in_graph.update(i for found in self.scanned.values() for i in found if i in self.graph.modules)
+        root_modules = frozenset(m for m in self.graph.modules if self.in_root(m, self.model))
+        archs = set(architectures_through(self.graph, sorted(in_graph), model_code, self.by_module,
+                                          extra=root_modules))
+        for gone in self.removed:
+            archs.update(self.by_module.get(gone, []))
+        reg = self.registry.path
+        for c in changes:  # a registry edit serves the architectures whose entries it adds or changes
+            if reg is not None and c.path == reg and c.status is not ChangeStatus.DELETED:
+                archs.update(self.registry.touched_by({n for h in c.hunks for n, _ in h.added}))
+        return sorted(archs), in_graph
 
-    naive = graph.upstream(in_graph) | (in_graph - set(starts))
-    notes = [
-        f"{len(changed)} changed module(s); walked to the first importer outside "
-        + (f"{model}'s root" if model else "the changed modules (no target model)"),
-        "lazy (function-level) imports " + ("followed" if spec.include_lazy_imports else "ignored"),
-        "TYPE_CHECKING imports " + ("ignored" if spec.exclude_type_checking_imports else "followed"),
-        f"graph {'from the content cache' if load.from_cache else 'built with grimp'} "
-        f"({len(graph.modules)} modules, {graph.import_count} imports, {load.seconds:.2f}s)",
-    ]
-    if hubs_changed:
-        notes.append("hub modules changed, importers counted not listed: "
-                     + ", ".join(f"{h} ({n})" for h, n in sorted(hubs_changed.items())))
-    if unseen:
-        notes.append("changed files grimp does not see (no __init__.py on their path), importers read from "
-                     "the sources: " + ", ".join(path_of(m) for m in unseen))
-    if scanned:
-        notes.append(f"importers of {len(scanned)} module(s) outside grimp's graph read from the sources")
-    if registry.note:
-        notes.append(f"registry: {registry.note}")
-    return BlastRadius(
-        changed_modules=sorted(changed),
-        models=model_list[:cap],
-        shared=shared_list[:cap],
-        architectures=sorted(served),
-        computed=True,
-        note="; ".join(notes),
-        graph_modules=len(graph.modules),
-        models_total=len(model_list),
-        shared_total=len(shared_list),
-        changed_paths={m: path_of(m) for m in sorted(changed)},
-        removed_modules=sorted(m for m in removed if m not in graph.modules),
-        hubs_changed=hubs_changed,
-        naive_closure=len(naive),
-        graph_cached=load.from_cache,
-    )
+    def notes(self, load: GraphLoad) -> str:
+        spec, graph = self.spec, self.graph
+        notes = [
+            f"{len(self.changed)} changed module(s); walked to the first importer outside "
+            + (f"{self.model}'s root" if self.model else "the changed modules (no target model)"),
+            "lazy (function-level) imports " + ("followed" if spec.include_lazy_imports else "ignored"),
+            "TYPE_CHECKING imports " + ("ignored" if spec.exclude_type_checking_imports else "followed"),
+            f"graph {'from the content cache' if load.from_cache else 'built with grimp'} "
+            f"({len(graph.modules)} modules, {graph.import_count} imports, {load.seconds:.2f}s)",
+        ]
+        if self.hubs_changed:
+            notes.append("hub modules changed, importers counted not listed: "
+                         + ", ".join(f"{h} ({n})" for h, n in sorted(self.hubs_changed.items())))
+        unseen = sorted(m for m in self.present if m not in graph.modules)
+        if unseen:
+            notes.append("changed files grimp does not see (no __init__.py on their path), importers read "
+                         "from the sources: " + ", ".join(self.path_of(m) for m in unseen))
+        if self.scanned:
+            notes.append(f"importers of {len(self.scanned)} module(s) outside grimp's graph read from the "
+                         "sources")
+        if self.registry.note:
+            notes.append(f"registry: {self.registry.note}")
+        return "; ".join(notes)
+
+    def radius(self, changes: tuple[Change, ...], load: GraphLoad) -> BlastRadius:
+        model_code = model_code_modules(self.graph, self.units)
+        models, shared = self.classify(model_code)
+        archs, in_graph = self.served(changes, model_code)
+        naive = self.graph.upstream(in_graph) | (in_graph - set(self.starts))
+        cap = self.spec.max_witnesses
+        return BlastRadius(
+            changed_modules=self.starts,
+            models=models[:cap],
+            shared=shared[:cap],
+            architectures=archs,
+            computed=True,
+            note=self.notes(load),
+            graph_modules=len(self.graph.modules),
+            models_total=len(models),
+            shared_total=len(shared),
+            changed_paths={m: self.path_of(m) for m in self.starts},
+            removed_modules=sorted(m for m in self.removed if m not in self.graph.modules),
+            hubs_changed=self.hubs_changed,
+            naive_closure=len(naive),
+            graph_cached=load.from_cache,
+        )
 
 
 def zone_of(policy: Policy, path: str, model: str | None) -> tuple[str, str]:

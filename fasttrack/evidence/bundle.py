@@ -32,6 +32,7 @@ STATEMENT_FILE = "statement.json"
 SIGNATURE_FILE = "statement.json.sig"
 # The variant every candidate is compared against, and reference variants that are not candidates.
 STOCK_VARIANT = "stock"
+COMPILE_VARIANT = "compile"  # torch.compile(mode="max-autotune") of stock: what a user would pick instead
 REFERENCE_VARIANTS = frozenset({"stock", "compile"})
 SANITIZER_TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 

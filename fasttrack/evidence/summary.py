@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from fasttrack.evidence import analysis as an
-from fasttrack.evidence.bundle import STOCK_VARIANT
+from fasttrack.evidence.bundle import COMPILE_VARIANT, STOCK_VARIANT
 from fasttrack.evidence.stats import median
 from fasttrack.verdict import (
     BenchmarkRow,
@@ -76,6 +76,12 @@ def summarize(ctx: Context) -> EvidenceSummary | None:
                 if est is not None:
                     row.speedup[name] = est.ratio
                     row.speedup_ci[name] = (est.low, est.high)
+            compiled = bench.variants.get(COMPILE_VARIANT)
+            if compiled is not None and name not in (STOCK_VARIANT, COMPILE_VARIANT):
+                est = an.ratio(ctx, compiled, v)
+                if est is not None:
+                    row.speedup_over.setdefault(COMPILE_VARIANT, {})[name] = est.ratio
+                    row.speedup_over_ci.setdefault(COMPILE_VARIANT, {})[name] = (est.low, est.high)
         rows.append(row)
 
     environment: dict[str, str | int | float | None] = {}

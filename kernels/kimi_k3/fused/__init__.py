@@ -2,6 +2,14 @@
 `kimi_k3.stock.forward`. Seven launches per layer, CUDA-graph capturable, no host sync, bit-reproducible.
 Design and measurements: fused/NOTES.md."""
 
-from kimi_k3.fused.launch import KERNELS_PER_LAYER, Plan, forward, forward_planned, make_plan
+from kimi_k3.fused.launch import (
+    KERNELS_PER_LAYER,
+    Plan,
+    forward,
+    forward_planned,
+    forward_with_aux,
+    make_plan,
+    run_planned,
+)
 
-__all__ = ["KERNELS_PER_LAYER", "Plan", "forward", "forward_planned", "make_plan"]
+__all__ = ["KERNELS_PER_LAYER", "Plan", "forward", "forward_planned", "forward_with_aux", "make_plan", "run_planned"]

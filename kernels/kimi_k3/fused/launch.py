@@ -99,7 +99,7 @@ def make_plan(cfg: K3LayerConfig, B: int, max_context: int, *, gpu: bool = True,
     cn = min(cn, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim) if big else 8
     while cfg.qk_nope_head_dim % cn or cfg.qk_rope_head_dim % cn:
         cn //= 2
-    qb_bk = bk(cfg.q_lora_rank, 128) if big else 32
+    qb_bk = bk(cfg.q_lora_rank, 128 if bb <= 16 else 64) if big else 32
     # 3 attention: head block (all local heads when they fit), splits so B x splits x head blocks fills the GPU
     bh = 32 if nh > 16 else max(16, _p2(nh))
     block_n = 32 if big else 16
@@ -178,6 +178,14 @@ def _check_plan(cfg: K3LayerConfig, p: Plan) -> None:
 def forward_planned(
     cfg: K3LayerConfig, w: K3LayerWeights, batch: DecodeBatch, plan: Plan
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    out, resid, _ = run_planned(cfg, w, batch, plan)
+    return out, resid
+
+
+def run_planned(
+    cfg: K3LayerConfig, w: K3LayerWeights, batch: DecodeBatch, plan: Plan
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    """Launch the seven kernels; returns (hidden_out, residual_out, intermediates by name)."""
     import torch
 
     from kimi_k3.fused import kernels as K
@@ -308,7 +316,23 @@ def forward_planned(
         BB=p.BB, BNT=p.T_BN, BKT=p.T_BK, MODE_T=p.MODE, RB=p.RB,
         num_warps=nw, num_stages=st,
     )
-    return hidden_out, resid_out
+    bufs = {
+        "ctr": ctr, "qkv_part": qkv_part, "ss_a": ss_a, "resid1": resid1, "ql_part": ql_part, "qpe": qpe,
+        "opart": opart, "lse": lse, "attn_out": attn_out, "logits": logits, "lat": lat, "sh": sh,
+        "topk_ids": topk_id, "topk_weights": topk_w, "slot_exp": slot_exp, "slot_off": slot_off,
+        "slot_cnt": slot_cnt, "sorted_tok": sorted_tok, "sorted_pair": sorted_pair, "act": act,
+        "ypair": ypair, "latent": latent,
+    }
+    return hidden_out, resid_out, bufs
+
+
+def forward_with_aux(
+    cfg: K3LayerConfig, weights: K3LayerWeights, batch: DecodeBatch, plan: Plan | None = None
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    """`forward` plus the intermediates tests look at (routing, touched-expert list, per-kernel outputs)."""
+    plan = plan or make_plan(cfg, int(batch.hidden.shape[0]), int(batch.meta.max_context),
+                             gpu=batch.hidden.is_cuda)
+    return run_planned(cfg, weights, batch, plan)
 
 
 def forward(cfg: K3LayerConfig, weights: K3LayerWeights, batch: DecodeBatch) -> tuple[torch.Tensor, torch.Tensor]:

@@ -63,7 +63,7 @@ def test_benchmark_case_is_none_without_cuda() -> None:
 
 @pytest.mark.slow
 def test_equivalence_eval_machinery() -> None:
-    spec = StackSpec(tiny=True, experts=16, layers=2, batch=2, prompt=20, steps=3, vocab=256)
+    spec = StackSpec(tiny=True, experts=16, layers=2, batch=2, prompt=20, steps=2, vocab=256)
     stack = build_stack(spec, "cpu")
     results = evaluate(stack, stock.forward, stock.forward, label="stock_again")
     by = {r["name"]: r for r in results}

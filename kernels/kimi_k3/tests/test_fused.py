@@ -1,0 +1,225 @@
+"""The fused Triton path at tiny shapes (Triton interpreter on CPU; natively on a GPU box).
+
+- the whole layer against `reference.forward` at every batch the issue names, rows from 1 token to several
+  cache blocks, NaN-poisoned cache padding, each row's new slot checked and the rest of the cache untouched;
+- the same through plans that force every multi-block code path (split-K partials with the last-arriver
+  sum, several KV splits including empty ones, many column blocks, token chunks, several CTAs per expert);
+- each of the seven kernels against a plain fp32 torch computation fed with the fused path's own inputs to
+  that kernel (so a kernel's error is not hidden by, or blamed on, the kernels before it).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+import torch
+
+from kimi_k3 import fused, reference
+from kimi_k3.config import K3LayerConfig
+from kimi_k3.layer import DecodeBatch, Workspace, random_batch
+from kimi_k3.weights import K3LayerWeights
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # NaN poison inside masked interpreter loads
+
+BATCHES = [1, 2, 3, 4, 8, 16, 31, 32, 63, 64]
+
+# Plan overrides that put every multi-block path to work at tiny shapes.
+SMALL_TILES: dict[str, Any] = dict(
+    A_BN=16, A_BK=32, A_KS=2, QB_BK=16, BLOCK_N=16, S=3, O_BN=16, O_BK=32, O_KS=2, F_BN=16, F_BK=32,
+    U_BN=16, U_BK=16, U_P=3, D_BN=16, D_BK=16, D_P=2, T_BN=16, T_BK=16, RB=4, KVR=2, TB=2, BT=2,
+)
+
+
+def _lens(bsz: int, cfg: K3LayerConfig, seed: int) -> list[int]:
+    rng = random.Random(seed)
+    most = 5 * cfg.block_size  # several blocks
+    lens = [rng.randint(1, most) for _ in range(bsz)]
+    lens[0] = 1
+    if bsz > 1:
+        lens[1] = most
+    return lens
+
+
+def _batch(cfg: K3LayerConfig, lens: list[int], seed: int) -> DecodeBatch:
+    b = random_batch(cfg, lens, seed=seed, poison=True)
+    b.workspace = Workspace()
+    return b
+
+
+def _run(
+    cfg: K3LayerConfig, w: K3LayerWeights, batch: DecodeBatch, **override: Any
+) -> tuple[reference.Comparison, dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
+    before = batch.kv_cache.clone()
+    plan = fused.make_plan(cfg, batch.batch, batch.meta.max_context, gpu=False, **override)
+    out, resid, aux = fused.run_planned(cfg, w, batch, plan)
+    c = reference.compare(cfg, w, batch, before, out, resid, topk_ids=aux["topk_ids"])
+    return c, aux, out, resid
+
+
+def _assert_ok(c: reference.Comparison) -> None:
+    assert c.finite, "non-finite output: a poisoned cache entry was read"
+    assert c.cache_untouched, "the step wrote cache entries other than each row's new slot"
+    assert c.route_mismatch_rows == 0, c.summary()
+    assert c.max_ratio() <= 1.0, c.summary()
+
+
+@pytest.mark.parametrize("bsz", BATCHES)
+def test_fused_matches_reference_at_every_batch(
+    bsz: int, tiny_cfg: K3LayerConfig, tiny_weights: K3LayerWeights
+) -> None:
+    batch = _batch(tiny_cfg, _lens(bsz, tiny_cfg, seed=bsz), seed=bsz)
+    c, aux, _, _ = _run(tiny_cfg, tiny_weights, batch)
+    _assert_ok(c)
+    # the touched-expert list covers exactly the experts the rows chose
+    n = int(aux["ctr"][17])
+    assert sorted(aux["slot_exp"][:n].tolist()) == sorted(set(aux["topk_ids"].flatten().tolist()))
+
+
+@pytest.mark.parametrize("bsz", [2, 5, 17])
+def test_fused_multiblock_paths(bsz: int, tiny_cfg: K3LayerConfig, tiny_weights: K3LayerWeights) -> None:
+    lens = _lens(bsz, tiny_cfg, seed=100 + bsz)
+    batch = _batch(tiny_cfg, lens, seed=100 + bsz)
+    c, _, out, resid = _run(tiny_cfg, tiny_weights, batch, **SMALL_TILES)
+    _assert_ok(c)
+    # the default (whole-matrix) plan computes the same function
+    again = _batch(tiny_cfg, lens, seed=100 + bsz)
+    _, _, out2, resid2 = _run(tiny_cfg, tiny_weights, again)
+    assert torch.allclose(out.float(), out2.float(), rtol=2e-2, atol=2e-2)
+    assert torch.allclose(resid.float(), resid2.float(), rtol=2e-2, atol=2e-2)
+
+
+def test_fused_tp_shard_shapes(tiny_weights: K3LayerWeights) -> None:
+    """Per-rank shard shapes (fewer local heads, a split intermediate) at tiny size."""
+    cfg = K3LayerConfig.tiny(tp=4)
+    w = K3LayerWeights.random(cfg, seed=7)
+    batch = _batch(cfg, [7, 30, 1], seed=5)
+    c, _, _, _ = _run(cfg, w, batch)
+    _assert_ok(c)
+
+
+def test_fused_empty_batch(tiny_cfg: K3LayerConfig, tiny_weights: K3LayerWeights) -> None:
+    batch = _batch(tiny_cfg, [3], seed=1)
+    empty = DecodeBatch(batch.hidden[:0], batch.residual[:0], batch.kv_cache, batch.block_table[:0],
+                        batch.seq_lens[:0], batch.meta)
+    out, resid = fused.forward(tiny_cfg, tiny_weights, empty)
+    assert out.shape == (0, tiny_cfg.hidden) and resid.shape == (0, tiny_cfg.hidden)
+
+
+def _rms(x: torch.Tensor, g: torch.Tensor, eps: float) -> torch.Tensor:
+    return reference.rms_norm(x, g, eps)
+
+
+def test_each_kernel_against_torch(tiny_cfg: K3LayerConfig, tiny_weights: K3LayerWeights) -> None:
+    """Every kernel's output against fp32 torch on that kernel's own (fused) inputs. SMALL_TILES so the
+    split-K and multi-split paths are the ones checked."""
+    cfg, w = tiny_cfg, tiny_weights
+    eps = cfg.rms_norm_eps
+    lens = [1, 40, 17, 80, 3]
+    batch = _batch(cfg, lens, seed=21)
+    cache0 = batch.kv_cache.clone()
+    plan = fused.make_plan(cfg, len(lens), max(lens), gpu=False, **SMALL_TILES)
+    out, resid_out, a = fused.run_planned(cfg, w, batch, plan)
+    f = torch.float32
+    B, H, NH = len(lens), cfg.hidden, cfg.local_heads
+    QL, KL, DN, DR, DV = (cfg.q_lora_rank, cfg.kv_lora_rank, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim,
+                          cfg.v_head_dim)
+
+    def rel(x: torch.Tensor, y: torch.Tensor) -> float:
+        return float((x.float() - y.float()).norm() / y.float().norm().clamp_min(1e-30))
+
+    # 1 qkv_a: add + RMSNorm + GEMV (partials over split-K, sums of squares per split)
+    res1 = batch.hidden.float() + batch.residual.float()
+    assert torch.equal(a["resid1"], res1)
+    rstd = torch.rsqrt(a["ss_a"].sum(0) / H + eps)
+    qkvg = a["qkv_part"].sum(0) * rstd[:, None]
+    ref_qkvg = _rms(res1, w.input_norm, eps) @ w.w_qkv_a_g.to(f).T
+    assert rel(qkvg, ref_qkvg) < 1e-2
+
+    # 2 q_b: q_a norm + q_b + absorbed W_UK; kv_a norm + cache write
+    scale = cfg.softmax_scale * 1.4426950408889634
+    q_c = _rms(qkvg[:, :QL], w.q_a_norm, eps)
+    q = (q_c @ w.w_q_b.to(f).T).view(B, NH, DN + DR)
+    ql = torch.einsum("bhn,hnl->bhl", q[..., :DN], w.w_uk_t.to(f)) * scale
+    assert rel(a["ql_part"].sum(0), ql) < 1e-2
+    assert rel(a["qpe"], q[..., DN:] * scale) < 1e-2
+    kv_new = torch.cat([_rms(qkvg[:, QL:QL + KL], w.kv_a_norm, eps), qkvg[:, QL + KL:QL + KL + DR]], -1)
+    for b, L in enumerate(lens):
+        blk = int(batch.block_table[b, (L - 1) // cfg.block_size])
+        assert rel(batch.kv_cache[blk, (L - 1) % cfg.block_size], kv_new[b]) < 1e-2
+
+    # 3 attention (split-KV, log2 domain) + merge + W_UV + output gate, from the fused q and the cache
+    qlf, qpef = a["ql_part"].sum(0), a["qpe"]
+    att = torch.empty(B, NH * DV)
+    for b, L in enumerate(lens):
+        nb = (L + cfg.block_size - 1) // cfg.block_size
+        ctx = batch.kv_cache[batch.block_table[b, :nb].long()].reshape(-1, KL + DR)[:L].float()
+        s = qlf[b].bfloat16().float() @ ctx[:, :KL].T + qpef[b].bfloat16().float() @ ctx[:, KL:].T
+        o = torch.softmax(s * 0.6931471805599453, -1) @ ctx[:, :KL]
+        v = torch.einsum("hl,hlv->hv", o, w.w_uv.to(f))
+        gate = qkvg[b, cfg.qkv_a_rows:].view(NH, DV)
+        att[b] = (v * torch.sigmoid(gate)).reshape(-1)
+    assert rel(a["attn_out"], att) < 1e-2
+
+    # 4 o_proj + residual (split-K partials summed by the last arriver)
+    ref_resid = a["attn_out"].float() @ w.w_o.to(f).T + a["resid1"]
+    assert rel(resid_out, ref_resid) < 1e-2
+
+    # 5 front: post norm folded into router / latent down / shared w13 + SiTU; top-k; expert list
+    x2 = _rms(resid_out.float(), w.post_norm, eps)
+    assert rel(a["logits"], x2 @ w.router.to(f).T) < 1e-2
+    assert rel(a["lat"], x2 @ w.latent_down.to(f).T) < 1e-2
+    sh_ref = reference.situ_and_mul(x2 @ w.shared_w13.to(f).T, cfg.situ_beta, cfg.situ_linear_beta)
+    assert rel(a["sh"], sh_ref) < 1e-2
+    ids, wts, _ = reference.route(cfg, a["logits"], w.e_score_correction_bias)
+    assert torch.equal(a["topk_ids"].long(), ids)
+    assert rel(a["topk_weights"], wts) < 1e-5
+    n = int(a["ctr"][17])
+    slots = a["slot_exp"][:n].tolist()
+    assert slots == sorted(set(ids.flatten().tolist()))
+    pairs = a["sorted_pair"][: B * cfg.top_k]
+    assert sorted(pairs.tolist()) == list(range(B * cfg.top_k))  # every (token, k) pair exactly once
+    for s_i, e in enumerate(slots):
+        off, cnt = int(a["slot_off"][s_i]), int(a["slot_cnt"][s_i])
+        for p in pairs[off:off + cnt].tolist():
+            assert int(ids.flatten()[p]) == e
+            assert int(a["sorted_tok"][off + pairs[off:off + cnt].tolist().index(p)]) == p // cfg.top_k
+
+    # 6 expert w13 + SiTU per pair (rows in sorted-pair order)
+    latf = a["lat"].float()
+    for s_i, e in enumerate(slots):
+        off, cnt = int(a["slot_off"][s_i]), int(a["slot_cnt"][s_i])
+        toks = a["sorted_tok"][off:off + cnt].long()
+        h = reference.situ_and_mul(latf[toks] @ w.w13[e].to(f).T, cfg.situ_beta, cfg.situ_linear_beta)
+        assert rel(a["act"][off:off + cnt], h) < 1e-2
+
+    # 7 expert w2 x weight, per-token k-ordered sum; tail: routed norm + latent_up + shared w2
+    lat_ref = torch.zeros(B, cfg.latent)
+    for s_i, e in enumerate(slots):
+        off, cnt = int(a["slot_off"][s_i]), int(a["slot_cnt"][s_i])
+        prs = a["sorted_pair"][off:off + cnt].long()
+        y = a["act"][off:off + cnt].float() @ w.w2[e].to(f).T
+        lat_ref.index_add_(0, prs // cfg.top_k, y * a["topk_weights"].flatten()[prs][:, None])
+    assert rel(a["latent"], lat_ref) < 1e-4
+    hid = (_rms(a["latent"], w.routed_norm, eps) @ w.latent_up.to(f).T
+           + a["sh"].float() @ w.shared_w2.to(f).T)
+    assert rel(out, hid) < 1e-2
+    assert torch.isfinite(out).all()
+    del cache0
+
+
+def test_plans_for_the_envelope_are_valid() -> None:
+    """Host-only: every envelope batch at real TP1/TP8 shapes gets a plan the kernels accept."""
+    from kimi_k3.fused.launch import _check_plan
+
+    for tp in (1, 8):
+        cfg = K3LayerConfig.real(tp=tp)
+        for bsz in BATCHES:
+            for ctx in (1, 4096, 32768):
+                p = fused.make_plan(cfg, bsz, ctx)
+                _check_plan(cfg, p)
+                assert p.S >= 1 and p.BB >= bsz
+                assert (p.MODE == 0) == (bsz <= 2)
+                if tp == 8:
+                    assert p.BH >= cfg.local_heads  # all local heads in one attention CTA

@@ -202,10 +202,11 @@ class EscapesSpec(Strict):
         "torch.set_num_threads", "torch.manual_seed", "torch.cuda.manual_seed_all",
         "random.seed", "numpy.random.seed",
     ])
-    # gitwildmatch patterns of test files: their escapes are warnings (they do not ship), unless a
-    # non-test changed file imports them.
+    # gitwildmatch patterns of code that does not run when the engine serves (tests, benchmarks): their
+    # escapes are warnings, unless a non-test changed file imports them.
     test_paths: list[str] = Field(default_factory=lambda: [
         "tests/**", "**/tests/**", "**/test_*.py", "**/*_test.py", "**/conftest.py",
+        "benchmarks/**", "**/benchmarks/**",
     ])
 
 

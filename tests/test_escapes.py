@@ -1017,3 +1017,22 @@ def test_a_pr_touching_a_real_file_with_an_old_patch(vllm_models: Path, tmp_path
     new_line = len(after.splitlines())
     assert found == [("FT120", 167, Severity.WARNING), ("FT120", 171, Severity.WARNING),
                      ("FT120", new_line, Severity.ERROR)]
+
+
+def test_contribution_test_and_benchmark_files(tmp_path: Path, policy: Policy) -> None:
+    """In contribution mode shipping code imports its own files by the contribution's package name
+    (`kimi_k3.benchmarks.x`), not by the engine path: a benchmark imported that way ships (an error);
+    one only the benchmarks use is a warning."""
+    patch = "from triton.runtime.jit import JITFunction\nJITFunction.run = None\n"
+    target = reference_manifest().contribution.target_path
+    files: dict[str, str | bytes] = {
+        "kernels/kimi_k3/benchmarks/shim.py": patch,
+        "kernels/kimi_k3/benchmarks/aot.py": patch,
+        "kernels/kimi_k3/layer.py": "import kimi_k3.benchmarks.shim\n",
+    }
+    ctx = make_ctx(tmp_path, policy, files, mode="contribution", manifest=reference_manifest(),
+                   contribution_dir="kernels/kimi_k3",
+                   engine_paths={p: p.replace("kernels/kimi_k3", target) for p in files})
+    found = {f.path: f.severity for f in RULES["FT120"].run(ctx)}
+    assert found == {"kernels/kimi_k3/benchmarks/shim.py": Severity.ERROR,
+                     "kernels/kimi_k3/benchmarks/aot.py": Severity.WARNING}

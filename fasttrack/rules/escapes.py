@@ -105,6 +105,18 @@ def module_of(ctx: Context, path: str) -> str | None:
     return module_name_for(path)
 
 
+def import_names(ctx: Context, path: str) -> frozenset[str]:
+    """Every dotted name a changed file can be imported by: its engine module and, in contribution mode,
+    its name under the contribution's own package (`kimi_k3.guard`), which the contribution's code uses."""
+    names = {module_of(ctx, path)}
+    if ctx.contribution_dir:
+        parent = posixpath.dirname(ctx.contribution_dir.rstrip("/"))
+        contrib = ctx.contribution_dir.rstrip("/")
+        if path.startswith(contrib + "/"):
+            names.add(module_name_for(posixpath.relpath(path, parent) if parent else path))
+    return frozenset(n for n in names if n)
+
+
 @dataclass(frozen=True)
 class FileEscapes:
     path: str
@@ -112,6 +124,7 @@ class FileEscapes:
     is_test: bool
     escapes: tuple[Escape, ...]
     imports: frozenset[str]
+    names: frozenset[str] = frozenset()  # the dotted names other files import it by
     # Escapes the base revision of this (modified or renamed) file already had: the PR did not add them.
     preexisting: frozenset[int] = frozenset()  # indices into `escapes`
 
@@ -167,7 +180,8 @@ def _analyse_file(ctx: Context, change: Change, own: _Ownership, is_test: bool) 
     if text is None:
         why = "binary" if change.binary else "unreadable (not UTF-8, missing or over 4 MiB)"
         cannot = Escape(UNPARSEABLE, 1, f"is {why}, so it cannot be checked for escapes", path=change.path)
-        return FileEscapes(change.path, module, is_test, (cannot,), frozenset())
+        return FileEscapes(change.path, module, is_test, (cannot,), frozenset(),
+                           import_names(ctx, change.path))
     foreign_ops = set(ctx.known_models) - own.op_namespaces - {ctx.model or ""}
 
     def analyse(source: str) -> FileFacts:
@@ -181,7 +195,8 @@ def _analyse_file(ctx: Context, change: Change, own: _Ownership, is_test: bool) 
         before = base_text(ctx, change)
         if before is not None:  # judged with the head's module name and ownership: what the text meant
             old = _preexisting(facts.escapes, analyse(before).escapes)
-    return FileEscapes(change.path, module, is_test, tuple(facts.escapes), frozenset(facts.imports), old)
+    return FileEscapes(change.path, module, is_test, tuple(facts.escapes), frozenset(facts.imports),
+                       import_names(ctx, change.path), old)
 
 
 class _Analysis:
@@ -216,7 +231,7 @@ class _Analysis:
         the file already had. FT128 (cannot be checked) never is."""
         shipped = self.imported_by_shipping_code
         for f in self.files:
-            test = f.is_test and (f.module is None or f.module not in shipped)
+            test = f.is_test and not (f.names & shipped)
             for i, esc in enumerate(f.escapes):
                 if esc.code != code:
                     continue

@@ -1,0 +1,374 @@
+"""One whole GPU measurement batch for the fused path (run on the H200 through the device tool):
+
+    python -m kimi_k3.fused.measure --out $OUT [--budget 300] [--no-stock]
+
+1. compiles every kernel variant it will time in parallel worker processes first (Triton's `warmup` path on
+   meta tensors: no memory, the on-disk cache is then hit by the real launches);
+2. correctness at real shapes: fused vs the fp32 reference (`reference.compare`, bf16 tolerances of
+   `reference.TOLERANCES`) at TP8 and TP1 points, NaN-poisoned cache padding;
+3. latency under CUDA graphs, L2 flushed (512 MB write) before every timed replay, median/p10/p90 of N
+   replays, fused vs stock at the same weights and inputs, plus fused plan variants at TP1 B1;
+   achieved bytes/s counting the experts actually touched (the fused path's device-side slot count);
+4. kernels per layer from the captured graph (profiler kernel events of one replay);
+5. bit-repeatability over many eager runs and graph replays at batch 1, 2, 64.
+Writes `results.json` after every step (partial results survive a timeout) and prints a table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import statistics
+import sys
+import threading
+import time
+import traceback
+from typing import Any
+
+COPY_BW = 4.3e12  # bytes/s, measured D2D copy bandwidth on this H200 (research/h200-anchors.md: 4.21-4.3)
+
+# (tp, batch, context) timing points; stock is timed where `stock` is True
+POINTS: list[tuple[int, int, int, bool]] = [
+    (1, 1, 4096, True), (1, 64, 4096, True), (1, 8, 4096, True), (1, 2, 4096, False), (1, 32, 4096, False),
+    (1, 1, 32768, False), (1, 64, 32768, False),
+    (8, 1, 4096, True), (8, 64, 4096, True), (8, 8, 4096, False), (8, 1, 32768, False), (8, 64, 32768, False),
+]
+COUNT_AT = {(1, 1, 4096), (1, 64, 4096)}  # kernels per layer counted from the graph here (profiler is slow)
+# plan variants timed at TP1 B1 4k (name -> overrides)
+VARIANTS: dict[str, dict[str, Any]] = {
+    "dot16": {"MODE": 1, "BB": 16, "A_BN": 32, "A_BK": 128, "O_BN": 32, "O_BK": 128, "F_BN": 32, "F_BK": 128,
+              "T_BN": 32, "T_BK": 128, "X_MODE": 1, "BT": 16},
+    "bh64": {"BH": 64},
+}
+
+
+def _meta_setup(tp: int, batch: int, context: int) -> tuple[Any, Any, Any]:
+    import torch
+
+    from kimi_k3.config import K3LayerConfig
+    from kimi_k3.layer import DecodeBatch, DecodeMeta, Workspace
+    from kimi_k3.weights import K3LayerWeights, expected_shapes
+
+    cfg = K3LayerConfig.real(tp=tp)
+    meta = torch.device("meta")
+    ws = {n: torch.empty(s, dtype=torch.float32 if n == "e_score_correction_bias" else torch.bfloat16, device=meta)
+          for n, s in expected_shapes(cfg).items()}
+    w = K3LayerWeights(cfg=cfg, **ws)
+    nbl = -(-context // cfg.block_size)  # same block-table width as random_batch (same int specialisation)
+    b = DecodeBatch(
+        hidden=torch.empty(batch, cfg.hidden, dtype=torch.bfloat16, device=meta),
+        residual=torch.empty(batch, cfg.hidden, dtype=torch.bfloat16, device=meta),
+        kv_cache=torch.empty(batch * nbl, cfg.block_size, cfg.kv_cache_dim, dtype=torch.bfloat16, device=meta),
+        block_table=torch.empty(batch, nbl, dtype=torch.int32, device=meta),
+        seq_lens=torch.empty(batch, dtype=torch.int32, device=meta),
+        meta=DecodeMeta(batch=batch, max_context=context),
+        workspace=Workspace(),
+    )
+    return cfg, w, b
+
+
+def _warm_worker(jobs: list[tuple[int, int, int, dict[str, Any]]]) -> str:
+    """Compile (no launch) the kernels of each job's plan; fills Triton's on-disk cache."""
+    try:
+        import torch
+        from triton.runtime.jit import JITFunction
+
+        from kimi_k3.fused import launch
+
+        torch.cuda.init()
+        orig = JITFunction.run
+
+        def warm_run(self: Any, *args: Any, grid: Any, warmup: bool, **kw: Any) -> Any:
+            return orig(self, *args, grid=grid, warmup=True, **kw)
+
+        JITFunction.run = warm_run  # type: ignore[method-assign]
+        for tp, bsz, ctx, ov in jobs:
+            cfg, w, b = _meta_setup(tp, bsz, ctx)
+            plan = launch.make_plan(cfg, bsz, ctx, **ov)
+            launch.run_planned(cfg, w, b, plan)
+        return "ok"
+    except Exception:
+        return traceback.format_exc()
+
+
+def warm_all(procs: int) -> dict[str, Any]:
+    keys = [(tp, b, c, "{}") for tp, b, c, _ in POINTS]
+    keys += [(1, 1, 4096, json.dumps(ov, sort_keys=True)) for ov in VARIANTS.values()]
+    keys += [(1, 2, 4096, "{}"), (1, 64, 4096, "{}"), (8, 1, 32768, "{}")]
+    jobs2 = [(tp, b, c, json.loads(ov)) for tp, b, c, ov in dict.fromkeys(keys)]
+    chunks = [jobs2[i::procs] for i in range(procs)]
+    t = time.time()
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(procs) as pool:
+        res = pool.map(_warm_worker, [c for c in chunks if c])
+    errs = [r for r in res if r != "ok"]
+    return {"warm_s": time.time() - t, "jobs": len(jobs2), "errors": errs[:3]}
+
+
+class Results:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.data: dict[str, Any] = {"correctness": [], "timing": [], "variants": [], "repeat": [], "notes": []}
+
+    def add(self, key: str, item: Any) -> None:
+        if isinstance(self.data.get(key), list):
+            self.data[key].append(item)
+        else:
+            self.data[key] = item
+        self.flush()
+
+    def flush(self) -> None:
+        with open(self.path, "w") as f:
+            json.dump(self.data, f, indent=1, default=str)
+
+
+def _lens(bsz: int, context: int, seed: int) -> list[int]:
+    import random
+
+    rng = random.Random(seed)
+    lens = [rng.randint(1, context) for _ in range(bsz)]
+    lens[0] = context
+    if bsz > 1:
+        lens[-1] = 1
+    return lens
+
+
+def check_fused_point(
+    tp: int, bsz: int, context: int, weights: Any = None, cfg: Any = None, device: str = "cuda"
+) -> dict[str, Any]:
+    """Fused vs the fp32 reference at real shapes, mixed row lengths, poisoned cache (also used by tests)."""
+    from kimi_k3 import fused, reference
+    from kimi_k3.bench import cached_weights
+    from kimi_k3.config import K3LayerConfig
+    from kimi_k3.layer import Workspace, random_batch
+
+    cfg = cfg or K3LayerConfig.real(tp)
+    w = weights if weights is not None else cached_weights(cfg, device)
+    batch = random_batch(cfg, _lens(bsz, context, seed=bsz), device=device, seed=context, poison=True)
+    batch.workspace = Workspace()
+    before = batch.kv_cache.clone()
+    out, resid, aux = fused.forward_with_aux(cfg, w, batch)
+    c = reference.compare(cfg, w, batch, before, out, resid, topk_ids=aux["topk_ids"])
+    s = c.summary()
+    s.update(tp=tp, batch=bsz, context=context, ok=bool(c.ok()), max_ratio=c.max_ratio(),
+             experts_touched=int(aux["ctr"][17]))
+    return s
+
+
+def count_graph_kernels(replay: Any) -> int:
+    """CUDA kernel events in one replay of a captured graph (torch.profiler / CUPTI)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        replay()
+        torch.cuda.synchronize()
+    n = 0
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA and "memcpy" not in e.name.lower() \
+                and "memset" not in e.name.lower():
+            n += 1
+    return n
+
+
+def graphed(fn: Any) -> tuple[Any, Any]:
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        outs = fn()
+    return g, outs
+
+
+def time_graph(g: Any, flush: Any, n: int) -> dict[str, float]:
+    import torch
+
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    for _ in range(3):
+        flush.zero_()
+        g.replay()
+    for i in range(n):
+        flush.zero_()
+        starts[i].record()
+        g.replay()
+        ends[i].record()
+    torch.cuda.synchronize()
+    us = sorted(s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends, strict=True))
+    return {"median_us": statistics.median(us), "p10_us": us[int(0.1 * (n - 1))], "p90_us": us[int(0.9 * (n - 1))]}
+
+
+def layer_bytes(cfg: Any, w: Any, experts: int, seq_lens: list[int]) -> float:
+    per_expert = (w.w13[0].numel() + w.w2[0].numel()) * w.w13.element_size()
+    dense = sum(t.numel() * t.element_size() for n, t in w.tensors() if n not in ("w13", "w2"))
+    kv = sum(seq_lens) * cfg.kv_cache_dim * 2
+    act = 4 * len(seq_lens) * cfg.hidden * 2
+    return float(dense + experts * per_expert + kv + act)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--budget", type=float, default=300.0, help="seconds; later steps are skipped past it")
+    ap.add_argument("--procs", type=int, default=12)
+    ap.add_argument("--reps", type=int, default=25)
+    ap.add_argument("--no-stock", action="store_true")
+    a = ap.parse_args()
+    t0 = time.time()
+    os.makedirs(a.out, exist_ok=True)
+    R = Results(os.path.join(a.out, "results.json"))
+
+    def left() -> float:
+        return a.budget - (time.time() - t0)
+
+    # watchdog: a hung kernel (a broken spin-wait) must not eat the whole device call
+    def watchdog() -> None:
+        while True:
+            time.sleep(2)
+            if left() < -20:
+                R.data["notes"].append("watchdog: budget exceeded, exiting")
+                R.flush()
+                os._exit(3)
+
+    threading.Thread(target=watchdog, daemon=True).start()
+
+    import subprocess
+
+    try:
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm",
+                              "--format=csv,noheader"], capture_output=True, text=True, timeout=10).stdout.strip()
+    except Exception as e:  # pragma: no cover
+        smi = repr(e)
+    R.add("gpu", smi)
+    print("gpu:", smi, flush=True)
+    R.add("warm", warm_all(a.procs))
+    print("warm:", R.data["warm"], f"t={time.time() - t0:.0f}s", flush=True)
+
+    import torch
+
+    from kimi_k3 import fused, stock
+    from kimi_k3.bench import cached_weights
+    from kimi_k3.config import K3LayerConfig
+    from kimi_k3.layer import Workspace, random_batch
+
+    R.add("torch", torch.__version__)
+    flush = torch.empty(512 * 1024 * 1024 // 4, dtype=torch.float32, device="cuda")
+
+    for tp in (1, 8):
+        cfg = K3LayerConfig.real(tp)
+        tw = time.time()
+        w = cached_weights(cfg, "cuda")
+        torch.cuda.synchronize()
+        R.data["notes"].append(f"tp{tp} weights {w.nbytes() / 1e9:.1f} GB built in {time.time() - tw:.1f}s")
+        # correctness at real shapes
+        for bsz, ctx in ([(1, 32768), (64, 4096)] if tp == 8 else [(1, 4096), (64, 4096)]):
+            if left() < 60:
+                break
+            try:
+                s = check_fused_point(tp, bsz, ctx, w)
+            except Exception:
+                s = {"tp": tp, "batch": bsz, "context": ctx, "error": traceback.format_exc()[-2000:]}
+            R.add("correctness", s)
+            print("check", s, flush=True)
+        # timing
+        for ptp, bsz, ctx, with_stock in POINTS:
+            if ptp != tp or left() < 40:
+                continue
+            row: dict[str, Any] = {"tp": tp, "batch": bsz, "context": ctx}
+            try:
+                batch = random_batch(cfg, [ctx] * bsz, device="cuda", seed=1, poison=True)
+                batch.workspace = Workspace()
+                paths = {"fused": fused.forward}
+                if with_stock and not a.no_stock:
+                    paths["stock"] = stock.forward
+                for name, fn in paths.items():
+                    g, _ = graphed(lambda fn=fn: fn(cfg, w, batch))
+                    row[name] = time_graph(g, flush, a.reps)
+                    if (tp, bsz, ctx) in COUNT_AT:
+                        row[name + "_kernels"] = count_graph_kernels(g.replay)
+                    del g
+                _, _, aux = fused.forward_with_aux(cfg, w, batch)
+                d = int(aux["ctr"][17])
+                row["experts_touched"] = d
+                row["bytes"] = layer_bytes(cfg, w, d, [ctx] * bsz)
+                row["fused_TBps"] = row["bytes"] / (row["fused"]["median_us"] * 1e-6) / 1e12
+                row["fused_pct_roofline"] = 100 * row["bytes"] / COPY_BW / (row["fused"]["median_us"] * 1e-6)
+                if "stock" in row:
+                    row["speedup_vs_stock"] = row["stock"]["median_us"] / row["fused"]["median_us"]
+                del batch
+            except Exception:
+                row["error"] = traceback.format_exc()[-2000:]
+            R.add("timing", row)
+            print("time", json.dumps(row, default=str), flush=True)
+        # variants at TP1 B1 4k
+        if tp == 1 and left() > 30:
+            batch = random_batch(cfg, [4096], device="cuda", seed=1, poison=True)
+            batch.workspace = Workspace()
+            for name, ov in {"default": {}, **VARIANTS}.items():
+                try:
+                    plan = fused.make_plan(cfg, 1, 4096, **ov)
+                    g, _ = graphed(lambda plan=plan: fused.forward_planned(cfg, w, batch, plan))
+                    R.add("variants", {"name": name, **time_graph(g, flush, a.reps)})
+                    del g
+                except Exception:
+                    R.add("variants", {"name": name, "error": traceback.format_exc()[-1500:]})
+            print("variants", R.data["variants"], flush=True)
+        # bit-repeatability
+        for bsz in ((1, 2, 64) if tp == 1 else (64,)):
+            if left() < 20:
+                break
+            try:
+                batch = random_batch(cfg, _lens(bsz, 4096, seed=bsz), device="cuda", seed=bsz, poison=True)
+                batch.workspace = Workspace()
+                first = [t.clone() for t in fused.forward(cfg, w, batch)]
+                diff_e = 0
+                for _ in range(19):
+                    o = fused.forward(cfg, w, batch)
+                    diff_e += not all(torch.equal(x.view(torch.int16), y.view(torch.int16))
+                                      for x, y in zip(first, o, strict=True))
+                g, outs = graphed(lambda b=batch: fused.forward(cfg, w, b))
+                diff_g = 0
+                for _ in range(50):
+                    g.replay()
+                    diff_g += not all(torch.equal(x.view(torch.int16), y.view(torch.int16))
+                                      for x, y in zip(first, outs, strict=True))
+                R.add("repeat", {"tp": tp, "batch": bsz, "eager_runs": 20, "eager_differ": diff_e,
+                                 "graph_replays": 50, "graph_differ": diff_g})
+            except Exception:
+                R.add("repeat", {"tp": tp, "batch": bsz, "error": traceback.format_exc()[-1500:]})
+        del w
+        from kimi_k3 import bench
+
+        bench._WEIGHTS.clear()
+        torch.cuda.empty_cache()
+
+    R.add("total_s", time.time() - t0)
+    # table
+    print("\n| tp | B | ctx | fused us | stock us | x stock | kernels f/s | experts | TB/s | % roofline |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in R.data["timing"]:
+        if "error" in r:
+            print(f"| {r['tp']} | {r['batch']} | {r['context']} | error |")
+            continue
+        st = r.get("stock", {}).get("median_us")
+        print(f"| {r['tp']} | {r['batch']} | {r['context']} | {r['fused']['median_us']:.1f} | "
+              f"{'' if st is None else f'{st:.1f}'} | {r.get('speedup_vs_stock', 0):.2f} | "
+              f"{r.get('fused_kernels', '')}/{r.get('stock_kernels', '')} | {r['experts_touched']} | "
+              f"{r['fused_TBps']:.2f} | {r['fused_pct_roofline']:.0f} |")
+    for k in ("correctness", "variants", "repeat"):
+        for r in R.data[k]:
+            print(k, json.dumps(r, default=str)[:400])
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: verify test lint typecheck install
+.PHONY: verify test lint typecheck install engine-tree
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -16,7 +16,12 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-verify: $(STAMP)
+# The real vLLM 0.33.0 source tree (the wheel's .py files), cached under ~/.cache/fasttrack: the blast radius
+# and the integration tests read it. Downloads about 336 MB once.
+engine-tree: $(STAMP)
+	$(BIN)/python -m fasttrack.engine_tree 0.33.0
+
+verify: $(STAMP) engine-tree
 	$(BIN)/fasttrack verify; rc=$$?; $(BIN)/fasttrack report --out site || true; exit $$rc
 
 lint: $(STAMP)
@@ -25,5 +30,5 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict fasttrack
 
-test: $(STAMP) lint typecheck
+test: $(STAMP) lint typecheck engine-tree
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile

@@ -60,7 +60,8 @@ def test_ft110_fails_when_a_legacy_model_imports_the_change(tree: Path) -> None:
 def test_ft110_fails_through_a_chain_into_another_package(tree: Path) -> None:
     found = run("FT110", ctx_for(tree, "vllm/models/alpha/chain_a.py"))
     assert [f.path for f in found] == ["vllm/models/alpha/chain_a.py"]
-    assert "model package beta" in found[0].message
+    msg = found[0].message
+    assert "model package beta (vllm/models/beta/model.py) reaches vllm.models.alpha.chain_a" in msg
     assert "vllm.models.beta.model:2 -> vllm.models.alpha.chain_b:1 -> vllm.models.alpha.chain_a" in \
         found[0].message
 

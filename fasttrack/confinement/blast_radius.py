@@ -42,13 +42,7 @@ from fasttrack.confinement.graph import (
     load_module_graph,
     module_name,
 )
-from fasttrack.confinement.model_units import (
-    RegistryError,
-    UnitIndex,
-    architectures_through,
-    model_code_modules,
-    read_registry,
-)
+from fasttrack.confinement.model_units import RegistryError, UnitIndex, architectures_through, read_registry
 from fasttrack.confinement.zones import classify, in_model_root
 from fasttrack.policy import Policy
 from fasttrack.verdict import AffectedModel, AffectedShared, BlastRadius, ChangeStatus, Witness
@@ -158,6 +152,7 @@ class _Walk:
         self.step: dict[str, _Step] = {}
         self.affected: dict[str, _Step] = {}
         self.hubs_changed: dict[str, int] = {}
+        self._model_code: dict[str, bool] = {}
 
     # ---------------------------------------------------------------------------------------- lookups
 
@@ -175,6 +170,12 @@ class _Walk:
             return self.model
         unit = self.units.unit_of_module(m, self.path_of(m))
         return unit.name if unit is not None and unit.kind == "package" else None
+
+    def is_model_code(self, m: str) -> bool:
+        """`m` belongs to a model unit (memoised: the architecture walks ask about the same modules)."""
+        if m not in self._model_code:
+            self._model_code[m] = self.units.unit_of_module(m, self.path_of(m)) is not None
+        return self._model_code[m]
 
     def is_hub(self, m: str) -> bool:
         return any(fnmatch.fnmatchcase(m, pat) for pat in self.spec.hub_modules)
@@ -241,7 +242,7 @@ class _Walk:
 
     # --------------------------------------------------------------------------------------- results
 
-    def classify(self, model_code: frozenset[str]) -> tuple[list[AffectedModel], list[AffectedShared]]:
+    def classify(self) -> tuple[list[AffectedModel], list[AffectedShared]]:
         """Affected modules as model units (one per unit, with its architectures) or shared modules, leaks
         from changed model code first, then by chain length and name."""
         models: dict[str, AffectedModel] = {}
@@ -252,7 +253,7 @@ class _Walk:
             unit = self.units.unit_of_module(mod, path)
             if unit is not None:
                 if unit.name not in models:
-                    archs = architectures_through(self.graph, [mod], model_code, self.by_module)
+                    archs = architectures_through(self.graph, [mod], self.is_model_code, self.by_module)
                     models[unit.name] = AffectedModel(name=unit.name, kind=unit.kind, module=mod, witness=w,
                                                       architectures=archs, path=path)
             else:
@@ -267,14 +268,16 @@ class _Walk:
         return (sorted(models.values(), key=lambda a: order(a.witness.chain if a.witness else [], a.name)),
                 sorted(shared, key=lambda s: order(s.witness.chain, s.module)))
 
-    def served(self, changes: tuple[Change, ...], model_code: frozenset[str]) -> tuple[list[str], set[str]]:
+    def served(self, changes: tuple[Change, ...]) -> tuple[list[str], set[str]]:
         """Architectures running through the changed code, and the graph modules the changes start from
         (for modules the head no longer has: the head modules that still import them)."""
         in_graph = {m for m in self.starts if m in self.graph.modules}
         in_graph.update(i for found in self.scanned.values() for i in found if i in self.graph.modules)
-        root_modules = frozenset(m for m in self.graph.modules if self.in_root(m, self.model))
-        archs = set(architectures_through(self.graph, sorted(in_graph), model_code, self.by_module,
-                                          extra=root_modules))
+
+        def allowed(m: str) -> bool:
+            return self.is_model_code(m) or self.in_root(m, self.model)
+
+        archs = set(architectures_through(self.graph, sorted(in_graph), allowed, self.by_module))
         for gone in self.removed:
             archs.update(self.by_module.get(gone, []))
         reg = self.registry.path
@@ -308,9 +311,8 @@ class _Walk:
         return "; ".join(notes)
 
     def radius(self, changes: tuple[Change, ...], load: GraphLoad) -> BlastRadius:
-        model_code = model_code_modules(self.graph, self.units)
-        models, shared = self.classify(model_code)
-        archs, in_graph = self.served(changes, model_code)
+        models, shared = self.classify()
+        archs, in_graph = self.served(changes)
         naive = self.graph.upstream(in_graph) | (in_graph - set(self.starts))
         cap = self.spec.max_witnesses
         return BlastRadius(

@@ -144,6 +144,18 @@ def iter_package_files(root: Path, package: str) -> Iterator[str]:
     yield from sorted(out)
 
 
+def _file_digest(path: str) -> str:
+    """SHA-256 of a file's bytes (through symlinks), read with plain os calls: this runs for every file."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        h = hashlib.sha256()
+        while chunk := os.read(fd, 1 << 20):
+            h.update(chunk)
+        return h.hexdigest()[:32]
+    finally:
+        os.close(fd)
+
+
 def tree_key(root: Path, package: str, *, exclude_type_checking: bool) -> tuple[str, dict[str, str], int]:
     """The content key of a tree (and the module -> path map found on the way, and the file count).
 
@@ -154,11 +166,11 @@ def tree_key(root: Path, package: str, *, exclude_type_checking: bool) -> tuple[
     h.update(f"fasttrack-graph/{GRAPH_FORMAT}/{_grimp_version()}/{package}/tc={exclude_type_checking}\n".encode())
     files: dict[str, str] = {}
     count = 0
+    base = str(root)
     for rel in iter_package_files(root, package):
-        p = root / rel
+        p = f"{base}/{rel}"
         try:
-            with open(p, "rb") as fh:
-                digest = hashlib.blake2b(fh.read(), digest_size=16).hexdigest()
+            digest = _file_digest(p)
         except OSError:
             try:
                 digest = "link:" + os.readlink(p)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ast
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -147,28 +147,24 @@ def model_code_modules(graph: ModuleGraph, units: UnitIndex) -> frozenset[str]:
     return frozenset(m for m in graph.modules if units.unit_of_module(m, graph.path_of(m)) is not None)
 
 
-def architectures_through(graph: ModuleGraph, start: Iterable[str], model_code: frozenset[str],
-                          by_module: dict[str, list[str]], *,
-                          extra: frozenset[str] = frozenset()) -> list[str]:
-    """Registered architectures whose module reaches any of `start` through model code only.
+def architectures_through(graph: ModuleGraph, start: Iterable[str], allowed: Callable[[str], bool],
+                          by_module: dict[str, list[str]]) -> list[str]:
+    """Registered architectures whose module reaches any of `start` through `allowed` modules only.
 
-    Walks importers upward from `start`, stepping only into modules of model units (and `extra`, e.g. the
-    target model's root), never into shared code: an architecture "runs through" a file if its registered
-    module imports it directly or through other models' code (deepseek_v2.py serves DeepseekV3ForCausalLM,
-    and also every registered model whose file imports deepseek_v2).
+    Walks importers upward from `start`, stepping only into modules `allowed` accepts (model code: modules of
+    model units, and the target model's root), never into shared code: an architecture "runs through" a file
+    if its registered module imports it directly or through other models' code (deepseek_v2.py serves
+    DeepseekV3ForCausalLM, and also every registered model whose file imports deepseek_v2).
     """
-    allowed = model_code | extra
     seen = set(start)
     queue = deque(seen)
     while queue:
         m = queue.popleft()
         for importer in graph.importers(m):
-            if importer not in seen and importer in allowed:
+            if importer not in seen and allowed(importer):
                 seen.add(importer)
                 queue.append(importer)
-    archs: list[str] = []
-    for m in sorted(seen):
-        for a in by_module.get(m, []):
-            if a not in archs:
-                archs.append(a)
+    archs: set[str] = set()
+    for m in seen:
+        archs.update(by_module.get(m, []))
     return sorted(archs)

@@ -30,6 +30,11 @@ def chain_text(w: Witness) -> str:
     return " -> ".join(parts)
 
 
+def _verb(w: Witness) -> str:
+    """"imports" for a direct import of the changed module, "reaches" for a chain through the model's code."""
+    return "imports" if len(w.chain) == 2 else "reaches"
+
+
 def _changed_path(w: Witness) -> str:
     return w.changed_path or w.chain[-1].replace(".", "/") + ".py"
 
@@ -76,7 +81,7 @@ def other_model_affected(ctx: Context) -> Iterator[Finding]:
             continue
         yield Finding.error(
             "FT110",
-            f"{_unit_label(a)} imports {a.witness.chain[-1]}, which this PR changes "
+            f"{_unit_label(a)} {_verb(a.witness)} {a.witness.chain[-1]}, which this PR changes "
             f"({chain_text(a.witness)}); it serves {_archs(a.architectures)}",
             path=changed,
             fix=f"leave what {a.name} uses from {a.witness.chain[-1]} as it is (put the new code in a new "
@@ -126,7 +131,8 @@ def shared_imports_changed_model_code(ctx: Context) -> Iterator[Finding]:
         lazy = " inside a function" if s.witness.function_level[:1] == [True] else ""
         yield Finding.error(
             "FT111",
-            f"shared module {s.module}{zone} imports{lazy} {s.witness.chain[-1]}, which this PR changes "
+            f"shared module {s.module}{zone} {_verb(s.witness)}{lazy} {s.witness.chain[-1]}, which this PR "
+            "changes "
             f"({chain_text(s.witness)})",
             path=changed,
             fix=f"leave the code {s.module} imports unchanged (add new modules instead of editing the ones "

@@ -5,9 +5,10 @@ use, ~336 MB). `vllm_repo` copies its ``vllm/`` into a temporary git repository 
 stand-ins for the repository files the wheel lacks (setup.py, requirements/cuda.txt, CMakeLists.txt); each
 test then commits a synthetic PR on top of the base and runs `fasttrack verify` on the range.
 
-Measured here (2-core VM, other jobs running): copying the 3,231 files takes 1-2 s and the base commit
-(`git add -A` + commit) 3-5 s, once per session. fasttrack's cache ($FASTTRACK_CACHE_DIR: materialised trees
-and graphs) points at a session temporary directory, so every PR head is judged cold.
+Measured on the 2-core development VM: copying the 3,231 files takes 1.6 s and the base commit (`git add -A` +
+commit) 3.0 s when the machine is quiet (3.0 s and 5.1 s with other jobs running), once per session.
+fasttrack's cache ($FASTTRACK_CACHE_DIR: materialised trees and graphs) points at a session temporary
+directory, so every PR head is judged cold.
 """
 
 from __future__ import annotations

@@ -11,5 +11,16 @@ from kimi_k3.fused.launch import (
     make_plan,
     run_planned,
 )
+from kimi_k3.fused.prep import FusedWeights, prepare
 
-__all__ = ["KERNELS_PER_LAYER", "Plan", "forward", "forward_planned", "forward_with_aux", "make_plan", "run_planned"]
+__all__ = [
+    "KERNELS_PER_LAYER",
+    "FusedWeights",
+    "Plan",
+    "forward",
+    "forward_planned",
+    "forward_with_aux",
+    "make_plan",
+    "prepare",
+    "run_planned",
+]

@@ -2,25 +2,33 @@
 
 Seven launches per layer:
 
-  1 `qkv_a_kernel`    add + RMSNorm (rstd from the same K loop, gamma on the activation tile) -> q_a|kv_a|gate
-                      GEMV, optional split-K (partials + per-split sum of squares); CTA 0 zeroes the layer's
-                      sync counters.
-  2 `q_b_kernel`      q role: q_a RMSNorm folded into q_b, then the absorbed W_UK for its nope rows (partials
-                      over row chunks, summed in a fixed order by the attention kernel) or the raw rope rows;
+  1 `qkv_a_kernel`    norm CTAs: h + r, its sum of squares (input RMSNorm), zero the layer's sync counters;
+                      GEMV CTAs: q_a|kv_a|gate GEMV on the raw h and r tiles against input_norm-folded weights
+                      (rstd is a per-row scalar applied by the consumers), bf16 out + per-block sums of squares
+                      of the q_a columns (for the q_a RMSNorm).
+  2 `q_b_kernel`      q role: q_b on the raw q_a columns against q_a_norm-folded weights, both norms applied as
+                      one per-row scale, then the absorbed W_UK for its nope rows (partials over row chunks,
+                      summed in a fixed order by the attention kernel) or the raw rope rows;
                       kv role: kv_a RMSNorm + the new token's latent written into the paged cache.
   3 `attn_kernel`     split-KV MLA decode over the 576-wide latent cache, a head block per CTA (all local heads
-                      at TP8), then merge CTAs (later in launch order) wait for their head block and do the LSE
+                      at TP8); merge CTAs (later in launch order) wait for their head block and do the LSE
                       merge + W_UV + sigmoid output gate -> attn_out.
-  4 `o_proj_kernel`   o_proj GEMV + residual add -> residual_out (bf16, the layer's second output).
-  5 `moe_front_kernel` post RMSNorm folded into three GEMVs side by side (router, latent down, shared w13 with
-                      SiTU in registers); the last router CTA does sigmoid + bias top-k + renorm and builds the
-                      device-side touched-expert list (slots, token lists), no host sync.
+  4 `o_proj_kernel`   o_proj GEMV + residual add -> residual_out (bf16, the layer's second output) + per-block
+                      sums of squares of it (for the post-attention RMSNorm).
+  5 `moe_front_kernel` three GEMVs side by side on the raw residual_out against post_norm-folded weights
+                      (router, latent down, shared w13 with SiTU in registers); top-k CTAs (launched right after
+                      the router CTAs) wait for the router, do sigmoid + bias top-k + renorm; the last one
+                      builds the device-side touched-expert list (slots, token lists), no host sync.
   6 `expert_up_kernel` grouped w13 GEMV over touched experts: each expert's rows read once for all its tokens,
                       gate/up rows of a block side by side, SiTU in registers.
   7 `expert_down_kernel` grouped w2 GEMV x routing weight per (token, k) pair; the last CTA of each latent
-                      column block sums the pairs of each token in k order (deterministic) -> latent; tail
-                      CTAs (later in launch order) do shared w2 first, wait for the latent, then routed RMSNorm
-                      folded into latent_up, + shared -> hidden_out.
+                      column block sums the pairs of each token in k order (deterministic) -> latent (bf16) +
+                      per-block sums of squares; tail CTAs (later in launch order) do shared w2 first, wait for
+                      the latent, then latent_up against routed_norm-folded weights, + shared -> hidden_out.
+
+Every GEMV K loop streams raw bf16 tiles into the dot (no activation math or cross-warp reduction inside the
+loop: measured on the H200, such loops streamed 2-6x slower). Norm weights live in prepared weight copies
+(`fused.prep`), and each RMSNorm's rstd comes from fixed-order partial sums of squares the previous kernel wrote.
 
 Cross-CTA dependencies inside one launch never rely on the hardware's dispatch order: a CTA takes its role
 index from an atomic ticket, so every CTA a waiter depends on has already started (and will finish) before
@@ -108,13 +116,15 @@ def _small_mm(a, b, MODE: tl.constexpr):
 
 
 @triton.jit
-def _rstd_from_parts(ss_ptr, B, rb, KS: tl.constexpr, N: tl.constexpr, EPS: tl.constexpr):
-    """rsqrt(mean(x^2) + eps) per row from KS per-split sums of squares ss[KS, B]."""
-    bm = rb < B
-    ss = tl.zeros([rb.shape[0]], dtype=tl.float32)
-    for ks in tl.static_range(KS):
-        ss += tl.load(ss_ptr + ks * B + rb, mask=bm, other=0.0)
-    return tl.rsqrt(ss / N + EPS)
+def _sum_parts(ptr, B, rb, NP: tl.constexpr, PC: tl.constexpr):
+    """sum over p < NP of ptr[p, rb] (partials stored [NP, B]), in a fixed order."""
+    acc = tl.zeros([rb.shape[0], PC], dtype=tl.float32)
+    rp = tl.arange(0, PC)
+    for p0 in tl.static_range(0, NP, PC):
+        pm = (p0 + rp) < NP
+        acc += tl.load(ptr + (p0 + rp)[None, :] * B + rb[:, None], mask=pm[None, :] & (rb < B)[:, None], other=0.0,
+                       cache_modifier=".cg")
+    return tl.sum(acc, axis=1)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -122,44 +132,56 @@ def _rstd_from_parts(ss_ptr, B, rb, KS: tl.constexpr, N: tl.constexpr, EPS: tl.c
 # ------------------------------------------------------------------------------------------------------------
 @triton.jit
 def qkv_a_kernel(
-    h_ptr, r_ptr, gamma_ptr, w_ptr,  # hidden [B,H] bf16, residual [B,H] bf16, input_norm [H], W [R,H]
-    part_ptr, ss_ptr, resid_ptr,  # out: partials [KS,B,R] fp32, sum sq [KS,B] fp32, h+r [B,H] fp32
-    ctr_ptr,  # int32 [CTR_SIZE]: zeroed here
+    h_ptr, r_ptr, w_ptr,  # hidden [B,H] bf16, residual [B,H] bf16, W' = w_qkv_a_g * input_norm [R,H] bf16
+    raw_ptr, ssq_ptr, resid_ptr, ssin_ptr,  # out: raw [B,R] bf16, q_a-column sum sq [NQC,B], h+r [B,H], sum sq [B]
+    ctr_ptr,  # int32 [CTR_N]: zeroed here
     B,
-    H: tl.constexpr, R: tl.constexpr, KS: tl.constexpr, CTR_N: tl.constexpr,
-    BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, MODE: tl.constexpr,
+    H: tl.constexpr, R: tl.constexpr, QL: tl.constexpr, CTR_N: tl.constexpr, NX: tl.constexpr, XR: tl.constexpr,
+    XK: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, MODE: tl.constexpr,
 ):
     pid = tl.program_id(0)
-    ks = pid % KS
-    nb = pid // KS
-    if pid == 0:
-        rc = tl.arange(0, CTR_N)
-        tl.store(ctr_ptr + rc, tl.zeros([CTR_N], dtype=tl.int32))
-    rb = tl.arange(0, BB)
-    bm = rb < B
-    rn = nb * BN + tl.arange(0, BN)
-    nm = rn < R
-    n_tiles: tl.constexpr = (H + BK - 1) // BK
-    per: tl.constexpr = (n_tiles + KS - 1) // KS
-    t0 = ks * per
-    t1 = tl.minimum(t0 + per, n_tiles)
-    write_resid = nb == 0
-    acc = _acc_init(BB, BN, BK, MODE)
-    ss = tl.zeros([BB], dtype=tl.float32)
-    for t in range(t0, t1):
-        rk = t * BK + tl.arange(0, BK)
-        km = rk < H
-        m2 = bm[:, None] & km[None, :]
-        x = tl.load(h_ptr + rb[:, None] * H + rk[None, :], mask=m2, other=0.0).to(tl.float32)
-        x += tl.load(r_ptr + rb[:, None] * H + rk[None, :], mask=m2, other=0.0).to(tl.float32)
-        tl.store(resid_ptr + rb[:, None] * H + rk[None, :], x, mask=m2 & write_resid)
-        ss += tl.sum(x * x, axis=1)
-        g = tl.load(gamma_ptr + rk, mask=km, other=0.0).to(tl.float32)
-        w = tl.load(w_ptr + rn[:, None] * H + rk[None, :], mask=nm[:, None] & km[None, :], other=0.0)
-        acc = _mac(acc, x * g[None, :], w, MODE)
-    out = _fin(acc, MODE)
-    tl.store(part_ptr + ks * B * R + rb[:, None] * R + rn[None, :], out, mask=bm[:, None] & nm[None, :])
-    tl.store(ss_ptr + ks * B + rb, ss, mask=bm & (nb == 0))
+    if pid < NX:
+        # norm CTA: residual = h + r and its sum of squares for rows [pid*XR, pid*XR + XR)
+        if pid == 0:
+            rc = tl.arange(0, CTR_N)
+            tl.store(ctr_ptr + rc, tl.zeros([CTR_N], dtype=tl.int32))
+        rr = pid * XR + tl.arange(0, XR)
+        rm = rr < B
+        sq = tl.zeros([XR, XK], dtype=tl.float32)
+        for k0 in range(0, H, XK):
+            rk = k0 + tl.arange(0, XK)
+            m2 = rm[:, None] & (rk < H)[None, :]
+            x = tl.load(h_ptr + rr[:, None] * H + rk[None, :], mask=m2, other=0.0).to(tl.float32)
+            x += tl.load(r_ptr + rr[:, None] * H + rk[None, :], mask=m2, other=0.0).to(tl.float32)
+            tl.store(resid_ptr + rr[:, None] * H + rk[None, :], x, mask=m2)
+            sq += x * x
+        tl.store(ssin_ptr + rr, tl.sum(sq, axis=1), mask=rm)
+    else:
+        nb = pid - NX
+        rb = tl.arange(0, BB)
+        bm = rb < B
+        rn = nb * BN + tl.arange(0, BN)
+        nm = rn < R
+        acc = _acc_init(BB, BN, BK, MODE)
+        for k0 in range(0, H, BK):
+            rk = k0 + tl.arange(0, BK)
+            km = rk < H
+            m2 = bm[:, None] & km[None, :]
+            hx = tl.load(h_ptr + rb[:, None] * H + rk[None, :], mask=m2, other=0.0)
+            rx = tl.load(r_ptr + rb[:, None] * H + rk[None, :], mask=m2, other=0.0)
+            w = tl.load(w_ptr + rn[:, None] * H + rk[None, :], mask=nm[:, None] & km[None, :], other=0.0)
+            if MODE == 0:
+                acc = _mac(acc, hx.to(tl.float32) + rx.to(tl.float32), w, MODE)
+            else:
+                acc = tl.dot(hx, tl.trans(w), acc)  # (h + r) W' as two dots on the raw tiles
+                acc = tl.dot(rx, tl.trans(w), acc)
+        y = _fin(acc, MODE).to(tl.bfloat16)
+        m2 = bm[:, None] & nm[None, :]
+        tl.store(raw_ptr + rb[:, None] * R + rn[None, :], y, mask=m2)
+        NQC: tl.constexpr = (QL + BN - 1) // BN
+        if nb < NQC:
+            yf = tl.where(m2 & (rn < QL)[None, :], y.to(tl.float32), 0.0)
+            tl.store(ssq_ptr + nb * B + rb, tl.sum(yf * yf, axis=1), mask=bm)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -167,11 +189,12 @@ def qkv_a_kernel(
 # ------------------------------------------------------------------------------------------------------------
 @triton.jit
 def _q_role(
-    pid, part_ptr, ss_ptr, qa_norm_ptr, wqb_ptr, wkvb_ptr, ql_ptr, qpe_ptr, B, q_scale,
-    H: tl.constexpr, R: tl.constexpr, KS: tl.constexpr, EPS: tl.constexpr,
+    pid, raw_ptr, ssq_ptr, ssin_ptr, wqb_ptr, wkvb_ptr, ql_ptr, qpe_ptr, B, q_scale,
+    H: tl.constexpr, R: tl.constexpr, EPS: tl.constexpr,
     QL: tl.constexpr, KL: tl.constexpr, DN: tl.constexpr, DR: tl.constexpr, DV: tl.constexpr,
     NH: tl.constexpr, CN: tl.constexpr, CNP: tl.constexpr,
     BB: tl.constexpr, BK: tl.constexpr, MODE: tl.constexpr, KLP: tl.constexpr, LC: tl.constexpr,
+    NQC: tl.constexpr, PC: tl.constexpr,
 ):
     NCN: tl.constexpr = DN // CN
     NCH: tl.constexpr = (DN + DR) // CN
@@ -179,26 +202,21 @@ def _q_role(
     bm = rb < B
     h = pid // NCH
     c = pid % NCH
-    rstd_in = _rstd_from_parts(ss_ptr, B, rb, KS, H, EPS)
     ri = tl.arange(0, CNP)
     rmask = ri < CN
     rows = h * (DN + DR) + c * CN + ri  # nope rows then rope rows, CN at a time
     acc = _acc_init(BB, CNP, BK, MODE)
-    ssq = tl.zeros([BB], dtype=tl.float32)
     for k0 in range(0, QL, BK):
         rk = k0 + tl.arange(0, BK)
         km = rk < QL
-        m2 = bm[:, None] & km[None, :]
-        x = tl.zeros([BB, BK], dtype=tl.float32)
-        for ks in tl.static_range(KS):
-            x += tl.load(part_ptr + ks * B * R + rb[:, None] * R + rk[None, :], mask=m2, other=0.0)
-        x = x * rstd_in[:, None]
-        ssq += tl.sum(x * x, axis=1)
-        g = tl.load(qa_norm_ptr + rk, mask=km, other=0.0).to(tl.float32)
+        x = tl.load(raw_ptr + rb[:, None] * R + rk[None, :], mask=bm[:, None] & km[None, :], other=0.0)
         w = tl.load(wqb_ptr + rows[:, None] * QL + rk[None, :], mask=rmask[:, None] & km[None, :], other=0.0)
-        acc = _mac(acc, x * g[None, :], w, MODE)
-    rstd_q = tl.rsqrt(ssq / QL + EPS)
-    q = _fin(acc, MODE) * (rstd_q * q_scale)[:, None]  # [BB, CNP]
+        acc = _mac(acc, x, w, MODE)
+    # q_c = rstd_in * raw; RMSNorm(q_c) = q_c * rsqrt(mean(q_c^2) + eps): one per-row scale on raw @ W'
+    rstd_in = tl.rsqrt(tl.load(ssin_ptr + rb, mask=bm, other=0.0) / H + EPS)
+    sraw = _sum_parts(ssq_ptr, B, rb, NQC, PC)
+    scale = rstd_in * tl.rsqrt(rstd_in * rstd_in * sraw / QL + EPS) * q_scale
+    q = _fin(acc, MODE) * scale[:, None]  # [BB, CNP]
     if c >= NCN:
         cp = (c - NCN) * CN + ri
         tl.store(qpe_ptr + rb[:, None] * (NH * DR) + h * DR + cp[None, :], q, mask=bm[:, None] & rmask[None, :])
@@ -216,29 +234,24 @@ def _q_role(
 
 @triton.jit
 def _kv_role(
-    r0, part_ptr, ss_ptr, kva_norm_ptr, kv_cache_ptr, block_table_ptr, seq_lens_ptr, max_blocks, B,
-    H: tl.constexpr, R: tl.constexpr, KS: tl.constexpr, EPS: tl.constexpr,
+    r0, raw_ptr, ssin_ptr, kva_norm_ptr, kv_cache_ptr, block_table_ptr, seq_lens_ptr, max_blocks, B,
+    H: tl.constexpr, R: tl.constexpr, EPS: tl.constexpr,
     QL: tl.constexpr, KL: tl.constexpr, DR: tl.constexpr, BS: tl.constexpr,
     KLP: tl.constexpr, DRP: tl.constexpr, KVR: tl.constexpr,
 ):
     rr = r0 + tl.arange(0, KVR)
     rm = rr < B
-    rstd_in = _rstd_from_parts(ss_ptr, B, rr, KS, H, EPS)
+    rstd_in = tl.rsqrt(tl.load(ssin_ptr + rr, mask=rm, other=0.0) / H + EPS)
     rl = tl.arange(0, KLP)
     lm = rl < KL
     m2 = rm[:, None] & lm[None, :]
-    kv = tl.zeros([KVR, KLP], dtype=tl.float32)
-    for ks in tl.static_range(KS):
-        kv += tl.load(part_ptr + ks * B * R + rr[:, None] * R + QL + rl[None, :], mask=m2, other=0.0)
-    kv = kv * rstd_in[:, None]
+    kv = tl.load(raw_ptr + rr[:, None] * R + QL + rl[None, :], mask=m2, other=0.0).to(tl.float32) * rstd_in[:, None]
     rstd_kv = tl.rsqrt(tl.sum(kv * kv, axis=1) / KL + EPS)
     gk = tl.load(kva_norm_ptr + rl, mask=lm, other=0.0).to(tl.float32)
     kvn = kv * rstd_kv[:, None] * gk[None, :]
     rp = tl.arange(0, DRP)
     pm = rm[:, None] & (rp < DR)[None, :]
-    kpe = tl.zeros([KVR, DRP], dtype=tl.float32)
-    for ks in tl.static_range(KS):
-        kpe += tl.load(part_ptr + ks * B * R + rr[:, None] * R + QL + KL + rp[None, :], mask=pm, other=0.0)
+    kpe = tl.load(raw_ptr + rr[:, None] * R + QL + KL + rp[None, :], mask=pm, other=0.0).to(tl.float32)
     kpe = kpe * rstd_in[:, None]
     pos = tl.load(seq_lens_ptr + rr, mask=rm, other=1) - 1
     blk = tl.load(block_table_ptr + rr * max_blocks + pos // BS, mask=rm, other=0).to(tl.int64)
@@ -249,27 +262,27 @@ def _kv_role(
 
 @triton.jit
 def q_b_kernel(
-    part_ptr, ss_ptr,  # from qkv_a_kernel
-    qa_norm_ptr, kva_norm_ptr, wqb_ptr, wkvb_ptr,
+    raw_ptr, ssq_ptr, ssin_ptr,  # from qkv_a_kernel
+    kva_norm_ptr, wqb_ptr, wkvb_ptr,  # kv_a_norm, W' = w_q_b * q_a_norm, w_kv_b
     ql_ptr, qpe_ptr,  # out: ql partials [NCN, B, NH, KL] fp32, q_pe [B, NH, DR] fp32 (both pre-scaled)
     kv_cache_ptr, block_table_ptr, seq_lens_ptr, max_blocks,
     B, q_scale,
-    H: tl.constexpr, R: tl.constexpr, KS: tl.constexpr, EPS: tl.constexpr,
+    H: tl.constexpr, R: tl.constexpr, EPS: tl.constexpr,
     QL: tl.constexpr, KL: tl.constexpr, DN: tl.constexpr, DR: tl.constexpr, DV: tl.constexpr,
     NH: tl.constexpr, BS: tl.constexpr,
     CN: tl.constexpr, CNP: tl.constexpr,  # w_q_b rows per q CTA (divides nope and rope), padded to >= 16
     BB: tl.constexpr, BK: tl.constexpr, MODE: tl.constexpr,
     KLP: tl.constexpr, LC: tl.constexpr, DRP: tl.constexpr,  # KL padded, KL chunk for the absorb, DR padded
-    KVR: tl.constexpr,  # rows per kv CTA
+    KVR: tl.constexpr, NQC: tl.constexpr, PC: tl.constexpr,
 ):
     pid = tl.program_id(0)
     NQ: tl.constexpr = NH * ((DN + DR) // CN)
     if pid < NQ:
-        _q_role(pid, part_ptr, ss_ptr, qa_norm_ptr, wqb_ptr, wkvb_ptr, ql_ptr, qpe_ptr, B, q_scale,
-                H, R, KS, EPS, QL, KL, DN, DR, DV, NH, CN, CNP, BB, BK, MODE, KLP, LC)
+        _q_role(pid, raw_ptr, ssq_ptr, ssin_ptr, wqb_ptr, wkvb_ptr, ql_ptr, qpe_ptr, B, q_scale,
+                H, R, EPS, QL, KL, DN, DR, DV, NH, CN, CNP, BB, BK, MODE, KLP, LC, NQC, PC)
     else:
-        _kv_role((pid - NQ) * KVR, part_ptr, ss_ptr, kva_norm_ptr, kv_cache_ptr, block_table_ptr, seq_lens_ptr,
-                 max_blocks, B, H, R, KS, EPS, QL, KL, DR, BS, KLP, DRP, KVR)
+        _kv_role((pid - NQ) * KVR, raw_ptr, ssin_ptr, kva_norm_ptr, kv_cache_ptr, block_table_ptr, seq_lens_ptr,
+                 max_blocks, B, H, R, EPS, QL, KL, DR, BS, KLP, DRP, KVR)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -335,12 +348,37 @@ def _attn_role(
 
 
 @triton.jit
+def _merge_row(opart_ptr, lse_ptr, b, h, l0, S,
+               NH: tl.constexpr, KL: tl.constexpr, LC: tl.constexpr, SP: tl.constexpr, SC: tl.constexpr):
+    """One row's LSE-merged latent columns [l0, l0 + LC) of head h, splits read SC at a time (vectorised)."""
+    rs = tl.arange(0, SP)
+    ls = tl.load(lse_ptr + (b * S + rs) * NH + h, mask=rs < S, other=float("-inf"), cache_modifier=".cg")
+    mx = tl.max(ls, axis=0)
+    mx = tl.where(mx == float("-inf"), 0.0, mx)
+    den = tl.sum(tl.exp2(ls - mx), axis=0)
+    den = tl.where(den > 0.0, den, 1.0)
+    rl = l0 + tl.arange(0, LC)
+    lm = rl < KL
+    acc = tl.zeros([LC], dtype=tl.float32)
+    for s0 in range(0, S, SC):
+        rc = s0 + tl.arange(0, SC)
+        cm = rc < S
+        lc = tl.load(lse_ptr + (b * S + rc) * NH + h, mask=cm, other=float("-inf"), cache_modifier=".cg")
+        wc = tl.exp2(lc - mx) / den
+        o = tl.load(opart_ptr + ((b * S + rc[:, None]) * NH + h) * KL + rl[None, :], mask=cm[:, None] & lm[None, :],
+                    other=0.0, cache_modifier=".cg")
+        acc += tl.sum(wc[:, None] * o, axis=0)
+    return acc
+
+
+@triton.jit
 def _merge_role(
-    m, opart_ptr, lse_ptr, wkvb_ptr, part_ptr, ss_ptr, attn_out_ptr, ctr_ptr, B, S,
-    H: tl.constexpr, R: tl.constexpr, KS: tl.constexpr, EPS: tl.constexpr,
+    m, opart_ptr, lse_ptr, wkvb_ptr, raw_ptr, ssin_ptr, attn_out_ptr, ctr_ptr, B, S,
+    H: tl.constexpr, R: tl.constexpr, EPS: tl.constexpr,
     GATE_OFF: tl.constexpr, USE_GATE: tl.constexpr,
     KL: tl.constexpr, DN: tl.constexpr, DV: tl.constexpr, NH: tl.constexpr,
     BH: tl.constexpr, KLP: tl.constexpr, DVP: tl.constexpr, MB: tl.constexpr, LC: tl.constexpr,
+    SP: tl.constexpr, SC: tl.constexpr, BY_ROW: tl.constexpr,
 ):
     h = m % NH
     b0 = (m // NH) * MB
@@ -352,39 +390,50 @@ def _merge_role(
     tl.debug_barrier()
     rb = b0 + tl.arange(0, MB)
     bm = rb < B
-    # max and normaliser of the split LSEs (log2 domain)
-    mx = tl.full([MB], float("-inf"), dtype=tl.float32)
-    for s in range(0, S):
-        ls = tl.load(lse_ptr + (rb * S + s) * NH + h, mask=bm, other=float("-inf"), cache_modifier=".cg")
-        mx = tl.maximum(mx, ls)
-    mx = tl.where(mx == float("-inf"), 0.0, mx)
-    den = tl.zeros([MB], dtype=tl.float32)
-    for s in range(0, S):
-        ls = tl.load(lse_ptr + (rb * S + s) * NH + h, mask=bm, other=float("-inf"), cache_modifier=".cg")
-        den += tl.exp2(ls - mx)
-    den = tl.where(den > 0.0, den, 1.0)
     rv = tl.arange(0, DVP)
     vm = rv < DV
     out = tl.zeros([MB, DVP], dtype=tl.float32)
     wrow = h * (DN + DV) + DN + rv  # W_UV rows of head h inside w_kv_b
-    for l0 in tl.static_range(0, KLP, LC):
-        rl = l0 + tl.arange(0, LC)
-        lm = rl < KL
-        lat = tl.zeros([MB, LC], dtype=tl.float32)
+    if BY_ROW:
+        # many splits, few rows: splits vectorised, rows one at a time
+        n_rows = tl.minimum(B - b0, MB)
+        for l0 in tl.static_range(0, KLP, LC):
+            rl = l0 + tl.arange(0, LC)
+            lm = rl < KL
+            lat = tl.zeros([MB, LC], dtype=tl.float32)
+            for i in range(0, n_rows):
+                r = _merge_row(opart_ptr, lse_ptr, b0 + i, h, l0, S, NH, KL, LC, SP, SC)
+                lat = tl.where((tl.arange(0, MB) == i)[:, None], r[None, :], lat)
+            wuv = tl.load(wkvb_ptr + wrow[None, :] * KL + rl[:, None], mask=lm[:, None] & vm[None, :], other=0.0)
+            out = tl.dot(lat.to(tl.bfloat16), wuv, out)  # [MB, DVP]
+    else:
+        # few splits, many rows: rows vectorised, splits one at a time
+        mx = tl.full([MB], float("-inf"), dtype=tl.float32)
         for s in range(0, S):
             ls = tl.load(lse_ptr + (rb * S + s) * NH + h, mask=bm, other=float("-inf"), cache_modifier=".cg")
-            wgt = tl.exp2(ls - mx) / den
-            o = tl.load(opart_ptr + ((rb[:, None] * S + s) * NH + h) * KL + rl[None, :],
-                        mask=bm[:, None] & lm[None, :], other=0.0, cache_modifier=".cg")
-            lat += wgt[:, None] * o
-        wuv = tl.load(wkvb_ptr + wrow[None, :] * KL + rl[:, None], mask=lm[:, None] & vm[None, :], other=0.0)
-        out = tl.dot(lat.to(tl.bfloat16), wuv, out)  # [MB, DVP]
+            mx = tl.maximum(mx, ls)
+        mx = tl.where(mx == float("-inf"), 0.0, mx)
+        den = tl.zeros([MB], dtype=tl.float32)
+        for s in range(0, S):
+            ls = tl.load(lse_ptr + (rb * S + s) * NH + h, mask=bm, other=float("-inf"), cache_modifier=".cg")
+            den += tl.exp2(ls - mx)
+        den = tl.where(den > 0.0, den, 1.0)
+        for l0 in tl.static_range(0, KLP, LC):
+            rl = l0 + tl.arange(0, LC)
+            lm = rl < KL
+            lat = tl.zeros([MB, LC], dtype=tl.float32)
+            for s in range(0, S):
+                ls = tl.load(lse_ptr + (rb * S + s) * NH + h, mask=bm, other=float("-inf"), cache_modifier=".cg")
+                wgt = tl.exp2(ls - mx) / den
+                o = tl.load(opart_ptr + ((rb[:, None] * S + s) * NH + h) * KL + rl[None, :],
+                            mask=bm[:, None] & lm[None, :], other=0.0, cache_modifier=".cg")
+                lat += wgt[:, None] * o
+            wuv = tl.load(wkvb_ptr + wrow[None, :] * KL + rl[:, None], mask=lm[:, None] & vm[None, :], other=0.0)
+            out = tl.dot(lat.to(tl.bfloat16), wuv, out)  # [MB, DVP]
     if USE_GATE:
-        rstd_in = _rstd_from_parts(ss_ptr, B, rb, KS, H, EPS)
-        g = tl.zeros([MB, DVP], dtype=tl.float32)
-        for ks in tl.static_range(KS):
-            g += tl.load(part_ptr + ks * B * R + rb[:, None] * R + GATE_OFF + h * DV + rv[None, :],
-                         mask=bm[:, None] & vm[None, :], other=0.0)
+        rstd_in = tl.rsqrt(tl.load(ssin_ptr + rb, mask=bm, other=0.0) / H + EPS)
+        g = tl.load(raw_ptr + rb[:, None] * R + GATE_OFF + h * DV + rv[None, :], mask=bm[:, None] & vm[None, :],
+                    other=0.0).to(tl.float32)
         out = out * tl.sigmoid(g * rstd_in[:, None])
     tl.store(attn_out_ptr + rb[:, None] * (NH * DV) + h * DV + rv[None, :], out.to(tl.bfloat16),
              mask=bm[:, None] & vm[None, :])
@@ -394,16 +443,16 @@ def _merge_role(
 def attn_kernel(
     ql_ptr, qpe_ptr, kv_cache_ptr, block_table_ptr, seq_lens_ptr, max_blocks,
     opart_ptr, lse_ptr,  # scratch: [B, S, NH, KL] fp32, [B, S, NH] fp32
-    wkvb_ptr, part_ptr, ss_ptr,  # W_UV rows live in w_kv_b; gate columns in the qkv_a partials
+    wkvb_ptr, raw_ptr, ssin_ptr,  # W_UV rows live in w_kv_b; gate columns in the qkv_a output
     attn_out_ptr,  # out: [B, NH*DV] bf16
     ctr_ptr,
     B, S,
-    H: tl.constexpr, R: tl.constexpr, KS: tl.constexpr, EPS: tl.constexpr,
+    H: tl.constexpr, R: tl.constexpr, EPS: tl.constexpr,
     GATE_OFF: tl.constexpr, USE_GATE: tl.constexpr,
     KL: tl.constexpr, DN: tl.constexpr, DR: tl.constexpr, DV: tl.constexpr, NH: tl.constexpr,
     BS: tl.constexpr, NCN: tl.constexpr,
     BH: tl.constexpr, BLOCK_N: tl.constexpr, KLP: tl.constexpr, DRP: tl.constexpr, DVP: tl.constexpr,
-    MB: tl.constexpr, LC: tl.constexpr,
+    MB: tl.constexpr, LC: tl.constexpr, SP: tl.constexpr, SC: tl.constexpr, BY_ROW: tl.constexpr,
 ):
     # role from a ticket taken at start: every merge CTA starts after all attention CTAs have started
     v = tl.atomic_add(ctr_ptr + 0, 1)  # CTR_ATTN_TICKET
@@ -413,8 +462,8 @@ def attn_kernel(
         _attn_role(v, ql_ptr, qpe_ptr, kv_cache_ptr, block_table_ptr, seq_lens_ptr, max_blocks, opart_ptr, lse_ptr,
                    ctr_ptr, B, S, KL, DR, NH, BS, NCN, BH, BLOCK_N, KLP, DRP)
     else:
-        _merge_role(v - n_attn, opart_ptr, lse_ptr, wkvb_ptr, part_ptr, ss_ptr, attn_out_ptr, ctr_ptr, B, S,
-                    H, R, KS, EPS, GATE_OFF, USE_GATE, KL, DN, DV, NH, BH, KLP, DVP, MB, LC)
+        _merge_role(v - n_attn, opart_ptr, lse_ptr, wkvb_ptr, raw_ptr, ssin_ptr, attn_out_ptr, ctr_ptr, B, S,
+                    H, R, EPS, GATE_OFF, USE_GATE, KL, DN, DV, NH, BH, KLP, DVP, MB, LC, SP, SC, BY_ROW)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -424,7 +473,7 @@ def attn_kernel(
 def o_proj_kernel(
     x_ptr, w_ptr, resid1_ptr,  # attn_out [B, K] bf16, w_o [H, K], h + r [B, H] fp32
     part_ptr,  # scratch [KS, B, H] fp32 (split-K partials)
-    resid_out_ptr,  # out [B, H] bf16
+    resid_out_ptr, oss_ptr,  # out [B, H] bf16, per-column-block sums of squares of it [NBO, B]
     ctr_ptr,
     B,
     H: tl.constexpr, K: tl.constexpr, KS: tl.constexpr, CTR_OFF: tl.constexpr,
@@ -439,11 +488,9 @@ def o_proj_kernel(
     nm = rn < H
     n_tiles: tl.constexpr = (K + BK - 1) // BK
     per: tl.constexpr = (n_tiles + KS - 1) // KS
-    t0 = ks * per
-    t1 = tl.minimum(t0 + per, n_tiles)
     acc = _acc_init(BB, BN, BK, MODE)
-    for t in range(t0, t1):
-        rk = t * BK + tl.arange(0, BK)
+    for t in range(0, per):
+        rk = (ks * per + t) * BK + tl.arange(0, BK)
         km = rk < K
         x = tl.load(x_ptr + rb[:, None] * K + rk[None, :], mask=bm[:, None] & km[None, :], other=0.0)
         w = tl.load(w_ptr + rn[:, None] * K + rk[None, :], mask=nm[:, None] & km[None, :], other=0.0)
@@ -451,24 +498,26 @@ def o_proj_kernel(
     out = _fin(acc, MODE)
     m2 = bm[:, None] & nm[None, :]
     if KS == 1:
-        out += tl.load(resid1_ptr + rb[:, None] * H + rn[None, :], mask=m2, other=0.0)
-        tl.store(resid_out_ptr + rb[:, None] * H + rn[None, :], out.to(tl.bfloat16), mask=m2)
+        _o_finish(out, nb, rb, rn, m2, resid1_ptr, resid_out_ptr, oss_ptr, B, H)
     else:
-        _o_splitk_finish(out, ks, nb, rb, rn, m2, resid1_ptr, part_ptr, resid_out_ptr, ctr_ptr, B, H, KS, CTR_OFF)
+        tl.store(part_ptr + ks * B * H + rb[:, None] * H + rn[None, :], out, mask=m2)
+        tl.debug_barrier()
+        arrived = tl.atomic_add(ctr_ptr + CTR_OFF + nb, 1, sem="acq_rel")
+        if arrived == KS - 1:
+            tot = tl.zeros([BB, BN], dtype=tl.float32)
+            for j in tl.static_range(KS):  # fixed order: bit-reproducible
+                tot += tl.load(part_ptr + j * B * H + rb[:, None] * H + rn[None, :], mask=m2, other=0.0,
+                               cache_modifier=".cg")
+            _o_finish(tot, nb, rb, rn, m2, resid1_ptr, resid_out_ptr, oss_ptr, B, H)
 
 
 @triton.jit
-def _o_splitk_finish(out, ks, nb, rb, rn, m2, resid1_ptr, part_ptr, resid_out_ptr, ctr_ptr, B,
-                     H: tl.constexpr, KS: tl.constexpr, CTR_OFF: tl.constexpr):
-    tl.store(part_ptr + ks * B * H + rb[:, None] * H + rn[None, :], out, mask=m2)
-    tl.debug_barrier()
-    arrived = tl.atomic_add(ctr_ptr + CTR_OFF + nb, 1, sem="acq_rel")
-    if arrived == KS - 1:
-        tot = tl.load(resid1_ptr + rb[:, None] * H + rn[None, :], mask=m2, other=0.0)
-        for j in tl.static_range(KS):  # fixed order: bit-reproducible
-            tot += tl.load(part_ptr + j * B * H + rb[:, None] * H + rn[None, :], mask=m2, other=0.0,
-                           cache_modifier=".cg")
-        tl.store(resid_out_ptr + rb[:, None] * H + rn[None, :], tot.to(tl.bfloat16), mask=m2)
+def _o_finish(out, nb, rb, rn, m2, resid1_ptr, resid_out_ptr, oss_ptr, B, H: tl.constexpr):
+    out += tl.load(resid1_ptr + rb[:, None] * H + rn[None, :], mask=m2, other=0.0)
+    ob = out.to(tl.bfloat16)
+    tl.store(resid_out_ptr + rb[:, None] * H + rn[None, :], ob, mask=m2)
+    of = tl.where(m2, ob.to(tl.float32), 0.0)
+    tl.store(oss_ptr + nb * B + rb, tl.sum(of * of, axis=1), mask=rb < B)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -545,8 +594,8 @@ def _topk_role(
 
 @triton.jit
 def moe_front_kernel(
-    x_ptr, gamma_ptr,  # residual_out [B, H] bf16 (x2 before the norm), post_norm [H]
-    router_ptr, down_ptr, sw13_ptr,  # [E, H], [LAT, H], [2*SI, H]
+    x_ptr, oss_ptr,  # residual_out [B, H] bf16 (x2 before the norm), its per-block sums of squares [NBO, B]
+    router_ptr, down_ptr, sw13_ptr,  # post_norm-folded [E, H], [LAT, H], [2*SI, H]
     logits_ptr, lat_ptr, sh_ptr,  # out: [B, E] fp32, [B, LAT] bf16, [B, SI] bf16
     bias_ptr, topk_id_ptr, topk_w_ptr, rank_ptr, eoff_ptr,
     slot_exp_ptr, slot_off_ptr, slot_cnt_ptr, sorted_tok_ptr, sorted_pair_ptr,
@@ -555,7 +604,7 @@ def moe_front_kernel(
     H: tl.constexpr, E: tl.constexpr, LAT: tl.constexpr, SI: tl.constexpr, EPS: tl.constexpr,
     TOPK: tl.constexpr, RENORM: tl.constexpr, BETA: tl.constexpr, LBETA: tl.constexpr,
     BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, MODE: tl.constexpr,
-    EP: tl.constexpr, TB: tl.constexpr, KP: tl.constexpr, PP: tl.constexpr,
+    EP: tl.constexpr, TB: tl.constexpr, KP: tl.constexpr, PP: tl.constexpr, NBO: tl.constexpr, PC: tl.constexpr,
 ):
     # roles in ticket order: router CTAs, top-k CTAs (wait for the router), latent-down CTAs, shared-w13 CTAs
     v = tl.atomic_add(ctr_ptr + 21, 1)  # CTR_FRONT_TICKET
@@ -568,16 +617,16 @@ def moe_front_kernel(
                    B, route_scale, E, TOPK, RENORM, NR, NT, EP, TB, KP, PP)
     else:
         g = tl.where(v < NR, v, v - NT)  # GEMV role index: [0, NR) router, [NR, NR+NL) latent, then shared
-        _front_gemv_role(g, x_ptr, gamma_ptr, router_ptr, down_ptr, sw13_ptr, logits_ptr, lat_ptr, sh_ptr, ctr_ptr,
-                         B, H, E, LAT, SI, EPS, BETA, LBETA, BB, BN, BK, MODE)
+        _front_gemv_role(g, x_ptr, oss_ptr, router_ptr, down_ptr, sw13_ptr, logits_ptr, lat_ptr, sh_ptr, ctr_ptr,
+                         B, H, E, LAT, SI, EPS, BETA, LBETA, BB, BN, BK, MODE, NBO, PC)
 
 
 @triton.jit
 def _front_gemv_role(
-    g, x_ptr, gamma_ptr, router_ptr, down_ptr, sw13_ptr, logits_ptr, lat_ptr, sh_ptr, ctr_ptr, B,
+    g, x_ptr, oss_ptr, router_ptr, down_ptr, sw13_ptr, logits_ptr, lat_ptr, sh_ptr, ctr_ptr, B,
     H: tl.constexpr, E: tl.constexpr, LAT: tl.constexpr, SI: tl.constexpr, EPS: tl.constexpr,
     BETA: tl.constexpr, LBETA: tl.constexpr,
-    BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, MODE: tl.constexpr,
+    BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, MODE: tl.constexpr, NBO: tl.constexpr, PC: tl.constexpr,
 ):
     NR: tl.constexpr = (E + BN - 1) // BN
     NL: tl.constexpr = (LAT + BN - 1) // BN
@@ -601,16 +650,14 @@ def _front_gemv_role(
         nm = jj < SI
         w_base = sw13_ptr
     acc = _acc_init(BB, BN, BK, MODE)
-    ss = tl.zeros([BB], dtype=tl.float32)
     for k0 in range(0, H, BK):
         rk = k0 + tl.arange(0, BK)
         km = rk < H
-        x = tl.load(x_ptr + rb[:, None] * H + rk[None, :], mask=bm[:, None] & km[None, :], other=0.0).to(tl.float32)
-        ss += tl.sum(x * x, axis=1)
-        gm = tl.load(gamma_ptr + rk, mask=km, other=0.0).to(tl.float32)
+        x = tl.load(x_ptr + rb[:, None] * H + rk[None, :], mask=bm[:, None] & km[None, :], other=0.0)
         w = tl.load(w_base + rows[:, None] * H + rk[None, :], mask=nm[:, None] & km[None, :], other=0.0)
-        acc = _mac(acc, x * gm[None, :], w, MODE)
-    y = _fin(acc, MODE) * tl.rsqrt(ss / H + EPS)[:, None]
+        acc = _mac(acc, x, w, MODE)
+    rstd2 = tl.rsqrt(_sum_parts(oss_ptr, B, rb, NBO, PC) / H + EPS)
+    y = _fin(acc, MODE) * rstd2[:, None]
     if g < NR:
         tl.store(logits_ptr + rb[:, None] * E + rows[None, :], y, mask=bm[:, None] & nm[None, :])
         tl.debug_barrier()
@@ -678,7 +725,7 @@ def expert_up_kernel(
 @triton.jit
 def _down_role(
     v, act_ptr, w2_ptr, slot_exp_ptr, slot_off_ptr, slot_cnt_ptr, sorted_pair_ptr, topk_w_ptr,
-    ypair_ptr, latent_ptr, ctr_ptr, B, P,
+    ypair_ptr, latent_ptr, lss_ptr, ctr_ptr, B, P,
     LAT: tl.constexpr, I: tl.constexpr, TOPK: tl.constexpr,
     BT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, MODE: tl.constexpr, RB: tl.constexpr,
 ):
@@ -720,16 +767,19 @@ def _down_role(
             for k in tl.static_range(TOPK):
                 tot += tl.load(ypair_ptr + (rb * TOPK + k)[:, None] * LAT + rn[None, :], mask=m2, other=0.0,
                                cache_modifier=".cg")
-            tl.store(latent_ptr + rb[:, None] * LAT + rn[None, :], tot, mask=m2)
+            tb = tot.to(tl.bfloat16)
+            tl.store(latent_ptr + rb[:, None] * LAT + rn[None, :], tb, mask=m2)
+            tf = tl.where(m2, tb.to(tl.float32), 0.0)
+            tl.store(lss_ptr + nb * B + rb, tl.sum(tf * tf, axis=1), mask=bm)
         tl.debug_barrier()
         tl.atomic_add(ctr_ptr + 19, 1, sem="release")  # CTR_LAT_DONE
 
 
 @triton.jit
 def _tail_role(
-    nt, sh_ptr, sw2_ptr, rnorm_ptr, up_ptr, latent_ptr, out_ptr, ctr_ptr, B,
+    nt, sh_ptr, sw2_ptr, up_ptr, latent_ptr, lss_ptr, out_ptr, ctr_ptr, B,
     H: tl.constexpr, LAT: tl.constexpr, SI: tl.constexpr, EPS: tl.constexpr, NBL: tl.constexpr,
-    BB: tl.constexpr, BNT: tl.constexpr, BKT: tl.constexpr, MODE_T: tl.constexpr,
+    BB: tl.constexpr, BNT: tl.constexpr, BKT: tl.constexpr, MODE_T: tl.constexpr, PC: tl.constexpr,
 ):
     rb = tl.arange(0, BB)
     bm = rb < B
@@ -749,17 +799,15 @@ def _tail_role(
         cnt = tl.atomic_add(ctr_ptr + 19, 0, sem="acquire")
     tl.debug_barrier()
     acc2 = _acc_init(BB, BNT, BKT, MODE_T)
-    ss = tl.zeros([BB], dtype=tl.float32)
     for k0 in range(0, LAT, BKT):
         rk = k0 + tl.arange(0, BKT)
         km = rk < LAT
         x = tl.load(latent_ptr + rb[:, None] * LAT + rk[None, :], mask=bm[:, None] & km[None, :], other=0.0,
                     cache_modifier=".cg")
-        ss += tl.sum(x * x, axis=1)
-        g = tl.load(rnorm_ptr + rk, mask=km, other=0.0).to(tl.float32)
         w = tl.load(up_ptr + rn[:, None] * LAT + rk[None, :], mask=nm[:, None] & km[None, :], other=0.0)
-        acc2 = _mac(acc2, x * g[None, :], w, MODE_T)
-    out = _fin(acc2, MODE_T) * tl.rsqrt(ss / LAT + EPS)[:, None] + shared
+        acc2 = _mac(acc2, x, w, MODE_T)
+    rstd_r = tl.rsqrt(_sum_parts(lss_ptr, B, rb, NBL, PC) / LAT + EPS)
+    out = _fin(acc2, MODE_T) * rstd_r[:, None] + shared
     tl.store(out_ptr + rb[:, None] * H + rn[None, :], out.to(tl.bfloat16), mask=bm[:, None] & nm[None, :])
 
 
@@ -767,8 +815,8 @@ def _tail_role(
 def expert_down_kernel(
     act_ptr, w2_ptr,  # act [B*TOPK, I] bf16 (sorted-pair rows), w2 [E, LAT, I]
     slot_exp_ptr, slot_off_ptr, slot_cnt_ptr, sorted_pair_ptr, topk_w_ptr,
-    ypair_ptr, latent_ptr,  # scratch [B*TOPK, LAT] fp32, [B, LAT] fp32
-    sh_ptr, sw2_ptr, rnorm_ptr, up_ptr,  # shared act [B, SI] bf16, shared_w2 [H, SI], routed_norm, latent_up [H, LAT]
+    ypair_ptr, latent_ptr, lss_ptr,  # scratch [B*TOPK, LAT] fp32, [B, LAT] bf16, [NBL, B] fp32
+    sh_ptr, sw2_ptr, up_ptr,  # shared act [B, SI] bf16, shared_w2 [H, SI], routed_norm-folded latent_up [H, LAT]
     out_ptr,  # out: hidden_out [B, H] bf16
     ctr_ptr,
     B, P,
@@ -776,6 +824,7 @@ def expert_down_kernel(
     EPS: tl.constexpr,
     BT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, MODE: tl.constexpr,
     BB: tl.constexpr, BNT: tl.constexpr, BKT: tl.constexpr, MODE_T: tl.constexpr, RB: tl.constexpr,
+    PC: tl.constexpr,
 ):
     # role from a ticket taken at start: every tail CTA starts after all down CTAs have started
     v = tl.atomic_add(ctr_ptr + 18, 1)  # CTR_DOWN_TICKET
@@ -783,7 +832,7 @@ def expert_down_kernel(
     n_down = NBL * P
     if v < n_down:
         _down_role(v, act_ptr, w2_ptr, slot_exp_ptr, slot_off_ptr, slot_cnt_ptr, sorted_pair_ptr, topk_w_ptr,
-                   ypair_ptr, latent_ptr, ctr_ptr, B, P, LAT, I, TOPK, BT, BN, BK, MODE, RB)
+                   ypair_ptr, latent_ptr, lss_ptr, ctr_ptr, B, P, LAT, I, TOPK, BT, BN, BK, MODE, RB)
     else:
-        _tail_role(v - n_down, sh_ptr, sw2_ptr, rnorm_ptr, up_ptr, latent_ptr, out_ptr, ctr_ptr, B,
-                   H, LAT, SI, EPS, NBL, BB, BNT, BKT, MODE_T)
+        _tail_role(v - n_down, sh_ptr, sw2_ptr, up_ptr, latent_ptr, lss_ptr, out_ptr, ctr_ptr, B,
+                   H, LAT, SI, EPS, NBL, BB, BNT, BKT, MODE_T, PC)

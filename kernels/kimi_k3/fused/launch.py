@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from kimi_k3.config import K3LayerConfig
+from kimi_k3.fused import prep
 
 if TYPE_CHECKING:
     import torch
@@ -38,7 +39,7 @@ class Plan:
     # 1 qkv_a
     A_BN: int
     A_BK: int
-    A_KS: int
+    XR: int  # rows per norm CTA of kernel 1
     # 2 q_b
     QB_CN: int
     QB_BK: int
@@ -57,8 +58,10 @@ class Plan:
     F_BK: int
     TB: int
     # 6/7 experts
-    X_MODE: int
+    X_MODE: int  # expert_down (and the tail when MODE says so); expert_up uses U_MODE
     BT: int
+    U_MODE: int
+    U_BT: int
     U_BN: int
     U_BK: int
     U_P: int
@@ -71,6 +74,7 @@ class Plan:
     num_warps: int = 4
     attn_warps: int = 8
     stages: int = 3
+    x_stages: int = 4  # expert kernels
 
     def with_(self, **kw: Any) -> Plan:
         return replace(self, **kw)
@@ -87,13 +91,10 @@ def make_plan(cfg: K3LayerConfig, B: int, max_context: int, *, gpu: bool = True,
     def bk(k: int, pref: int) -> int:
         return max(16, min(pref, _p2(k)))
 
-    # 1 qkv_a: enough CTAs for the SMs, split-K only when the rows alone are too few
-    a_bn = (16 if mode == 0 else 32) if big else 16
+    # 1 qkv_a: 16-row blocks give >= 228 CTAs even at TP8 (no split-K needed)
+    a_bn = 16
     a_bk = bk(cfg.hidden, 256 if mode == 0 else 128) if big else 32
     rows = cfg.qkv_a_g_rows
-    a_ks = 1
-    while _cdiv(rows, a_bn) * a_ks < 2 * sms and a_ks < 4 and _cdiv(cfg.hidden, a_bk) >= 8 * a_ks:
-        a_ks *= 2
     # 2 q_b: nope/rope row chunks per head
     cn = 64 if nh >= 48 else (32 if nh >= 16 else 16)
     cn = min(cn, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim) if big else 8
@@ -105,7 +106,8 @@ def make_plan(cfg: K3LayerConfig, B: int, max_context: int, *, gpu: bool = True,
     block_n = 32 if big else 16
     nhb = _cdiv(nh, bh)
     max_ctx = max(1, max_context)
-    s = max(1, min(_cdiv(2 * sms, B * nhb), _cdiv(max_ctx, 2 * block_n)))
+    # splits: fill the SMs, but keep >= MIN_SPLIT_TOKENS per split (the merge reads every split's partial)
+    s = max(1, min(_cdiv(2 * sms, B * nhb), _cdiv(max_ctx, 256 if big else 2 * block_n), 128))
     # 4 o_proj
     o_k = nh * cfg.v_head_dim
     o_bn = (16 if mode == 0 else (32 if B < 16 else 64)) if big else 16
@@ -116,17 +118,16 @@ def make_plan(cfg: K3LayerConfig, B: int, max_context: int, *, gpu: bool = True,
     # 5 moe front
     f_bn = (16 if mode == 0 else (32 if B < 32 else 64)) if big else 16
     f_bk = bk(cfg.hidden, 256 if mode == 0 else 128) if big else 32
-    # 6/7 experts: FMA on pairs of tokens while experts see ~1 token, tensor cores beyond
-    x_mode = 0 if B <= 16 else 1
-    bt = 2 if x_mode == 0 else 16
-    if B == 1:
-        bt = 1
-    u_bn = 32 if big else 16
-    u_bk = (128 if x_mode == 0 else 128) if big else 32
+    # 6 expert up: tensor cores (tokens padded to 16), one (slot, column block) per CTA, idle slots exit
     max_slots = min(cfg.n_routed_experts, B * cfg.top_k)
-    nj = _cdiv(2 * cfg.routed_inter, u_bn)
-    u_p = max(1, min(max_slots, _cdiv(8 * sms, nj)))
-    d_bn = 32 if big else 16
+    u_mode, u_bt = 1, 16
+    u_bn = 64 if big else 16
+    u_bk = 128 if big else 32
+    u_p = max_slots
+    # 7 expert down: FMA for 1-2 tokens, tensor cores beyond; persistent over slots (the last-arriver sums)
+    x_mode = 0 if B <= 2 else 1
+    bt = 1 if B == 1 else (2 if x_mode == 0 else 16)
+    d_bn = (32 if x_mode == 0 else 64) if big else 16
     d_bk = bk(cfg.routed_inter, 128) if big else 32
     nbl = _cdiv(cfg.latent, d_bn)
     d_p = max(1, min(max_slots, _cdiv(8 * sms, nbl)))
@@ -135,24 +136,24 @@ def make_plan(cfg: K3LayerConfig, B: int, max_context: int, *, gpu: bool = True,
     if not big:
         # Interpreter (CPU tests): its cost is per executed op, not per element, so use whole-matrix tiles
         # (one program per role where possible). Tests override these to exercise the multi-block paths.
-        a_bn, a_bk, a_ks = _p2(rows), _p2(cfg.hidden), 1
+        a_bn, a_bk = _p2(rows), _p2(cfg.hidden)
         qb_bk = _p2(cfg.q_lora_rank)
         block_n = 64
         s = 1
         o_bn, o_bk, o_ks = _p2(cfg.hidden), _p2(o_k), 1
         f_bn, f_bk = 64, _p2(cfg.hidden)
-        u_bn, u_bk, u_p = max(2, _p2(2 * cfg.routed_inter)), _p2(cfg.latent), 1
+        u_bn, u_bk = max(2, _p2(2 * cfg.routed_inter)), _p2(cfg.latent)
         d_bn, d_bk, d_p = _p2(cfg.latent), _p2(cfg.routed_inter), 1
         t_bn, t_bk = _p2(cfg.hidden), _p2(max(cfg.latent, cfg.shared_inter))
         bt = max(bt, min(16, _p2(B)) if x_mode == 0 else 16)
     plan = Plan(
         B=B, BB=bb, MODE=mode,
-        A_BN=a_bn, A_BK=a_bk, A_KS=a_ks,
+        A_BN=a_bn, A_BK=a_bk, XR=8 if big else _p2(B),
         QB_CN=cn, QB_BK=qb_bk, KVR=4,
         BH=bh, BLOCK_N=block_n, S=s, MB=16,
         O_BN=o_bn, O_BK=o_bk, O_KS=o_ks,
         F_BN=f_bn, F_BK=f_bk, TB=min(2, _p2(B)) if big else min(8, _p2(B)),
-        X_MODE=x_mode, BT=bt, U_BN=u_bn, U_BK=u_bk, U_P=u_p, D_BN=d_bn, D_BK=d_bk, D_P=d_p,
+        X_MODE=x_mode, BT=bt, U_MODE=u_mode, U_BT=u_bt, U_BN=u_bn, U_BK=u_bk, U_P=u_p, D_BN=d_bn, D_BK=d_bk, D_P=d_p,
         T_BN=t_bn, T_BK=t_bk, RB=16 if big else 8,
     )
     return plan.with_(**override) if override else plan
@@ -214,9 +215,15 @@ def run_planned(
     def ws(name: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         return batch.scratch("fused." + name, shape, dtype)
 
+    fw = prep.prepare(w)
+    nbo = _cdiv(H, p.O_BN)
+    nqc = _cdiv(QL, p.A_BN)
+    nbl = _cdiv(LAT, p.D_BN)
+    PC = 64
     ctr = ws("ctr", (K.CTR_SIZE,), i32)
-    qkv_part = ws("qkv_part", (p.A_KS, B, R), f32)
-    ss_a = ws("ss_a", (p.A_KS, B), f32)
+    raw = ws("raw", (B, R), bf16)
+    ssq = ws("ssq", (nqc, B), f32)
+    ss_in = ws("ss_in", (B,), f32)
     resid1 = ws("resid1", (B, H), f32)
     ncn = DN // p.QB_CN
     ql_part = ws("ql_part", (ncn, B, NH, KL), f32)
@@ -225,6 +232,7 @@ def run_planned(
     lse = ws("lse", (B, p.S, NH), f32)
     attn_out = ws("attn_out", (B, NH * DV), bf16)
     o_part = ws("o_part", (p.O_KS, B, H), f32)
+    oss = ws("oss", (nbo, B), f32)
     logits = ws("logits", (B, E), f32)
     lat = ws("lat", (B, LAT), bf16)
     sh = ws("sh", (B, SI), bf16)
@@ -240,7 +248,8 @@ def run_planned(
     sorted_pair = ws("sorted_pair", (B * TOPK,), i32)
     act = ws("act", (B * TOPK, I), bf16)
     ypair = ws("ypair", (B * TOPK, LAT), f32)
-    latent = ws("latent", (B, LAT), f32)
+    latent = ws("latent", (B, LAT), bf16)
+    lss = ws("lss", (nbl, B), f32)
     resid_out = torch.empty((B, H), dtype=bf16, device=dev)
     hidden_out = torch.empty((B, H), dtype=bf16, device=dev)
 
@@ -250,21 +259,22 @@ def run_planned(
     lc = min(klp, 128)
 
     # 1
-    grid_a = _cdiv(R, p.A_BN) * p.A_KS
-    K.qkv_a_kernel[(grid_a,)](
-        h_in, r_in, w.input_norm, w.w_qkv_a_g, qkv_part, ss_a, resid1, ctr, B,
-        H=H, R=R, KS=p.A_KS, CTR_N=K.CTR_SIZE, BB=p.BB, BN=p.A_BN, BK=p.A_BK, MODE=p.MODE,
+    nx = _cdiv(B, p.XR)
+    K.qkv_a_kernel[(nx + _cdiv(R, p.A_BN),)](
+        h_in, r_in, fw.w_qkv_a_g, raw, ssq, resid1, ss_in, ctr, B,
+        H=H, R=R, QL=QL, CTR_N=K.CTR_SIZE, NX=nx, XR=p.XR, XK=min(512, _p2(H)),
+        BB=p.BB, BN=p.A_BN, BK=p.A_BK, MODE=p.MODE,
         num_warps=nw, num_stages=st,
     )
     # 2
     cnp = max(16, p.QB_CN)
     n_q = NH * ((DN + DR) // p.QB_CN)
-    grid_b = n_q + _cdiv(B, p.KVR)
-    K.q_b_kernel[(grid_b,)](
-        qkv_part, ss_a, w.q_a_norm, w.kv_a_norm, w.w_q_b, w.w_kv_b, ql_part, qpe,
+    K.q_b_kernel[(n_q + _cdiv(B, p.KVR),)](
+        raw, ssq, ss_in, w.kv_a_norm, fw.w_q_b, w.w_kv_b, ql_part, qpe,
         batch.kv_cache, batch.block_table, batch.seq_lens, max_blocks, B, float(cfg.softmax_scale * LOG2E),
-        H=H, R=R, KS=p.A_KS, EPS=eps, QL=QL, KL=KL, DN=DN, DR=DR, DV=DV, NH=NH, BS=cfg.block_size,
+        H=H, R=R, EPS=eps, QL=QL, KL=KL, DN=DN, DR=DR, DV=DV, NH=NH, BS=cfg.block_size,
         CN=p.QB_CN, CNP=cnp, BB=p.BB, BK=p.QB_BK, MODE=p.MODE, KLP=klp, LC=lc, DRP=drp, KVR=p.KVR,
+        NQC=nqc, PC=PC,
         num_warps=nw, num_stages=st,
     )
     # 3
@@ -272,29 +282,29 @@ def run_planned(
     grid_attn = B * p.S * nhb + NH * _cdiv(B, p.MB)
     K.attn_kernel[(grid_attn,)](
         ql_part, qpe, batch.kv_cache, batch.block_table, batch.seq_lens, max_blocks, opart, lse,
-        w.w_kv_b, qkv_part, ss_a, attn_out, ctr, B, p.S,
-        H=H, R=R, KS=p.A_KS, EPS=eps, GATE_OFF=cfg.qkv_a_rows, USE_GATE=bool(cfg.use_output_gate),
+        w.w_kv_b, raw, ss_in, attn_out, ctr, B, p.S,
+        H=H, R=R, EPS=eps, GATE_OFF=cfg.qkv_a_rows, USE_GATE=bool(cfg.use_output_gate),
         KL=KL, DN=DN, DR=DR, DV=DV, NH=NH, BS=cfg.block_size, NCN=ncn,
         BH=p.BH, BLOCK_N=p.BLOCK_N, KLP=klp, DRP=drp, DVP=max(16, _p2(DV)), MB=p.MB, LC=lc,
+        SP=_p2(p.S), SC=_p2(p.S), BY_ROW=p.S > 4,
         num_warps=p.attn_warps, num_stages=2,
     )
     # 4
-    grid_o = _cdiv(H, p.O_BN) * p.O_KS
-    K.o_proj_kernel[(grid_o,)](
-        attn_out, w.w_o, resid1, o_part, resid_out, ctr, B,
+    K.o_proj_kernel[(nbo * p.O_KS,)](
+        attn_out, w.w_o, resid1, o_part, resid_out, oss, ctr, B,
         H=H, K=NH * DV, KS=p.O_KS, CTR_OFF=K.CTR_O, BB=p.BB, BN=p.O_BN, BK=p.O_BK, MODE=p.MODE,
         num_warps=nw, num_stages=st,
     )
     # 5
-    ep = _p2(E)
     grid_f = _cdiv(E, p.F_BN) + _cdiv(B, p.TB) + _cdiv(LAT, p.F_BN) + _cdiv(2 * SI, p.F_BN)
     K.moe_front_kernel[(grid_f,)](
-        resid_out, w.post_norm, w.router, w.latent_down, w.shared_w13, logits, lat, sh,
+        resid_out, oss, fw.router, fw.latent_down, fw.shared_w13, logits, lat, sh,
         w.e_score_correction_bias, topk_id, topk_w, rank, eoff, slot_exp, slot_off, slot_cnt,
         sorted_tok, sorted_pair, ctr, B, float(cfg.routed_scaling_factor),
         H=H, E=E, LAT=LAT, SI=SI, EPS=eps, TOPK=TOPK, RENORM=bool(cfg.moe_renormalize),
         BETA=float(cfg.situ_beta), LBETA=float(cfg.situ_linear_beta),
-        BB=p.BB, BN=p.F_BN, BK=p.F_BK, MODE=p.MODE, EP=ep, TB=p.TB, KP=_p2(TOPK), PP=_p2(B * TOPK),
+        BB=p.BB, BN=p.F_BN, BK=p.F_BK, MODE=p.MODE, EP=_p2(E), TB=p.TB, KP=_p2(TOPK), PP=_p2(B * TOPK),
+        NBO=nbo, PC=PC,
         num_warps=nw, num_stages=st,
     )
     # 6
@@ -302,22 +312,20 @@ def run_planned(
     K.expert_up_kernel[(nj * p.U_P,)](
         lat, w.w13, slot_exp, slot_off, slot_cnt, sorted_tok, act, ctr, p.U_P,
         LAT=LAT, I=I, BETA=float(cfg.situ_beta), LBETA=float(cfg.situ_linear_beta),
-        BT=p.BT, BN=p.U_BN, BK=p.U_BK, MODE=p.X_MODE,
-        num_warps=nw, num_stages=st,
+        BT=p.U_BT, BN=p.U_BN, BK=p.U_BK, MODE=p.U_MODE,
+        num_warps=nw, num_stages=p.x_stages,
     )
     # 7
-    nbl = _cdiv(LAT, p.D_BN)
-    grid_d = nbl * p.D_P + _cdiv(H, p.T_BN)
-    K.expert_down_kernel[(grid_d,)](
-        act, w.w2, slot_exp, slot_off, slot_cnt, sorted_pair, topk_w, ypair, latent,
-        sh, w.shared_w2, w.routed_norm, w.latent_up, hidden_out, ctr, B, p.D_P,
+    K.expert_down_kernel[(nbl * p.D_P + _cdiv(H, p.T_BN),)](
+        act, w.w2, slot_exp, slot_off, slot_cnt, sorted_pair, topk_w, ypair, latent, lss,
+        sh, w.shared_w2, fw.latent_up, hidden_out, ctr, B, p.D_P,
         H=H, LAT=LAT, I=I, SI=SI, TOPK=TOPK, EPS=eps,
         BT=p.BT, BN=p.D_BN, BK=p.D_BK, MODE=p.X_MODE,
-        BB=p.BB, BNT=p.T_BN, BKT=p.T_BK, MODE_T=p.MODE, RB=p.RB,
-        num_warps=nw, num_stages=st,
+        BB=p.BB, BNT=p.T_BN, BKT=p.T_BK, MODE_T=p.MODE, RB=p.RB, PC=PC,
+        num_warps=nw, num_stages=p.x_stages,
     )
     bufs = {
-        "ctr": ctr, "qkv_part": qkv_part, "ss_a": ss_a, "resid1": resid1, "ql_part": ql_part, "qpe": qpe,
+        "ctr": ctr, "raw": raw, "ssq": ssq, "ss_in": ss_in, "oss": oss, "lss": lss, "resid1": resid1, "ql_part": ql_part, "qpe": qpe,
         "opart": opart, "lse": lse, "attn_out": attn_out, "logits": logits, "lat": lat, "sh": sh,
         "topk_ids": topk_id, "topk_weights": topk_w, "slot_exp": slot_exp, "slot_off": slot_off,
         "slot_cnt": slot_cnt, "sorted_tok": sorted_tok, "sorted_pair": sorted_pair, "act": act,

@@ -44,6 +44,44 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 
 
+# sweep (--sweep): per-kernel profiles of plan variants at a few points, to pick the defaults
+G32 = {"A_BN": 32, "A_BK": 128, "O_BN": 32, "O_BK": 128, "F_BN": 32, "F_BK": 128, "T_BN": 32, "T_BK": 128}
+XDOT = {"X_MODE": 1, "BT": 16, "U_BN": 64, "D_BN": 64, "x_stages": 4}
+SWEEP: dict[tuple[int, int, int], dict[str, dict[str, Any]]] = {
+    (1, 1, 4096): {"base": {}, "g32": G32, "xdot": XDOT, "x64": {"U_BN": 64, "D_BN": 64}, "xflat": {"flat": 1}},
+    (1, 8, 4096): {"base": {}, "xdot": XDOT, "x64": {"U_BN": 64, "D_BN": 64}},
+    (1, 64, 4096): {"base": {}, "x64": {"U_BN": 64, "D_BN": 64}, "x64s4": {"U_BN": 64, "D_BN": 64, "x_stages": 4},
+                    "xflat": {"flat": 1}, "gs4": {"stages": 4}},
+    (8, 1, 4096): {"base": {}, "g32": G32, "xdot": XDOT},
+    (8, 64, 4096): {"base": {}, "x64": {"U_BN": 64, "D_BN": 64}, "d128": {"D_BN": 128}, "xflat": {"flat": 1}},
+}
+
+
+def _resolve(cfg: Any, bsz: int, ov: dict[str, Any]) -> dict[str, Any]:
+    ov = dict(ov)
+    if ov.pop("flat", None):
+        ms = min(cfg.n_routed_experts, bsz * cfg.top_k)
+        ov.update(U_P=ms, D_P=ms)
+    return ov
+
+
+def profile_kernels(g: Any, flush: Any) -> list[tuple[str, float]]:
+    """(kernel name, microseconds) of every kernel in one replay, L2 flushed before it."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    flush.zero_()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        g.replay()
+        torch.cuda.synchronize()
+    out = []
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            out.append((e.name[:60], round(e.time_range.elapsed_us(), 1)))
+    return out
+
+
 def _meta_setup(tp: int, batch: int, context: int) -> tuple[Any, Any, Any]:
     import torch
 
@@ -93,10 +131,20 @@ def _warm_worker(jobs: list[tuple[int, int, int, dict[str, Any]]]) -> str:
         return traceback.format_exc()
 
 
-def warm_all(procs: int) -> dict[str, Any]:
+def warm_all(procs: int, sweep: bool = False) -> dict[str, Any]:
+    from kimi_k3.config import K3LayerConfig
+
+    if sweep:
+        keys = [(tp, b, c, json.dumps(_resolve(K3LayerConfig.real(tp), b, ov), sort_keys=True))
+                for (tp, b, c), vs in SWEEP.items() for ov in vs.values()]
+        return _warm_keys(keys, procs)
     keys = [(tp, b, c, "{}") for tp, b, c, _ in POINTS]
     keys += [(1, 1, 4096, json.dumps(ov, sort_keys=True)) for ov in VARIANTS.values()]
     keys += [(1, 2, 4096, "{}"), (1, 64, 4096, "{}"), (8, 1, 32768, "{}")]
+    return _warm_keys(keys, procs)
+
+
+def _warm_keys(keys: list[tuple[int, int, int, str]], procs: int) -> dict[str, Any]:
     jobs2 = [(tp, b, c, json.loads(ov)) for tp, b, c, ov in dict.fromkeys(keys)]
     chunks = [jobs2[i::procs] for i in range(procs)]
     t = time.time()
@@ -215,6 +263,53 @@ def layer_bytes(cfg: Any, w: Any, experts: int, seq_lens: list[int]) -> float:
     return float(dense + experts * per_expert + kv + act)
 
 
+def run_sweep(R: Results, flush: Any, a: Any, left: Any) -> None:
+    import torch
+
+    from kimi_k3 import fused, stock
+    from kimi_k3.bench import cached_weights
+    from kimi_k3.config import K3LayerConfig
+    from kimi_k3.layer import Workspace, random_batch
+
+    R.data["sweep"] = []
+    for tp in (1, 8):
+        cfg = K3LayerConfig.real(tp)
+        w = cached_weights(cfg, "cuda")
+        for (ptp, bsz, ctx), vs in SWEEP.items():
+            if ptp != tp or left() < 25:
+                continue
+            batch = random_batch(cfg, [ctx] * bsz, device="cuda", seed=1, poison=True)
+            batch.workspace = Workspace()
+            runs: dict[str, Any] = {"stock": None, **vs}
+            for name, ov in runs.items():
+                if left() < 20:
+                    break
+                try:
+                    if name == "stock":
+                        fn = lambda: stock.forward(cfg, w, batch)  # noqa: E731
+                    else:
+                        plan = fused.make_plan(cfg, bsz, ctx, **_resolve(cfg, bsz, ov))
+                        fn = lambda plan=plan: fused.forward_planned(cfg, w, batch, plan)  # noqa: E731
+                    g, _ = graphed(fn)
+                    row = {"tp": tp, "batch": bsz, "context": ctx, "name": name, **time_graph(g, flush, 15),
+                           "kernels": profile_kernels(g, flush)}
+                    del g
+                except Exception:
+                    row = {"tp": tp, "batch": bsz, "context": ctx, "name": name,
+                           "error": traceback.format_exc()[-1500:]}
+                R.add("sweep", row)
+                ks = " ".join(f"{n.split('_kernel')[0][:14]}={t:.0f}" for n, t in row.get("kernels", []))
+                print(f"tp{tp} b{bsz} {name:6s} {row.get('median_us', float('nan')):9.1f}us | {ks[:600]}",
+                      flush=True)
+            del batch
+        del w
+        from kimi_k3 import bench
+
+        bench._WEIGHTS.clear()
+        torch.cuda.empty_cache()
+    R.add("total_s", time.time())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -222,6 +317,7 @@ def main() -> None:
     ap.add_argument("--procs", type=int, default=12)
     ap.add_argument("--reps", type=int, default=25)
     ap.add_argument("--no-stock", action="store_true")
+    ap.add_argument("--sweep", action="store_true", help="per-kernel profiles of plan variants instead")
     a = ap.parse_args()
     t0 = time.time()
     os.makedirs(a.out, exist_ok=True)
@@ -250,7 +346,7 @@ def main() -> None:
         smi = repr(e)
     R.add("gpu", smi)
     print("gpu:", smi, flush=True)
-    R.add("warm", warm_all(a.procs))
+    R.add("warm", warm_all(a.procs, sweep=a.sweep))
     print("warm:", R.data["warm"], f"t={time.time() - t0:.0f}s", flush=True)
 
     import torch
@@ -262,6 +358,9 @@ def main() -> None:
 
     R.add("torch", torch.__version__)
     flush = torch.empty(512 * 1024 * 1024 // 4, dtype=torch.float32, device="cuda")
+    if a.sweep:
+        run_sweep(R, flush, a, left)
+        return
 
     for tp in (1, 8):
         cfg = K3LayerConfig.real(tp)

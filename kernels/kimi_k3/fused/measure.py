@@ -31,16 +31,17 @@ COPY_BW = 4.3e12  # bytes/s, measured D2D copy bandwidth on this H200 (research/
 
 # (tp, batch, context) timing points; stock is timed where `stock` is True
 POINTS: list[tuple[int, int, int, bool]] = [
-    (1, 1, 4096, True), (1, 64, 4096, True), (1, 8, 4096, True), (1, 2, 4096, False), (1, 32, 4096, False),
-    (1, 1, 32768, False), (1, 64, 32768, False),
-    (8, 1, 4096, True), (8, 64, 4096, True), (8, 8, 4096, False), (8, 1, 32768, False), (8, 64, 32768, False),
+    (1, 1, 4096, True), (1, 64, 4096, True), (1, 8, 4096, True), (1, 2, 4096, True), (1, 32, 4096, True),
+    (1, 1, 32768, True), (1, 64, 32768, True), (1, 2, 32768, False), (1, 8, 32768, False), (1, 32, 32768, False),
+    (8, 1, 4096, True), (8, 64, 4096, True), (8, 8, 4096, True), (8, 2, 4096, True), (8, 32, 4096, True),
+    (8, 1, 32768, True), (8, 64, 32768, True), (8, 2, 32768, False), (8, 8, 32768, False), (8, 32, 32768, False),
 ]
 COUNT_AT = {(1, 1, 4096), (1, 64, 4096)}  # kernels per layer counted from the graph here (profiler is slow)
-# plan variants timed at TP1 B1 4k (name -> overrides)
-VARIANTS: dict[str, dict[str, Any]] = {
-    "dot16": {"MODE": 1, "BB": 16, "A_BN": 32, "A_BK": 128, "O_BN": 32, "O_BK": 128, "F_BN": 32, "F_BK": 128,
-              "T_BN": 32, "T_BK": 128, "X_MODE": 1, "BT": 16},
-    "bh64": {"BH": 64},
+# plan variants (name -> overrides) timed at a few points, with per-kernel profiles
+VARIANTS: dict[tuple[int, int, int], dict[str, dict[str, Any]]] = {
+    (1, 1, 4096): {"attn_n64": {"BLOCK_N": 64}, "up_fma": {"U_MODE": 0, "U_BT": 1, "U_BN": 32}},
+    (1, 64, 4096): {"attn_n64": {"BLOCK_N": 64}, "attn_h64n64": {"BH": 64, "BLOCK_N": 64}},
+    (8, 1, 4096): {"attn_n64": {"BLOCK_N": 64}, "down_dot": {"X_MODE": 1, "BT": 16, "D_BN": 64}},
 }
 
 
@@ -139,8 +140,7 @@ def warm_all(procs: int, sweep: bool = False) -> dict[str, Any]:
                 for (tp, b, c), vs in SWEEP.items() for ov in vs.values()]
         return _warm_keys(keys, procs)
     keys = [(tp, b, c, "{}") for tp, b, c, _ in POINTS]
-    keys += [(1, 1, 4096, json.dumps(ov, sort_keys=True)) for ov in VARIANTS.values()]
-    keys += [(1, 2, 4096, "{}"), (1, 64, 4096, "{}"), (8, 1, 32768, "{}")]
+    keys += [(tp, b, c, json.dumps(ov, sort_keys=True)) for (tp, b, c), vs in VARIANTS.items() for ov in vs.values()]
     return _warm_keys(keys, procs)
 
 

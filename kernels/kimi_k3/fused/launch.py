@@ -53,6 +53,68 @@ class Plan:
     O_BN: int
     O_BK: int
     O_KS: int
+    # 5 moe front
+    F_BN: int
+    F_BK: int
+    TB: int
+    # 6/7 experts
+    X_MODE: int  # expert_down (and the tail when MODE says so); expert_up uses U_MODE
+    BT: int
+    U_MODE: int
+    U_BT: int
+    U_BN: int
+    U_BK: int
+    U_P: int
+    D_BN: int
+    D_BK: int
+    D_P: int
+    T_BN: int
+    T_BK: int
+    RB: int
+    num_warps: int = 4
+    attn_warps: int = 8
+    stages: int = 3
+    x_stages: int = 4  # expert kernels
+
+    def with_(self, **kw: Any) -> Plan:
+        return replace(self, **kw)
+
+
+def make_plan(cfg: K3LayerConfig, B: int, max_context: int, *, gpu: bool = True, **override: Any) -> Plan:
+    """Block sizes and grid splits. Tiny (CPU-test) shapes get small tiles so the interpreter stays quick."""
+    mode = 0 if B <= 2 else 1
+    bb = _p2(B) if mode == 0 else max(16, _p2(B))
+    big = cfg.hidden >= 1024
+    nh = cfg.local_heads
+    sms = NUM_SMS if gpu else 8
+
+    def bk(k: int, pref: int) -> int:
+        return max(16, min(pref, _p2(k)))
+
+    # 1 qkv_a: 16-row blocks give >= 228 CTAs even at TP8 (no split-K needed)
+    a_bn = 16
+    a_bk = bk(cfg.hidden, 256 if mode == 0 else 128) if big else 32
+    rows = cfg.qkv_a_g_rows
+    # 2 q_b: nope/rope row chunks per head
+    cn = 64 if nh >= 48 else (32 if nh >= 16 else 16)
+    cn = min(cn, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim) if big else 8
+    while cfg.qk_nope_head_dim % cn or cfg.qk_rope_head_dim % cn:
+        cn //= 2
+    qb_bk = bk(cfg.q_lora_rank, 128 if bb <= 16 else 64) if big else 32
+    # 3 attention: head block (all local heads when they fit), splits so B x splits x head blocks fills the GPU
+    bh = 32 if nh > 16 else max(16, _p2(nh))
+    block_n = 64 if big else 16
+    nhb = _cdiv(nh, bh)
+    max_ctx = max(1, max_context)
+    # splits: fill the SMs, but keep >= MIN_SPLIT_TOKENS per split (the merge reads every split's partial)
+    s = max(1, min(_cdiv(2 * sms, B * nhb), _cdiv(max_ctx, 256 if big else 2 * block_n), 128))
+    # 4 o_proj
+    o_k = nh * cfg.v_head_dim
+    o_bn = (16 if mode == 0 else (32 if B < 16 else 64)) if big else 16
+    o_bk = bk(o_k, 256 if mode == 0 else 128) if big else 32
+    o_ks = 1
+    while _cdiv(cfg.hidden, o_bn) * o_ks < 2 * sms and o_ks < 4 and _cdiv(o_k, o_bk) >= 8 * o_ks:
+        o_ks *= 2
     # 5 moe front (router | latent down | shared w13 rows side by side): wide blocks at large batch when the
     # rows still give two CTAs per SM
     f_rows = cfg.n_routed_experts + cfg.latent + 2 * cfg.shared_inter

@@ -38,10 +38,12 @@ POINTS: list[tuple[int, int, int, bool]] = [
 ]
 COUNT_AT = {(1, 1, 4096), (1, 64, 4096)}  # kernels per layer counted from the graph here (profiler is slow)
 # plan variants (name -> overrides) timed at a few points, with per-kernel profiles
+DENSE_DOT = {"MODE": 1, "BB": 16, "A_BK": 128, "QB_BK": 128, "O_BN": 32, "O_BK": 128, "F_BN": 32, "F_BK": 128,
+             "T_BN": 32, "T_BK": 128, "stages": 4}
 VARIANTS: dict[tuple[int, int, int], dict[str, dict[str, Any]]] = {
-    (1, 1, 4096): {"attn_n64": {"BLOCK_N": 64}, "up_fma": {"U_MODE": 0, "U_BT": 1, "U_BN": 32}},
-    (1, 64, 4096): {"attn_n64": {"BLOCK_N": 64}, "attn_h64n64": {"BH": 64, "BLOCK_N": 64}},
-    (8, 1, 4096): {"attn_n64": {"BLOCK_N": 64}, "down_dot": {"X_MODE": 1, "BT": 16, "D_BN": 64}},
+    (1, 1, 4096): {"attn_n32": {"BLOCK_N": 32}, "dense_dot": DENSE_DOT},
+    (1, 64, 4096): {"down_bn128": {"D_BN": 128}, "qkv_bn32": {"A_BN": 32}},
+    (8, 1, 4096): {"dense_dot": DENSE_DOT},
 }
 
 
@@ -378,9 +380,9 @@ def main() -> None:
                 s = {"tp": tp, "batch": bsz, "context": ctx, "error": traceback.format_exc()[-2000:]}
             R.add("correctness", s)
             print("check", s, flush=True)
-        # timing
+        # timing (+ per-kernel profile of one replay)
         for ptp, bsz, ctx, with_stock in POINTS:
-            if ptp != tp or left() < 40:
+            if ptp != tp or left() < 45:
                 continue
             row: dict[str, Any] = {"tp": tp, "batch": bsz, "context": ctx}
             try:
@@ -392,6 +394,7 @@ def main() -> None:
                 for name, fn in paths.items():
                     g, _ = graphed(lambda fn=fn: fn(cfg, w, batch))
                     row[name] = time_graph(g, flush, a.reps)
+                    row[name + "_profile"] = profile_kernels(g, flush)
                     if (tp, bsz, ctx) in COUNT_AT:
                         row[name + "_kernels"] = count_graph_kernels(g.replay)
                     del g
@@ -407,23 +410,12 @@ def main() -> None:
             except Exception:
                 row["error"] = traceback.format_exc()[-2000:]
             R.add("timing", row)
-            print("time", json.dumps(row, default=str), flush=True)
-        # variants at TP1 B1 4k
-        if tp == 1 and left() > 30:
-            batch = random_batch(cfg, [4096], device="cuda", seed=1, poison=True)
-            batch.workspace = Workspace()
-            for name, ov in {"default": {}, **VARIANTS}.items():
-                try:
-                    plan = fused.make_plan(cfg, 1, 4096, **ov)
-                    g, _ = graphed(lambda plan=plan: fused.forward_planned(cfg, w, batch, plan))
-                    R.add("variants", {"name": name, **time_graph(g, flush, a.reps)})
-                    del g
-                except Exception:
-                    R.add("variants", {"name": name, "error": traceback.format_exc()[-1500:]})
-            print("variants", R.data["variants"], flush=True)
+            prof = " ".join(f"{n.split('_kernel')[0][:12]}={t:.0f}" for n, t in row.get("fused_profile", []))
+            print(f"time tp{tp} b{bsz} c{ctx}: fused {row.get('fused', {}).get('median_us', -1):.1f} us, stock "
+                  f"{row.get('stock', {}).get('median_us', -1):.1f} us | {prof}", flush=True)
         # bit-repeatability
         for bsz in ((1, 2, 64) if tp == 1 else (64,)):
-            if left() < 20:
+            if left() < 25:
                 break
             try:
                 batch = random_batch(cfg, _lens(bsz, 4096, seed=bsz), device="cuda", seed=bsz, poison=True)
@@ -444,6 +436,23 @@ def main() -> None:
                                  "graph_replays": 50, "graph_differ": diff_g})
             except Exception:
                 R.add("repeat", {"tp": tp, "batch": bsz, "error": traceback.format_exc()[-1500:]})
+        # plan variants
+        for (vtp, bsz, ctx), vs in VARIANTS.items():
+            if vtp != tp or left() < 30:
+                continue
+            batch = random_batch(cfg, [ctx] * bsz, device="cuda", seed=1, poison=True)
+            batch.workspace = Workspace()
+            for name, ov in vs.items():
+                try:
+                    plan = fused.make_plan(cfg, bsz, ctx, **ov)
+                    g, _ = graphed(lambda plan=plan: fused.forward_planned(cfg, w, batch, plan))
+                    R.add("variants", {"tp": tp, "batch": bsz, "context": ctx, "name": name,
+                                       **time_graph(g, flush, a.reps), "profile": profile_kernels(g, flush)})
+                    del g
+                except Exception:
+                    R.add("variants", {"tp": tp, "batch": bsz, "context": ctx, "name": name,
+                                       "error": traceback.format_exc()[-1500:]})
+            del batch
         del w
         from kimi_k3 import bench
 
@@ -463,9 +472,13 @@ def main() -> None:
               f"{'' if st is None else f'{st:.1f}'} | {r.get('speedup_vs_stock', 0):.2f} | "
               f"{r.get('fused_kernels', '')}/{r.get('stock_kernels', '')} | {r['experts_touched']} | "
               f"{r['fused_TBps']:.2f} | {r['fused_pct_roofline']:.0f} |")
-    for k in ("correctness", "variants", "repeat"):
+    for k in ("correctness", "repeat"):
         for r in R.data[k]:
             print(k, json.dumps(r, default=str)[:400])
+    for r in R.data["variants"]:
+        prof = " ".join(f"{n.split('_kernel')[0][:12]}={t:.0f}" for n, t in r.get("profile", []))
+        print(f"variant tp{r['tp']} b{r['batch']} {r['name']}: {r.get('median_us', -1):.1f} us | {prof}"
+              f"{r.get('error', '')[-300:]}")
     sys.stdout.flush()
 
 

@@ -51,7 +51,9 @@ def apply() -> None:
             return interpreter.TensorHandle(bits.view(np.float32), tl.float32)
         return h
 
-    def create_dot(self: Any, a: Any, b: Any, d: Any, input_precision: Any, max_num_imprecise_acc: Any) -> Any:
+    def create_dot(
+        self: Any, a: Any, b: Any, d: Any, input_precision: Any, max_num_imprecise_acc: Any
+    ) -> Any:
         return orig_dot(self, _widen(a), _widen(b), d, input_precision, max_num_imprecise_acc)
 
     builder_cls.create_dot = create_dot

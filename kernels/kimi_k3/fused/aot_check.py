@@ -17,8 +17,13 @@ import subprocess
 import tempfile
 from typing import Any
 
-_DT = {"torch.bfloat16": "bf16", "torch.float32": "fp32", "torch.int32": "i32", "torch.int64": "i64",
-       "torch.float16": "fp16"}
+_DT = {
+    "torch.bfloat16": "bf16",
+    "torch.float32": "fp32",
+    "torch.int32": "i32",
+    "torch.int64": "i64",
+    "torch.float16": "fp16",
+}
 
 
 def _ptxas(ptx: str) -> str:
@@ -29,7 +34,9 @@ def _ptxas(ptx: str) -> str:
         f.write(ptx)
         path = f.name
     try:
-        r = subprocess.run([exe, "-arch=sm_90a", "-v", path, "-o", os.devnull], capture_output=True, text=True)
+        r = subprocess.run(
+            [exe, "-arch=sm_90a", "-v", path, "-o", os.devnull], capture_output=True, text=True
+        )
     finally:
         os.unlink(path)
     return r.stderr
@@ -139,8 +146,10 @@ def main() -> None:
     a = ap.parse_args()
     ov = {k: int(v) for k, v in (s.split("=") for s in a.override)}
     for r in check(a.tp, a.batch, a.context, ov):
-        print(f"{r['kernel']:<20} grid={r['grid']!s:<10} warps={r['num_warps']} regs={r['regs']:>3} "
-              f"spill={r['spill_bytes']:>5}B smem={r['smem'] // 1024:>4}KB pipelined={r['pipelined']}")
+        print(
+            f"{r['kernel']:<20} grid={r['grid']!s:<10} warps={r['num_warps']} regs={r['regs']:>3} "
+            f"spill={r['spill_bytes']:>5}B smem={r['smem'] // 1024:>4}KB pipelined={r['pipelined']}"
+        )
 
 
 if __name__ == "__main__":

@@ -1,34 +1,35 @@
-"""Triton kernels of the fused Kimi K3 MLA decode layer (see fused/NOTES.md for the design and figures).
+"""Triton kernels of the fused Kimi K3 MLA decode layer (design and figures: fused/NOTES.md).
 
 Seven launches per layer:
 
-  1 `qkv_a_kernel`    norm CTAs: h + r, its sum of squares (input RMSNorm), zero the layer's sync counters;
-                      GEMV CTAs: q_a|kv_a|gate GEMV on the raw h and r tiles against input_norm-folded weights
-                      (rstd is a per-row scalar applied by the consumers), bf16 out + per-block sums of squares
-                      of the q_a columns (for the q_a RMSNorm).
-  2 `q_b_kernel`      q role: q_b on the raw q_a columns against q_a_norm-folded weights, both norms applied as
-                      one per-row scale, then the absorbed W_UK for its nope rows (partials over row chunks,
-                      summed in a fixed order by the attention kernel) or the raw rope rows;
-                      kv role: kv_a RMSNorm + the new token's latent written into the paged cache.
-  3 `attn_kernel`     split-KV MLA decode over the 576-wide latent cache, a head block per CTA (all local heads
-                      at TP8); merge CTAs (later in launch order) wait for their head block and do the LSE
-                      merge + W_UV + sigmoid output gate -> attn_out.
-  4 `o_proj_kernel`   o_proj GEMV + residual add -> residual_out (bf16, the layer's second output) + per-block
-                      sums of squares of it (for the post-attention RMSNorm).
-  5 `moe_front_kernel` three GEMVs side by side on the raw residual_out against post_norm-folded weights
-                      (router, latent down, shared w13 with SiTU in registers); top-k CTAs (launched right after
-                      the router CTAs) wait for the router, do sigmoid + bias top-k + renorm; the last one
-                      builds the device-side touched-expert list (slots, token lists), no host sync.
-  6 `expert_up_kernel` grouped w13 GEMV over touched experts: each expert's rows read once for all its tokens,
-                      gate/up rows of a block side by side, SiTU in registers.
-  7 `expert_down_kernel` grouped w2 GEMV x routing weight per (token, k) pair; the last CTA of each latent
-                      column block sums the pairs of each token in k order (deterministic) -> latent (bf16) +
-                      per-block sums of squares; tail CTAs (later in launch order) do shared w2 first, wait for
-                      the latent, then latent_up against routed_norm-folded weights, + shared -> hidden_out.
+1 `qkv_a_kernel`: norm CTAs compute h + r and its sum of squares (input RMSNorm) and zero the layer's
+  sync counters; GEMV CTAs run q_a|kv_a|gate on the raw h and r tiles against input_norm-folded weights
+  (rstd is a per-row scalar the consumers apply), bf16 out, plus per-block sums of squares of the q_a
+  columns (for the q_a RMSNorm).
+2 `q_b_kernel`: q role: q_b on the raw q_a columns against q_a_norm-folded weights, both norms applied as
+  one per-row scale, then the absorbed W_UK for its nope rows (partials over row chunks, summed in a fixed
+  order by the attention kernel) or the raw rope rows; kv role: kv_a RMSNorm + the new token's latent
+  written into the paged cache.
+3 `attn_kernel`: split-KV MLA decode over the 576-wide latent cache, a head block per CTA (all local heads
+  at TP8); merge CTAs (later in launch order) wait for their head block and do the LSE merge + W_UV +
+  sigmoid output gate -> attn_out.
+4 `o_proj_kernel`: o_proj GEMV + residual add -> residual_out (bf16, the layer's second output) plus
+  per-block sums of squares of it (for the post-attention RMSNorm).
+5 `moe_front_kernel`: three GEMVs side by side on the raw residual_out against post_norm-folded weights
+  (router, latent down, shared w13 with SiTU in registers); top-k CTAs (launched right after the router
+  CTAs) wait for the router and do sigmoid + bias top-k + renorm; the last one builds the device-side
+  touched-expert list (slots, token lists). No host sync.
+6 `expert_up_kernel`: grouped w13 GEMV over touched experts: each expert's rows are read once for all its
+  tokens, gate/up rows of a block side by side, SiTU in registers.
+7 `expert_down_kernel`: grouped w2 GEMV x routing weight per (token, k) pair; the last CTA of each latent
+  column block sums each token's pairs in k order (deterministic) -> latent (bf16) + per-block sums of
+  squares; tail CTAs (later in launch order) do shared w2 first, wait for the latent, then latent_up
+  against routed_norm-folded weights, + shared -> hidden_out.
 
-Every GEMV K loop streams raw bf16 tiles into the dot (no activation math or cross-warp reduction inside the
-loop: measured on the H200, such loops streamed 2-6x slower). Norm weights live in prepared weight copies
-(`fused.prep`), and each RMSNorm's rstd comes from fixed-order partial sums of squares the previous kernel wrote.
+Every GEMV K loop streams raw bf16 tiles into the dot: no activation math and no cross-warp reduction inside
+the loop (measured on the H200, loops with them streamed 2-6x slower). Norm weights live in prepared weight
+copies (`fused.prep`); each RMSNorm's rstd comes from fixed-order partial sums of squares that the previous
+kernel wrote.
 
 Cross-CTA dependencies inside one launch never rely on the hardware's dispatch order: a CTA takes its role
 index from an atomic ticket, so every CTA a waiter depends on has already started (and will finish) before
@@ -89,19 +90,13 @@ def _mac(acc, x, w, MODE: tl.constexpr):
 
 @triton.jit
 def _acc_init(BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, MODE: tl.constexpr):
-    if MODE == 0:
-        acc = tl.zeros([BB, BN, BK], dtype=tl.float32)
-    else:
-        acc = tl.zeros([BB, BN], dtype=tl.float32)
+    acc = tl.zeros([BB, BN, BK], dtype=tl.float32) if MODE == 0 else tl.zeros([BB, BN], dtype=tl.float32)
     return acc
 
 
 @triton.jit
 def _fin(acc, MODE: tl.constexpr):
-    if MODE == 0:
-        out = tl.sum(acc, axis=2)
-    else:
-        out = acc
+    out = tl.sum(acc, axis=2) if MODE == 0 else acc
     return out
 
 
@@ -122,8 +117,12 @@ def _sum_parts(ptr, B, rb, NP: tl.constexpr, PC: tl.constexpr):
     rp = tl.arange(0, PC)
     for p0 in tl.static_range(0, NP, PC):
         pm = (p0 + rp) < NP
-        acc += tl.load(ptr + (p0 + rp)[None, :] * B + rb[:, None], mask=pm[None, :] & (rb < B)[:, None], other=0.0,
-                       cache_modifier=".cg")
+        acc += tl.load(
+            ptr + (p0 + rp)[None, :] * B + rb[:, None],
+            mask=pm[None, :] & (rb < B)[:, None],
+            other=0.0,
+            cache_modifier=".cg",
+        )
     return tl.sum(acc, axis=1)
 
 
@@ -132,12 +131,26 @@ def _sum_parts(ptr, B, rb, NP: tl.constexpr, PC: tl.constexpr):
 # ------------------------------------------------------------------------------------------------------------
 @triton.jit
 def qkv_a_kernel(
-    h_ptr, r_ptr, w_ptr,  # hidden [B,H] bf16, residual [B,H] bf16, W' = w_qkv_a_g * input_norm [R,H] bf16
-    raw_ptr, ssq_ptr, resid_ptr, ssin_ptr,  # out: raw [B,R] bf16, q_a-column sum sq [NQC,B], h+r [B,H], sum sq [B]
+    h_ptr,
+    r_ptr,
+    w_ptr,  # hidden [B,H] bf16, residual [B,H] bf16, W' = w_qkv_a_g * input_norm [R,H] bf16
+    raw_ptr,
+    ssq_ptr,
+    resid_ptr,
+    ssin_ptr,  # out: raw [B,R] bf16, q_a-column sum sq [NQC,B], h+r [B,H], sum sq [B]
     ctr_ptr,  # int32 [CTR_N]: zeroed here
     B,
-    H: tl.constexpr, R: tl.constexpr, QL: tl.constexpr, CTR_N: tl.constexpr, NX: tl.constexpr, XR: tl.constexpr,
-    XK: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, MODE: tl.constexpr,
+    H: tl.constexpr,
+    R: tl.constexpr,
+    QL: tl.constexpr,
+    CTR_N: tl.constexpr,
+    NX: tl.constexpr,
+    XR: tl.constexpr,
+    XK: tl.constexpr,
+    BB: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    MODE: tl.constexpr,
 ):
     pid = tl.program_id(0)
     if pid < NX:
@@ -189,12 +202,34 @@ def qkv_a_kernel(
 # ------------------------------------------------------------------------------------------------------------
 @triton.jit
 def _q_role(
-    pid, raw_ptr, ssq_ptr, ssin_ptr, wqb_ptr, wkvb_ptr, ql_ptr, qpe_ptr, B, q_scale,
-    H: tl.constexpr, R: tl.constexpr, EPS: tl.constexpr,
-    QL: tl.constexpr, KL: tl.constexpr, DN: tl.constexpr, DR: tl.constexpr, DV: tl.constexpr,
-    NH: tl.constexpr, CN: tl.constexpr, CNP: tl.constexpr,
-    BB: tl.constexpr, BK: tl.constexpr, MODE: tl.constexpr, KLP: tl.constexpr, LC: tl.constexpr,
-    NQC: tl.constexpr, PC: tl.constexpr,
+    pid,
+    raw_ptr,
+    ssq_ptr,
+    ssin_ptr,
+    wqb_ptr,
+    wkvb_ptr,
+    ql_ptr,
+    qpe_ptr,
+    B,
+    q_scale,
+    H: tl.constexpr,
+    R: tl.constexpr,
+    EPS: tl.constexpr,
+    QL: tl.constexpr,
+    KL: tl.constexpr,
+    DN: tl.constexpr,
+    DR: tl.constexpr,
+    DV: tl.constexpr,
+    NH: tl.constexpr,
+    CN: tl.constexpr,
+    CNP: tl.constexpr,
+    BB: tl.constexpr,
+    BK: tl.constexpr,
+    MODE: tl.constexpr,
+    KLP: tl.constexpr,
+    LC: tl.constexpr,
+    NQC: tl.constexpr,
+    PC: tl.constexpr,
 ):
     NCN: tl.constexpr = DN // CN
     NCH: tl.constexpr = (DN + DR) // CN
@@ -219,25 +254,47 @@ def _q_role(
     q = _fin(acc, MODE) * scale[:, None]  # [BB, CNP]
     if c >= NCN:
         cp = (c - NCN) * CN + ri
-        tl.store(qpe_ptr + rb[:, None] * (NH * DR) + h * DR + cp[None, :], q, mask=bm[:, None] & rmask[None, :])
+        tl.store(
+            qpe_ptr + rb[:, None] * (NH * DR) + h * DR + cp[None, :], q, mask=bm[:, None] & rmask[None, :]
+        )
     else:
         # absorbed query: ql[b, l] (partial over this chunk) = sum_p q[b, p] * W_UK[h][c*CN + p, l]
         wrow = h * (DN + DV) + c * CN + ri
         for l0 in tl.static_range(0, KLP, LC):
             rl = l0 + tl.arange(0, LC)
             lm = rl < KL
-            wuk = tl.load(wkvb_ptr + wrow[:, None] * KL + rl[None, :], mask=rmask[:, None] & lm[None, :], other=0.0)
+            wuk = tl.load(
+                wkvb_ptr + wrow[:, None] * KL + rl[None, :], mask=rmask[:, None] & lm[None, :], other=0.0
+            )
             part = _small_mm(q, wuk, MODE)  # [BB, LC]
-            tl.store(ql_ptr + c * B * NH * KL + rb[:, None] * (NH * KL) + h * KL + rl[None, :], part,
-                     mask=bm[:, None] & lm[None, :])
+            tl.store(
+                ql_ptr + c * B * NH * KL + rb[:, None] * (NH * KL) + h * KL + rl[None, :],
+                part,
+                mask=bm[:, None] & lm[None, :],
+            )
 
 
 @triton.jit
 def _kv_role(
-    r0, raw_ptr, ssin_ptr, kva_norm_ptr, kv_cache_ptr, block_table_ptr, seq_lens_ptr, max_blocks, B,
-    H: tl.constexpr, R: tl.constexpr, EPS: tl.constexpr,
-    QL: tl.constexpr, KL: tl.constexpr, DR: tl.constexpr, BS: tl.constexpr,
-    KLP: tl.constexpr, DRP: tl.constexpr, KVR: tl.constexpr,
+    r0,
+    raw_ptr,
+    ssin_ptr,
+    kva_norm_ptr,
+    kv_cache_ptr,
+    block_table_ptr,
+    seq_lens_ptr,
+    max_blocks,
+    B,
+    H: tl.constexpr,
+    R: tl.constexpr,
+    EPS: tl.constexpr,
+    QL: tl.constexpr,
+    KL: tl.constexpr,
+    DR: tl.constexpr,
+    BS: tl.constexpr,
+    KLP: tl.constexpr,
+    DRP: tl.constexpr,
+    KVR: tl.constexpr,
 ):
     rr = r0 + tl.arange(0, KVR)
     rm = rr < B
@@ -245,7 +302,10 @@ def _kv_role(
     rl = tl.arange(0, KLP)
     lm = rl < KL
     m2 = rm[:, None] & lm[None, :]
-    kv = tl.load(raw_ptr + rr[:, None] * R + QL + rl[None, :], mask=m2, other=0.0).to(tl.float32) * rstd_in[:, None]
+    kv = (
+        tl.load(raw_ptr + rr[:, None] * R + QL + rl[None, :], mask=m2, other=0.0).to(tl.float32)
+        * rstd_in[:, None]
+    )
     rstd_kv = tl.rsqrt(tl.sum(kv * kv, axis=1) / KL + EPS)
     gk = tl.load(kva_norm_ptr + rl, mask=lm, other=0.0).to(tl.float32)
     kvn = kv * rstd_kv[:, None] * gk[None, :]
@@ -262,27 +322,97 @@ def _kv_role(
 
 @triton.jit
 def q_b_kernel(
-    raw_ptr, ssq_ptr, ssin_ptr,  # from qkv_a_kernel
-    kva_norm_ptr, wqb_ptr, wkvb_ptr,  # kv_a_norm, W' = w_q_b * q_a_norm, w_kv_b
-    ql_ptr, qpe_ptr,  # out: ql partials [NCN, B, NH, KL] fp32, q_pe [B, NH, DR] fp32 (both pre-scaled)
-    kv_cache_ptr, block_table_ptr, seq_lens_ptr, max_blocks,
-    B, q_scale,
-    H: tl.constexpr, R: tl.constexpr, EPS: tl.constexpr,
-    QL: tl.constexpr, KL: tl.constexpr, DN: tl.constexpr, DR: tl.constexpr, DV: tl.constexpr,
-    NH: tl.constexpr, BS: tl.constexpr,
-    CN: tl.constexpr, CNP: tl.constexpr,  # w_q_b rows per q CTA (divides nope and rope), padded to >= 16
-    BB: tl.constexpr, BK: tl.constexpr, MODE: tl.constexpr,
-    KLP: tl.constexpr, LC: tl.constexpr, DRP: tl.constexpr,  # KL padded, KL chunk for the absorb, DR padded
-    KVR: tl.constexpr, NQC: tl.constexpr, PC: tl.constexpr,
+    raw_ptr,
+    ssq_ptr,
+    ssin_ptr,  # from qkv_a_kernel
+    kva_norm_ptr,
+    wqb_ptr,
+    wkvb_ptr,  # kv_a_norm, W' = w_q_b * q_a_norm, w_kv_b
+    ql_ptr,
+    qpe_ptr,  # out: ql partials [NCN, B, NH, KL] fp32, q_pe [B, NH, DR] fp32 (both pre-scaled)
+    kv_cache_ptr,
+    block_table_ptr,
+    seq_lens_ptr,
+    max_blocks,
+    B,
+    q_scale,
+    H: tl.constexpr,
+    R: tl.constexpr,
+    EPS: tl.constexpr,
+    QL: tl.constexpr,
+    KL: tl.constexpr,
+    DN: tl.constexpr,
+    DR: tl.constexpr,
+    DV: tl.constexpr,
+    NH: tl.constexpr,
+    BS: tl.constexpr,
+    CN: tl.constexpr,
+    CNP: tl.constexpr,  # w_q_b rows per q CTA (divides nope and rope), padded to >= 16
+    BB: tl.constexpr,
+    BK: tl.constexpr,
+    MODE: tl.constexpr,
+    KLP: tl.constexpr,
+    LC: tl.constexpr,
+    DRP: tl.constexpr,  # KL padded, KL chunk for the absorb, DR padded
+    KVR: tl.constexpr,
+    NQC: tl.constexpr,
+    PC: tl.constexpr,
 ):
     pid = tl.program_id(0)
     NQ: tl.constexpr = NH * ((DN + DR) // CN)
     if pid < NQ:
-        _q_role(pid, raw_ptr, ssq_ptr, ssin_ptr, wqb_ptr, wkvb_ptr, ql_ptr, qpe_ptr, B, q_scale,
-                H, R, EPS, QL, KL, DN, DR, DV, NH, CN, CNP, BB, BK, MODE, KLP, LC, NQC, PC)
+        _q_role(
+            pid,
+            raw_ptr,
+            ssq_ptr,
+            ssin_ptr,
+            wqb_ptr,
+            wkvb_ptr,
+            ql_ptr,
+            qpe_ptr,
+            B,
+            q_scale,
+            H,
+            R,
+            EPS,
+            QL,
+            KL,
+            DN,
+            DR,
+            DV,
+            NH,
+            CN,
+            CNP,
+            BB,
+            BK,
+            MODE,
+            KLP,
+            LC,
+            NQC,
+            PC,
+        )
     else:
-        _kv_role((pid - NQ) * KVR, raw_ptr, ssin_ptr, kva_norm_ptr, kv_cache_ptr, block_table_ptr, seq_lens_ptr,
-                 max_blocks, B, H, R, EPS, QL, KL, DR, BS, KLP, DRP, KVR)
+        _kv_role(
+            (pid - NQ) * KVR,
+            raw_ptr,
+            ssin_ptr,
+            kva_norm_ptr,
+            kv_cache_ptr,
+            block_table_ptr,
+            seq_lens_ptr,
+            max_blocks,
+            B,
+            H,
+            R,
+            EPS,
+            QL,
+            KL,
+            DR,
+            BS,
+            KLP,
+            DRP,
+            KVR,
+        )
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -290,10 +420,27 @@ def q_b_kernel(
 # ------------------------------------------------------------------------------------------------------------
 @triton.jit
 def _attn_role(
-    v, ql_ptr, qpe_ptr, kv_cache_ptr, block_table_ptr, seq_lens_ptr, max_blocks, opart_ptr, lse_ptr, ctr_ptr,
-    B, S,
-    KL: tl.constexpr, DR: tl.constexpr, NH: tl.constexpr, BS: tl.constexpr, NCN: tl.constexpr,
-    BH: tl.constexpr, BLOCK_N: tl.constexpr, KLP: tl.constexpr, DRP: tl.constexpr,
+    v,
+    ql_ptr,
+    qpe_ptr,
+    kv_cache_ptr,
+    block_table_ptr,
+    seq_lens_ptr,
+    max_blocks,
+    opart_ptr,
+    lse_ptr,
+    ctr_ptr,
+    B,
+    S,
+    KL: tl.constexpr,
+    DR: tl.constexpr,
+    NH: tl.constexpr,
+    BS: tl.constexpr,
+    NCN: tl.constexpr,
+    BH: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    KLP: tl.constexpr,
+    DRP: tl.constexpr,
 ):
     NHB: tl.constexpr = (NH + BH - 1) // BH
     hb = v % NHB
@@ -307,11 +454,15 @@ def _attn_role(
     pm = rp < DR
     ql = tl.zeros([BH, KLP], dtype=tl.float32)
     for c in tl.static_range(NCN):  # fixed order over the q_b row chunks
-        ql += tl.load(ql_ptr + c * B * NH * KL + b * NH * KL + rh[:, None] * KL + rl[None, :],
-                      mask=hm[:, None] & lm[None, :], other=0.0)
+        ql += tl.load(
+            ql_ptr + c * B * NH * KL + b * NH * KL + rh[:, None] * KL + rl[None, :],
+            mask=hm[:, None] & lm[None, :],
+            other=0.0,
+        )
     qlb = ql.to(tl.bfloat16)
-    qpe = tl.load(qpe_ptr + b * NH * DR + rh[:, None] * DR + rp[None, :], mask=hm[:, None] & pm[None, :],
-                  other=0.0).to(tl.bfloat16)
+    qpe = tl.load(
+        qpe_ptr + b * NH * DR + rh[:, None] * DR + rp[None, :], mask=hm[:, None] & pm[None, :], other=0.0
+    ).to(tl.bfloat16)
     seq_len = tl.load(seq_lens_ptr + b)
     per = tl.cdiv(tl.cdiv(seq_len, S), BLOCK_N) * BLOCK_N
     t_start = s * per
@@ -326,7 +477,9 @@ def _attn_role(
         row = (blk * BS + rt % BS) * (KL + DR)
         # masked loads: cache slots past seq_len (poisoned in the tests) are never read
         kv = tl.load(kv_cache_ptr + row[:, None] + rl[None, :], mask=tm[:, None] & lm[None, :], other=0.0)
-        kpe = tl.load(kv_cache_ptr + row[:, None] + KL + rp[None, :], mask=tm[:, None] & pm[None, :], other=0.0)
+        kpe = tl.load(
+            kv_cache_ptr + row[:, None] + KL + rp[None, :], mask=tm[:, None] & pm[None, :], other=0.0
+        )
         sc = tl.dot(qlb, tl.trans(kv))
         sc = tl.dot(qpe, tl.trans(kpe), sc)  # log2-domain scores (q pre-scaled by scale * log2 e)
         sc = tl.where(tm[None, :], sc, float("-inf"))
@@ -348,8 +501,19 @@ def _attn_role(
 
 
 @triton.jit
-def _merge_row(opart_ptr, lse_ptr, b, h, l0, S,
-               NH: tl.constexpr, KL: tl.constexpr, LC: tl.constexpr, SP: tl.constexpr, SC: tl.constexpr):
+def _merge_row(
+    opart_ptr,
+    lse_ptr,
+    b,
+    h,
+    l0,
+    S,
+    NH: tl.constexpr,
+    KL: tl.constexpr,
+    LC: tl.constexpr,
+    SP: tl.constexpr,
+    SC: tl.constexpr,
+):
     """One row's LSE-merged latent columns [l0, l0 + LC) of head h, splits read SC at a time (vectorised)."""
     rs = tl.arange(0, SP)
     ls = tl.load(lse_ptr + (b * S + rs) * NH + h, mask=rs < S, other=float("-inf"), cache_modifier=".cg")
@@ -365,20 +529,45 @@ def _merge_row(opart_ptr, lse_ptr, b, h, l0, S,
         cm = rc < S
         lc = tl.load(lse_ptr + (b * S + rc) * NH + h, mask=cm, other=float("-inf"), cache_modifier=".cg")
         wc = tl.exp2(lc - mx) / den
-        o = tl.load(opart_ptr + ((b * S + rc[:, None]) * NH + h) * KL + rl[None, :], mask=cm[:, None] & lm[None, :],
-                    other=0.0, cache_modifier=".cg")
+        o = tl.load(
+            opart_ptr + ((b * S + rc[:, None]) * NH + h) * KL + rl[None, :],
+            mask=cm[:, None] & lm[None, :],
+            other=0.0,
+            cache_modifier=".cg",
+        )
         acc += tl.sum(wc[:, None] * o, axis=0)
     return acc
 
 
 @triton.jit
 def _merge_role(
-    m, opart_ptr, lse_ptr, wkvb_ptr, raw_ptr, ssin_ptr, attn_out_ptr, ctr_ptr, B, S,
-    H: tl.constexpr, R: tl.constexpr, EPS: tl.constexpr,
-    GATE_OFF: tl.constexpr, USE_GATE: tl.constexpr,
-    KL: tl.constexpr, DN: tl.constexpr, DV: tl.constexpr, NH: tl.constexpr,
-    BH: tl.constexpr, KLP: tl.constexpr, DVP: tl.constexpr, MB: tl.constexpr, LC: tl.constexpr,
-    SP: tl.constexpr, SC: tl.constexpr, BY_ROW: tl.constexpr,
+    m,
+    opart_ptr,
+    lse_ptr,
+    wkvb_ptr,
+    raw_ptr,
+    ssin_ptr,
+    attn_out_ptr,
+    ctr_ptr,
+    B,
+    S,
+    H: tl.constexpr,
+    R: tl.constexpr,
+    EPS: tl.constexpr,
+    GATE_OFF: tl.constexpr,
+    USE_GATE: tl.constexpr,
+    KL: tl.constexpr,
+    DN: tl.constexpr,
+    DV: tl.constexpr,
+    NH: tl.constexpr,
+    BH: tl.constexpr,
+    KLP: tl.constexpr,
+    DVP: tl.constexpr,
+    MB: tl.constexpr,
+    LC: tl.constexpr,
+    SP: tl.constexpr,
+    SC: tl.constexpr,
+    BY_ROW: tl.constexpr,
 ):
     h = m % NH
     b0 = (m // NH) * MB
@@ -404,7 +593,9 @@ def _merge_role(
             for i in range(0, n_rows):
                 r = _merge_row(opart_ptr, lse_ptr, b0 + i, h, l0, S, NH, KL, LC, SP, SC)
                 lat = tl.where((tl.arange(0, MB) == i)[:, None], r[None, :], lat)
-            wuv = tl.load(wkvb_ptr + wrow[None, :] * KL + rl[:, None], mask=lm[:, None] & vm[None, :], other=0.0)
+            wuv = tl.load(
+                wkvb_ptr + wrow[None, :] * KL + rl[:, None], mask=lm[:, None] & vm[None, :], other=0.0
+            )
             out = tl.dot(lat.to(tl.bfloat16), wuv, out)  # [MB, DVP]
     else:
         # few splits, many rows: rows vectorised, splits one at a time
@@ -423,47 +614,134 @@ def _merge_role(
             lm = rl < KL
             lat = tl.zeros([MB, LC], dtype=tl.float32)
             for s in range(0, S):
-                ls = tl.load(lse_ptr + (rb * S + s) * NH + h, mask=bm, other=float("-inf"), cache_modifier=".cg")
+                ls = tl.load(
+                    lse_ptr + (rb * S + s) * NH + h, mask=bm, other=float("-inf"), cache_modifier=".cg"
+                )
                 wgt = tl.exp2(ls - mx) / den
-                o = tl.load(opart_ptr + ((rb[:, None] * S + s) * NH + h) * KL + rl[None, :],
-                            mask=bm[:, None] & lm[None, :], other=0.0, cache_modifier=".cg")
+                o = tl.load(
+                    opart_ptr + ((rb[:, None] * S + s) * NH + h) * KL + rl[None, :],
+                    mask=bm[:, None] & lm[None, :],
+                    other=0.0,
+                    cache_modifier=".cg",
+                )
                 lat += wgt[:, None] * o
-            wuv = tl.load(wkvb_ptr + wrow[None, :] * KL + rl[:, None], mask=lm[:, None] & vm[None, :], other=0.0)
+            wuv = tl.load(
+                wkvb_ptr + wrow[None, :] * KL + rl[:, None], mask=lm[:, None] & vm[None, :], other=0.0
+            )
             out = tl.dot(lat.to(tl.bfloat16), wuv, out)  # [MB, DVP]
     if USE_GATE:
         rstd_in = tl.rsqrt(tl.load(ssin_ptr + rb, mask=bm, other=0.0) / H + EPS)
-        g = tl.load(raw_ptr + rb[:, None] * R + GATE_OFF + h * DV + rv[None, :], mask=bm[:, None] & vm[None, :],
-                    other=0.0).to(tl.float32)
+        g = tl.load(
+            raw_ptr + rb[:, None] * R + GATE_OFF + h * DV + rv[None, :],
+            mask=bm[:, None] & vm[None, :],
+            other=0.0,
+        ).to(tl.float32)
         out = out * tl.sigmoid(g * rstd_in[:, None])
-    tl.store(attn_out_ptr + rb[:, None] * (NH * DV) + h * DV + rv[None, :], out.to(tl.bfloat16),
-             mask=bm[:, None] & vm[None, :])
+    tl.store(
+        attn_out_ptr + rb[:, None] * (NH * DV) + h * DV + rv[None, :],
+        out.to(tl.bfloat16),
+        mask=bm[:, None] & vm[None, :],
+    )
 
 
 @triton.jit
 def attn_kernel(
-    ql_ptr, qpe_ptr, kv_cache_ptr, block_table_ptr, seq_lens_ptr, max_blocks,
-    opart_ptr, lse_ptr,  # scratch: [B, S, NH, KL] fp32, [B, S, NH] fp32
-    wkvb_ptr, raw_ptr, ssin_ptr,  # W_UV rows live in w_kv_b; gate columns in the qkv_a output
+    ql_ptr,
+    qpe_ptr,
+    kv_cache_ptr,
+    block_table_ptr,
+    seq_lens_ptr,
+    max_blocks,
+    opart_ptr,
+    lse_ptr,  # scratch: [B, S, NH, KL] fp32, [B, S, NH] fp32
+    wkvb_ptr,
+    raw_ptr,
+    ssin_ptr,  # W_UV rows live in w_kv_b; gate columns in the qkv_a output
     attn_out_ptr,  # out: [B, NH*DV] bf16
     ctr_ptr,
-    B, S,
-    H: tl.constexpr, R: tl.constexpr, EPS: tl.constexpr,
-    GATE_OFF: tl.constexpr, USE_GATE: tl.constexpr,
-    KL: tl.constexpr, DN: tl.constexpr, DR: tl.constexpr, DV: tl.constexpr, NH: tl.constexpr,
-    BS: tl.constexpr, NCN: tl.constexpr,
-    BH: tl.constexpr, BLOCK_N: tl.constexpr, KLP: tl.constexpr, DRP: tl.constexpr, DVP: tl.constexpr,
-    MB: tl.constexpr, LC: tl.constexpr, SP: tl.constexpr, SC: tl.constexpr, BY_ROW: tl.constexpr,
+    B,
+    S,
+    H: tl.constexpr,
+    R: tl.constexpr,
+    EPS: tl.constexpr,
+    GATE_OFF: tl.constexpr,
+    USE_GATE: tl.constexpr,
+    KL: tl.constexpr,
+    DN: tl.constexpr,
+    DR: tl.constexpr,
+    DV: tl.constexpr,
+    NH: tl.constexpr,
+    BS: tl.constexpr,
+    NCN: tl.constexpr,
+    BH: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    KLP: tl.constexpr,
+    DRP: tl.constexpr,
+    DVP: tl.constexpr,
+    MB: tl.constexpr,
+    LC: tl.constexpr,
+    SP: tl.constexpr,
+    SC: tl.constexpr,
+    BY_ROW: tl.constexpr,
 ):
     # role from a ticket taken at start: every merge CTA starts after all attention CTAs have started
     v = tl.atomic_add(ctr_ptr + 0, 1)  # CTR_ATTN_TICKET
     NHB: tl.constexpr = (NH + BH - 1) // BH
     n_attn = B * S * NHB
     if v < n_attn:
-        _attn_role(v, ql_ptr, qpe_ptr, kv_cache_ptr, block_table_ptr, seq_lens_ptr, max_blocks, opart_ptr, lse_ptr,
-                   ctr_ptr, B, S, KL, DR, NH, BS, NCN, BH, BLOCK_N, KLP, DRP)
+        _attn_role(
+            v,
+            ql_ptr,
+            qpe_ptr,
+            kv_cache_ptr,
+            block_table_ptr,
+            seq_lens_ptr,
+            max_blocks,
+            opart_ptr,
+            lse_ptr,
+            ctr_ptr,
+            B,
+            S,
+            KL,
+            DR,
+            NH,
+            BS,
+            NCN,
+            BH,
+            BLOCK_N,
+            KLP,
+            DRP,
+        )
     else:
-        _merge_role(v - n_attn, opart_ptr, lse_ptr, wkvb_ptr, raw_ptr, ssin_ptr, attn_out_ptr, ctr_ptr, B, S,
-                    H, R, EPS, GATE_OFF, USE_GATE, KL, DN, DV, NH, BH, KLP, DVP, MB, LC, SP, SC, BY_ROW)
+        _merge_role(
+            v - n_attn,
+            opart_ptr,
+            lse_ptr,
+            wkvb_ptr,
+            raw_ptr,
+            ssin_ptr,
+            attn_out_ptr,
+            ctr_ptr,
+            B,
+            S,
+            H,
+            R,
+            EPS,
+            GATE_OFF,
+            USE_GATE,
+            KL,
+            DN,
+            DV,
+            NH,
+            BH,
+            KLP,
+            DVP,
+            MB,
+            LC,
+            SP,
+            SC,
+            BY_ROW,
+        )
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -471,13 +749,22 @@ def attn_kernel(
 # ------------------------------------------------------------------------------------------------------------
 @triton.jit
 def o_proj_kernel(
-    x_ptr, w_ptr, resid1_ptr,  # attn_out [B, K] bf16, w_o [H, K], h + r [B, H] fp32
+    x_ptr,
+    w_ptr,
+    resid1_ptr,  # attn_out [B, K] bf16, w_o [H, K], h + r [B, H] fp32
     part_ptr,  # scratch [KS, B, H] fp32 (split-K partials)
-    resid_out_ptr, oss_ptr,  # out [B, H] bf16, per-column-block sums of squares of it [NBO, B]
+    resid_out_ptr,
+    oss_ptr,  # out [B, H] bf16, per-column-block sums of squares of it [NBO, B]
     ctr_ptr,
     B,
-    H: tl.constexpr, K: tl.constexpr, KS: tl.constexpr, CTR_OFF: tl.constexpr,
-    BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, MODE: tl.constexpr,
+    H: tl.constexpr,
+    K: tl.constexpr,
+    KS: tl.constexpr,
+    CTR_OFF: tl.constexpr,
+    BB: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    MODE: tl.constexpr,
 ):
     pid = tl.program_id(0)
     ks = pid % KS
@@ -506,8 +793,12 @@ def o_proj_kernel(
         if arrived == KS - 1:
             tot = tl.zeros([BB, BN], dtype=tl.float32)
             for j in tl.static_range(KS):  # fixed order: bit-reproducible
-                tot += tl.load(part_ptr + j * B * H + rb[:, None] * H + rn[None, :], mask=m2, other=0.0,
-                               cache_modifier=".cg")
+                tot += tl.load(
+                    part_ptr + j * B * H + rb[:, None] * H + rn[None, :],
+                    mask=m2,
+                    other=0.0,
+                    cache_modifier=".cg",
+                )
             _o_finish(tot, nb, rb, rn, m2, resid1_ptr, resid_out_ptr, oss_ptr, B, H)
 
 
@@ -525,11 +816,30 @@ def _o_finish(out, nb, rb, rn, m2, resid1_ptr, resid_out_ptr, oss_ptr, B, H: tl.
 # ------------------------------------------------------------------------------------------------------------
 @triton.jit
 def _topk_role(
-    t, logits_ptr, bias_ptr, topk_id_ptr, topk_w_ptr, rank_ptr, eoff_ptr,
-    slot_exp_ptr, slot_off_ptr, slot_cnt_ptr, sorted_tok_ptr, sorted_pair_ptr, ctr_ptr,
-    B, route_scale,
-    E: tl.constexpr, TOPK: tl.constexpr, RENORM: tl.constexpr, NR: tl.constexpr, NT: tl.constexpr,
-    EP: tl.constexpr, TB: tl.constexpr, KP: tl.constexpr, PP: tl.constexpr,
+    t,
+    logits_ptr,
+    bias_ptr,
+    topk_id_ptr,
+    topk_w_ptr,
+    rank_ptr,
+    eoff_ptr,
+    slot_exp_ptr,
+    slot_off_ptr,
+    slot_cnt_ptr,
+    sorted_tok_ptr,
+    sorted_pair_ptr,
+    ctr_ptr,
+    B,
+    route_scale,
+    E: tl.constexpr,
+    TOPK: tl.constexpr,
+    RENORM: tl.constexpr,
+    NR: tl.constexpr,
+    NT: tl.constexpr,
+    EP: tl.constexpr,
+    TB: tl.constexpr,
+    KP: tl.constexpr,
+    PP: tl.constexpr,
 ):
     """Rows [t*TB, t*TB + TB): sigmoid, biased top-k, renormalised weights; per-expert pair counts (atomic
     ranks). The last top-k CTA turns the counts into the touched-expert list and the per-expert pair lists."""
@@ -544,8 +854,12 @@ def _topk_role(
     rkk = tl.arange(0, KP)
     rb = t * TB + tl.arange(0, TB)
     bm = rb < B
-    lg = tl.load(logits_ptr + rb[:, None] * E + re[None, :], mask=bm[:, None] & em[None, :], other=0.0,
-                 cache_modifier=".cg")
+    lg = tl.load(
+        logits_ptr + rb[:, None] * E + re[None, :],
+        mask=bm[:, None] & em[None, :],
+        other=0.0,
+        cache_modifier=".cg",
+    )
     sc = tl.sigmoid(lg)
     sel = tl.where(em[None, :], sc + bias[None, :], float("-inf"))
     ids = tl.zeros([TB, KP], dtype=tl.int32)
@@ -594,39 +908,134 @@ def _topk_role(
 
 @triton.jit
 def moe_front_kernel(
-    x_ptr, oss_ptr,  # residual_out [B, H] bf16 (x2 before the norm), its per-block sums of squares [NBO, B]
-    router_ptr, down_ptr, sw13_ptr,  # post_norm-folded [E, H], [LAT, H], [2*SI, H]
-    logits_ptr, lat_ptr, sh_ptr,  # out: [B, E] fp32, [B, LAT] bf16, [B, SI] bf16
-    bias_ptr, topk_id_ptr, topk_w_ptr, rank_ptr, eoff_ptr,
-    slot_exp_ptr, slot_off_ptr, slot_cnt_ptr, sorted_tok_ptr, sorted_pair_ptr,
+    x_ptr,
+    oss_ptr,  # residual_out [B, H] bf16 (x2 before the norm), its per-block sums of squares [NBO, B]
+    router_ptr,
+    down_ptr,
+    sw13_ptr,  # post_norm-folded [E, H], [LAT, H], [2*SI, H]
+    logits_ptr,
+    lat_ptr,
+    sh_ptr,  # out: [B, E] fp32, [B, LAT] bf16, [B, SI] bf16
+    bias_ptr,
+    topk_id_ptr,
+    topk_w_ptr,
+    rank_ptr,
+    eoff_ptr,
+    slot_exp_ptr,
+    slot_off_ptr,
+    slot_cnt_ptr,
+    sorted_tok_ptr,
+    sorted_pair_ptr,
     ctr_ptr,
-    B, route_scale,
-    H: tl.constexpr, E: tl.constexpr, LAT: tl.constexpr, SI: tl.constexpr, EPS: tl.constexpr,
-    TOPK: tl.constexpr, RENORM: tl.constexpr, BETA: tl.constexpr, LBETA: tl.constexpr,
-    BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, MODE: tl.constexpr,
-    EP: tl.constexpr, TB: tl.constexpr, KP: tl.constexpr, PP: tl.constexpr, NBO: tl.constexpr, PC: tl.constexpr,
+    B,
+    route_scale,
+    H: tl.constexpr,
+    E: tl.constexpr,
+    LAT: tl.constexpr,
+    SI: tl.constexpr,
+    EPS: tl.constexpr,
+    TOPK: tl.constexpr,
+    RENORM: tl.constexpr,
+    BETA: tl.constexpr,
+    LBETA: tl.constexpr,
+    BB: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    MODE: tl.constexpr,
+    EP: tl.constexpr,
+    TB: tl.constexpr,
+    KP: tl.constexpr,
+    PP: tl.constexpr,
+    NBO: tl.constexpr,
+    PC: tl.constexpr,
 ):
     # roles in ticket order: router CTAs, top-k CTAs (wait for the router), latent-down CTAs, shared-w13 CTAs
     v = tl.atomic_add(ctr_ptr + 21, 1)  # CTR_FRONT_TICKET
     NR: tl.constexpr = (E + BN - 1) // BN
-    NL: tl.constexpr = (LAT + BN - 1) // BN
     NT = tl.cdiv(B, TB)
     if (v >= NR) & (v < NR + NT):
-        _topk_role(v - NR, logits_ptr, bias_ptr, topk_id_ptr, topk_w_ptr, rank_ptr, eoff_ptr,
-                   slot_exp_ptr, slot_off_ptr, slot_cnt_ptr, sorted_tok_ptr, sorted_pair_ptr, ctr_ptr,
-                   B, route_scale, E, TOPK, RENORM, NR, NT, EP, TB, KP, PP)
+        _topk_role(
+            v - NR,
+            logits_ptr,
+            bias_ptr,
+            topk_id_ptr,
+            topk_w_ptr,
+            rank_ptr,
+            eoff_ptr,
+            slot_exp_ptr,
+            slot_off_ptr,
+            slot_cnt_ptr,
+            sorted_tok_ptr,
+            sorted_pair_ptr,
+            ctr_ptr,
+            B,
+            route_scale,
+            E,
+            TOPK,
+            RENORM,
+            NR,
+            NT,
+            EP,
+            TB,
+            KP,
+            PP,
+        )
     else:
         g = tl.where(v < NR, v, v - NT)  # GEMV role index: [0, NR) router, [NR, NR+NL) latent, then shared
-        _front_gemv_role(g, x_ptr, oss_ptr, router_ptr, down_ptr, sw13_ptr, logits_ptr, lat_ptr, sh_ptr, ctr_ptr,
-                         B, H, E, LAT, SI, EPS, BETA, LBETA, BB, BN, BK, MODE, NBO, PC)
+        _front_gemv_role(
+            g,
+            x_ptr,
+            oss_ptr,
+            router_ptr,
+            down_ptr,
+            sw13_ptr,
+            logits_ptr,
+            lat_ptr,
+            sh_ptr,
+            ctr_ptr,
+            B,
+            H,
+            E,
+            LAT,
+            SI,
+            EPS,
+            BETA,
+            LBETA,
+            BB,
+            BN,
+            BK,
+            MODE,
+            NBO,
+            PC,
+        )
 
 
 @triton.jit
 def _front_gemv_role(
-    g, x_ptr, oss_ptr, router_ptr, down_ptr, sw13_ptr, logits_ptr, lat_ptr, sh_ptr, ctr_ptr, B,
-    H: tl.constexpr, E: tl.constexpr, LAT: tl.constexpr, SI: tl.constexpr, EPS: tl.constexpr,
-    BETA: tl.constexpr, LBETA: tl.constexpr,
-    BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, MODE: tl.constexpr, NBO: tl.constexpr, PC: tl.constexpr,
+    g,
+    x_ptr,
+    oss_ptr,
+    router_ptr,
+    down_ptr,
+    sw13_ptr,
+    logits_ptr,
+    lat_ptr,
+    sh_ptr,
+    ctr_ptr,
+    B,
+    H: tl.constexpr,
+    E: tl.constexpr,
+    LAT: tl.constexpr,
+    SI: tl.constexpr,
+    EPS: tl.constexpr,
+    BETA: tl.constexpr,
+    LBETA: tl.constexpr,
+    BB: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    MODE: tl.constexpr,
+    NBO: tl.constexpr,
+    PC: tl.constexpr,
 ):
     NR: tl.constexpr = (E + BN - 1) // BN
     NL: tl.constexpr = (LAT + BN - 1) // BN
@@ -663,12 +1072,16 @@ def _front_gemv_role(
         tl.debug_barrier()
         tl.atomic_add(ctr_ptr + 16, 1, sem="release")  # CTR_ROUTER
     elif g < NR + NL:
-        tl.store(lat_ptr + rb[:, None] * LAT + rows[None, :], y.to(tl.bfloat16), mask=bm[:, None] & nm[None, :])
+        tl.store(
+            lat_ptr + rb[:, None] * LAT + rows[None, :], y.to(tl.bfloat16), mask=bm[:, None] & nm[None, :]
+        )
     else:
         gt, up = tl.split(tl.reshape(y, [BB, HALF, 2]))
         a = _situ(gt, up, BETA, LBETA)
         rj = j0 + tl.arange(0, HALF)
-        tl.store(sh_ptr + rb[:, None] * SI + rj[None, :], a.to(tl.bfloat16), mask=bm[:, None] & (rj < SI)[None, :])
+        tl.store(
+            sh_ptr + rb[:, None] * SI + rj[None, :], a.to(tl.bfloat16), mask=bm[:, None] & (rj < SI)[None, :]
+        )
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -676,16 +1089,26 @@ def _front_gemv_role(
 # ------------------------------------------------------------------------------------------------------------
 @triton.jit
 def expert_up_kernel(
-    lat_ptr, w13_ptr,  # lat [B, LAT] bf16, w13 [E, 2*I, LAT]
-    slot_exp_ptr, slot_off_ptr, slot_cnt_ptr, sorted_tok_ptr,
-    act_ptr,  # out: [B*TOPK, I] bf16, rows in sorted-pair order
+    lat_ptr,
+    w13_ptr,  # lat [B, LAT] bf16, w13 [E, 2*NI, LAT]
+    slot_exp_ptr,
+    slot_off_ptr,
+    slot_cnt_ptr,
+    sorted_tok_ptr,
+    act_ptr,  # out: [B*TOPK, NI] bf16, rows in sorted-pair order
     ctr_ptr,
     P,  # CTAs per column block (slot stride)
-    LAT: tl.constexpr, I: tl.constexpr, BETA: tl.constexpr, LBETA: tl.constexpr,
-    BT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, MODE: tl.constexpr,
+    LAT: tl.constexpr,
+    NI: tl.constexpr,
+    BETA: tl.constexpr,
+    LBETA: tl.constexpr,
+    BT: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    MODE: tl.constexpr,
 ):
     pid = tl.program_id(0)
-    NJ: tl.constexpr = (2 * I + BN - 1) // BN
+    NJ: tl.constexpr = (2 * NI + BN - 1) // BN
     HALF: tl.constexpr = BN // 2
     jb = pid % NJ
     p = pid // NJ
@@ -693,15 +1116,15 @@ def expert_up_kernel(
     ri = tl.arange(0, BN)
     j0 = jb * HALF
     jj = j0 + ri // 2
-    wrow = jj + (ri % 2) * I
-    nm = jj < I
+    wrow = jj + (ri % 2) * NI
+    nm = jj < NI
     rt = tl.arange(0, BT)
     rj = j0 + tl.arange(0, HALF)
     for sl in range(p, n_slots, P):
         e = tl.load(slot_exp_ptr + sl).to(tl.int64)
         off = tl.load(slot_off_ptr + sl)
         cnt = tl.load(slot_cnt_ptr + sl)
-        wbase = w13_ptr + e * (2 * I * LAT)
+        wbase = w13_ptr + e * (2 * NI * LAT)
         for c0 in range(0, cnt, BT):
             tm = c0 + rt < cnt
             tok = tl.load(sorted_tok_ptr + off + c0 + rt, mask=tm, other=0)
@@ -709,14 +1132,21 @@ def expert_up_kernel(
             for k0 in range(0, LAT, BK):
                 rk = k0 + tl.arange(0, BK)
                 km = rk < LAT
-                x = tl.load(lat_ptr + tok[:, None] * LAT + rk[None, :], mask=tm[:, None] & km[None, :], other=0.0)
-                w = tl.load(wbase + wrow[:, None] * LAT + rk[None, :], mask=nm[:, None] & km[None, :], other=0.0)
+                x = tl.load(
+                    lat_ptr + tok[:, None] * LAT + rk[None, :], mask=tm[:, None] & km[None, :], other=0.0
+                )
+                w = tl.load(
+                    wbase + wrow[:, None] * LAT + rk[None, :], mask=nm[:, None] & km[None, :], other=0.0
+                )
                 acc = _mac(acc, x, w, MODE)
             y = _fin(acc, MODE)
             g, u = tl.split(tl.reshape(y, [BT, HALF, 2]))
             a = _situ(g, u, BETA, LBETA)
-            tl.store(act_ptr + (off + c0 + rt)[:, None] * I + rj[None, :], a.to(tl.bfloat16),
-                     mask=tm[:, None] & (rj < I)[None, :])
+            tl.store(
+                act_ptr + (off + c0 + rt)[:, None] * NI + rj[None, :],
+                a.to(tl.bfloat16),
+                mask=tm[:, None] & (rj < NI)[None, :],
+            )
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -724,10 +1154,28 @@ def expert_up_kernel(
 # ------------------------------------------------------------------------------------------------------------
 @triton.jit
 def _down_role(
-    v, act_ptr, w2_ptr, slot_exp_ptr, slot_off_ptr, slot_cnt_ptr, sorted_pair_ptr, topk_w_ptr,
-    ypair_ptr, latent_ptr, lss_ptr, ctr_ptr, B, P,
-    LAT: tl.constexpr, I: tl.constexpr, TOPK: tl.constexpr,
-    BT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, MODE: tl.constexpr, RB: tl.constexpr,
+    v,
+    act_ptr,
+    w2_ptr,
+    slot_exp_ptr,
+    slot_off_ptr,
+    slot_cnt_ptr,
+    sorted_pair_ptr,
+    topk_w_ptr,
+    ypair_ptr,
+    latent_ptr,
+    lss_ptr,
+    ctr_ptr,
+    B,
+    P,
+    LAT: tl.constexpr,
+    NI: tl.constexpr,
+    TOPK: tl.constexpr,
+    BT: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    MODE: tl.constexpr,
+    RB: tl.constexpr,
 ):
     NBL: tl.constexpr = (LAT + BN - 1) // BN
     nb = v % NBL
@@ -740,21 +1188,25 @@ def _down_role(
         e = tl.load(slot_exp_ptr + sl).to(tl.int64)
         off = tl.load(slot_off_ptr + sl)
         cnt = tl.load(slot_cnt_ptr + sl)
-        wbase = w2_ptr + e * (LAT * I)
+        wbase = w2_ptr + e * (LAT * NI)
         for c0 in range(0, cnt, BT):
             tm = c0 + rt < cnt
             rows = off + c0 + rt
             acc = _acc_init(BT, BN, BK, MODE)
-            for k0 in range(0, I, BK):
+            for k0 in range(0, NI, BK):
                 rk = k0 + tl.arange(0, BK)
-                km = rk < I
-                x = tl.load(act_ptr + rows[:, None] * I + rk[None, :], mask=tm[:, None] & km[None, :], other=0.0)
-                w = tl.load(wbase + rn[:, None] * I + rk[None, :], mask=nm[:, None] & km[None, :], other=0.0)
+                km = rk < NI
+                x = tl.load(
+                    act_ptr + rows[:, None] * NI + rk[None, :], mask=tm[:, None] & km[None, :], other=0.0
+                )
+                w = tl.load(wbase + rn[:, None] * NI + rk[None, :], mask=nm[:, None] & km[None, :], other=0.0)
                 acc = _mac(acc, x, w, MODE)
             y = _fin(acc, MODE)
             pair = tl.load(sorted_pair_ptr + rows, mask=tm, other=0)
             wt = tl.load(topk_w_ptr + pair, mask=tm, other=0.0)
-            tl.store(ypair_ptr + pair[:, None] * LAT + rn[None, :], y * wt[:, None], mask=tm[:, None] & nm[None, :])
+            tl.store(
+                ypair_ptr + pair[:, None] * LAT + rn[None, :], y * wt[:, None], mask=tm[:, None] & nm[None, :]
+            )
     tl.debug_barrier()
     arrived = tl.atomic_add(ctr_ptr + 512 + nb, 1, sem="acq_rel")  # CTR_DOWN + nb
     if arrived == P - 1:
@@ -765,8 +1217,12 @@ def _down_role(
             m2 = bm[:, None] & nm[None, :]
             tot = tl.zeros([RB, BN], dtype=tl.float32)
             for k in tl.static_range(TOPK):
-                tot += tl.load(ypair_ptr + (rb * TOPK + k)[:, None] * LAT + rn[None, :], mask=m2, other=0.0,
-                               cache_modifier=".cg")
+                tot += tl.load(
+                    ypair_ptr + (rb * TOPK + k)[:, None] * LAT + rn[None, :],
+                    mask=m2,
+                    other=0.0,
+                    cache_modifier=".cg",
+                )
             tb = tot.to(tl.bfloat16)
             tl.store(latent_ptr + rb[:, None] * LAT + rn[None, :], tb, mask=m2)
             tf = tl.where(m2, tb.to(tl.float32), 0.0)
@@ -777,9 +1233,25 @@ def _down_role(
 
 @triton.jit
 def _tail_role(
-    nt, sh_ptr, sw2_ptr, up_ptr, latent_ptr, lss_ptr, out_ptr, ctr_ptr, B,
-    H: tl.constexpr, LAT: tl.constexpr, SI: tl.constexpr, EPS: tl.constexpr, NBL: tl.constexpr,
-    BB: tl.constexpr, BNT: tl.constexpr, BKT: tl.constexpr, MODE_T: tl.constexpr, PC: tl.constexpr,
+    nt,
+    sh_ptr,
+    sw2_ptr,
+    up_ptr,
+    latent_ptr,
+    lss_ptr,
+    out_ptr,
+    ctr_ptr,
+    B,
+    H: tl.constexpr,
+    LAT: tl.constexpr,
+    SI: tl.constexpr,
+    EPS: tl.constexpr,
+    NBL: tl.constexpr,
+    BB: tl.constexpr,
+    BNT: tl.constexpr,
+    BKT: tl.constexpr,
+    MODE_T: tl.constexpr,
+    PC: tl.constexpr,
 ):
     rb = tl.arange(0, BB)
     bm = rb < B
@@ -802,8 +1274,12 @@ def _tail_role(
     for k0 in range(0, LAT, BKT):
         rk = k0 + tl.arange(0, BKT)
         km = rk < LAT
-        x = tl.load(latent_ptr + rb[:, None] * LAT + rk[None, :], mask=bm[:, None] & km[None, :], other=0.0,
-                    cache_modifier=".cg")
+        x = tl.load(
+            latent_ptr + rb[:, None] * LAT + rk[None, :],
+            mask=bm[:, None] & km[None, :],
+            other=0.0,
+            cache_modifier=".cg",
+        )
         w = tl.load(up_ptr + rn[:, None] * LAT + rk[None, :], mask=nm[:, None] & km[None, :], other=0.0)
         acc2 = _mac(acc2, x, w, MODE_T)
     rstd_r = tl.rsqrt(_sum_parts(lss_ptr, B, rb, NBL, PC) / LAT + EPS)
@@ -813,17 +1289,38 @@ def _tail_role(
 
 @triton.jit
 def expert_down_kernel(
-    act_ptr, w2_ptr,  # act [B*TOPK, I] bf16 (sorted-pair rows), w2 [E, LAT, I]
-    slot_exp_ptr, slot_off_ptr, slot_cnt_ptr, sorted_pair_ptr, topk_w_ptr,
-    ypair_ptr, latent_ptr, lss_ptr,  # scratch [B*TOPK, LAT] fp32, [B, LAT] bf16, [NBL, B] fp32
-    sh_ptr, sw2_ptr, up_ptr,  # shared act [B, SI] bf16, shared_w2 [H, SI], routed_norm-folded latent_up [H, LAT]
+    act_ptr,
+    w2_ptr,  # act [B*TOPK, NI] bf16 (sorted-pair rows), w2 [E, LAT, NI]
+    slot_exp_ptr,
+    slot_off_ptr,
+    slot_cnt_ptr,
+    sorted_pair_ptr,
+    topk_w_ptr,
+    ypair_ptr,
+    latent_ptr,
+    lss_ptr,  # scratch [B*TOPK, LAT] fp32, [B, LAT] bf16, [NBL, B] fp32
+    sh_ptr,
+    sw2_ptr,
+    up_ptr,  # shared act [B, SI] bf16, shared_w2 [H, SI], routed_norm-folded latent_up [H, LAT]
     out_ptr,  # out: hidden_out [B, H] bf16
     ctr_ptr,
-    B, P,
-    H: tl.constexpr, LAT: tl.constexpr, I: tl.constexpr, SI: tl.constexpr, TOPK: tl.constexpr,
+    B,
+    P,
+    H: tl.constexpr,
+    LAT: tl.constexpr,
+    NI: tl.constexpr,
+    SI: tl.constexpr,
+    TOPK: tl.constexpr,
     EPS: tl.constexpr,
-    BT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, MODE: tl.constexpr,
-    BB: tl.constexpr, BNT: tl.constexpr, BKT: tl.constexpr, MODE_T: tl.constexpr, RB: tl.constexpr,
+    BT: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    MODE: tl.constexpr,
+    BB: tl.constexpr,
+    BNT: tl.constexpr,
+    BKT: tl.constexpr,
+    MODE_T: tl.constexpr,
+    RB: tl.constexpr,
     PC: tl.constexpr,
 ):
     # role from a ticket taken at start: every tail CTA starts after all down CTAs have started
@@ -831,8 +1328,49 @@ def expert_down_kernel(
     NBL: tl.constexpr = (LAT + BN - 1) // BN
     n_down = NBL * P
     if v < n_down:
-        _down_role(v, act_ptr, w2_ptr, slot_exp_ptr, slot_off_ptr, slot_cnt_ptr, sorted_pair_ptr, topk_w_ptr,
-                   ypair_ptr, latent_ptr, lss_ptr, ctr_ptr, B, P, LAT, I, TOPK, BT, BN, BK, MODE, RB)
+        _down_role(
+            v,
+            act_ptr,
+            w2_ptr,
+            slot_exp_ptr,
+            slot_off_ptr,
+            slot_cnt_ptr,
+            sorted_pair_ptr,
+            topk_w_ptr,
+            ypair_ptr,
+            latent_ptr,
+            lss_ptr,
+            ctr_ptr,
+            B,
+            P,
+            LAT,
+            NI,
+            TOPK,
+            BT,
+            BN,
+            BK,
+            MODE,
+            RB,
+        )
     else:
-        _tail_role(v - n_down, sh_ptr, sw2_ptr, up_ptr, latent_ptr, lss_ptr, out_ptr, ctr_ptr, B,
-                   H, LAT, SI, EPS, NBL, BB, BNT, BKT, MODE_T, PC)
+        _tail_role(
+            v - n_down,
+            sh_ptr,
+            sw2_ptr,
+            up_ptr,
+            latent_ptr,
+            lss_ptr,
+            out_ptr,
+            ctr_ptr,
+            B,
+            H,
+            LAT,
+            SI,
+            EPS,
+            NBL,
+            BB,
+            BNT,
+            BKT,
+            MODE_T,
+            PC,
+        )

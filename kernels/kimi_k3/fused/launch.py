@@ -101,7 +101,7 @@ def make_plan(cfg: K3LayerConfig, B: int, max_context: int, *, gpu: bool = True,
     while cfg.qk_nope_head_dim % cn or cfg.qk_rope_head_dim % cn:
         cn //= 2
     qb_bk = bk(cfg.q_lora_rank, 128 if bb <= 16 else 64) if big else 32
-    # 3 attention: head block (all local heads when they fit), splits so B x splits x head blocks fills the GPU
+    # 3 attention: head block (all local heads when they fit); splits so B x splits x head blocks fill the GPU
     bh = 32 if nh > 16 else max(16, _p2(nh))
     block_n = 64 if big else 16
     nhb = _cdiv(nh, bh)
@@ -149,14 +149,38 @@ def make_plan(cfg: K3LayerConfig, B: int, max_context: int, *, gpu: bool = True,
         t_bn, t_bk = _p2(cfg.hidden), _p2(max(cfg.latent, cfg.shared_inter))
         bt = max(bt, min(16, _p2(B)) if x_mode == 0 else 16)
     plan = Plan(
-        B=B, BB=bb, MODE=mode,
-        A_BN=a_bn, A_BK=a_bk, XR=8 if big else _p2(B),
-        QB_CN=cn, QB_BK=qb_bk, KVR=4,
-        BH=bh, BLOCK_N=block_n, S=s, MB=16,
-        O_BN=o_bn, O_BK=o_bk, O_KS=o_ks,
-        F_BN=f_bn, F_BK=f_bk, TB=min(2, _p2(B)) if big else min(8, _p2(B)),
-        X_MODE=x_mode, BT=bt, U_MODE=u_mode, U_BT=u_bt, U_BN=u_bn, U_BK=u_bk, U_P=u_p, D_BN=d_bn, D_BK=d_bk, D_P=d_p,
-        T_BN=t_bn, T_BK=t_bk, RB=16 if big else 8,
+        B=B,
+        BB=bb,
+        MODE=mode,
+        A_BN=a_bn,
+        A_BK=a_bk,
+        XR=8 if big else _p2(B),
+        QB_CN=cn,
+        QB_BK=qb_bk,
+        KVR=4,
+        BH=bh,
+        BLOCK_N=block_n,
+        S=s,
+        MB=16,
+        O_BN=o_bn,
+        O_BK=o_bk,
+        O_KS=o_ks,
+        F_BN=f_bn,
+        F_BK=f_bk,
+        TB=min(2, _p2(B)) if big else min(8, _p2(B)),
+        X_MODE=x_mode,
+        BT=bt,
+        U_MODE=u_mode,
+        U_BT=u_bt,
+        U_BN=u_bn,
+        U_BK=u_bk,
+        U_P=u_p,
+        D_BN=d_bn,
+        D_BK=d_bk,
+        D_P=d_p,
+        T_BN=t_bn,
+        T_BK=t_bk,
+        RB=16 if big else 8,
     )
     return plan.with_(**override) if override else plan
 
@@ -199,18 +223,37 @@ def run_planned(
     B = int(h_in.shape[0])
     dev = h_in.device
     f32, bf16, i32 = torch.float32, torch.bfloat16, torch.int32
-    H, NH, KL, DN, DR, DV = (cfg.hidden, cfg.local_heads, cfg.kv_lora_rank, cfg.qk_nope_head_dim,
-                             cfg.qk_rope_head_dim, cfg.v_head_dim)
-    QL, E, TOPK, LAT, I, SI = (cfg.q_lora_rank, cfg.n_routed_experts, cfg.top_k, cfg.latent, cfg.routed_inter,
-                               cfg.shared_inter)
+    H, NH, KL, DN, DR, DV = (
+        cfg.hidden,
+        cfg.local_heads,
+        cfg.kv_lora_rank,
+        cfg.qk_nope_head_dim,
+        cfg.qk_rope_head_dim,
+        cfg.v_head_dim,
+    )
+    QL, E, TOPK, LAT, NI, SI = (
+        cfg.q_lora_rank,
+        cfg.n_routed_experts,
+        cfg.top_k,
+        cfg.latent,
+        cfg.routed_inter,
+        cfg.shared_inter,
+    )
     R = cfg.qkv_a_g_rows
     eps = float(cfg.rms_norm_eps)
     kvd = cfg.kv_cache_dim
     max_blocks = int(batch.block_table.shape[1])
     if tuple(batch.kv_cache.shape[1:]) != (cfg.block_size, kvd):
-        raise ValueError(f"kv_cache must be [blocks, {cfg.block_size}, {kvd}], got {tuple(batch.kv_cache.shape)}")
-    for name, t in (("hidden", h_in), ("residual", r_in), ("kv_cache", batch.kv_cache),
-                    ("block_table", batch.block_table), ("seq_lens", batch.seq_lens)):
+        raise ValueError(
+            f"kv_cache must be [blocks, {cfg.block_size}, {kvd}], got {tuple(batch.kv_cache.shape)}"
+        )
+    for name, t in (
+        ("hidden", h_in),
+        ("residual", r_in),
+        ("kv_cache", batch.kv_cache),
+        ("block_table", batch.block_table),
+        ("seq_lens", batch.seq_lens),
+    ):
         if not t.is_contiguous():
             raise ValueError(f"batch.{name} must be contiguous")
 
@@ -248,7 +291,7 @@ def run_planned(
     slot_cnt = ws("slot_cnt", (max_slots,), i32)
     sorted_tok = ws("sorted_tok", (B * TOPK,), i32)
     sorted_pair = ws("sorted_pair", (B * TOPK,), i32)
-    act = ws("act", (B * TOPK, I), bf16)
+    act = ws("act", (B * TOPK, NI), bf16)
     ypair = ws("ypair", (B * TOPK, LAT), f32)
     latent = ws("latent", (B, LAT), bf16)
     lss = ws("lss", (nbl, B), f32)
@@ -263,75 +306,269 @@ def run_planned(
     # 1
     nx = _cdiv(B, p.XR)
     K.qkv_a_kernel[(nx + _cdiv(R, p.A_BN),)](
-        h_in, r_in, fw.w_qkv_a_g, raw, ssq, resid1, ss_in, ctr, B,
-        H=H, R=R, QL=QL, CTR_N=K.CTR_SIZE, NX=nx, XR=p.XR, XK=min(512, _p2(H)),
-        BB=p.BB, BN=p.A_BN, BK=p.A_BK, MODE=p.MODE,
-        num_warps=nw, num_stages=st,
+        h_in,
+        r_in,
+        fw.w_qkv_a_g,
+        raw,
+        ssq,
+        resid1,
+        ss_in,
+        ctr,
+        B,
+        H=H,
+        R=R,
+        QL=QL,
+        CTR_N=K.CTR_SIZE,
+        NX=nx,
+        XR=p.XR,
+        XK=min(512, _p2(H)),
+        BB=p.BB,
+        BN=p.A_BN,
+        BK=p.A_BK,
+        MODE=p.MODE,
+        num_warps=nw,
+        num_stages=st,
     )
     # 2
     cnp = max(16, p.QB_CN)
     n_q = NH * ((DN + DR) // p.QB_CN)
     K.q_b_kernel[(n_q + _cdiv(B, p.KVR),)](
-        raw, ssq, ss_in, w.kv_a_norm, fw.w_q_b, w.w_kv_b, ql_part, qpe,
-        batch.kv_cache, batch.block_table, batch.seq_lens, max_blocks, B, float(cfg.softmax_scale * LOG2E),
-        H=H, R=R, EPS=eps, QL=QL, KL=KL, DN=DN, DR=DR, DV=DV, NH=NH, BS=cfg.block_size,
-        CN=p.QB_CN, CNP=cnp, BB=p.BB, BK=p.QB_BK, MODE=p.MODE, KLP=klp, LC=lc, DRP=drp, KVR=p.KVR,
-        NQC=nqc, PC=PC,
-        num_warps=nw, num_stages=st,
+        raw,
+        ssq,
+        ss_in,
+        w.kv_a_norm,
+        fw.w_q_b,
+        w.w_kv_b,
+        ql_part,
+        qpe,
+        batch.kv_cache,
+        batch.block_table,
+        batch.seq_lens,
+        max_blocks,
+        B,
+        float(cfg.softmax_scale * LOG2E),
+        H=H,
+        R=R,
+        EPS=eps,
+        QL=QL,
+        KL=KL,
+        DN=DN,
+        DR=DR,
+        DV=DV,
+        NH=NH,
+        BS=cfg.block_size,
+        CN=p.QB_CN,
+        CNP=cnp,
+        BB=p.BB,
+        BK=p.QB_BK,
+        MODE=p.MODE,
+        KLP=klp,
+        LC=lc,
+        DRP=drp,
+        KVR=p.KVR,
+        NQC=nqc,
+        PC=PC,
+        num_warps=nw,
+        num_stages=st,
     )
     # 3
     nhb = _cdiv(NH, p.BH)
     grid_attn = B * p.S * nhb + NH * _cdiv(B, p.MB)
     K.attn_kernel[(grid_attn,)](
-        ql_part, qpe, batch.kv_cache, batch.block_table, batch.seq_lens, max_blocks, opart, lse,
-        w.w_kv_b, raw, ss_in, attn_out, ctr, B, p.S,
-        H=H, R=R, EPS=eps, GATE_OFF=cfg.qkv_a_rows, USE_GATE=bool(cfg.use_output_gate),
-        KL=KL, DN=DN, DR=DR, DV=DV, NH=NH, BS=cfg.block_size, NCN=ncn,
-        BH=p.BH, BLOCK_N=p.BLOCK_N, KLP=klp, DRP=drp, DVP=max(16, _p2(DV)), MB=p.MB, LC=lc,
-        SP=_p2(p.S), SC=_p2(p.S), BY_ROW=p.S > 4,
-        num_warps=p.attn_warps, num_stages=2,
+        ql_part,
+        qpe,
+        batch.kv_cache,
+        batch.block_table,
+        batch.seq_lens,
+        max_blocks,
+        opart,
+        lse,
+        w.w_kv_b,
+        raw,
+        ss_in,
+        attn_out,
+        ctr,
+        B,
+        p.S,
+        H=H,
+        R=R,
+        EPS=eps,
+        GATE_OFF=cfg.qkv_a_rows,
+        USE_GATE=bool(cfg.use_output_gate),
+        KL=KL,
+        DN=DN,
+        DR=DR,
+        DV=DV,
+        NH=NH,
+        BS=cfg.block_size,
+        NCN=ncn,
+        BH=p.BH,
+        BLOCK_N=p.BLOCK_N,
+        KLP=klp,
+        DRP=drp,
+        DVP=max(16, _p2(DV)),
+        MB=p.MB,
+        LC=lc,
+        SP=_p2(p.S),
+        SC=_p2(p.S),
+        BY_ROW=p.S > 4,
+        num_warps=p.attn_warps,
+        num_stages=2,
     )
     # 4
     K.o_proj_kernel[(nbo * p.O_KS,)](
-        attn_out, w.w_o, resid1, o_part, resid_out, oss, ctr, B,
-        H=H, K=NH * DV, KS=p.O_KS, CTR_OFF=K.CTR_O, BB=p.BB, BN=p.O_BN, BK=p.O_BK, MODE=p.MODE,
-        num_warps=nw, num_stages=st,
+        attn_out,
+        w.w_o,
+        resid1,
+        o_part,
+        resid_out,
+        oss,
+        ctr,
+        B,
+        H=H,
+        K=NH * DV,
+        KS=p.O_KS,
+        CTR_OFF=K.CTR_O,
+        BB=p.BB,
+        BN=p.O_BN,
+        BK=p.O_BK,
+        MODE=p.MODE,
+        num_warps=nw,
+        num_stages=st,
     )
     # 5
     grid_f = _cdiv(E, p.F_BN) + _cdiv(B, p.TB) + _cdiv(LAT, p.F_BN) + _cdiv(2 * SI, p.F_BN)
     K.moe_front_kernel[(grid_f,)](
-        resid_out, oss, fw.router, fw.latent_down, fw.shared_w13, logits, lat, sh,
-        w.e_score_correction_bias, topk_id, topk_w, rank, eoff, slot_exp, slot_off, slot_cnt,
-        sorted_tok, sorted_pair, ctr, B, float(cfg.routed_scaling_factor),
-        H=H, E=E, LAT=LAT, SI=SI, EPS=eps, TOPK=TOPK, RENORM=bool(cfg.moe_renormalize),
-        BETA=float(cfg.situ_beta), LBETA=float(cfg.situ_linear_beta),
-        BB=p.BB, BN=p.F_BN, BK=p.F_BK, MODE=p.MODE, EP=_p2(E), TB=p.TB, KP=_p2(TOPK), PP=_p2(B * TOPK),
-        NBO=nbo, PC=PC,
-        num_warps=nw, num_stages=st,
+        resid_out,
+        oss,
+        fw.router,
+        fw.latent_down,
+        fw.shared_w13,
+        logits,
+        lat,
+        sh,
+        w.e_score_correction_bias,
+        topk_id,
+        topk_w,
+        rank,
+        eoff,
+        slot_exp,
+        slot_off,
+        slot_cnt,
+        sorted_tok,
+        sorted_pair,
+        ctr,
+        B,
+        float(cfg.routed_scaling_factor),
+        H=H,
+        E=E,
+        LAT=LAT,
+        SI=SI,
+        EPS=eps,
+        TOPK=TOPK,
+        RENORM=bool(cfg.moe_renormalize),
+        BETA=float(cfg.situ_beta),
+        LBETA=float(cfg.situ_linear_beta),
+        BB=p.BB,
+        BN=p.F_BN,
+        BK=p.F_BK,
+        MODE=p.MODE,
+        EP=_p2(E),
+        TB=p.TB,
+        KP=_p2(TOPK),
+        PP=_p2(B * TOPK),
+        NBO=nbo,
+        PC=PC,
+        num_warps=nw,
+        num_stages=st,
     )
     # 6
-    nj = _cdiv(2 * I, p.U_BN)
+    nj = _cdiv(2 * NI, p.U_BN)
     K.expert_up_kernel[(nj * p.U_P,)](
-        lat, w.w13, slot_exp, slot_off, slot_cnt, sorted_tok, act, ctr, p.U_P,
-        LAT=LAT, I=I, BETA=float(cfg.situ_beta), LBETA=float(cfg.situ_linear_beta),
-        BT=p.U_BT, BN=p.U_BN, BK=p.U_BK, MODE=p.U_MODE,
-        num_warps=nw, num_stages=p.x_stages,
+        lat,
+        w.w13,
+        slot_exp,
+        slot_off,
+        slot_cnt,
+        sorted_tok,
+        act,
+        ctr,
+        p.U_P,
+        LAT=LAT,
+        NI=NI,
+        BETA=float(cfg.situ_beta),
+        LBETA=float(cfg.situ_linear_beta),
+        BT=p.U_BT,
+        BN=p.U_BN,
+        BK=p.U_BK,
+        MODE=p.U_MODE,
+        num_warps=nw,
+        num_stages=p.x_stages,
     )
     # 7
     K.expert_down_kernel[(nbl * p.D_P + _cdiv(H, p.T_BN),)](
-        act, w.w2, slot_exp, slot_off, slot_cnt, sorted_pair, topk_w, ypair, latent, lss,
-        sh, w.shared_w2, fw.latent_up, hidden_out, ctr, B, p.D_P,
-        H=H, LAT=LAT, I=I, SI=SI, TOPK=TOPK, EPS=eps,
-        BT=p.BT, BN=p.D_BN, BK=p.D_BK, MODE=p.X_MODE,
-        BB=p.BB, BNT=p.T_BN, BKT=p.T_BK, MODE_T=p.MODE, RB=p.RB, PC=PC,
-        num_warps=nw, num_stages=p.x_stages,
+        act,
+        w.w2,
+        slot_exp,
+        slot_off,
+        slot_cnt,
+        sorted_pair,
+        topk_w,
+        ypair,
+        latent,
+        lss,
+        sh,
+        w.shared_w2,
+        fw.latent_up,
+        hidden_out,
+        ctr,
+        B,
+        p.D_P,
+        H=H,
+        LAT=LAT,
+        NI=NI,
+        SI=SI,
+        TOPK=TOPK,
+        EPS=eps,
+        BT=p.BT,
+        BN=p.D_BN,
+        BK=p.D_BK,
+        MODE=p.X_MODE,
+        BB=p.BB,
+        BNT=p.T_BN,
+        BKT=p.T_BK,
+        MODE_T=p.MODE,
+        RB=p.RB,
+        PC=PC,
+        num_warps=nw,
+        num_stages=p.x_stages,
     )
     bufs = {
-        "ctr": ctr, "raw": raw, "ssq": ssq, "ss_in": ss_in, "oss": oss, "lss": lss, "resid1": resid1, "ql_part": ql_part, "qpe": qpe,
-        "opart": opart, "lse": lse, "attn_out": attn_out, "logits": logits, "lat": lat, "sh": sh,
-        "topk_ids": topk_id, "topk_weights": topk_w, "slot_exp": slot_exp, "slot_off": slot_off,
-        "slot_cnt": slot_cnt, "sorted_tok": sorted_tok, "sorted_pair": sorted_pair, "act": act,
-        "ypair": ypair, "latent": latent,
+        "ctr": ctr,
+        "raw": raw,
+        "ssq": ssq,
+        "ss_in": ss_in,
+        "oss": oss,
+        "lss": lss,
+        "resid1": resid1,
+        "ql_part": ql_part,
+        "qpe": qpe,
+        "opart": opart,
+        "lse": lse,
+        "attn_out": attn_out,
+        "logits": logits,
+        "lat": lat,
+        "sh": sh,
+        "topk_ids": topk_id,
+        "topk_weights": topk_w,
+        "slot_exp": slot_exp,
+        "slot_off": slot_off,
+        "slot_cnt": slot_cnt,
+        "sorted_tok": sorted_tok,
+        "sorted_pair": sorted_pair,
+        "act": act,
+        "ypair": ypair,
+        "latent": latent,
     }
     return hidden_out, resid_out, bufs
 
@@ -340,13 +577,16 @@ def forward_with_aux(
     cfg: K3LayerConfig, weights: K3LayerWeights, batch: DecodeBatch, plan: Plan | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
     """`forward` plus the intermediates tests look at (routing, touched-expert list, per-kernel outputs)."""
-    plan = plan or make_plan(cfg, int(batch.hidden.shape[0]), int(batch.meta.max_context),
-                             gpu=batch.hidden.is_cuda)
+    plan = plan or make_plan(
+        cfg, int(batch.hidden.shape[0]), int(batch.meta.max_context), gpu=batch.hidden.is_cuda
+    )
     return run_planned(cfg, weights, batch, plan)
 
 
-def forward(cfg: K3LayerConfig, weights: K3LayerWeights, batch: DecodeBatch) -> tuple[torch.Tensor, torch.Tensor]:
-    """(hidden_out [B, H] bf16, residual_out [B, H] bf16); writes the new token's latent into batch.kv_cache."""
+def forward(
+    cfg: K3LayerConfig, weights: K3LayerWeights, batch: DecodeBatch
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(hidden_out [B, H] bf16, residual_out [B, H] bf16); writes the new token's latent into the cache."""
     B = int(batch.hidden.shape[0])
     if B == 0:
         return batch.hidden.new_empty(batch.hidden.shape), batch.residual.new_empty(batch.residual.shape)

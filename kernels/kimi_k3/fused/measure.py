@@ -31,15 +31,42 @@ COPY_BW = 4.3e12  # bytes/s, measured D2D copy bandwidth on this H200 (research/
 
 # (tp, batch, context) timing points; stock is timed where `stock` is True
 POINTS: list[tuple[int, int, int, bool]] = [
-    (1, 1, 4096, True), (1, 64, 4096, True), (1, 8, 4096, True), (1, 2, 4096, True), (1, 32, 4096, True),
-    (1, 1, 32768, True), (1, 64, 32768, True), (1, 2, 32768, False), (1, 8, 32768, False), (1, 32, 32768, False),
-    (8, 1, 4096, True), (8, 64, 4096, True), (8, 8, 4096, True), (8, 2, 4096, True), (8, 32, 4096, True),
-    (8, 1, 32768, True), (8, 64, 32768, True), (8, 2, 32768, False), (8, 8, 32768, False), (8, 32, 32768, False),
+    (1, 1, 4096, True),
+    (1, 64, 4096, True),
+    (1, 8, 4096, True),
+    (1, 2, 4096, True),
+    (1, 32, 4096, True),
+    (1, 1, 32768, True),
+    (1, 64, 32768, True),
+    (1, 2, 32768, False),
+    (1, 8, 32768, False),
+    (1, 32, 32768, False),
+    (8, 1, 4096, True),
+    (8, 64, 4096, True),
+    (8, 8, 4096, True),
+    (8, 2, 4096, True),
+    (8, 32, 4096, True),
+    (8, 1, 32768, True),
+    (8, 64, 32768, True),
+    (8, 2, 32768, False),
+    (8, 8, 32768, False),
+    (8, 32, 32768, False),
 ]
 COUNT_AT = {(1, 1, 4096), (1, 64, 4096)}  # kernels per layer counted from the graph here (profiler is slow)
 # plan variants (name -> overrides) timed at a few points, with per-kernel profiles
-DENSE_DOT = {"MODE": 1, "BB": 16, "A_BK": 128, "QB_BK": 128, "O_BN": 32, "O_BK": 128, "F_BN": 32, "F_BK": 128,
-             "T_BN": 32, "T_BK": 128, "stages": 4}
+DENSE_DOT = {
+    "MODE": 1,
+    "BB": 16,
+    "A_BK": 128,
+    "QB_BK": 128,
+    "O_BN": 32,
+    "O_BK": 128,
+    "F_BN": 32,
+    "F_BK": 128,
+    "T_BN": 32,
+    "T_BK": 128,
+    "stages": 4,
+}
 VARIANTS: dict[tuple[int, int, int], dict[str, dict[str, Any]]] = {
     (1, 1, 4096): {"attn_n32": {"BLOCK_N": 32}, "dense_dot": DENSE_DOT},
     (1, 64, 4096): {"down_bn128": {"D_BN": 128}, "qkv_bn32": {"A_BN": 32}},
@@ -51,10 +78,21 @@ VARIANTS: dict[tuple[int, int, int], dict[str, dict[str, Any]]] = {
 G32 = {"A_BN": 32, "A_BK": 128, "O_BN": 32, "O_BK": 128, "F_BN": 32, "F_BK": 128, "T_BN": 32, "T_BK": 128}
 XDOT = {"X_MODE": 1, "BT": 16, "U_BN": 64, "D_BN": 64, "x_stages": 4}
 SWEEP: dict[tuple[int, int, int], dict[str, dict[str, Any]]] = {
-    (1, 1, 4096): {"base": {}, "g32": G32, "xdot": XDOT, "x64": {"U_BN": 64, "D_BN": 64}, "xflat": {"flat": 1}},
+    (1, 1, 4096): {
+        "base": {},
+        "g32": G32,
+        "xdot": XDOT,
+        "x64": {"U_BN": 64, "D_BN": 64},
+        "xflat": {"flat": 1},
+    },
     (1, 8, 4096): {"base": {}, "xdot": XDOT, "x64": {"U_BN": 64, "D_BN": 64}},
-    (1, 64, 4096): {"base": {}, "x64": {"U_BN": 64, "D_BN": 64}, "x64s4": {"U_BN": 64, "D_BN": 64, "x_stages": 4},
-                    "xflat": {"flat": 1}, "gs4": {"stages": 4}},
+    (1, 64, 4096): {
+        "base": {},
+        "x64": {"U_BN": 64, "D_BN": 64},
+        "x64s4": {"U_BN": 64, "D_BN": 64, "x_stages": 4},
+        "xflat": {"flat": 1},
+        "gs4": {"stages": 4},
+    },
     (8, 1, 4096): {"base": {}, "g32": G32, "xdot": XDOT},
     (8, 64, 4096): {"base": {}, "x64": {"U_BN": 64, "D_BN": 64}, "d128": {"D_BN": 128}, "xflat": {"flat": 1}},
 }
@@ -94,14 +132,20 @@ def _meta_setup(tp: int, batch: int, context: int) -> tuple[Any, Any, Any]:
 
     cfg = K3LayerConfig.real(tp=tp)
     meta = torch.device("meta")
-    ws = {n: torch.empty(s, dtype=torch.float32 if n == "e_score_correction_bias" else torch.bfloat16, device=meta)
-          for n, s in expected_shapes(cfg).items()}
+    ws = {
+        n: torch.empty(
+            s, dtype=torch.float32 if n == "e_score_correction_bias" else torch.bfloat16, device=meta
+        )
+        for n, s in expected_shapes(cfg).items()
+    }
     w = K3LayerWeights(cfg=cfg, **ws)
     nbl = -(-context // cfg.block_size)  # same block-table width as random_batch (same int specialisation)
     b = DecodeBatch(
         hidden=torch.empty(batch, cfg.hidden, dtype=torch.bfloat16, device=meta),
         residual=torch.empty(batch, cfg.hidden, dtype=torch.bfloat16, device=meta),
-        kv_cache=torch.empty(batch * nbl, cfg.block_size, cfg.kv_cache_dim, dtype=torch.bfloat16, device=meta),
+        kv_cache=torch.empty(
+            batch * nbl, cfg.block_size, cfg.kv_cache_dim, dtype=torch.bfloat16, device=meta
+        ),
         block_table=torch.empty(batch, nbl, dtype=torch.int32, device=meta),
         seq_lens=torch.empty(batch, dtype=torch.int32, device=meta),
         meta=DecodeMeta(batch=batch, max_context=context),
@@ -138,11 +182,18 @@ def warm_all(procs: int, sweep: bool = False) -> dict[str, Any]:
     from kimi_k3.config import K3LayerConfig
 
     if sweep:
-        keys = [(tp, b, c, json.dumps(_resolve(K3LayerConfig.real(tp), b, ov), sort_keys=True))
-                for (tp, b, c), vs in SWEEP.items() for ov in vs.values()]
+        keys = [
+            (tp, b, c, json.dumps(_resolve(K3LayerConfig.real(tp), b, ov), sort_keys=True))
+            for (tp, b, c), vs in SWEEP.items()
+            for ov in vs.values()
+        ]
         return _warm_keys(keys, procs)
     keys = [(tp, b, c, "{}") for tp, b, c, _ in POINTS]
-    keys += [(tp, b, c, json.dumps(ov, sort_keys=True)) for (tp, b, c), vs in VARIANTS.items() for ov in vs.values()]
+    keys += [
+        (tp, b, c, json.dumps(ov, sort_keys=True))
+        for (tp, b, c), vs in VARIANTS.items()
+        for ov in vs.values()
+    ]
     return _warm_keys(keys, procs)
 
 
@@ -160,7 +211,13 @@ def _warm_keys(keys: list[tuple[int, int, int, str]], procs: int) -> dict[str, A
 class Results:
     def __init__(self, path: str) -> None:
         self.path = path
-        self.data: dict[str, Any] = {"correctness": [], "timing": [], "variants": [], "repeat": [], "notes": []}
+        self.data: dict[str, Any] = {
+            "correctness": [],
+            "timing": [],
+            "variants": [],
+            "repeat": [],
+            "notes": [],
+        }
 
     def add(self, key: str, item: Any) -> None:
         if isinstance(self.data.get(key), list):
@@ -202,8 +259,14 @@ def check_fused_point(
     out, resid, aux = fused.forward_with_aux(cfg, w, batch)
     c = reference.compare(cfg, w, batch, before, out, resid, topk_ids=aux["topk_ids"])
     s = c.summary()
-    s.update(tp=tp, batch=bsz, context=context, ok=bool(c.ok()), max_ratio=c.max_ratio(),
-             experts_touched=int(aux["ctr"][17]))
+    s.update(
+        tp=tp,
+        batch=bsz,
+        context=context,
+        ok=bool(c.ok()),
+        max_ratio=c.max_ratio(),
+        experts_touched=int(aux["ctr"][17]),
+    )
     return s
 
 
@@ -218,8 +281,11 @@ def count_graph_kernels(replay: Any) -> int:
         torch.cuda.synchronize()
     n = 0
     for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA and "memcpy" not in e.name.lower() \
-                and "memset" not in e.name.lower():
+        if (
+            e.device_type == torch.autograd.DeviceType.CUDA
+            and "memcpy" not in e.name.lower()
+            and "memset" not in e.name.lower()
+        ):
             n += 1
     return n
 
@@ -254,7 +320,11 @@ def time_graph(g: Any, flush: Any, n: int) -> dict[str, float]:
         ends[i].record()
     torch.cuda.synchronize()
     us = sorted(s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends, strict=True))
-    return {"median_us": statistics.median(us), "p10_us": us[int(0.1 * (n - 1))], "p90_us": us[int(0.9 * (n - 1))]}
+    return {
+        "median_us": statistics.median(us),
+        "p10_us": us[int(0.1 * (n - 1))],
+        "p90_us": us[int(0.9 * (n - 1))],
+    }
 
 
 def layer_bytes(cfg: Any, w: Any, experts: int, seq_lens: list[int]) -> float:
@@ -288,21 +358,36 @@ def run_sweep(R: Results, flush: Any, a: Any, left: Any) -> None:
                     break
                 try:
                     if name == "stock":
-                        fn = lambda: stock.forward(cfg, w, batch)  # noqa: E731
+                        fn = lambda cfg=cfg, w=w, batch=batch: stock.forward(cfg, w, batch)  # noqa: E731
                     else:
                         plan = fused.make_plan(cfg, bsz, ctx, **_resolve(cfg, bsz, ov))
-                        fn = lambda plan=plan: fused.forward_planned(cfg, w, batch, plan)  # noqa: E731
+                        fn = lambda plan=plan, cfg=cfg, w=w, batch=batch: fused.forward_planned(  # noqa: E731
+                            cfg, w, batch, plan
+                        )
                     g, _ = graphed(fn)
-                    row = {"tp": tp, "batch": bsz, "context": ctx, "name": name, **time_graph(g, flush, 15),
-                           "kernels": profile_kernels(g, flush)}
+                    row = {
+                        "tp": tp,
+                        "batch": bsz,
+                        "context": ctx,
+                        "name": name,
+                        **time_graph(g, flush, 15),
+                        "kernels": profile_kernels(g, flush),
+                    }
                     del g
                 except Exception:
-                    row = {"tp": tp, "batch": bsz, "context": ctx, "name": name,
-                           "error": traceback.format_exc()[-1500:]}
+                    row = {
+                        "tp": tp,
+                        "batch": bsz,
+                        "context": ctx,
+                        "name": name,
+                        "error": traceback.format_exc()[-1500:],
+                    }
                 R.add("sweep", row)
                 ks = " ".join(f"{n.split('_kernel')[0][:14]}={t:.0f}" for n, t in row.get("kernels", []))
-                print(f"tp{tp} b{bsz} {name:6s} {row.get('median_us', float('nan')):9.1f}us | {ks[:600]}",
-                      flush=True)
+                print(
+                    f"tp{tp} b{bsz} {name:6s} {row.get('median_us', float('nan')):9.1f}us | {ks[:600]}",
+                    flush=True,
+                )
             del batch
         del w
         from kimi_k3 import bench
@@ -342,8 +427,16 @@ def main() -> None:
     import subprocess
 
     try:
-        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm",
-                              "--format=csv,noheader"], capture_output=True, text=True, timeout=10).stdout.strip()
+        smi = subprocess.run(
+            [
+                "nvidia-smi",
+                "--query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm",
+                "--format=csv,noheader",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
     except Exception as e:  # pragma: no cover
         smi = repr(e)
     R.add("gpu", smi)
@@ -371,7 +464,7 @@ def main() -> None:
         torch.cuda.synchronize()
         R.data["notes"].append(f"tp{tp} weights {w.nbytes() / 1e9:.1f} GB built in {time.time() - tw:.1f}s")
         # correctness at real shapes
-        for bsz, ctx in ([(1, 32768), (64, 4096)] if tp == 8 else [(1, 4096), (64, 4096)]):
+        for bsz, ctx in [(1, 32768), (64, 4096)] if tp == 8 else [(1, 4096), (64, 4096)]:
             if left() < 60:
                 break
             try:
@@ -392,7 +485,7 @@ def main() -> None:
                 if with_stock and not a.no_stock:
                     paths["stock"] = stock.forward
                 for name, fn in paths.items():
-                    g, _ = graphed(lambda fn=fn: fn(cfg, w, batch))
+                    g, _ = graphed(lambda fn=fn, cfg=cfg, w=w, batch=batch: fn(cfg, w, batch))
                     row[name] = time_graph(g, flush, a.reps)
                     row[name + "_profile"] = profile_kernels(g, flush)
                     if (tp, bsz, ctx) in COUNT_AT:
@@ -411,10 +504,13 @@ def main() -> None:
                 row["error"] = traceback.format_exc()[-2000:]
             R.add("timing", row)
             prof = " ".join(f"{n.split('_kernel')[0][:12]}={t:.0f}" for n, t in row.get("fused_profile", []))
-            print(f"time tp{tp} b{bsz} c{ctx}: fused {row.get('fused', {}).get('median_us', -1):.1f} us, stock "
-                  f"{row.get('stock', {}).get('median_us', -1):.1f} us | {prof}", flush=True)
+            print(
+                f"time tp{tp} b{bsz} c{ctx}: fused {row.get('fused', {}).get('median_us', -1):.1f} us, stock "
+                f"{row.get('stock', {}).get('median_us', -1):.1f} us | {prof}",
+                flush=True,
+            )
         # bit-repeatability
-        for bsz in ((1, 2, 64) if tp == 1 else (64,)):
+        for bsz in (1, 2, 64) if tp == 1 else (64,):
             if left() < 25:
                 break
             try:
@@ -424,16 +520,29 @@ def main() -> None:
                 diff_e = 0
                 for _ in range(19):
                     o = fused.forward(cfg, w, batch)
-                    diff_e += not all(torch.equal(x.view(torch.int16), y.view(torch.int16))
-                                      for x, y in zip(first, o, strict=True))
-                g, outs = graphed(lambda b=batch: fused.forward(cfg, w, b))
+                    diff_e += not all(
+                        torch.equal(x.view(torch.int16), y.view(torch.int16))
+                        for x, y in zip(first, o, strict=True)
+                    )
+                g, outs = graphed(lambda b=batch, cfg=cfg, w=w: fused.forward(cfg, w, b))
                 diff_g = 0
                 for _ in range(50):
                     g.replay()
-                    diff_g += not all(torch.equal(x.view(torch.int16), y.view(torch.int16))
-                                      for x, y in zip(first, outs, strict=True))
-                R.add("repeat", {"tp": tp, "batch": bsz, "eager_runs": 20, "eager_differ": diff_e,
-                                 "graph_replays": 50, "graph_differ": diff_g})
+                    diff_g += not all(
+                        torch.equal(x.view(torch.int16), y.view(torch.int16))
+                        for x, y in zip(first, outs, strict=True)
+                    )
+                R.add(
+                    "repeat",
+                    {
+                        "tp": tp,
+                        "batch": bsz,
+                        "eager_runs": 20,
+                        "eager_differ": diff_e,
+                        "graph_replays": 50,
+                        "graph_differ": diff_g,
+                    },
+                )
             except Exception:
                 R.add("repeat", {"tp": tp, "batch": bsz, "error": traceback.format_exc()[-1500:]})
         # plan variants
@@ -445,13 +554,34 @@ def main() -> None:
             for name, ov in vs.items():
                 try:
                     plan = fused.make_plan(cfg, bsz, ctx, **ov)
-                    g, _ = graphed(lambda plan=plan: fused.forward_planned(cfg, w, batch, plan))
-                    R.add("variants", {"tp": tp, "batch": bsz, "context": ctx, "name": name,
-                                       **time_graph(g, flush, a.reps), "profile": profile_kernels(g, flush)})
+                    g, _ = graphed(
+                        lambda plan=plan, cfg=cfg, w=w, batch=batch: fused.forward_planned(
+                            cfg, w, batch, plan
+                        )
+                    )
+                    R.add(
+                        "variants",
+                        {
+                            "tp": tp,
+                            "batch": bsz,
+                            "context": ctx,
+                            "name": name,
+                            **time_graph(g, flush, a.reps),
+                            "profile": profile_kernels(g, flush),
+                        },
+                    )
                     del g
                 except Exception:
-                    R.add("variants", {"tp": tp, "batch": bsz, "context": ctx, "name": name,
-                                       "error": traceback.format_exc()[-1500:]})
+                    R.add(
+                        "variants",
+                        {
+                            "tp": tp,
+                            "batch": bsz,
+                            "context": ctx,
+                            "name": name,
+                            "error": traceback.format_exc()[-1500:],
+                        },
+                    )
             del batch
         del w
         from kimi_k3 import bench
@@ -468,17 +598,21 @@ def main() -> None:
             print(f"| {r['tp']} | {r['batch']} | {r['context']} | error |")
             continue
         st = r.get("stock", {}).get("median_us")
-        print(f"| {r['tp']} | {r['batch']} | {r['context']} | {r['fused']['median_us']:.1f} | "
-              f"{'' if st is None else f'{st:.1f}'} | {r.get('speedup_vs_stock', 0):.2f} | "
-              f"{r.get('fused_kernels', '')}/{r.get('stock_kernels', '')} | {r['experts_touched']} | "
-              f"{r['fused_TBps']:.2f} | {r['fused_pct_roofline']:.0f} |")
+        print(
+            f"| {r['tp']} | {r['batch']} | {r['context']} | {r['fused']['median_us']:.1f} | "
+            f"{'' if st is None else f'{st:.1f}'} | {r.get('speedup_vs_stock', 0):.2f} | "
+            f"{r.get('fused_kernels', '')}/{r.get('stock_kernels', '')} | {r['experts_touched']} | "
+            f"{r['fused_TBps']:.2f} | {r['fused_pct_roofline']:.0f} |"
+        )
     for k in ("correctness", "repeat"):
         for r in R.data[k]:
             print(k, json.dumps(r, default=str)[:400])
     for r in R.data["variants"]:
         prof = " ".join(f"{n.split('_kernel')[0][:12]}={t:.0f}" for n, t in r.get("profile", []))
-        print(f"variant tp{r['tp']} b{r['batch']} {r['name']}: {r.get('median_us', -1):.1f} us | {prof}"
-              f"{r.get('error', '')[-300:]}")
+        print(
+            f"variant tp{r['tp']} b{r['batch']} {r['name']}: {r.get('median_us', -1):.1f} us | {prof}"
+            f"{r.get('error', '')[-300:]}"
+        )
     sys.stdout.flush()
 
 

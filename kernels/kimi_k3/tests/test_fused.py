@@ -21,14 +21,37 @@ from kimi_k3.config import K3LayerConfig
 from kimi_k3.layer import DecodeBatch, Workspace, random_batch
 from kimi_k3.weights import K3LayerWeights
 
-pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # NaN poison inside masked interpreter loads
+pytestmark = pytest.mark.filterwarnings(
+    "ignore::RuntimeWarning"
+)  # NaN poison inside masked interpreter loads
 
 BATCHES = [1, 2, 3, 4, 8, 16, 31, 32, 63, 64]
 
 # Plan overrides that put every multi-block path to work at tiny shapes.
 SMALL_TILES: dict[str, Any] = dict(
-    A_BN=16, A_BK=32, XR=2, QB_BK=16, BLOCK_N=16, S=3, O_BN=16, O_BK=32, O_KS=2, F_BN=16, F_BK=32,
-    U_BN=16, U_BK=16, U_P=3, D_BN=16, D_BK=16, D_P=2, T_BN=16, T_BK=16, RB=4, KVR=2, TB=2, BT=2,
+    A_BN=16,
+    A_BK=32,
+    XR=2,
+    QB_BK=16,
+    BLOCK_N=16,
+    S=3,
+    O_BN=16,
+    O_BK=32,
+    O_KS=2,
+    F_BN=16,
+    F_BK=32,
+    U_BN=16,
+    U_BK=16,
+    U_P=3,
+    D_BN=16,
+    D_BK=16,
+    D_P=2,
+    T_BN=16,
+    T_BK=16,
+    RB=4,
+    KVR=2,
+    TB=2,
+    BT=2,
 )
 
 
@@ -109,8 +132,14 @@ def test_fused_tp_shard_shapes(tiny_weights: K3LayerWeights) -> None:
 
 def test_fused_empty_batch(tiny_cfg: K3LayerConfig, tiny_weights: K3LayerWeights) -> None:
     batch = _batch(tiny_cfg, [3], seed=1)
-    empty = DecodeBatch(batch.hidden[:0], batch.residual[:0], batch.kv_cache, batch.block_table[:0],
-                        batch.seq_lens[:0], batch.meta)
+    empty = DecodeBatch(
+        batch.hidden[:0],
+        batch.residual[:0],
+        batch.kv_cache,
+        batch.block_table[:0],
+        batch.seq_lens[:0],
+        batch.meta,
+    )
     out, resid = fused.forward(tiny_cfg, tiny_weights, empty)
     assert out.shape == (0, tiny_cfg.hidden) and resid.shape == (0, tiny_cfg.hidden)
 
@@ -131,8 +160,13 @@ def test_each_kernel_against_torch(tiny_cfg: K3LayerConfig, tiny_weights: K3Laye
     out, resid_out, a = fused.run_planned(cfg, w, batch, plan)
     f = torch.float32
     B, H, NH = len(lens), cfg.hidden, cfg.local_heads
-    QL, KL, DN, DR, DV = (cfg.q_lora_rank, cfg.kv_lora_rank, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim,
-                          cfg.v_head_dim)
+    QL, KL, DN, DR, DV = (
+        cfg.q_lora_rank,
+        cfg.kv_lora_rank,
+        cfg.qk_nope_head_dim,
+        cfg.qk_rope_head_dim,
+        cfg.v_head_dim,
+    )
 
     def rel(x: torch.Tensor, y: torch.Tensor) -> float:
         return float((x.float() - y.float()).norm() / y.float().norm().clamp_min(1e-30))
@@ -155,7 +189,7 @@ def test_each_kernel_against_torch(tiny_cfg: K3LayerConfig, tiny_weights: K3Laye
     ql = torch.einsum("bhn,hnl->bhl", q[..., :DN], w.w_uk_t.to(f)) * scale
     assert rel(a["ql_part"].sum(0), ql) < 1e-2
     assert rel(a["qpe"], q[..., DN:] * scale) < 1e-2
-    kv_new = torch.cat([_rms(qkvg[:, QL:QL + KL], w.kv_a_norm, eps), qkvg[:, QL + KL:QL + KL + DR]], -1)
+    kv_new = torch.cat([_rms(qkvg[:, QL : QL + KL], w.kv_a_norm, eps), qkvg[:, QL + KL : QL + KL + DR]], -1)
     for b, L in enumerate(lens):
         blk = int(batch.block_table[b, (L - 1) // cfg.block_size])
         assert rel(batch.kv_cache[blk, (L - 1) % cfg.block_size], kv_new[b]) < 1e-2
@@ -169,7 +203,7 @@ def test_each_kernel_against_torch(tiny_cfg: K3LayerConfig, tiny_weights: K3Laye
         s = qlf[b].bfloat16().float() @ ctx[:, :KL].T + qpef[b].bfloat16().float() @ ctx[:, KL:].T
         o = torch.softmax(s * 0.6931471805599453, -1) @ ctx[:, :KL]
         v = torch.einsum("hl,hlv->hv", o, w.w_uv.to(f))
-        gate = qkvg[b, cfg.qkv_a_rows:].view(NH, DV)
+        gate = qkvg[b, cfg.qkv_a_rows :].view(NH, DV)
         att[b] = (v * torch.sigmoid(gate)).reshape(-1)
     assert rel(a["attn_out"], att) < 1e-2
 
@@ -194,29 +228,31 @@ def test_each_kernel_against_torch(tiny_cfg: K3LayerConfig, tiny_weights: K3Laye
     assert sorted(pairs.tolist()) == list(range(B * cfg.top_k))  # every (token, k) pair exactly once
     for s_i, e in enumerate(slots):
         off, cnt = int(a["slot_off"][s_i]), int(a["slot_cnt"][s_i])
-        for p in pairs[off:off + cnt].tolist():
+        for p in pairs[off : off + cnt].tolist():
             assert int(ids.flatten()[p]) == e
-            assert int(a["sorted_tok"][off + pairs[off:off + cnt].tolist().index(p)]) == p // cfg.top_k
+            assert int(a["sorted_tok"][off + pairs[off : off + cnt].tolist().index(p)]) == p // cfg.top_k
 
     # 6 expert w13 + SiTU per pair (rows in sorted-pair order)
     latf = a["lat"].float()
     for s_i, e in enumerate(slots):
         off, cnt = int(a["slot_off"][s_i]), int(a["slot_cnt"][s_i])
-        toks = a["sorted_tok"][off:off + cnt].long()
+        toks = a["sorted_tok"][off : off + cnt].long()
         h = reference.situ_and_mul(latf[toks] @ w.w13[e].to(f).T, cfg.situ_beta, cfg.situ_linear_beta)
-        assert rel(a["act"][off:off + cnt], h) < 1e-2
+        assert rel(a["act"][off : off + cnt], h) < 1e-2
 
     # 7 expert w2 x weight, per-token k-ordered sum; tail: routed norm + latent_up + shared w2
     lat_ref = torch.zeros(B, cfg.latent)
     for s_i, e in enumerate(slots):
         off, cnt = int(a["slot_off"][s_i]), int(a["slot_cnt"][s_i])
-        prs = a["sorted_pair"][off:off + cnt].long()
-        y = a["act"][off:off + cnt].float() @ w.w2[e].to(f).T
+        prs = a["sorted_pair"][off : off + cnt].long()
+        y = a["act"][off : off + cnt].float() @ w.w2[e].to(f).T
         lat_ref.index_add_(0, prs // cfg.top_k, y * a["topk_weights"].flatten()[prs][:, None])
     assert rel(a["latent"], lat_ref) < 1e-2
     assert rel(a["lss"].sum(0), a["latent"].float().pow(2).sum(-1)) < 1e-5
-    hid = (_rms(a["latent"].float(), w.routed_norm, eps) @ w.latent_up.to(f).T
-           + a["sh"].float() @ w.shared_w2.to(f).T)
+    hid = (
+        _rms(a["latent"].float(), w.routed_norm, eps) @ w.latent_up.to(f).T
+        + a["sh"].float() @ w.shared_w2.to(f).T
+    )
     assert rel(out, hid) < 1e-2
     assert torch.isfinite(out).all()
     del cache0
@@ -232,7 +268,7 @@ def test_plans_for_the_envelope_are_valid() -> None:
             for ctx in (1, 4096, 32768):
                 p = fused.make_plan(cfg, bsz, ctx)
                 _check_plan(cfg, p)
-                assert p.S >= 1 and p.BB >= bsz
+                assert p.S >= 1 and bsz <= p.BB
                 assert (p.MODE == 0) == (bsz <= 2)
                 if tp == 8:
-                    assert p.BH >= cfg.local_heads  # all local heads in one attention CTA
+                    assert cfg.local_heads <= p.BH  # all local heads in one attention CTA

@@ -33,15 +33,22 @@ from kimi_k3.weights import K3LayerWeights  # noqa: E402
 pytestmark = pytest.mark.gpu
 
 
-def test_fused_matches_reference_at_envelope_point(envelope_point: dict[str, Any], fasttrack_record: Any) -> None:
+def test_fused_matches_reference_at_envelope_point(
+    envelope_point: dict[str, Any], fasttrack_record: Any
+) -> None:
     if envelope_point["dtype"] != "bfloat16":
         pytest.skip("the fused path is bf16 only")
-    s = check_fused_point(int(envelope_point["tp"]), int(envelope_point["batch"]), int(envelope_point["context"]))
+    s = check_fused_point(
+        int(envelope_point["tp"]), int(envelope_point["batch"]), int(envelope_point["context"])
+    )
     fasttrack_record(
         max_error=s["hidden_err"],
         tolerance=reference.TOLERANCES["hidden"],
-        **{k: v for k, v in s.items() if isinstance(v, int | float) and not isinstance(v, bool)
-           and k != "hidden_err"},
+        **{
+            k: v
+            for k, v in s.items()
+            if isinstance(v, int | float) and not isinstance(v, bool) and k != "hidden_err"
+        },
     )
     assert s["ok"], s
 
@@ -58,8 +65,10 @@ def test_fused_repeatable_bitwise(tp: int, bsz: int) -> None:
     batch = random_batch(cfg, lens, device="cuda", seed=bsz)
     batch.workspace = Workspace()
     first = _bits(fused.forward(cfg, w, batch))
-    eager = sum(not all(torch.equal(a, b) for a, b in zip(first, _bits(fused.forward(cfg, w, batch)), strict=True))
-                for _ in range(19))
+    eager = sum(
+        not all(torch.equal(a, b) for a, b in zip(first, _bits(fused.forward(cfg, w, batch)), strict=True))
+        for _ in range(19)
+    )
     g, outs = graphed(lambda: fused.forward(cfg, w, batch))
     replays = 0
     for _ in range(50):

@@ -4,6 +4,7 @@ working tree as a revision, and the GitHub file-list source."""
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -191,6 +192,66 @@ def test_materialize_tree_is_cached_by_tree_and_drops_outside_links(make_repo: M
     (d / "marker").write_text("x")
     assert materialize_tree(repo.path, repo.head()) == d and (d / "marker").exists()
     assert [p.name for p in (isolated_cache / "trees").iterdir()] == [tree]
+
+
+def _tree_from_blobs(repo: GitRepo, files: dict[str, bytes]) -> str:
+    """A commit whose tree holds exactly these bytes (hashed with --no-filters: no attribute applies)."""
+    for rel, data in files.items():
+        path = repo.path / "blobs" / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        oid = repo.git("hash-object", "-w", "--no-filters", str(path)).strip()
+        repo.git("update-index", "--add", "--cacheinfo", f"100644,{oid},{rel}")
+    tree = repo.git("write-tree").strip()
+    return repo.git("commit-tree", tree, "-p", "HEAD", "-m", "attributes").strip()
+
+
+def test_materialised_files_are_the_blobs_whatever_gitattributes_say(make_repo: MakeRepo,
+                                                                      isolated_cache: Path) -> None:
+    """A PR's .gitattributes asks for CRLF conversion, $Id$ expansion, UTF-16 re-encoding and a smudge
+    filter that the repository's own config defines (and which would leave a marker); the user's config
+    asks for autocrlf and has a post-checkout hook. None of it applies: every file is its blob, byte for
+    byte, no filter or hook runs, and export-ignore hides nothing."""
+    repo = make_repo(BASE)
+    marker = repo.path.parent / "SMUDGED"
+    repo.git("config", "filter.evil.smudge", f"sh -c 'touch {marker}; tr a-z A-Z'")
+    repo.git("config", "filter.evil.required", "true")
+    repo.git("config", "core.autocrlf", "true")
+    hook = repo.path / ".git" / "hooks" / "post-checkout"
+    hook.write_text(f"#!/bin/sh\ntouch {marker}.hook\n")
+    hook.chmod(0o755)
+    files = {
+        ".gitattributes": b"*.py text eol=crlf ident\nenc.py working-tree-encoding=UTF-16\n"
+                          b"evil.py filter=evil\nhidden.py export-ignore\n",
+        "vllm/models/kimi_k3/a.py": b"# $Id$\nimport torch\nX = 1\n",
+        "vllm/models/kimi_k3/enc.py": b"Y = 2\n",
+        "vllm/models/kimi_k3/evil.py": b"import os\nos.environ['A'] = '1'\n",
+        "vllm/models/kimi_k3/hidden.py": b"Z = 3\n",
+        "vllm/models/kimi_k3/crlf.py": b"W = 4\r\n",
+    }
+    head = _tree_from_blobs(repo, files)
+    d = materialize_tree(repo.path, head)
+    for rel, data in files.items():
+        assert (d / rel).read_bytes() == data, rel
+    assert not marker.exists() and not Path(f"{marker}.hook").exists()
+    # the same bytes the old blob-by-blob reader produced: the graph cache may key this tree by its sha
+    assert (d / "vllm/models/kimi_k3/model.py").read_bytes() == BASE["vllm/models/kimi_k3/model.py"].encode()
+
+
+def test_materialise_refuses_unsafe_paths(make_repo: MakeRepo, isolated_cache: Path) -> None:
+    """A hand-made tree with a `..` entry (git itself refuses to check it out) is an input error, and
+    nothing is left in the cache."""
+    repo = make_repo(BASE)
+    blob = repo.git("hash-object", "-w", "--stdin", "--path", "x").strip() if False else \
+        repo.git("rev-parse", "HEAD:tool.sh").strip()
+    raw = b"100644 ..\0" + bytes.fromhex(blob)
+    proc = subprocess.run(["git", "-C", str(repo.path), "hash-object", "-w", "-t", "tree", "--literally",
+                           "--stdin"], input=raw, capture_output=True, check=True)
+    tree = proc.stdout.decode().strip()
+    with pytest.raises(InputError) as err:
+        materialize_tree(repo.path, tree)
+    assert err.value.field == "--head" and "unsafe path" in err.value.message
+    assert list((isolated_cache / "trees").iterdir()) == []
 
 
 def test_worktree_head_includes_untracked_files_and_leaves_the_index_alone(make_repo: MakeRepo) -> None:

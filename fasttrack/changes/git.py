@@ -10,8 +10,10 @@ Renames and copies are detected with `-M -C --find-copies-harder`, so a file cop
 visible as a copy of it. `diff-tree` is plumbing: the user's diff configuration (external diff drivers,
 prefixes, colour) does not change what is parsed here.
 
-`materialize_tree` writes a tree's files to `<cache>/trees/<tree-sha>/` (from `git ls-tree` and
-`git cat-file --batch`; no `git archive`, so no export-ignore attribute or filter can hide a file),
+`materialize_tree` writes a tree's files to `<cache>/trees/<tree-sha>/` with git's own checkout code
+(`read-tree` into a temporary index of a scratch repository that borrows the objects, then
+`checkout-index -a`; not `git archive`, so no export-ignore attribute can hide a file, and the scratch
+repository's attributes switch off every conversion and filter a PR's `.gitattributes` could ask for),
 atomically, and reuses the directory when it is already there. The working tree is the revision `WORKTREE`:
 its files (tracked and untracked, not ignored) are written to a tree object through a temporary index, and
 the checkout itself is the head directory.
@@ -24,11 +26,11 @@ import re
 import shutil
 import subprocess
 import tempfile
-import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from fasttrack.cache import cache_root as cache_root  # re-exported for older callers
 from fasttrack.changes.model import Change, Hunk
 from fasttrack.errors import InputError
 from fasttrack.verdict import ChangeStatus
@@ -50,16 +52,6 @@ _STATUS = {
     "R": ChangeStatus.RENAMED,
     "C": ChangeStatus.COPIED,
 }
-
-
-def cache_root() -> Path:
-    """fasttrack's cache: $FASTTRACK_CACHE_DIR, else $XDG_CACHE_HOME/fasttrack, else ~/.cache/fasttrack."""
-    env = os.environ.get("FASTTRACK_CACHE_DIR")
-    if env:
-        return Path(env)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg) if xdg else Path.home() / ".cache"
-    return base / "fasttrack"
 
 
 def _git_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -411,72 +403,132 @@ def list_tree_files(repo: Path, tree: str) -> list[str]:
 
 # --------------------------------------------------------------------------- materialising a tree
 
+# Written as the scratch repository's info/attributes, which outranks every .gitattributes in the tree: no
+# end-of-line conversion, no $Id$ expansion, no smudge filter, no re-encoding. The files land byte for byte
+# as the blobs hold them, whatever the PR's .gitattributes say.
+_NEUTRAL_ATTRIBUTES = "* -text -eol -crlf -ident -filter -working-tree-encoding\n"
+# Settings for every command run in the scratch repository (on top of its own config file, and with the
+# user's global and system config switched off): no hooks, no fsmonitor daemon, no sparse patterns, no
+# submodule recursion, real symlinks, one checkout worker per core.
+_SCRATCH_CONFIG = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "core.symlinks=true",
+                   "-c", "core.sparseCheckout=false", "-c", "submodule.recurse=false",
+                   "-c", "core.attributesFile=/dev/null", "-c", "checkout.workers=0")
+# Environment that would point git elsewhere or add config: never inherited by the scratch repository.
+_SCRUBBED_ENV = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_COMMON_DIR",
+                 "GIT_NAMESPACE", "GIT_CONFIG", "GIT_CONFIG_PARAMETERS", "GIT_CONFIG_COUNT",
+                 "GIT_ATTR_SOURCE", "GIT_CEILING_DIRECTORIES")
+
 
 def _safe_relpath(path: str) -> bool:
     parts = path.split("/")
     return bool(path) and not path.startswith("/") and all(p not in ("", ".", "..", ".git") for p in parts)
 
 
-def _stream_blobs(repo: Path, oids: list[str]) -> Iterator[bytes]:
-    """Contents of `oids`, in order, through one `git cat-file --batch` process."""
-    proc = subprocess.Popen(["git", "-C", str(repo), "cat-file", "--batch"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=_git_env())
-    assert proc.stdin is not None and proc.stdout is not None
-    stdin, stdout = proc.stdin, proc.stdout
+def _object_store(repo: Path) -> tuple[Path, str]:
+    """The repository's object directory (absolute; the common one for a linked worktree) and hash."""
+    out = _decode(run_git(repo, "rev-parse", "--git-path", "objects", "--show-object-format").stdout)
+    lines = out.splitlines()
+    objects = Path(lines[0].strip())
+    if not objects.is_absolute():
+        objects = repo / objects
+    fmt = lines[1].strip() if len(lines) > 1 and lines[1].strip() else "sha1"
+    return objects.resolve(), fmt
 
-    def feed() -> None:
-        try:
-            for oid in oids:
-                stdin.write(oid.encode() + b"\n")
-        except BrokenPipeError:
-            pass
-        finally:
-            stdin.close()
 
-    writer = threading.Thread(target=feed, daemon=True)
-    writer.start()
+def _scratch_repository(repo: Path, where: Path) -> Path:
+    """A throw-away git directory that borrows `repo`'s objects (alternates) and has a config and
+    attributes of our own: nothing from the user's or the PR's configuration applies to a checkout there."""
+    objects, fmt = _object_store(repo)
+    git_dir = where / "git"
+    for sub in ("objects/info", "refs/heads", "info"):
+        (git_dir / sub).mkdir(parents=True)
+    (git_dir / "HEAD").write_text("ref: refs/heads/fasttrack\n")
+    (git_dir / "objects/info/alternates").write_text(f"{objects}\n")
+    (git_dir / "info/attributes").write_text(_NEUTRAL_ATTRIBUTES)
+    version = 1 if fmt != "sha1" else 0
+    extensions = f"[extensions]\n\tobjectformat = {fmt}\n" if fmt != "sha1" else ""
+    (git_dir / "config").write_text(
+        f"[core]\n\trepositoryformatversion = {version}\n\tbare = false\n\tsymlinks = true\n"
+        f"\tautocrlf = false\n\tfilemode = true\n{extensions}")
+    return git_dir
+
+
+def _run_scratch(git_dir: Path, work_tree: Path, *args: str) -> bytes:
+    env = {k: v for k, v in os.environ.items()
+           if k not in _SCRUBBED_ENV and not k.startswith("GIT_CONFIG_KEY_")
+           and not k.startswith("GIT_CONFIG_VALUE_")}
+    env.update({"GIT_DIR": str(git_dir), "GIT_WORK_TREE": str(work_tree),
+                "GIT_INDEX_FILE": str(git_dir / "index"), "GIT_CONFIG_NOSYSTEM": "1",
+                "GIT_CONFIG_GLOBAL": os.devnull, "GIT_ATTR_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0",
+                "GIT_OPTIONAL_LOCKS": "0"})
     try:
-        for oid in oids:
-            header = stdout.readline().split()
-            if len(header) != 3 or header[0].decode() != oid:
-                raise RuntimeError(f"git cat-file --batch: unexpected reply for {oid}: {header!r}")
-            size = int(header[2])
-            data = stdout.read(size)
-            stdout.read(1)  # the newline after each object
-            yield data
-    finally:
-        writer.join()
-        stdout.close()
-        proc.wait()
+        proc = subprocess.run(["git", *_SCRATCH_CONFIG, *args], cwd=work_tree, capture_output=True, env=env,
+                              check=False)
+    except FileNotFoundError:
+        raise InputError("git is not installed or not on PATH", fix="install git (2.28 or newer)") from None
+    if proc.returncode != 0:
+        err = proc.stderr.decode("utf-8", "replace").strip()
+        raise RuntimeError(f"git {args[0]} failed: {err}")
+    return proc.stdout
+
+
+def _index_entries(out: bytes) -> list[tuple[str, str]]:
+    """(mode, path) from `git ls-files -s -z`."""
+    entries = []
+    for rec in out.split(b"\0"):
+        if rec:
+            meta, path = rec.split(b"\t", 1)
+            entries.append((_decode(meta.split(b" ", 1)[0]), _decode(path)))
+    return entries
 
 
 def _write_tree(repo: Path, tree: str, dest: Path) -> None:
-    entries = list_tree(repo, tree)
-    for _, _, _, path in entries:
-        if not _safe_relpath(path):
-            raise InputError(f"tree {tree} holds an unsafe path {path!r}", field="--head",
-                             fix="such trees cannot be analysed; reject the PR")
-    blobs = [(mode, oid, path) for mode, kind, oid, path in entries if kind == "blob"]
-    symlinks: list[Path] = []
-    for (mode, _, path), data in zip(blobs, _stream_blobs(repo, [oid for _, oid, _ in blobs]), strict=True):
-        target = dest / path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if mode == SYMLINK_MODE:
-            link = _decode(data)
-            resolved = os.path.normpath(os.path.join(os.path.dirname(path), link))
-            if os.path.isabs(link) or resolved == ".." or resolved.startswith("../"):
-                continue  # an out-of-tree symlink is never written (FT105 reports it)
-            os.symlink(link, target)
-            symlinks.append(target)
-        else:
-            target.write_bytes(data)
-            target.chmod(0o755 if mode == EXEC_MODE else 0o644)
-    for _, kind, _, path in entries:
-        if kind == "commit":  # a submodule: an empty directory where it would be checked out
+    """Check out `tree` into the empty directory `dest` with git's own C code: `read-tree` into a temporary
+    index of a scratch repository, then `checkout-index -a`.
+
+    What keeps it faithful and safe (tests/test_changes_git.py checks each):
+
+    - the PR's `.gitattributes` cannot change a byte: the scratch repository's info/attributes unsets
+      text/eol/ident/filter/working-tree-encoding for every path, and no filter driver is configured there
+      anyway (the user's global and system config and `$GIT_CONFIG_*` are off), so no smudge command runs;
+      no hooks (`core.hooksPath=/dev/null`; checkout-index runs none anyway), no fsmonitor, no sparse
+      checkout, no submodule recursion; export-ignore means nothing to checkout-index;
+    - unsafe paths (`..`, `.git`, absolute): git refuses them when reading the tree into the index, and the
+      index is checked again here before anything is written;
+    - symlinks are written as links (`core.symlinks=true`) and then every link whose target leaves the tree
+      (absolute, `../..`, or through a chain of in-tree links) is removed: FT105 reports them;
+    - a submodule (gitlink) is an empty directory: its commit is never fetched or checked out.
+    """
+    with tempfile.TemporaryDirectory(prefix="fasttrack-checkout-") as scratch:
+        git_dir = _scratch_repository(repo, Path(scratch))
+        try:
+            _run_scratch(git_dir, dest, "read-tree", tree)
+        except RuntimeError as exc:
+            if "invalid path" in str(exc) or "unsafe" in str(exc):
+                raise InputError(f"tree {tree} holds an unsafe path ({exc})", field="--head",
+                                 fix="such trees cannot be analysed; reject the PR") from None
+            raise
+        entries = _index_entries(_run_scratch(git_dir, dest, "ls-files", "-s", "-z"))
+        for _, path in entries:
+            if not _safe_relpath(path):
+                raise InputError(f"tree {tree} holds an unsafe path {path!r}", field="--head",
+                                 fix="such trees cannot be analysed; reject the PR")
+        _run_scratch(git_dir, dest, "checkout-index", "-a", "-f")
+    links = [dest / path for mode, path in entries if mode == SYMLINK_MODE]
+    for mode, path in entries:
+        if mode == GITLINK_MODE:  # a submodule: an empty directory where it would be checked out
             (dest / path).mkdir(parents=True, exist_ok=True)
+    for link_path in links:
+        target = os.readlink(link_path)
+        rel = link_path.relative_to(dest).as_posix()
+        resolved = os.path.normpath(os.path.join(os.path.dirname(rel), target))
+        if os.path.isabs(target) or resolved == ".." or resolved.startswith("../"):
+            link_path.unlink()  # an out-of-tree symlink is never kept (FT105 reports it)
     # Chains of in-tree links can still leave the tree (a -> s/.., s -> .); drop any that do.
     real_dest = os.path.realpath(dest)
-    for link_path in symlinks:
+    for link_path in links:
+        if not os.path.lexists(link_path):
+            continue
         real = os.path.realpath(link_path)
         if real != real_dest and not real.startswith(real_dest + os.sep):
             link_path.unlink()
@@ -505,7 +557,12 @@ def materialize_revision(repo: Path, revision: Revision) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{tree[:12]}-", dir=root))
     try:
-        _write_tree(repo, tree, tmp)
+        try:
+            _write_tree(repo, tree, tmp)
+        except RuntimeError as exc:
+            raise InputError(f"cannot check out the head tree {tree[:12]}: {exc}", field="--head",
+                             fix="make sure every object of the head is present (a partial or shallow "
+                                 "clone may lack them: fetch the PR's commits in full)") from None
         tmp.chmod(0o755)
         try:
             os.rename(tmp, dest)

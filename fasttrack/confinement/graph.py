@@ -33,6 +33,8 @@ from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from fasttrack.cache import cache_root as cache_root  # re-exported (engine_tree imports it from here)
+
 GRAPH_FORMAT = 1
 MAX_CACHED_GRAPHS = 24
 _SYS_PATH_LOCK = threading.Lock()
@@ -40,15 +42,6 @@ _SYS_PATH_LOCK = threading.Lock()
 
 class GraphBuildError(Exception):
     """The import graph could not be built (the message says why, for FT113)."""
-
-
-def cache_root() -> Path:
-    """$FASTTRACK_CACHE_DIR, else $XDG_CACHE_HOME/fasttrack, else ~/.cache/fasttrack."""
-    env = os.environ.get("FASTTRACK_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "fasttrack"
 
 
 def default_graph_cache_dir() -> Path:

@@ -80,6 +80,8 @@ class CollectOptions:
     measure_bandwidth: bool = True
     command: str = ""
     flush_bytes: int | None = None
+    # Run nothing: write the bundle from what earlier (possibly interrupted) runs recorded in the work dir.
+    assemble_only: bool = False
 
 
 @dataclass
@@ -677,6 +679,10 @@ def collect(opts: CollectOptions, progress: Progress | None = None) -> CollectRe
     nothing_here = f"no envelope point for this machine's hardware ({environment['gpu_name']})"
     for phase in PHASES:
         if phase not in opts.phases:
+            continue
+        if opts.assemble_only:
+            run.report(phase, "resumed" if work.done(phase) else "skipped",
+                       "assembled from what the work dir recorded (nothing was run)")
             continue
         if phase == "evals":
             phase_evals(run)

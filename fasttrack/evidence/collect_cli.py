@@ -42,6 +42,9 @@ def collect_command(
         "--work-dir", help="Per-phase results (default .cache/fasttrack/collect/<name>).")] = None,
     sanitizer_timeout: Annotated[float, typer.Option(
         "--sanitizer-timeout", help="Seconds per sanitizer tool.")] = 1800.0,
+    assemble_only: Annotated[bool, typer.Option(
+        "--assemble-only", help="Run nothing: write the bundle from what earlier (possibly interrupted) "
+        "runs recorded in the work dir.")] = False,
 ) -> None:
     """Collect evidence for a contribution on this machine and write evidence/<name>/."""
     from fasttrack.evidence.collect import CollectOptions, collect
@@ -50,7 +53,7 @@ def collect_command(
     opts = CollectOptions(
         contribution=contribution, out=out, phases=chosen, points_limit=points_limit, iterations=iterations,
         warmup=warmup, sign_key=sign_key, principal=principal, resume=resume, work_dir=work_dir,
-        sanitizer_timeout_s=sanitizer_timeout,
+        sanitizer_timeout_s=sanitizer_timeout, assemble_only=assemble_only,
         command=" ".join(shlex.quote(a) for a in ["fasttrack", *sys.argv[1:]]),
     )
     with RichProgress() as progress:

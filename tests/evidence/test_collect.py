@@ -206,3 +206,16 @@ def test_cli_reports_a_missing_contribution_as_one_line(tmp_path: Path) -> None:
                           capture_output=True, text=True, cwd=tmp_path, check=False)
     assert proc.returncode == 2
     assert proc.stderr.startswith("fasttrack: error:") and "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_assemble_only_writes_what_was_recorded_and_runs_nothing(tmp_path: Path) -> None:
+    """A lease can end mid-collection: --assemble-only bundles what the phases recorded, never more."""
+    toy = make_toy(tmp_path)
+    collect(options(tmp_path, toy, phases=("evals",)), NullProgress())
+    progress = NullProgress()
+    result = collect(options(tmp_path, toy, phases=("tests", "evals"), assemble_only=True), progress)
+    statuses = {r.phase: r.status for r in result.reports}
+    assert statuses == {"tests": "skipped", "evals": "resumed"}  # tests never ran, and still did not
+    statement = Statement.model_validate_json(result.statement_path.read_bytes())
+    assert statement.predicate.evals and not statement.predicate.kernel_tests

@@ -22,7 +22,7 @@ collect() { python3 -m fasttrack collect kernels/kimi_k3 --out "$out" --work-dir
 run_phase() {  # phase, max seconds
   local t; t=$(left); [ "$t" -gt "$2" ] && t=$2
   if [ "$t" -lt 20 ]; then echo "== skip phase $1: budget spent"; return; fi
-  echo "== phase $1 (limit ${t}s)"; timeout --signal=INT "$t" bash -c "$(declare -f collect); collect --phases $1" || echo "== phase $1 ended with $?"
+  echo "== phase $1 (limit ${t}s)"; timeout -k 15 --signal=INT "$t" bash -c "$(declare -f collect); collect --phases $1" || echo "== phase $1 ended with $?"
 }
 run_phase tests 200
 run_phase evals 60

@@ -18,16 +18,17 @@ else
 fi
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv || true
-collect() { python3 -m fasttrack collect kernels/kimi_k3 --out "$out" --work-dir .cache/fasttrack/collect/kimi_k3 "$@"; }
+# COLLECT_ARGS: extra options, e.g. "--iterations 24 --sanitizer-timeout 60".
+collect() { python3 -m fasttrack collect kernels/kimi_k3 --out "$out" --work-dir .cache/fasttrack/collect/kimi_k3 ${COLLECT_ARGS:-} "$@"; }
 run_phase() {  # phase, max seconds
   local t; t=$(left); [ "$t" -gt "$2" ] && t=$2
   if [ "$t" -lt 20 ]; then echo "== skip phase $1: budget spent"; return; fi
-  echo "== phase $1 (limit ${t}s)"; timeout -k 15 --signal=INT "$t" bash -c "$(declare -f collect); collect --phases $1" || echo "== phase $1 ended with $?"
+  echo "== phase $1 (limit ${t}s)"; COLLECT_ARGS="${COLLECT_ARGS:-}" out="$out" timeout -k 15 --signal=INT "$t" bash -c "$(declare -f collect); collect --phases $1" || echo "== phase $1 ended with $?"
 }
-run_phase tests 200
-run_phase evals 60
-run_phase bench 240
-run_phase sanitizer 90
+run_phase tests "${TESTS_S:-200}"
+run_phase bench "${BENCH_S:-200}"
+run_phase evals "${EVALS_S:-60}"
+run_phase sanitizer "${SANITIZER_S:-90}"
 echo "== assemble from the work dir (runs nothing; $(left)s left)"
 collect --phases tests,bench,evals,sanitizer --assemble-only || echo "== assemble ended with $?"
 ls -la "$out"

@@ -15,6 +15,8 @@ from fasttrack.changes.file_list import changes_from_file_list
 from fasttrack.changes.git import (
     WORKTREE,
     changes_between,
+    checkout_holds_tree,
+    materialize_revision,
     materialize_tree,
     parse_hunks,
     resolve_revision,
@@ -251,6 +253,53 @@ def test_materialise_refuses_unsafe_paths(make_repo: MakeRepo, isolated_cache: P
         materialize_tree(repo.path, tree)
     assert err.value.field == "--head" and "unsafe path" in err.value.message
     assert list((isolated_cache / "trees").iterdir()) == []
+
+
+def test_a_checkout_at_the_head_is_analysed_in_place(make_repo: MakeRepo, isolated_cache: Path) -> None:
+    """CI checks out the PR head: when the checkout holds the head's tree byte for byte and nothing else
+    (ignored __pycache__ aside), it is the head directory and nothing is written to the cache."""
+    repo = make_repo(BASE)
+    head = repo.commit({"vllm/models/kimi_k3/new.py": "Y = 2\n"})
+    (repo.path / "vllm/models/kimi_k3/__pycache__").mkdir()
+    (repo.path / "vllm/models/kimi_k3/__pycache__/new.cpython-311.pyc").write_bytes(b"\0")
+    rev = resolve_revision(repo.path, head, "--head")
+    assert checkout_holds_tree(repo.path, rev.tree)
+    assert materialize_revision(repo.path, rev, reuse_checkout=True) == repo.path
+    assert not (isolated_cache / "trees").exists()
+    # without the option (and for any other revision) the tree is materialised as before
+    assert materialize_revision(repo.path, rev) == isolated_cache / "trees" / rev.tree
+
+
+@pytest.mark.parametrize("spoil", ["untracked", "ignored", "edited", "staged", "crlf", "symlink", "other"])
+def test_a_checkout_that_differs_from_the_head_is_not_reused(make_repo: MakeRepo, isolated_cache: Path,
+                                                              spoil: str) -> None:
+    """Anything the copy would not hold, or hold differently, sends verify to the materialised copy: an
+    untracked or ignored file (grimp would see it), an edit, a staged file, bytes converted on checkout
+    (autocrlf: git calls the file clean, its bytes are not the blob's), a symlink, another revision."""
+    repo = make_repo({**BASE, ".gitignore": "*.log\n"})
+    head = repo.head()
+    if spoil == "untracked":
+        (repo.path / "vllm/models/kimi_k3/draft.py").write_text("import os\n")
+    elif spoil == "ignored":
+        (repo.path / "vllm/notes.log").write_text("x\n")
+    elif spoil == "edited":
+        (repo.path / "vllm/models/kimi_k3/ops.py").write_text("A = 9\n")
+    elif spoil == "staged":
+        (repo.path / "vllm/models/kimi_k3/staged.py").write_text("S = 1\n")
+        repo.git("add", "vllm/models/kimi_k3/staged.py")
+    elif spoil == "crlf":
+        repo.git("config", "core.autocrlf", "true")
+        (repo.path / "vllm/models/kimi_k3/ops.py").unlink()
+        repo.git("checkout", "--", "vllm/models/kimi_k3/ops.py")
+        assert b"\r\n" in (repo.path / "vllm/models/kimi_k3/ops.py").read_bytes()
+        assert repo.git("status", "--porcelain") == ""
+    elif spoil == "symlink":
+        head = repo.commit({"vllm/models/kimi_k3/link.py": Symlink("ops.py")})
+    else:
+        repo.commit({"vllm/models/kimi_k3/ops.py": "A = 2\n"})  # the checkout moves on; `head` stays
+    rev = resolve_revision(repo.path, head, "--head")
+    assert not checkout_holds_tree(repo.path, rev.tree)
+    assert materialize_revision(repo.path, rev, reuse_checkout=True) == isolated_cache / "trees" / rev.tree
 
 
 def test_worktree_head_includes_untracked_files_and_leaves_the_index_alone(make_repo: MakeRepo) -> None:

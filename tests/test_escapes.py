@@ -923,20 +923,28 @@ def test_known_escapes_in_real_model_packages(vllm_models: Path, rel: str,
 PATCH = "import os\nimport vllm.envs as e\ne.X = 1\nos.environ['A'] = '1'\n"
 
 
-def test_escapes_already_in_the_base_are_warnings(tmp_path: Path, policy: Policy, make_repo: Any) -> None:
+def test_escapes_already_in_the_base_are_infos(tmp_path: Path, policy: Policy, make_repo: Any) -> None:
+    """Carried-over escapes are infos whatever their own severity (an error-level patch and env write, a
+    warning-level computed import_module), marked with the base line; a second copy of the old patch and a
+    new patch are errors. A line inserted above them shifts every line: matching is not by line."""
     path = "vllm/models/kimi_k3/nvidia/k3.py"
-    repo = make_repo({path: PATCH})
+    dynamic = "import importlib\n\n\ndef load(name):\n    return importlib.import_module(name)\n"
+    repo = make_repo({path: PATCH + dynamic})
     base = repo.git("rev-parse", "HEAD").strip()
-    # the PR keeps the old patch and env write, adds a second copy of the patch and a new one
-    repo.commit({path: PATCH + "e.X = 1\nfrom vllm.v1.sample.sampler import Sampler\nSampler.f = None\n"})
+    # the PR inserts a line on top, keeps the old escapes, adds a second copy of the patch and a new one
+    repo.commit({path: "# fast\n" + PATCH + dynamic
+                 + "e.X = 1\nfrom vllm.v1.sample.sampler import Sampler\nSampler.f = None\n"})
     ctx = Context(policy=policy, policy_path=POLICY, mode="range", head_dir=repo.path,
                   changes=(Change(status=ChangeStatus.MODIFIED, path=path),), model="kimi_k3",
                   repo=repo.path, base=base)
     found = [(f.code, f.line, f.severity) for f in run_all(ctx)]
-    assert found == [("FT120", 3, Severity.WARNING), ("FT120", 5, Severity.ERROR),
-                     ("FT120", 7, Severity.ERROR), ("FT123", 4, Severity.WARNING)]
-    old = next(f for f in run_all(ctx) if f.line == 3)
-    assert "already in the base revision" in old.message
+    assert found == [("FT120", 4, Severity.INFO), ("FT120", 11, Severity.ERROR),
+                     ("FT120", 13, Severity.ERROR), ("FT123", 5, Severity.INFO),
+                     ("FT126", 10, Severity.INFO)]
+    messages = {f.line: f.message for f in run_all(ctx)}
+    assert messages[4].endswith("(already in the base revision at line 3: not introduced by this PR)")
+    assert "(already in the base revision at line 9: " in messages[10]
+    assert "base revision" not in messages[11] and "base revision" not in messages[13]
 
 
 def test_an_alias_change_makes_an_old_line_a_new_escape(tmp_path: Path, policy: Policy) -> None:
@@ -1004,7 +1012,7 @@ def test_mutated_sources_never_crash(snippet: str, edits: list[tuple[int, int, s
 def test_a_pr_touching_a_real_file_with_an_old_patch(vllm_models: Path, tmp_path: Path,
                                                       policy: Policy) -> None:
     """A deepseek_v41 PR that edits mxfp8.py (which already swaps flashinfer's autotune_tactics): the old
-    patch is a warning, a patch the PR adds is an error."""
+    patch is an info, a patch the PR adds is an error."""
     rel = "vllm/models/deepseek_v41/nvidia/specialized_decode/attention/mxfp8.py"
     before = (vllm_models.parent.parent / rel).read_text()
     after = before + "\nimport vllm.v1.sample.sampler as _s\n_s.Sampler.forward = None\n"
@@ -1015,7 +1023,7 @@ def test_a_pr_touching_a_real_file_with_an_old_patch(vllm_models: Path, tmp_path
                   base_texts={rel: before})
     found = [(f.code, f.line, f.severity) for f in run_all(ctx)]
     new_line = len(after.splitlines())
-    assert found == [("FT120", 167, Severity.WARNING), ("FT120", 171, Severity.WARNING),
+    assert found == [("FT120", 167, Severity.INFO), ("FT120", 171, Severity.INFO),
                      ("FT120", new_line, Severity.ERROR)]
 
 

@@ -173,7 +173,10 @@ def test_ft107_mode_change_is_a_warning() -> None:
     assert run("FT107", make_ctx([modified(f"{K3}/a.py")])) == []
     flip = Change(status=ChangeStatus.MODE_CHANGED, path=f"{K3}/a.py", old_mode="100644", new_mode="100755")
     found = run("FT107", make_ctx([flip, added(f"{K3}/run.sh", mode="100755")]))
-    assert [f.severity for f in found] == [Severity.WARNING, Severity.WARNING]
+    # the flip is a change; a new executable script has no old mode: an info that lists it, no warning
+    assert [(f.path, f.severity) for f in found] == [(f"{K3}/a.py", Severity.WARNING),
+                                                     (f"{K3}/run.sh", Severity.INFO)]
+    assert "new executable file" in found[1].message
     assert decide(found) == "pass"
 
 

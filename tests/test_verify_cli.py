@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from git_helpers import GitRepo, Symlink
+from git_helpers import Executable, GitRepo, Symlink
 
 from fasttrack import cli
 from fasttrack.commands import verify as verify_mod
@@ -145,7 +145,7 @@ def test_markdown_to_a_file(engine: GitRepo, tmp_path: Path, monkeypatch: MP,
     assert code == 1 and out.count("\n") == 1 and "FAIL" in out and str(report) in out
     md = report.read_text()
     assert md.startswith("## ❌ fasttrack: **FAIL**")
-    assert "| ❌ | FT102 | `vllm/v1/sample/sampler.py` |" in md and "<details>" in md
+    assert "| ❌ | FT102 | <code>vllm/v1/sample/sampler.py</code> |" in md and "<details>" in md
 
 
 @pytest.mark.parametrize(("edit", "expect"), [
@@ -308,6 +308,28 @@ def test_contribution_laid_over_the_engine_tree(make_repo: MakeRepo, tmp_path: P
     assert status["kernels/kimi_k3/layer.py"] is ChangeStatus.ADDED
     assert ctx.blast_radius.computed
     assert (engine / f"{K3}/__init__.py").read_text() == ENGINE[f"{K3}/__init__.py"]  # engine left untouched
+
+
+def test_contribution_over_engine_files_judges_escapes_and_modes_against_them(make_repo: MakeRepo,
+                                                                               tmp_path: Path) -> None:
+    """A contribution file that replaces an engine file is judged against it: the patch the engine's file
+    already had is an info (its base line named), the patch the contribution adds is an error. A new
+    executable script is no mode change: FT107 lists it as an info, never a warning."""
+    patch = "import vllm.v1.sample.sampler as s\ns.sample = None\n"
+    engine = tmp_path / "engine-tree"
+    for rel, text in {**ENGINE, f"{K3}/model.py": "class K3:\n    pass\n" + patch}.items():
+        (engine / rel).parent.mkdir(parents=True, exist_ok=True)
+        (engine / rel).write_text(text)
+    repo = contribution_repo(make_repo, target=K3)
+    repo.commit({"kernels/kimi_k3/model.py": "# faster\nclass K3:\n    fast = True\n" + patch
+                 + "s.greedy = None\n",
+                 "kernels/kimi_k3/bench.sh": Executable("#!/bin/sh\necho bench\n")})
+    v = run_verify(VerifyOptions(repo=repo.path, policy=POLICY, engine_tree=engine))
+    ft120 = [(f.line, f.severity.value, f.message) for f in v.findings if f.code == "FT120"]
+    assert [(line, sev) for line, sev, _ in ft120] == [(6, "error"), (5, "info")]
+    assert ft120[1][2].endswith("(already in the base revision at line 4: not introduced by this PR)")
+    assert [(f.path, f.severity.value) for f in v.findings if f.code == "FT107"] == [
+        ("kernels/kimi_k3/bench.sh", "info")]
 
 
 def test_contribution_mode_input_errors(make_repo: MakeRepo, tmp_path: Path, monkeypatch: MP,

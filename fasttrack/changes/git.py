@@ -21,9 +21,12 @@ the checkout itself is the head directory.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 import re
 import shutil
+import stat
 import subprocess
 import tempfile
 from collections.abc import Sequence
@@ -385,6 +388,12 @@ def read_blob(repo: Path, tree: str, path: str) -> bytes | None:
 
 def list_tree(repo: Path, tree: str) -> list[tuple[str, str, str, str]]:
     """Every entry of `tree`, recursively: (mode, type, oid, path)."""
+    return list(_list_tree(repo, tree))
+
+
+@functools.lru_cache(maxsize=8)
+def _list_tree(repo: Path, tree: str) -> tuple[tuple[str, str, str, str], ...]:
+    # A tree sha names its content: the listing is read once per process (the pipeline asks twice).
     out = run_git(repo, "ls-tree", "-r", "-z", "--full-tree", tree).stdout
     entries = []
     for rec in out.split(b"\0"):
@@ -393,7 +402,7 @@ def list_tree(repo: Path, tree: str) -> list[tuple[str, str, str, str]]:
         meta, path = rec.split(b"\t", 1)
         mode, kind, oid = _decode(meta).split(" ")
         entries.append((mode, kind, oid, _decode(path)))
-    return entries
+    return tuple(entries)
 
 
 def list_tree_files(repo: Path, tree: str) -> list[str]:
@@ -482,6 +491,12 @@ def _index_entries(out: bytes) -> list[tuple[str, str]]:
     return entries
 
 
+def _leaves_tree(path: str, target: str) -> bool:
+    """Whether a symlink at `path` (in the tree) with this target points outside the tree."""
+    resolved = os.path.normpath(os.path.join(os.path.dirname(path), target))
+    return os.path.isabs(target) or resolved == ".." or resolved.startswith("../")
+
+
 def _write_tree(repo: Path, tree: str, dest: Path) -> None:
     """Check out `tree` into the empty directory `dest` with git's own C code: `read-tree` into a temporary
     index of a scratch repository, then `checkout-index -a`.
@@ -519,10 +534,7 @@ def _write_tree(repo: Path, tree: str, dest: Path) -> None:
         if mode == GITLINK_MODE:  # a submodule: an empty directory where it would be checked out
             (dest / path).mkdir(parents=True, exist_ok=True)
     for link_path in links:
-        target = os.readlink(link_path)
-        rel = link_path.relative_to(dest).as_posix()
-        resolved = os.path.normpath(os.path.join(os.path.dirname(rel), target))
-        if os.path.isabs(target) or resolved == ".." or resolved.startswith("../"):
+        if _leaves_tree(link_path.relative_to(dest).as_posix(), os.readlink(link_path)):
             link_path.unlink()  # an out-of-tree symlink is never kept (FT105 reports it)
     # Chains of in-tree links can still leave the tree (a -> s/.., s -> .); drop any that do.
     real_dest = os.path.realpath(dest)
@@ -545,8 +557,71 @@ def materialize_tree(repo: Path, rev: str) -> Path:
     return materialize_revision(repo, resolve_revision(repo, rev, "--head"))
 
 
-def materialize_revision(repo: Path, revision: Revision) -> Path:
-    """`materialize_tree` for an already resolved revision."""
+def _blob_id(path: bytes, fmt: str) -> str | None:
+    """The git blob id of a regular file's bytes (None for a symlink or anything else). Python's hashlib
+    (OpenSSL) reads and hashes the vLLM tree about three times faster than `git hash-object`."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        h = hashlib.new(fmt, b"blob %d\0" % st.st_size)
+        left = st.st_size
+        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+            h.update(chunk)
+            left -= len(chunk)
+        return None if left or os.read(fd, 1) else h.hexdigest()  # the file changed size under us
+    finally:
+        os.close(fd)
+
+
+def checkout_holds_tree(repo: Path, tree: str) -> bool:
+    """Whether the checkout at `repo` (its top level) holds exactly `tree`'s files, byte for byte, and no
+    other file but `__pycache__` directories, so that it can be analysed in place instead of a copy.
+
+    Conservative: the index tracks exactly the tree's paths (nothing staged on top); every file is a regular
+    file whose bytes, as they are on disk (no attribute, eol conversion or filter applies), have the tree's
+    blob id; the tree has no symlink and no
+    submodule (a copy drops links that leave the tree and empties submodules; a checkout would not); no
+    untracked or ignored file (`ls-files -o`, without exclude rules) except `__pycache__/`. Any doubt (a
+    bare repository, an odd path, an error) is False.
+    A file edited while fasttrack runs is not seen: as with `--head WORKTREE`, do not edit the checkout
+    under a running verify.
+    """
+    try:
+        inside = run_git(repo, "rev-parse", "--is-inside-work-tree", "--show-toplevel", check=False)
+        lines = _decode(inside.stdout).splitlines()
+        if inside.returncode != 0 or len(lines) < 2 or lines[0] != "true" or \
+                Path(lines[1]).resolve() != repo.resolve():
+            return False
+        entries = _list_tree(repo, tree)
+        index = run_git(repo, "ls-files", "-z").stdout
+        if sorted(_decode(p) for p in index.split(b"\0") if p) != sorted(e[3] for e in entries):
+            return False
+        _, fmt = _object_store(repo)
+        base = os.fsencode(repo)
+        for mode, kind, oid, path in entries:
+            if kind != "blob" or mode == SYMLINK_MODE:
+                return False  # submodules and symlinks: the copy drops or empties them, the checkout may not
+            if not _safe_relpath(path) or _blob_id(base + b"/" + os.fsencode(path), fmt) != oid:
+                return False
+        others = run_git(repo, "ls-files", "-o", "-z", "--directory", "--no-empty-directory").stdout
+        return all(_decode(o).rstrip("/").rsplit("/", 1)[-1] == "__pycache__"
+                   for o in others.split(b"\0") if o)
+    except (OSError, RuntimeError, ValueError, InputError):
+        return False
+
+
+def materialize_revision(repo: Path, revision: Revision, *, reuse_checkout: bool = False) -> Path:
+    """`materialize_tree` for an already resolved revision.
+
+    With `reuse_checkout`, a checkout that already holds the revision's tree exactly
+    (`checkout_holds_tree`: CI checks out the PR head) is returned itself: nothing is written. A tree
+    already in the cache is used first.
+    """
     if revision.name == WORKTREE:
         return check_repo(repo)
     tree = revision.tree
@@ -554,6 +629,10 @@ def materialize_revision(repo: Path, revision: Revision) -> Path:
     dest = root / tree
     if dest.is_dir():
         return dest
+    if reuse_checkout:
+        top = check_repo(repo)
+        if checkout_holds_tree(top, tree):
+            return top
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{tree[:12]}-", dir=root))
     try:

@@ -32,10 +32,10 @@ from typing import Annotated
 import typer
 
 import fasttrack
+from fasttrack.cache import cache_root
 from fasttrack.changes.git import (
     WORKTREE,
     Revision,
-    cache_root,
     check_repo,
     diff_trees,
     list_tree_files,
@@ -202,7 +202,7 @@ def _build_range_context(opts: VerifyOptions, cwd: Path) -> Context:
     head = resolve_revision(top, opts.head or "HEAD", "--head")
 
     changes = diff_trees(top, base.tree, head.tree)
-    head_dir = materialize_revision(top, head)
+    head_dir = materialize_revision(top, head, reuse_checkout=True)  # the checkout itself when it is the head
     tree_files = list_tree_files(top, head.tree)
     changed = sorted({p for c in changes for p, _ in changed_sides(c)})  # a copy's source is unchanged
     known = _known_models(policy, tree_files, changed)
@@ -233,7 +233,10 @@ def _build_range_context(opts: VerifyOptions, cwd: Path) -> Context:
 
     from fasttrack.confinement.blast_radius import compute_blast_radius
 
-    blast = compute_blast_radius(policy, head_dir, changes, model)
+    # A tree materialised from git is named by its tree sha: the graph cache is keyed by it without reading
+    # every file. The working tree (WORKTREE) may hold ignored files grimp would see: it is hashed.
+    tree_id = None if head.name == WORKTREE else f"git-tree:{head.tree}"
+    blast = compute_blast_radius(policy, head_dir, changes, model, tree_id=tree_id)
     return Context(
         policy=policy, policy_path=policy_path, mode="range", head_dir=head_dir, changes=changes, model=model,
         models_touched=tuple(touched), repo=top, base=base.oid, head=head.oid, manifest=manifest,
@@ -284,6 +287,17 @@ def _file_change(path: Path, rel: str, engine_file: Path | None) -> Change:
     hunks = _all_added(text)
     return Change(status=ChangeStatus.ADDED, path=rel, new_mode=mode, hunks=hunks,
                   added_lines=sum(len(h.added) for h in hunks), removed_lines=0)
+
+
+def _engine_text(path: Path) -> str | None:
+    """The text of an engine file a contribution file replaces (None when it is not a readable text file)."""
+    try:
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_TEXT_BYTES:
+            return None
+        data = path.read_bytes()
+    except OSError:
+        return None
+    return None if _is_binary(data) else data.decode("utf-8", "replace")
 
 
 def engine_tree_for(policy: Policy, opts: VerifyOptions) -> Path | None:
@@ -387,13 +401,21 @@ def _build_contribution_context(opts: VerifyOptions, cwd: Path) -> Context:
     changes: list[Change] = []
     engine_paths: dict[str, str] = {}
     sources: dict[str, Path] = {}
+    base_texts: dict[str, str] = {}
     for f in _contribution_files(root, contrib):
         rel_in = f.relative_to(contrib).as_posix()
         repo_rel = f"{contrib_rel}/{rel_in}"
         engine_path = f"{target}/{rel_in}"
         engine_paths[repo_rel] = engine_path
         sources[engine_path] = f
-        changes.append(_file_change(f, repo_rel, engine / engine_path if engine else None))
+        change = _file_change(f, repo_rel, engine / engine_path if engine else None)
+        changes.append(change)
+        if engine is not None and change.status is ChangeStatus.MODIFIED and not change.binary:
+            # The engine's file is this change's base: escapes it already had are not the PR's, and a hook
+            # file is judged against it (as `base_texts` holds the base revision's text in range mode).
+            old = _engine_text(engine / engine_path)
+            if old is not None:
+                base_texts[repo_rel] = old
     change_set = tuple(changes)
     engine_side = sorted(engine_paths.values())
     known = tuple(sorted({model, *_known_models(policy, [], engine_side)}))
@@ -426,7 +448,7 @@ def _build_contribution_context(opts: VerifyOptions, cwd: Path) -> Context:
         model=model, models_touched=tuple(touched), repo=root, manifest=manifest,
         manifest_path=f"{contrib_rel}/{MANIFEST_FILE}", contribution_dir=contrib_rel, blast_radius=blast,
         evidence=evidence, engine_paths=engine_paths, evidence_dir=evidence_dir,
-        known_models=known,
+        known_models=known, base_texts=base_texts,
     )
 
 

@@ -4,58 +4,37 @@ Every string that comes from the verdict is untrusted (stage 1 ran the PR's work
 no raw HTML, no Markdown structure, no @mentions. Sizes are measured in UTF-8 bytes, which is at least
 the character count GitHub limits, so a body that fits here fits there. When the report is too long,
 rows are dropped from the end of each section (errors come first) and a line says how many and where
-the full report is.
+the full report is. The escaping (`esc`, `code`) and the byte budgeting (`Section`, `fit`) are the shared
+base in `fasttrack.render.markdown`, which `fasttrack verify --format markdown` uses too.
 """
 
 from __future__ import annotations
 
-import html
 import re
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from fasttrack.findings import Finding, Severity
+from fasttrack.render.markdown import (
+    COMMENT_LIMIT,
+    ICON,
+    MIN_LIMIT,
+    STEP_SUMMARY_LIMIT,
+    Section,
+    code,
+    esc,
+    finding_where,
+    fit,
+    prose,
+    size,
+    sort_findings,
+)
 from fasttrack.verdict import Verdict
 
-COMMENT_LIMIT = 65_535  # PR comment bodies and check-run summaries
-STEP_SUMMARY_LIMIT = 1024 * 1024 - 1  # $GITHUB_STEP_SUMMARY aborts the upload at 1 MiB
-MIN_LIMIT = 4096
+# The escaping and byte budgeting live in fasttrack.render.markdown (one base for every Markdown output);
+# they are re-exported here for the publisher, the dashboard and their tests.
+__all__ = ["COMMENT_LIMIT", "MIN_LIMIT", "STEP_SUMMARY_LIMIT", "STICKY_MARKER", "Outcome", "Section", "code",
+           "esc", "headline", "prose", "render", "sections", "size", "sort_findings"]
+
 STICKY_MARKER = "<!-- fasttrack:sticky-comment -->"
-
-_SEVERITY_ORDER = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
-_ICON = {Severity.ERROR: "❌", Severity.WARNING: "⚠️", Severity.INFO: "ℹ️"}
-_MD_PUNCT = re.compile(r"([\\`*_\[\]|~#])")  # emphasis, code, links/images, tables, strike, refs
-
-
-def size(text: str) -> int:
-    return len(text.encode("utf-8"))
-
-
-def esc(text: object, limit: int = 600) -> str:
-    """Untrusted text as inert Markdown on one line: escaped HTML and punctuation, broken @mentions."""
-    s = " ".join(str(text).split())
-    if len(s) > limit:
-        s = s[: limit - 1] + "…"
-    s = html.escape(s, quote=False)
-    s = _MD_PUNCT.sub(r"\\\1", s)
-    return s.replace("@", "@\u200b")
-
-
-def code(text: object, limit: int = 300) -> str:
-    """Untrusted text shown as code (paths, module names), still inert."""
-    return f"<code>{esc(text, limit)}</code>"
-
-
-def sort_findings(findings: Iterable[Finding]) -> list[Finding]:
-    return sorted(findings, key=lambda f: (_SEVERITY_ORDER[f.severity], f.code, f.path or "", f.line or 0))
-
-
-@dataclass
-class Section:
-    head: list[str]
-    rows: list[str] = field(default_factory=list)
-    foot: list[str] = field(default_factory=list)
-    noun: str = "rows"  # what a dropped row is, for the "... and N more" line
 
 
 @dataclass(frozen=True)
@@ -76,24 +55,14 @@ def headline(verdict: Verdict, outcome: Outcome) -> str:
     return f"❌ blocked: {c['error']} error{'s' if c['error'] != 1 else ''}"
 
 
-def _finding_where(f: Finding) -> str:
-    if f.path:
-        return code(f"{f.path}:{f.line}" if f.line else f.path)
-    if f.point:
-        return esc(", ".join(f"{k}={v}" for k, v in f.point.items()), 200)
-    if f.evidence_file:
-        return code(f.evidence_file)
-    return ""
-
-
 def sections(verdict: Verdict, outcome: Outcome) -> list[Section]:
     out: list[Section] = []
     findings = sort_findings(verdict.findings)
     if findings:
         out.append(Section(
             head=["", "#### Findings", "", "| | Code | Where | Message | Fix |", "|---|---|---|---|---|"],
-            rows=[f"| {_ICON[f.severity]} | {esc(f.code, 10)} | {_finding_where(f)} | {esc(f.message)} | "
-                  f"{esc(f.fix or '')} |" for f in findings],
+            rows=[f"| {ICON[f.severity]} | {esc(f.code, 10)} | {finding_where(f)} | {prose(f.message)} | "
+                  f"{prose(f.fix or '')} |" for f in findings],
             noun="findings"))
     br = verdict.blast_radius
     blast_rows: list[str] = []
@@ -148,8 +117,6 @@ def sections(verdict: Verdict, outcome: Outcome) -> list[Section]:
 def render(verdict: Verdict, outcome: Outcome, *, limit: int, report_url: str | None = None,
            marker: str | None = None) -> str:
     """The report as Markdown of at most `limit` UTF-8 bytes (`limit` >= MIN_LIMIT)."""
-    if limit < MIN_LIMIT:
-        raise ValueError(f"limit {limit} is below {MIN_LIMIT} bytes")
     c = verdict.counts()
     top = [marker] if marker else []
     top.append(f"### fasttrack: {headline(verdict, outcome)}")
@@ -176,45 +143,7 @@ def render(verdict: Verdict, outcome: Outcome, *, limit: int, report_url: str | 
     footer = ["", f"<sub>Full report: {link}. Generated {esc(verdict.generated_at, 40)}.</sub>"]
     truncated_note = ["", f"**Truncated to fit GitHub's limit.** The full report is in {link}."]
 
-    budget = limit - size("\n".join(footer + truncated_note)) - 2
-    lines: list[str] = []
-    used = 0
-
-    def fits(more: list[str], reserve: int = 0) -> bool:
-        return used + sum(size(x) + 1 for x in more) + reserve <= budget
-
-    def put(more: list[str]) -> None:
-        nonlocal used
-        lines.extend(more)
-        used += sum(size(x) + 1 for x in more)
-
-    truncated = False
-    if fits(top):
-        put(top)
-    else:  # only absurd notes get here: keep the headline
-        put(top[:2])
-        truncated = True
-    for sec in sections(verdict, outcome):
-        more_line_room = 80
-        if not fits(sec.head + sec.foot, more_line_room):
-            truncated = True
-            continue
-        put(sec.head)
-        shown = 0
-        for row in sec.rows:
-            if not fits([row], sum(size(x) + 1 for x in sec.foot) + more_line_room):
-                break
-            put([row])
-            shown += 1
-        if shown < len(sec.rows):
-            truncated = True
-            put(["", f"_… {len(sec.rows) - shown} more {sec.noun} not shown_"])  # a blank line ends a table
-        put(sec.foot)
-    out = lines + (truncated_note if truncated else []) + footer
-    text = "\n".join(out) + "\n"
-    if size(text) > limit:  # the budget above makes this unreachable; never hand GitHub an oversize body
-        raise AssertionError(f"rendered {size(text)} bytes for a {limit}-byte limit")
-    return text
+    return fit(top, sections(verdict, outcome), limit=limit, footer=footer, truncated_note=truncated_note)
 
 
 def _safe_url(url: str) -> bool:

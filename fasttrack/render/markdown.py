@@ -1,38 +1,166 @@
-"""The Verdict as Markdown for a PR comment or a job's step summary: a headline, a findings table and
-collapsible details (fixes, changed files, blast radius, envelope). A pure function of the Verdict."""
+"""Markdown for fasttrack: the one base every Markdown output is built on, and `fasttrack verify --format
+markdown`'s report.
+
+The base (used here, by the GitHub comment/summary in `fasttrack.github.markdown` and by the dashboard's
+`report.md`):
+
+- **escaping**: every string that comes from a verdict is untrusted (file paths, messages quoting PR code,
+  manifest fields; in the GitHub stage the whole verdict came from a PR's workflow run). `esc` makes it
+  inert on one line: HTML escaped, Markdown punctuation backslash-escaped, @mentions broken; `code` shows
+  it as code, still escaped; `prose` is `esc` with the message's `backtick` spans shown as code. No other
+  escaping exists in the package.
+- **byte budgeting**: a report is a top, sections (a head, rows, a foot) and a footer. `fit` lays them out
+  within a limit in UTF-8 bytes (at least the character count GitHub limits): a section whose head does
+  not fit is left out, rows are dropped from the end of a section (errors sort first) with a line saying
+  how many, and a note says the report was shortened. The result never exceeds the limit.
+
+The verify report: a headline, a findings table and collapsible details (how to fix, changed files, blast
+radius, the declared envelope). A pure function of the Verdict.
+"""
 
 from __future__ import annotations
 
+import html
 import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 from fasttrack.findings import Finding, Severity
 from fasttrack.verdict import Verdict, Witness
 
-MAX_ROWS = 150
-MAX_CHARS = 60_000  # GitHub comments stop at 65,536 characters
-_ICON = {Severity.ERROR: "❌", Severity.WARNING: "⚠️", Severity.INFO: "ℹ️"}
-_RANK = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
+COMMENT_LIMIT = 65_535  # PR comment bodies and check-run summaries (GitHub counts characters; bytes >= chars)
+STEP_SUMMARY_LIMIT = 1024 * 1024 - 1  # $GITHUB_STEP_SUMMARY aborts the upload at 1 MiB
+MIN_LIMIT = 4096
+MAX_ROWS = 150  # findings, fixes and changed files listed in the verify report; the JSON verdict has all
+ICON = {Severity.ERROR: "❌", Severity.WARNING: "⚠️", Severity.INFO: "ℹ️"}
+SEVERITY_ORDER = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
+_MD_PUNCT = re.compile(r"([\\`*_\[\]|~#])")  # emphasis, code, links/images, tables, strike, refs
 
 
-def cell(text: str) -> str:
-    """Text safe inside a table cell: no pipes, no newlines, no HTML."""
-    return (text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
-            .replace("\r", " ").replace("\n", " "))
+# ------------------------------------------------------------------------------------------------ escaping
 
 
-def code(text: str) -> str:
-    """Inline code that survives backticks in the text."""
-    return "`" + text.replace("`", "'").replace("|", "\\|").replace("\n", " ") + "`"
+def size(text: str) -> int:
+    """The size GitHub's limits are checked against, in UTF-8 bytes."""
+    return len(text.encode("utf-8"))
 
 
-def _where(f: Finding) -> str:
+def _one_line(text: object, limit: int) -> str:
+    s = " ".join(str(text).split())
+    return s[: limit - 1] + "…" if len(s) > limit else s
+
+
+def _inert(s: str) -> str:
+    s = html.escape(s, quote=False)
+    s = _MD_PUNCT.sub(r"\\\1", s)
+    return s.replace("@", "@\u200b")
+
+
+def esc(text: object, limit: int = 600) -> str:
+    """Untrusted text as inert Markdown on one line: escaped HTML and punctuation, broken @mentions."""
+    return _inert(_one_line(text, limit))
+
+
+def code(text: object, limit: int = 300) -> str:
+    """Untrusted text shown as code (paths, module names), still inert."""
+    return f"<code>{esc(text, limit)}</code>"
+
+
+def prose(text: object, limit: int = 600) -> str:
+    """A finding's message or fix: `esc`, except that `backtick` spans (fasttrack quotes names that way) are
+    shown as code, their content escaped like the rest. Unbalanced backticks stay escaped text."""
+    s = _one_line(text, limit)
+    parts = s.split("`")
+    if len(parts) % 2 == 0:
+        return _inert(s)
+    return "".join(f"<code>{_inert(p)}</code>" if i % 2 else _inert(p) for i, p in enumerate(parts))
+
+
+def sort_findings(findings: Iterable[Finding]) -> list[Finding]:
+    """Errors first, then warnings, then infos; by code, path and line within each."""
+    return sorted(findings, key=lambda f: (SEVERITY_ORDER[f.severity], f.code, f.path or "", f.line or 0))
+
+
+def finding_where(f: Finding) -> str:
+    """Where a finding points, as inert Markdown: its path and line, its grid point or its evidence file."""
     if f.path:
         return code(f"{f.path}:{f.line}" if f.line else f.path)
+    if f.point:
+        return esc(", ".join(f"{k}={v}" for k, v in f.point.items()), 200)
     if f.evidence_file:
         return code(f.evidence_file)
-    if f.point:
-        return code(", ".join(f"{k}={v}" for k, v in f.point.items()))
     return ""
+
+
+# ---------------------------------------------------------------------------------------- byte budgeting
+
+
+@dataclass
+class Section:
+    """A part of a report: `head` and `foot` are kept whole or the section is left out; `rows` are dropped
+    from the end when they do not fit (at most `max_rows` are shown in any case)."""
+
+    head: list[str]
+    rows: list[str] = field(default_factory=list)
+    foot: list[str] = field(default_factory=list)
+    noun: str = "rows"  # what a dropped row is, for the "... and N more" line
+    max_rows: int | None = None
+    more_hint: str = ""  # appended to the "... and N more" line (where the rest can be found)
+
+
+def fit(top: list[str], sections: Iterable[Section], *, limit: int, footer: list[str],
+        truncated_note: list[str]) -> str:
+    """Lay out a report of at most `limit` UTF-8 bytes (`limit` >= MIN_LIMIT): `top`, then each section
+    that fits, then `truncated_note` when anything was left out or shortened, then `footer`."""
+    if limit < MIN_LIMIT:
+        raise ValueError(f"limit {limit} is below {MIN_LIMIT} bytes")
+    budget = limit - size("\n".join(footer + truncated_note)) - 2
+    lines: list[str] = []
+    used = 0
+
+    def cost(more: list[str]) -> int:
+        return sum(size(x) + 1 for x in more)
+
+    def fits(more: list[str], reserve: int = 0) -> bool:
+        return used + cost(more) + reserve <= budget
+
+    def put(more: list[str]) -> None:
+        nonlocal used
+        lines.extend(more)
+        used += cost(more)
+
+    truncated = False
+    if fits(top):
+        put(top)
+    else:  # only absurd notes get here: keep the headline
+        put(top[:2])
+        truncated = True
+    for sec in sections:
+        more_line_room = 80
+        if not fits(sec.head + sec.foot, more_line_room):
+            truncated = True
+            continue
+        put(sec.head)
+        shown = 0
+        rows = sec.rows if sec.max_rows is None else sec.rows[: sec.max_rows]
+        for row in rows:
+            if not fits([row], cost(sec.foot) + more_line_room):
+                break
+            put([row])
+            shown += 1
+        if shown < len(sec.rows):
+            truncated = truncated or shown < len(rows)
+            put(["", f"_… {len(sec.rows) - shown} more {sec.noun} not shown{sec.more_hint}_"])  # ends a table
+        put(sec.foot)
+    out = lines + (truncated_note if truncated else []) + footer
+    text = "\n".join(out) + "\n"
+    if size(text) > limit:  # the budget above makes this unreachable; never hand GitHub an oversize body
+        raise AssertionError(f"rendered {size(text)} bytes for a {limit}-byte limit")
+    return text
+
+
+# ------------------------------------------------------------------------------- the verify report
 
 
 def _chain(w: Witness) -> str:
@@ -40,14 +168,16 @@ def _chain(w: Witness) -> str:
                       for i, m in enumerate(w.chain))
 
 
-def _headline(v: Verdict) -> list[str]:
+def _top(v: Verdict) -> list[str]:
     c = v.counts()
     icon = "✅" if v.verdict == "pass" else "❌"
-    title = f"## {icon} fasttrack: **{v.verdict.upper()}**" + (f" · model `{v.model}`" if v.model else "")
+    title = f"## {icon} fasttrack: **{v.verdict.upper()}**"
+    if v.model:
+        title += f" · model {code(v.model, 80)}"
     if v.mode == "range":
-        what = f"range {code((v.base or '?')[:12])}..{code((v.head or '?')[:12])}"
+        what = f"range {code((v.base or '?')[:12], 20)}..{code((v.head or '?')[:12], 20)}"
     else:
-        what = f"contribution {code(v.contribution or '?')}"
+        what = f"contribution {code(v.contribution or '?', 120)}"
     if v.pr is not None:
         what += f" · PR #{v.pr}"
     return [title, "",
@@ -55,97 +185,93 @@ def _headline(v: Verdict) -> list[str]:
             f"{len(v.changed_files)} changed file(s) · {len(v.rules_run)} rules", ""]
 
 
-def _findings_table(v: Verdict) -> list[str]:
+def _details(summary: str, head: list[str], rows: list[str], noun: str,
+             max_rows: int | None = MAX_ROWS) -> Section:
+    return Section(head=["<details>", f"<summary>{summary}</summary>", "", *head], rows=rows,
+                   foot=["", "</details>", ""], noun=noun, max_rows=max_rows)
+
+
+def _findings(v: Verdict) -> Section:
     if not v.findings:
-        return ["No findings.", ""]
-    ordered = sorted(v.findings, key=lambda f: (_RANK[f.severity], f.code, f.path or "", f.line or 0))
-    out = ["| | Code | Where | Finding |", "|---|---|---|---|"]
-    for f in ordered[:MAX_ROWS]:
-        out.append(f"| {_ICON[f.severity]} | {f.code} | {_where(f)} | {cell(f.message)} |")
-    if len(ordered) > MAX_ROWS:
-        out.append(f"| | | | … and {len(ordered) - MAX_ROWS} more (see the JSON verdict) |")
-    return [*out, ""]
+        return Section(head=["No findings.", ""])
+    rows = [f"| {ICON[f.severity]} | {esc(f.code, 10)} | {finding_where(f)} | {prose(f.message)} |"
+            for f in sort_findings(v.findings)]
+    return Section(head=["| | Code | Where | Finding |", "|---|---|---|---|"], rows=rows,
+                   foot=[""], noun="findings", max_rows=MAX_ROWS, more_hint="; the JSON verdict has them all")
 
 
-def _details(summary: str, body: list[str]) -> list[str]:
-    return ["<details>", f"<summary>{summary}</summary>", "", *body, "", "</details>", ""]
-
-
-def _fixes(v: Verdict) -> list[str]:
+def _fixes(v: Verdict) -> Section | None:
     seen: dict[tuple[str, str], list[str]] = {}
-    for f in v.findings:
+    for f in sort_findings(v.findings):
         if f.fix and f.severity is not Severity.INFO:
             seen.setdefault((f.code, f.fix), []).append(f.path or "")
     if not seen:
-        return []
-    body = []
-    for (c, fix), paths in list(seen.items())[:MAX_ROWS]:
-        where = ", ".join(code(p) for p in sorted(set(paths))[:5] if p)
-        more = f" (+{len(set(paths)) - 5} more)" if len(set(paths)) > 5 else ""
-        body.append(f"- **{c}**: {cell(fix)}" + (f" — {where}{more}" if where else ""))
-    return _details(f"How to fix ({len(seen)})", body)
+        return None
+    rows = []
+    for (c, fix), paths in seen.items():
+        distinct = sorted({p for p in paths if p})
+        where = ", ".join(code(p) for p in distinct[:5])
+        more = f" (+{len(distinct) - 5} more)" if len(distinct) > 5 else ""
+        rows.append(f"- **{esc(c, 10)}**: {prose(fix)}" + (f" — {where}{more}" if where else ""))
+    return _details(f"How to fix ({len(seen)})", [], rows, "fixes")
 
 
-def _files(v: Verdict) -> list[str]:
+def _files(v: Verdict) -> Section | None:
     if not v.changed_files:
-        return []
-    body = ["| Status | Path | Zone |", "|---|---|---|"]
-    for cf in v.changed_files[:MAX_ROWS]:
+        return None
+    rows = []
+    for cf in v.changed_files:
         path = code(cf.path) if not cf.old_path else f"{code(cf.old_path)} → {code(cf.path)}"
         if cf.engine_path and cf.engine_path != cf.path:
             path += f" → {code(cf.engine_path)}"
         zone = cf.zone or "?"
         if cf.zone_kind and cf.zone_kind != zone:
             zone += f" ({cf.zone_kind})"
-        body.append(f"| {cf.status.value} | {path} | {cell(zone)} |")
-    if len(v.changed_files) > MAX_ROWS:
-        body.append(f"| | … and {len(v.changed_files) - MAX_ROWS} more | |")
-    return _details(f"Changed files ({len(v.changed_files)})", body)
+        rows.append(f"| {esc(cf.status.value, 20)} | {path} | {esc(zone, 120)} |")
+    return _details(f"Changed files ({len(v.changed_files)})", ["| Status | Path | Zone |", "|---|---|---|"],
+                    rows, "files")
 
 
-def _blast(v: Verdict) -> list[str]:
+def _blast(v: Verdict) -> Section:
     br = v.blast_radius
     if not br.computed:
-        return _details("Blast radius: not computed", [cell(br.note or "no reason given")])
-    body = []
+        return _details("Blast radius: not computed", [esc(br.note or "no reason given", 2000)], [], "")
+    rows = []
     for m in br.models:
-        archs = f" ({', '.join(m.architectures)})" if m.architectures else ""
-        chain = f": {code(_chain(m.witness))}" if m.witness else ""
-        body.append(f"- model **{cell(m.name)}** [{m.kind}]{cell(archs)}{chain}")
+        archs = f" ({esc(', '.join(m.architectures), 400)})" if m.architectures else ""
+        chain = f": {code(_chain(m.witness), 1000)}" if m.witness else ""
+        rows.append(f"- model **{esc(m.name, 120)}** \\[{esc(m.kind, 20)}\\]{archs}{chain}")
     for s in br.shared:
-        body.append(f"- shared {code(s.module)} ({cell(s.zone or '?')}): {code(_chain(s.witness))}")
-    if not body:
-        body.append("Nothing outside the model's root imports the changed code.")
+        rows.append(f"- shared {code(s.module, 200)} ({esc(s.zone or '?', 80)}): "
+                    f"{code(_chain(s.witness), 1000)}")
+    head = [] if rows else ["Nothing outside the model's root imports the changed code."]
+    foot = ["", "</details>", ""]
     if br.note:
-        body += ["", f"<sub>{cell(br.note)}</sub>"]
-    return _details(f"Blast radius: {len(br.models)} model(s), {len(br.shared)} shared module(s)", body)
+        foot = ["", f"<sub>{esc(br.note, 2000)}</sub>", *foot]
+    sec = _details(f"Blast radius: {len(br.models)} model(s), {len(br.shared)} shared module(s)", head, rows,
+                   "affected modules", max_rows=None)
+    sec.foot = foot
+    return sec
 
 
-def _envelope(v: Verdict) -> list[str]:
+def _envelope(v: Verdict) -> Section | None:
     if v.envelope is None:
-        return []
-    body = ["```json", json.dumps({"envelope": v.envelope, "fallback": v.fallback}, indent=2, default=str),
-            "```"]
-    return _details("Declared envelope and fallback", body)
+        return None
+    # JSON strings cannot hold a newline, so no line of it can close the fence or the <details>; inside a
+    # fence nothing is Markdown or HTML.
+    body = json.dumps({"envelope": v.envelope, "fallback": v.fallback}, indent=2, default=str).splitlines()
+    return _details("Declared envelope and fallback", ["```json", *body, "```"], [], "")
 
 
-def render(verdict: Verdict) -> str:
-    """The Markdown report. It stays under MAX_CHARS: the detail sections that do not fit are left out (the
-    JSON verdict has everything), and they are never cut in the middle."""
-    footer = (f"<sub>fasttrack {verdict.tool_version} · verdict schema {verdict.schema_version} · "
-              f"policy {code(verdict.policy or '?')} · {verdict.generated_at}</sub>")
-    sections = [_headline(verdict), _findings_table(verdict), _fixes(verdict), _files(verdict),
-                _blast(verdict), _envelope(verdict)]
-    out: list[str] = []
-    size = len(footer)
-    left_out = 0
-    for section in sections:
-        text = "\n".join(section)
-        if size + len(text) + 1 > MAX_CHARS:
-            left_out += 1
-            continue
-        out.append(text)
-        size += len(text) + 1
-    if left_out:
-        out.append(f"_{left_out} section(s) left out to fit a comment; see the JSON verdict._\n")
-    return "\n".join(out) + "\n" + footer + "\n"
+def render(verdict: Verdict, *, limit: int = COMMENT_LIMIT) -> str:
+    """The verify report as Markdown of at most `limit` UTF-8 bytes (default: a PR comment's limit). Every
+    string from the verdict is escaped; what does not fit is shortened or left out, and a note says so (the
+    JSON verdict has everything)."""
+    footer = [f"<sub>fasttrack {esc(verdict.tool_version, 40)} · verdict schema "
+              f"{esc(verdict.schema_version, 10)} · policy {code(verdict.policy or '?', 200)} · "
+              f"{esc(verdict.generated_at, 40)}</sub>"]
+    note = ["_Shortened to fit: some rows or sections are left out; the JSON verdict (`--format json`) has "
+            "everything._", ""]
+    sections = [s for s in (_findings(verdict), _fixes(verdict), _files(verdict), _blast(verdict),
+                            _envelope(verdict)) if s is not None]
+    return fit(_top(verdict), sections, limit=limit, footer=footer, truncated_note=note)

@@ -213,8 +213,10 @@ def binary_or_submodule(ctx: Context) -> Iterator[Finding]:
 
 @catalogue.rule("FT107", "A file's executable bit changes.")
 def mode_change(ctx: Context) -> Iterator[Finding]:
-    """Kernel code needs no executable files; an added executable or a flipped executable bit is worth a
-    reviewer's look (a warning, not a failure)."""
+    """An existing file's executable bit set or cleared (a mode change, also a contribution file laid over
+    an engine file of another mode) is worth a reviewer's look: a warning, not a failure. A new file has no
+    old mode, so its mode is not a change: a new executable file (a benchmark or launch script) is an info
+    that lists it for the reviewer, never a warning."""
     for change in ctx.changes:
         if change.status is ChangeStatus.DELETED:
             continue
@@ -224,8 +226,9 @@ def mode_change(ctx: Context) -> Iterator[Finding]:
             yield Finding.warning("FT107", f"{_where(ctx, change.path)} is {what} ({old} -> {new})",
                                   path=change.path, fix="drop the mode change unless the file is a script")
         elif change.status is ChangeStatus.ADDED and new == EXEC_MODE:
-            yield Finding.warning("FT107", f"{_where(ctx, change.path)} is added as an executable file",
-                                  path=change.path, fix="add it as a plain file (chmod -x)")
+            yield Finding.info("FT107", f"{_where(ctx, change.path)} is a new executable file (a script; "
+                               "no existing file's mode changed)",
+                               path=change.path, fix="nothing to do if it is meant to be run")
 
 
 @catalogue.rule("FT108", "Several contribution manifests fit the PR.")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import posixpath
 import weakref
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
@@ -127,6 +126,7 @@ class FileEscapes:
     names: frozenset[str] = frozenset()  # the dotted names other files import it by
     # Escapes the base revision of this (modified or renamed) file already had: the PR did not add them.
     preexisting: frozenset[int] = frozenset()  # indices into `escapes`
+    base_lines: tuple[tuple[int, int], ...] = ()  # (index into `escapes`, its line in the base revision)
 
 
 def _key(esc: Escape) -> tuple[str, str, str | None, str]:
@@ -158,14 +158,33 @@ def base_text(ctx: Context, change: Change) -> str | None:
 def _preexisting(head: list[Escape], base: list[Escape]) -> frozenset[int]:
     """Head escapes matched one-for-one by an identical escape (code, severity, target, message) in the
     base: the PR carried them over. A second copy of an old patch is new."""
-    budget = Counter(_key(e) for e in base if e.code != UNPARSEABLE)
-    kept: set[int] = set()
+    return frozenset(_match_base(head, base))
+
+
+def _match_base(head: list[Escape], base: list[Escape]) -> dict[int, int]:
+    """`_preexisting` with the base line each carried-over escape came from (head index -> base line).
+    Both lists are in line order, so the n-th copy in the head is matched with the n-th in the base."""
+    queues: dict[tuple[str, str, str | None, str], list[int]] = {}
+    for e in base:
+        if e.code != UNPARSEABLE:
+            queues.setdefault(_key(e), []).append(e.line)
+    matched: dict[int, int] = {}
     for i, esc in enumerate(head):
-        k = _key(esc)
-        if budget[k] > 0:
-            budget[k] -= 1
-            kept.add(i)
-    return frozenset(kept)
+        lines = queues.get(_key(esc))
+        if lines:
+            matched[i] = lines.pop(0)
+    return matched
+
+
+@dataclass(frozen=True)
+class Downgrade:
+    """Why an escape is reported below its own severity."""
+
+    severity: Severity
+    reason: str
+
+
+_RANK = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
 
 
 @dataclass(frozen=True)
@@ -190,13 +209,13 @@ def _analyse_file(ctx: Context, change: Change, own: _Ownership, is_test: bool) 
                               settings=ctx.policy.escapes)
 
     facts = analyse(text)
-    old: frozenset[int] = frozenset()
+    old: dict[int, int] = {}
     if facts.escapes and change.status in (ChangeStatus.MODIFIED, ChangeStatus.RENAMED):
         before = base_text(ctx, change)
         if before is not None:  # judged with the head's module name and ownership: what the text meant
-            old = _preexisting(facts.escapes, analyse(before).escapes)
+            old = _match_base(facts.escapes, analyse(before).escapes)
     return FileEscapes(change.path, module, is_test, tuple(facts.escapes), frozenset(facts.imports),
-                       import_names(ctx, change.path), old)
+                       import_names(ctx, change.path), frozenset(old), tuple(sorted(old.items())))
 
 
 class _Analysis:
@@ -225,21 +244,29 @@ class _Analysis:
         """Modules imported by changed files that are not tests (a test file they import ships too)."""
         return frozenset(m for f in self.files if not f.is_test for m in f.imports)
 
-    def escapes(self, code: str) -> Iterator[tuple[FileEscapes, Escape, str | None]]:
-        """(file, escape, why it is downgraded to a warning or None) for every escape with this code.
-        Downgraded: escapes in test files that no shipping file imports, and escapes the base revision of
-        the file already had. FT128 (cannot be checked) never is."""
+    def escapes(self, code: str) -> Iterator[tuple[FileEscapes, Escape, Downgrade | None]]:
+        """(file, escape, how and why it is downgraded, or None) for every escape with this code.
+
+        - An escape the base revision of the file already had (a modified or renamed file; matched
+          one-for-one, see `_match_base`) is not the PR's: an info, whatever its own severity, so that a PR
+          touching a shared file that already patches, registers or loads by string is not blamed (or
+          flooded with warnings) for lines it did not write. It stays in the verdict, marked.
+        - An escape in a test file that no shipping file imports is a warning.
+        - FT128 (cannot be checked) is never downgraded."""
         shipped = self.imported_by_shipping_code
         for f in self.files:
             test = f.is_test and not (f.names & shipped)
+            base_line = dict(f.base_lines)
             for i, esc in enumerate(f.escapes):
                 if esc.code != code:
                     continue
                 why = None
                 if code != UNPARSEABLE and i in f.preexisting:
-                    why = "already in the base revision: not introduced by this PR"
+                    at = f" at line {base_line[i]}" if i in base_line else ""
+                    why = Downgrade(Severity.INFO,
+                                    f"already in the base revision{at}: not introduced by this PR")
                 elif code != UNPARSEABLE and test:
-                    why = "in a test file that no shipping file imports"
+                    why = Downgrade(Severity.WARNING, "in a test file that no shipping file imports")
                 yield f, esc, why
 
 
@@ -262,8 +289,12 @@ def analysis(ctx: Context) -> _Analysis:
 
 def _findings(ctx: Context, code: str, fix: str) -> Iterator[Finding]:
     for f, esc, why in analysis(ctx).escapes(code):
-        severity = Severity.WARNING if why or esc.severity == "warning" else Severity.ERROR
-        message = f"{esc.message} ({why})" if why and esc.severity == "error" else esc.message
+        own = Severity.WARNING if esc.severity == "warning" else Severity.ERROR
+        if why is None:
+            severity, message = own, esc.message
+        else:
+            severity = max(own, why.severity, key=_RANK.__getitem__)  # never raised, only lowered
+            message = f"{esc.message} ({why.reason})" if severity is not own else esc.message
         yield Finding(code=code, severity=severity, message=message, path=f.path, line=esc.line, fix=fix)
 
 

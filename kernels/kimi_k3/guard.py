@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from kimi_k3.layer import DecodeMeta
+from .layer import DecodeMeta
 
 MANIFEST_PATH = Path(__file__).resolve().parent / "fasttrack.toml"
 METRIC_NAME = "fasttrack_kimi_k3_fallback_total"

@@ -19,13 +19,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from kimi_k3.config import K3LayerConfig
-from kimi_k3.weights import K3LayerWeights
+from .config import K3LayerConfig
+from .weights import K3LayerWeights
 
 if TYPE_CHECKING:
     import torch
 
-    from kimi_k3.guard import Guard
+    from .guard import Guard
 
 GraphMode = Literal["full", "piecewise", "none"]
 ForwardFn = Callable[[K3LayerConfig, K3LayerWeights, "DecodeBatch"], "tuple[torch.Tensor, torch.Tensor]"]
@@ -211,7 +211,7 @@ def random_batch(
 
 def _load_fused() -> ForwardFn | None:
     try:
-        from kimi_k3 import fused
+        from . import fused
     except ImportError:
         return None
     fn = getattr(fused, "forward", None)
@@ -234,11 +234,11 @@ class KimiK3DecodeLayer:
         if self.weights.cfg != self.cfg:
             raise ValueError("weights were built for another config")
         if self.guard is None:
-            from kimi_k3.guard import default_guard
+            from .guard import default_guard
 
             self.guard = default_guard()
         if self.stock_forward is None:
-            from kimi_k3 import stock
+            from . import stock
 
             self.stock_forward = stock.forward
         if self.fused_forward is None:

@@ -27,9 +27,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kimi_k3.config import K3LayerConfig
-from kimi_k3.layer import DecodeBatch
-from kimi_k3.weights import K3LayerWeights
+from .config import K3LayerConfig
+from .layer import DecodeBatch
+from .weights import K3LayerWeights
 
 if TYPE_CHECKING:
     import torch

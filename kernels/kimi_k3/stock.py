@@ -27,10 +27,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kimi_k3 import stock_ops as ops
-from kimi_k3.config import K3LayerConfig
-from kimi_k3.layer import DecodeBatch
-from kimi_k3.weights import K3LayerWeights
+from . import stock_ops as ops
+from .config import K3LayerConfig
+from .layer import DecodeBatch
+from .weights import K3LayerWeights
 
 if TYPE_CHECKING:
     import torch

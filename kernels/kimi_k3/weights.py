@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from kimi_k3.config import K3LayerConfig
+from .config import K3LayerConfig
 
 if TYPE_CHECKING:
     import torch

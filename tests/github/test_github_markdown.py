@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -9,6 +10,7 @@ from hypothesis import strategies as st
 
 from fasttrack.findings import Finding, Severity
 from fasttrack.github import markdown as md
+from fasttrack.render import markdown as verify_md
 from fasttrack.verdict import (
     AffectedModel,
     BlastRadius,
@@ -105,6 +107,19 @@ def test_escaped_text_is_inert(s: str) -> None:
     assert all(part.startswith("\u200b") for part in out.split("@")[1:])
 
 
+@settings(max_examples=200, deadline=None)
+@given(s=_text)
+def test_prose_is_inert_and_shows_backtick_spans_as_code(s: str) -> None:
+    out = md.prose(s, 10_000)
+    bare = out.replace("<code>", "").replace("</code>", "")
+    assert "\n" not in out and "<" not in bare and ">" not in bare
+    for ch in "`*_[]|#~":
+        assert ch not in bare.replace("\\" + ch, "")
+    assert all(part.startswith("\u200b") for part in out.split("@")[1:])
+    assert md.prose("assigns `a.b_c` (x)") == "assigns <code>a.b\\_c</code> (x)"
+    assert md.prose("odd ` tick") == "odd \\` tick"
+
+
 def test_full_report_when_it_fits_and_truncation_note_when_not() -> None:
     findings = [Finding.error("FT101", f"problem {i}", path=f"vllm/f{i}.py", line=i + 1) for i in range(400)]
     v = Verdict(
@@ -127,3 +142,72 @@ def test_full_report_when_it_fits_and_truncation_note_when_not() -> None:
     # a report URL that is not a plain http(s) URL is not turned into a link
     odd = md.render(v, blocked, limit=8000, report_url="javascript:alert(1)")
     assert "javascript:" not in odd
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The verify report (`fasttrack verify --format markdown`), built on the same base
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(v=verdicts(), limit=st.integers(md.MIN_LIMIT, 40_000))
+def test_verify_report_never_exceeds_the_limit(v: Verdict, limit: int) -> None:
+    text = verify_md.render(v, limit=limit)
+    assert md.size(text) <= limit
+    assert text.startswith("## ")
+
+
+def test_verify_report_escapes_untrusted_text() -> None:
+    """Finding messages, paths and blast-radius names come from the PR: no HTML, no table breaks, no
+    mentions, no links survive into the report (before the shared base, the verify report only escaped HTML
+    and pipes, so `@org/team` pinged and `[x](javascript:...)` was a link)."""
+    hostile = "<img src=x onerror=alert(1)> | @org/maintainers [x](javascript:alert(1)) `code` **bold**\nrow"
+    v = Verdict(
+        tool_version="0.1.0", verdict="fail", mode="range", model="kimi_k3",
+        findings=[Finding.error("FT120", hostile, path=f"vllm/{hostile}.py", line=3, fix=hostile)],
+        changed_files=[ChangedFile(path=f"vllm/{hostile}.py", status=ChangeStatus.MODIFIED, zone=hostile)],
+        blast_radius=BlastRadius(computed=True, note=hostile, models=[
+            AffectedModel(name=hostile, kind="package", module=hostile,
+                          witness=Witness(chain=[hostile, "x"]))]),
+        generated_at=hostile,
+    )
+    text = verify_md.render(v)
+    body = text.replace("<details>", "").replace("</details>", "").replace("<summary>", "")
+    body = body.replace("</summary>", "").replace("<code>", "").replace("</code>", "")
+    body = body.replace("<sub>", "").replace("</sub>", "")
+    assert "<" not in body and ">" not in body.replace("→", "")
+    assert "@org" not in text and "@\u200borg" in text
+    assert re.search(r"(?<!\\)\]\(", text) is None and "\\[x\\](javascript" in text  # no live link
+    finding_rows = [line for line in text.splitlines() if line.startswith("| ❌ |")]
+    assert len(finding_rows) == 1 and len(re.findall(r"(?<!\\)\|", finding_rows[0])) == 5  # 4 cells
+
+
+def test_verify_report_keeps_its_sections_and_caps_rows() -> None:
+    """The findings table (capped at MAX_ROWS rows, the rest counted), how to fix, changed files with engine
+    paths and zones, the blast radius with line-numbered witness chains, and the declared envelope."""
+    findings = [Finding.error("FT101", f"problem {i}", path=f"vllm/f{i}.py", line=i + 1, fix="move it")
+                for i in range(verify_md.MAX_ROWS + 5)]
+    v = Verdict(
+        tool_version="0.1.0", verdict="fail", mode="contribution", contribution="kimi_k3", model="kimi_k3",
+        findings=findings,
+        changed_files=[ChangedFile(path="kernels/kimi_k3/layer.py", status=ChangeStatus.ADDED,
+                                   engine_path="vllm/models/kimi_k3/x/layer.py", zone="model-local",
+                                   zone_kind="model-local")],
+        blast_radius=BlastRadius(computed=True, models=[AffectedModel(
+            name="alice_ai", kind="legacy", module="vllm.model_executor.models.alice_ai",
+            architectures=["AliceAIForCausalLM"],
+            witness=Witness(chain=["vllm.model_executor.models.alice_ai", "vllm.models.kimi_k3.ops"],
+                            lines=[69]))]),
+        envelope={"tp": [1], "batch": {"min": 1, "max": 64}}, fallback={"metric": "m_total"},
+        generated_at="2026-01-01T00:00:00Z",
+    )
+    text = verify_md.render(v, limit=md.STEP_SUMMARY_LIMIT)
+    assert text.count("| ❌ | FT101 |") == verify_md.MAX_ROWS
+    assert "_… 5 more findings not shown; the JSON verdict has them all_" in text
+    assert "Shortened to fit" not in text  # the cap is the report's design, not a truncation
+    assert "<summary>How to fix (1)</summary>" in text and "**FT101**: move it" in text
+    assert "<code>kernels/kimi\\_k3/layer.py</code> → <code>vllm/models/kimi\\_k3/x/layer.py</code>" in text
+    assert "model-local" in text and "<code>vllm.model\\_executor.models.alice\\_ai:69 → " in text
+    assert '"max": 64' in text and "```json" in text
+    short = verify_md.render(v, limit=md.MIN_LIMIT)
+    assert md.size(short) <= md.MIN_LIMIT
+    assert "Shortened to fit" in short and "more findings not shown" in short

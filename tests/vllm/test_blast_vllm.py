@@ -38,6 +38,7 @@ from fasttrack.changes.model import Change
 from fasttrack.commands.verify import VerifyOptions, run_verify
 from fasttrack.confinement.blast_radius import compute_blast_radius
 from fasttrack.confinement.graph import iter_package_files
+from fasttrack.findings import Severity
 from fasttrack.policy import load_policy
 from fasttrack.rules.blast import catalogue as blast_catalogue
 from fasttrack.rules.confinement import catalogue as confinement_catalogue
@@ -46,10 +47,12 @@ from fasttrack.verdict import ChangeStatus, Verdict
 
 pytestmark = pytest.mark.vllm_tree
 
-# Zones/hooks (FT10x) and the blast radius (FT11x) are asserted exactly. Escapes (FT12x) scan whole changed
-# files; where a scenario is not about escapes, its tests check only that they point at files the PR changed
-# (today FT125 flags torch op registrations already in deepseek_v2.py, FT124 the registrations in the renamed
-# kimi_gdn_linear_attn, FT126 an importlib call at registry.py:1138 that the registry edit did not touch).
+# Zones/hooks (FT10x), the blast radius (FT11x) and escapes (FT12x) are asserted exactly. Escapes scan whole
+# changed files; those the base revision of a modified or renamed file already had are infos, not the PR's:
+# FT125 on the torch op registration already in deepseek_v2.py (line 945), FT124 on the PluggableLayer
+# registration in the renamed kimi_gdn_linear_attn (line 155), FT126 on the computed import_module in
+# registry.py (base line 1137, 1138 after a one-line registry edit). Before the fix these were warnings on
+# lines the PR never touched (FT126 at 1138 was already a warning, so it was not even marked).
 CONFINEMENT_CODES = {r.code for c in (confinement_catalogue, blast_catalogue) for r in c.rules}
 ESCAPE_CODES = {r.code for r in escapes_catalogue.rules}
 KIMI_ARCHS = ["K3DSparkModel", "KimiK3ForConditionalGeneration", "KimiK3MTPModel", "KimiLinearForCausalLM"]
@@ -68,11 +71,16 @@ def confinement(v: Verdict) -> list[tuple[str, str | None]]:
 
 
 def escapes(v: Verdict) -> list[tuple[str, str | None, int | None]]:
-    return [(f.code, f.path, f.line) for f in v.findings if f.code in ESCAPE_CODES]
+    """The FT12x findings the PR is blamed for (errors and warnings)."""
+    return [(f.code, f.path, f.line) for f in v.findings
+            if f.code in ESCAPE_CODES and f.severity is not Severity.INFO]
 
 
-def escapes_only_in(v: Verdict, *paths: str) -> bool:
-    return all(path in paths for _, path, _ in escapes(v))
+def carried(v: Verdict) -> list[tuple[str, str | None, int | None]]:
+    """The FT12x infos: escapes the base revision of a changed file already had."""
+    found = [f for f in v.findings if f.code in ESCAPE_CODES and f.severity is Severity.INFO]
+    assert all("already in the base revision" in f.message for f in found)
+    return [(f.code, f.path, f.line) for f in found]
 
 
 def message(v: Verdict, code: str) -> str:
@@ -126,7 +134,7 @@ def test_change_to_a_shared_model_file_that_serves_many_architectures(vllm_repo:
     v = verify(vllm_repo, vllm_repo.pr(append={"vllm/model_executor/models/deepseek_v2.py": "\n_Z = 1\n"}))
     path = "vllm/model_executor/models/deepseek_v2.py"
     assert confinement(v) == [("FT101", path), ("FT110", path), ("FT112", None)]
-    assert escapes_only_in(v, path)
+    assert escapes(v) == [] and carried(v) == [("FT125", path, 945)]
     r = v.blast_radius
     assert r.models_total == 14 and r.shared_total == 0
     names = {m.name: m for m in r.models}
@@ -156,7 +164,7 @@ def test_change_hidden_in_sampling_next_to_model_files(vllm_repo: VllmRepo) -> N
     sampler = "vllm/v1/sample/sampler.py"
     v = verify(vllm_repo, vllm_repo.pr(append={DECODE: "\n_Y = 1\n", sampler: "\n_GREEDY_FAST = True\n"}))
     assert confinement(v) == [("FT102", sampler), ("FT110", sampler), ("FT112", None)]
-    assert escapes_only_in(v, sampler, DECODE)
+    assert escapes(v) == [] and carried(v) == []
     r = v.blast_radius
     assert sorted(m.name for m in r.models) == ["hy_v3_mtp", "hy_v4"]
     assert [(s.module, s.zone) for s in r.shared] == [
@@ -170,7 +178,7 @@ def test_change_hidden_in_kv_cache_code_next_to_model_files(vllm_repo: VllmRepo)
     kv = "vllm/v1/core/kv_cache_utils.py"
     v = verify(vllm_repo, vllm_repo.pr(append={DECODE: "\n_Y = 1\n", kv: "\n_BLOCK = 64\n"}))
     assert confinement(v) == [("FT102", kv), ("FT112", None)]
-    assert escapes_only_in(v, kv, DECODE)
+    assert escapes(v) == [] and carried(v) == []
     r = v.blast_radius
     assert r.models_total == 0 and r.shared_total == 28
     assert all(s.witness.chain[-1] == "vllm.v1.core.kv_cache_utils" for s in r.shared)
@@ -196,7 +204,7 @@ def test_renamed_shared_file(vllm_repo: VllmRepo) -> None:
     new = "vllm/model_executor/layers/mamba/gdn/kimi_gdn_linear_attn_v2.py"
     v = verify(vllm_repo, vllm_repo.pr(rename={old: new}))
     assert confinement(v) == [("FT101", old), ("FT101", new), ("FT110", old), ("FT112", None)]
-    assert escapes_only_in(v, new)
+    assert escapes(v) == [] and carried(v) == [("FT124", new, 155)]
     r = v.blast_radius
     assert r.removed_modules == ["vllm.model_executor.layers.mamba.gdn.kimi_gdn_linear_attn"]
     assert [(m.name, m.witness.lines if m.witness else None) for m in r.models] == [("alice_ai", [29])]
@@ -208,7 +216,7 @@ def test_out_of_root_symlink(vllm_repo: VllmRepo) -> None:
     link = "vllm/models/kimi_k3/nvidia/ops/sampler_link.py"
     v = verify(vllm_repo, vllm_repo.pr(symlink={link: "../../../../v1/sample/sampler.py"}))
     assert confinement(v) == [("FT105", link), ("FT112", None)]
-    assert escapes_only_in(v, link)
+    assert escapes(v) == [] and carried(v) == []
     r = v.blast_radius
     assert r.changed_modules == ["vllm.models.kimi_k3.nvidia.ops.sampler_link"]
     assert r.models == [] and r.shared == []
@@ -224,11 +232,34 @@ def test_registry_hook_edit(vllm_repo: VllmRepo) -> None:
     added = anchor + '    "KimiK3FastMTPModel": ("vllm.models.kimi_k3", "KimiK3MTP"),\n'
     v = verify(vllm_repo, vllm_repo.pr(write={reg: text.replace(anchor, added)}))
     assert confinement(v) == [("FT112", None)]
-    new_line = text[: text.index(anchor)].count("\n") + 2
-    assert escapes_only_in(v, reg) and all(line != new_line for _, _, line in escapes(v))
+    # The registry's own computed import_module (base line 1137) is not the edit's: an info. The only
+    # error is the missing manifest (FT200): this PR carries no contribution.
+    assert escapes(v) == [] and carried(v) == [("FT126", reg, 1138)]
+    assert [f.code for f in v.findings if f.severity is Severity.ERROR] == ["FT200"]
     r = v.blast_radius
     assert r.hubs_changed == {"vllm.model_executor.models.registry": 1}
     assert r.models == [] and r.shared == [] and r.architectures == ["KimiK3FastMTPModel"]
+
+
+def test_new_escapes_in_modified_shared_files_are_errors(vllm_repo: VllmRepo) -> None:
+    """What the PR adds to a shared file is its own: a monkeypatch appended to the registry (beside an
+    allowed registry line) is FT120 at its line (and FT104: not an allowed entry), and a second torch op
+    registration in deepseek_v2.py is FT125, while the escapes both files already had stay infos."""
+    reg = "vllm/model_executor/models/registry.py"
+    anchor = '    "KimiK3MTPModel": ("vllm.models.kimi_k3", "KimiK3MTP"),\n'
+    text = vllm_repo.read(reg)
+    patch = "\nimport vllm.v1.sample.sampler as _s\n_s.Sampler.forward = None\n"
+    added = anchor + '    "KimiK3FastMTPModel": ("vllm.models.kimi_k3", "KimiK3MTP"),\n'
+    v = verify(vllm_repo, vllm_repo.pr(write={reg: text.replace(anchor, added) + patch}))
+    last = len(text.splitlines()) + 1 + 3  # one registry line, then the blank line, import and assignment
+    assert escapes(v) == [("FT120", reg, last)] and carried(v) == [("FT126", reg, 1138)]
+    assert ("FT104", reg) in confinement(v)
+    ds2 = "vllm/model_executor/models/deepseek_v2.py"
+    op = ("\nfrom vllm.utils.torch_utils import direct_register_custom_op\n\n\n"
+          "def _fast(x):\n    return x\n\n\ndirect_register_custom_op('fast_qkv', _fast, mutates_args=[])\n")
+    v = verify(vllm_repo, vllm_repo.pr(append={ds2: op}))
+    end = len(vllm_repo.read(ds2).splitlines()) + op.count("\n")
+    assert escapes(v) == [("FT125", ds2, end)] and carried(v) == [("FT125", ds2, 945)]
 
 
 def test_build_file_edit(vllm_repo: VllmRepo) -> None:

@@ -3,8 +3,13 @@
     python -m kimi_k3.benchmarks.aot_stock [--tp 1] [--batch 1] [--context 4096]
 
 Runs `stock.forward` on `meta` tensors with the Triton launch intercepted; each launch is compiled with
-`triton.compile(..., target=GPUTarget("cuda", 90, 32))` (reusing `kimi_k3.fused.aot_check.compile_launch`)
-and `ptxas -v` reports registers, spills and shared memory. Costs no device time.
+`triton.compile(..., target=GPUTarget("cuda", 90, 32))` (reusing
+`kimi_k3.benchmarks.aot_fused.compile_launch`) and `ptxas -v` reports registers, spills and shared
+memory. Costs no device time.
+
+A developer tool, not shipping code. It swaps `JITFunction.run` (and the ops' `use_triton` switch) for one
+`check` call, restored in a `finally`, for the reason given in `aot_fused.py`: run the real host code on meta
+tensors without a GPU and capture each launch's arguments; fasttrack reports it as an FT120 warning.
 """
 
 from __future__ import annotations
@@ -19,8 +24,8 @@ def check(tp: int, batch: int, context: int) -> list[dict[str, Any]]:
     from triton.runtime.jit import JITFunction
 
     from kimi_k3 import stock
+    from kimi_k3.benchmarks.aot_fused import compile_launch
     from kimi_k3.config import K3LayerConfig
-    from kimi_k3.fused.aot_check import compile_launch
     from kimi_k3.layer import DecodeBatch, DecodeMeta
     from kimi_k3.weights import K3LayerWeights, expected_shapes
 

@@ -22,7 +22,6 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import time
 import traceback
 from collections.abc import Sequence
@@ -172,7 +171,6 @@ def measure_point(
 
 
 def stock_vs_reference(torch: Any, tp: int, batch: int, context: int) -> dict[str, Any]:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from kimi_k3.tests.test_gpu_layer import check_stock_point
 
     c = check_stock_point({"tp": tp, "batch": batch, "context": context, "dtype": "bfloat16"})

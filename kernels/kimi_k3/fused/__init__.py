@@ -2,7 +2,7 @@
 `kimi_k3.stock.forward`. Seven launches per layer, CUDA-graph capturable, no host sync, bit-reproducible.
 Design and measurements: fused/NOTES.md."""
 
-from kimi_k3.fused.launch import (
+from .launch import (
     KERNELS_PER_LAYER,
     Plan,
     forward,
@@ -11,7 +11,7 @@ from kimi_k3.fused.launch import (
     make_plan,
     run_planned,
 )
-from kimi_k3.fused.prep import FusedWeights, prepare
+from .prep import FusedWeights, prepare
 
 __all__ = [
     "KERNELS_PER_LAYER",

@@ -45,10 +45,6 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kimi_k3.fused import _interp
-
-_interp.apply()
-
 # Counter slots in the per-layer int32 `ctr` workspace (zeroed by CTA 0 of qkv_a_kernel every call).
 CTR_ATTN_TICKET = 0
 CTR_ATTN_HB = 1  # + head block (<= 15 head blocks)

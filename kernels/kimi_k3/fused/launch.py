@@ -9,14 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from kimi_k3.config import K3LayerConfig
-from kimi_k3.fused import prep
+from ..config import K3LayerConfig
+from . import prep
 
 if TYPE_CHECKING:
     import torch
 
-    from kimi_k3.layer import DecodeBatch
-    from kimi_k3.weights import K3LayerWeights
+    from ..layer import DecodeBatch
+    from ..weights import K3LayerWeights
 
 NUM_SMS = 132  # H200 SXM; only used to size grids (any value is correct)
 LOG2E = 1.4426950408889634
@@ -186,7 +186,7 @@ def make_plan(cfg: K3LayerConfig, B: int, max_context: int, *, gpu: bool = True,
 
 
 def _check_plan(cfg: K3LayerConfig, p: Plan) -> None:
-    from kimi_k3.fused import kernels as K
+    from . import kernels as K
 
     if cfg.qk_nope_head_dim % p.QB_CN or cfg.qk_rope_head_dim % p.QB_CN:
         raise ValueError("QB_CN must divide nope and rope dims")
@@ -215,7 +215,7 @@ def run_planned(
     """Launch the seven kernels; returns (hidden_out, residual_out, intermediates by name)."""
     import torch
 
-    from kimi_k3.fused import kernels as K
+    from . import kernels as K
 
     _check_plan(cfg, plan)
     p = plan

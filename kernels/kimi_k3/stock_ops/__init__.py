@@ -3,10 +3,10 @@
 Importing this package registers them as `torch.ops.kimi_k3_stock.*` (torch.library.triton_op), so
 torch.compile can trace into them."""
 
-from kimi_k3.stock_ops.activation import gate_sigmoid_mul, situ_and_mul
-from kimi_k3.stock_ops.mla_decode import mla_decode, q_concat_cache_insert
-from kimi_k3.stock_ops.moe import fused_experts, grouped_topk, moe_align_block_size
-from kimi_k3.stock_ops.norms import fused_add_rms_norm, q_kv_rms_norm, rms_norm
+from .activation import gate_sigmoid_mul, situ_and_mul
+from .mla_decode import mla_decode, q_concat_cache_insert
+from .moe import fused_experts, grouped_topk, moe_align_block_size
+from .norms import fused_add_rms_norm, q_kv_rms_norm, rms_norm
 
 __all__ = [
     "fused_add_rms_norm",

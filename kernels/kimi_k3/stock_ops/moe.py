@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kimi_k3.stock_ops._runtime import launcher, next_pow2, register, use_triton
+from ._runtime import launcher, next_pow2, register, use_triton
 
 
 # ---- routing ---------------------------------------------------------------------------------------------
@@ -388,7 +388,7 @@ def _experts_launch(
     beta: float,
     linear_beta: float,
 ) -> torch.Tensor:
-    from kimi_k3.stock_ops.activation import _situ_launch
+    from .activation import _situ_launch
 
     b, top_k = topk_ids.shape
     e = w13.shape[0]
@@ -436,7 +436,7 @@ def fused_experts(
         return torch.ops.kimi_k3_stock.fused_experts(lat, w13, w2, topk_weights, topk_ids, beta, linear_beta)
     if use_triton(lat):
         return _experts_launch(lat, w13, w2, topk_weights, topk_ids, beta, linear_beta)
-    from kimi_k3.stock_ops.activation import situ_and_mul
+    from .activation import situ_and_mul
 
     b, top_k = topk_ids.shape
     ids = topk_ids.long().view(-1)

@@ -10,7 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kimi_k3.stock_ops._runtime import launcher, next_pow2, register, use_triton
+from ._runtime import launcher, next_pow2, register, use_triton
 
 
 @triton.jit

@@ -61,6 +61,31 @@ def test_benchmark_case_is_none_without_cuda() -> None:
     assert benchmark_case({"gpu": "x", "tp": 1, "batch": 1, "context": 1, "dtype": "bfloat16"}) is None
 
 
+def test_compile_variant_only_at_batch_1_and_64_at_the_largest_context(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """benchmark_case asks for the (minutes-per-shape) torch.compile variant at two grid points only."""
+    from fasttrack.manifest import load_manifest
+    from kimi_k3 import bench
+    from kimi_k3.guard import MANIFEST_PATH
+
+    built: dict[tuple[int, int], bool] = {}
+
+    def fake_case(cfg: Any, weights: Any, *, batch: int, context: int, include_compile: bool) -> str:
+        built[(batch, context)] = include_compile
+        return "case"
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(bench, "cached_weights", lambda cfg, device: None)
+    monkeypatch.setattr(bench, "K3BenchmarkCase", fake_case)
+    points = load_manifest(MANIFEST_PATH).envelope.points()
+    for p in points:
+        point = {"gpu": p.gpu, "tp": p.tp, "batch": p.batch, "context": p.context, "dtype": p.dtype}
+        assert bench.benchmark_case(point) == "case"
+    assert len(built) == 10
+    assert {k for k, v in built.items() if v} == {(1, 32768), (64, 32768)}
+
+
 @pytest.mark.slow
 def test_equivalence_eval_machinery() -> None:
     spec = StackSpec(tiny=True, experts=16, layers=2, batch=2, prompt=20, steps=2, vocab=256)

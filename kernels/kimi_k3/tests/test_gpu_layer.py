@@ -1,13 +1,19 @@
-"""GPU evidence tests (marker `gpu`; skipped without CUDA — a skip is not a pass).
+"""GPU evidence tests of the stock path (marker `gpu`; skipped without CUDA — a skip is not a pass).
 
 - At every envelope point (`envelope_point`, parametrized by fasttrack's pytest plugin from the grid that
-  `fasttrack collect` passes): the stock path at real K3 shapes against the fp32 reference, mixed row
-  lengths up to the point's context, NaN-poisoned cache padding, each row's new cache slot checked and the
-  rest of the cache checked untouched. Reported through `fasttrack_record`.
-- Repeatability: the same inputs give bit-identical outputs over many runs at batch 1, 2 and 64, for the
-  stock path and the fused path (races show as run-to-run differences), eager and under CUDA-graph replay.
+  `fasttrack collect` passes; points of other hardware or TP skip with the reason): the stock path at real
+  K3 shapes against the fp32 reference, mixed row lengths up to the point's context, NaN-poisoned cache
+  padding, each row's new cache slot checked and the rest of the cache checked untouched. Reported through
+  `fasttrack_record`.
+- Repeatability: the same inputs give bit-identical outputs over 20 eager runs and 50 CUDA-graph replays at
+  batch 1, 2 and 64 (races show as run-to-run differences); the fused path's are in test_fused_gpu.py.
 - A CUDA graph of the stock layer replays correctly with new inputs copied into its static buffers.
-- `test_stock_tiny_on_gpu`: small shapes, fast: the subset the sanitizer runs (compute-sanitizer).
+- `test_stock_tiny_on_gpu`: small shapes, fast: a sanitizer test (compute-sanitizer, manifest
+  `sanitizer_tests`).
+
+Device time: the real-shape weights (60 GB at TP1) come from `bench.cached_weights`, built once per process
+and shared with test_fused_gpu.py; the non-point tests run at the envelope's lowest context so they reuse
+the kernels the point tests compiled.
 
 Tolerances (bf16), from `kimi_k3.reference.TOLERANCES`: relative L2 error per row, max over rows: layer
 output (MoE) 3e-2, attention output 3e-2, residual 1.5e-2, written cache latent 1e-2. bf16's unit roundoff
@@ -29,10 +35,13 @@ torch = pytest.importorskip("torch")
 from kimi_k3 import reference, stock  # noqa: E402
 from kimi_k3.bench import cached_weights  # noqa: E402
 from kimi_k3.config import K3LayerConfig  # noqa: E402
+from kimi_k3.guard import ENVELOPE  # noqa: E402
 from kimi_k3.layer import DecodeBatch, random_batch  # noqa: E402
+from kimi_k3.tests._gpu_points import skip_unless_runnable_here  # noqa: E402
 from kimi_k3.weights import K3LayerWeights  # noqa: E402
 
 pytestmark = pytest.mark.gpu
+CONTEXT = ENVELOPE.context_min  # context of the non-point tests (inside the envelope)
 
 
 def _lens(batch: int, context: int, seed: int) -> list[int]:
@@ -42,14 +51,6 @@ def _lens(batch: int, context: int, seed: int) -> list[int]:
     if batch > 1:
         lens[-1] = 1
     return lens
-
-
-def _fused_forward() -> Any:
-    try:
-        from kimi_k3 import fused
-    except ImportError:
-        return None
-    return getattr(fused, "forward", None)
 
 
 def check_stock_point(point: dict[str, Any]) -> reference.Comparison:
@@ -74,8 +75,7 @@ def check_stock_point(point: dict[str, Any]) -> reference.Comparison:
 def test_stock_matches_reference_at_envelope_point(
     envelope_point: dict[str, Any], fasttrack_record: Any
 ) -> None:
-    if envelope_point["dtype"] != "bfloat16":
-        pytest.skip("the stock path is bf16 only")
+    skip_unless_runnable_here(envelope_point, path="stock")
     c = check_stock_point(envelope_point)
     fasttrack_record(
         max_error=c.hidden_err,
@@ -120,25 +120,21 @@ def _graphed(cfg: K3LayerConfig, w: K3LayerWeights, batch: DecodeBatch, forward:
 
 
 @pytest.mark.parametrize("bsz", [1, 2, 64])
-@pytest.mark.parametrize("path", ["stock", "fused"])
-def test_repeatable_bitwise(path: str, bsz: int) -> None:
-    forward = stock.forward if path == "stock" else _fused_forward()
-    if forward is None:
-        pytest.skip("kimi_k3.fused is not importable")
+def test_stock_repeatable_bitwise(bsz: int) -> None:
     cfg = K3LayerConfig.real(1)
     w = cached_weights(cfg, "cuda")
-    batch = random_batch(cfg, _lens(bsz, 4096, seed=bsz), device="cuda", seed=bsz)
-    eager_diff = _repeat(lambda b: forward(cfg, w, b), batch, runs=20)
-    graph_diff = _repeat(_graphed(cfg, w, batch, forward), batch, runs=50)
+    batch = random_batch(cfg, _lens(bsz, CONTEXT, seed=bsz), device="cuda", seed=bsz)
+    eager_diff = _repeat(lambda b: stock.forward(cfg, w, b), batch, runs=20)
+    graph_diff = _repeat(_graphed(cfg, w, batch, stock.forward), batch, runs=50)
     assert (eager_diff, graph_diff) == (0, 0), (
-        f"{path} b{bsz}: {eager_diff} eager / {graph_diff} replays differ"
+        f"stock b{bsz}: {eager_diff} eager / {graph_diff} replays differ"
     )
 
 
 def test_graph_replay_with_new_inputs_matches_eager() -> None:
     cfg = K3LayerConfig.real(1)
     w = cached_weights(cfg, "cuda")
-    batch = random_batch(cfg, _lens(8, 4096, seed=8), device="cuda", seed=8)
+    batch = random_batch(cfg, _lens(8, CONTEXT, seed=8), device="cuda", seed=8)
     replay = _graphed(cfg, w, batch, stock.forward)
     g = torch.Generator(device="cuda").manual_seed(99)
     for _ in range(3):

@@ -15,7 +15,7 @@ from kimi_k3.layer import DecodeMeta
 
 INSIDE = DecodeMeta(
     batch=1,
-    max_context=4096,
+    max_context=32768,
     tp=1,
     dtype="bfloat16",
     graph_mode="full",
@@ -40,9 +40,13 @@ EDGES = [
     ({"batch": 64}, None),
     ({"batch": 0}, "batch"),
     ({"batch": 65}, "batch"),
-    ({"max_context": 1}, None),
+    # context 16384..32768 (fasttrack.toml says why: where fused is measured faster than stock)
+    ({"max_context": 16384}, None),
     ({"max_context": 32768}, None),
+    ({"max_context": 16383}, "context"),
     ({"max_context": 32769}, "context"),
+    ({"max_context": 4096}, "context"),
+    ({"max_context": 1}, "context"),
     ({"max_context": 0}, "context"),
     ({"tp": 2}, "tp"),
     ({"tp": 8}, "tp"),
@@ -87,6 +91,20 @@ def test_counter_moves_and_logs_once_per_reason(caplog: pytest.LogCaptureFixture
     assert sum("reason=mixed_prefill" in m for m in lines) == 1
     assert sum("reason=batch" in m for m in lines) == 1
     assert all(METRIC_NAME in m for m in lines)
+
+
+def test_short_context_falls_back_with_reason_counted_and_logged(caplog: pytest.LogCaptureFixture) -> None:
+    """Below the envelope's lower context edge the layer runs stock, visibly: counted and logged once."""
+    guard, reg = _guard()
+    short = dataclasses.replace(INSIDE, max_context=ENVELOPE.context_min - 1, batch=8)
+    with caplog.at_level(logging.WARNING, logger="kimi_k3.guard"):
+        for _ in range(3):
+            assert guard.decide(short) == (False, "context")
+        assert guard.decide(dataclasses.replace(short, max_context=ENVELOPE.context_min)).use_fused
+    assert _count(reg, "context") == 3.0
+    lines = [r.getMessage() for r in caplog.records if r.name == "kimi_k3.guard"]
+    assert len(lines) == 1 and "reason=context" in lines[0]
+    assert f"context={ENVELOPE.context_min - 1}" in lines[0]
 
 
 def test_fused_unavailable_falls_back_visibly() -> None:

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry  # noqa: E402
 
 from kimi_k3 import stock  # noqa: E402
 from kimi_k3.config import K3LayerConfig  # noqa: E402
-from kimi_k3.guard import METRIC_NAME, Guard  # noqa: E402
+from kimi_k3.guard import ENVELOPE, METRIC_NAME, Guard  # noqa: E402
 from kimi_k3.layer import DecodeBatch, KimiK3DecodeLayer, Workspace, random_batch  # noqa: E402
 from kimi_k3.weights import K3LayerWeights  # noqa: E402
 
@@ -33,7 +33,10 @@ def test_layer_dispatches_through_the_guard(tiny_cfg: K3LayerConfig, tiny_weight
     reg = CollectorRegistry()
     layer = KimiK3DecodeLayer(tiny_cfg, tiny_weights, guard=Guard(registry=reg), fused_forward=fake_fused)
     batch = random_batch(tiny_cfg, [3, 9], seed=2)
-    inside = dataclasses.replace(batch.meta, device_capability=(9, 0), device_name="NVIDIA H200")
+    # the guard reads host facts only: declare a context inside the envelope (16384..32768) for this step
+    inside = dataclasses.replace(
+        batch.meta, max_context=ENVELOPE.context_min, device_capability=(9, 0), device_name="NVIDIA H200"
+    )
     out, res = layer(batch.hidden, batch.residual, batch.kv_cache, batch.block_table, batch.seq_lens, inside)
     assert layer.last_path == "fused" and calls == ["fused"]
     mixed = dataclasses.replace(inside, num_prefill_rows=1)
@@ -42,6 +45,10 @@ def test_layer_dispatches_through_the_guard(tiny_cfg: K3LayerConfig, tiny_weight
     assert reg.get_sample_value(METRIC_NAME, {"reason": "mixed_prefill"}) == 1.0
     # same inputs, same (stock) math behind both decisions here
     assert torch.equal(out, out2) and torch.equal(res, res2)
+    short = dataclasses.replace(inside, max_context=ENVELOPE.context_min - 1)
+    layer(batch.hidden, batch.residual, batch.kv_cache, batch.block_table, batch.seq_lens, short)
+    assert layer.last_path == "stock" and calls == ["fused"]
+    assert reg.get_sample_value(METRIC_NAME, {"reason": "context"}) == 1.0
 
 
 def test_layer_rejects_weights_of_another_config(tiny_weights: K3LayerWeights) -> None:

@@ -1,12 +1,19 @@
 """Compile every fused kernel of a plan for sm_90 on a machine without a GPU and report its resources.
 
-    python -m kimi_k3.fused.aot_check --tp 1 --batch 1 [--context 4096] [--override KEY=VALUE ...]
+    python -m kimi_k3.benchmarks.aot_fused --tp 1 --batch 1 [--context 4096] [--override KEY=VALUE ...]
 
 Runs `forward_planned` on `meta` tensors (real shapes, no memory), intercepts each launch, compiles it with
 `triton.compile(..., target=GPUTarget("cuda", 90, 32))` using the same argument specialisation the JIT would
 (16-byte aligned pointers, ints divisible by 16), then runs the bundled `ptxas -v` on the PTX. Prints
 registers, spills, shared memory and whether the K loops were software-pipelined (cp.async in the IR).
 Costs no device time; catches shared-memory overflows and register spills before a GPU run.
+
+A developer tool, not shipping code (it lived in `fused/` before; it moved here so no shipping module swaps
+Triton internals). Why it swaps `JITFunction.run` for the duration of one `check` call: the launches must go
+through the real host code (`launch.forward_planned`, so the argument lists and constexprs are exactly the
+ones the GPU sees), but on `meta` tensors with no GPU present, where launching is impossible; Triton has no
+public hook that hands back a launch's bound arguments without running it. The original is restored in a
+`finally`. fasttrack reports the assignment as an FT120 warning (a benchmark file no shipping file imports).
 """
 
 from __future__ import annotations
@@ -129,6 +136,7 @@ def check(tp: int, batch: int, context: int, override: dict[str, Any] | None = N
         r["grid"] = grid
         out.append(r)
 
+    # intercept launches for this call only (see the module docstring for why); restored below
     JITFunction.run = fake_run  # type: ignore[method-assign]
     try:
         launch.forward_planned(cfg, w, b, plan)

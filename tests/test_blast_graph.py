@@ -142,3 +142,19 @@ def test_a_vouched_tree_id_keys_the_cache_without_reading_files(tree: Path, tmp_
     assert not other.from_cache and other.key != cold.key
     by_content = load(None)
     assert not by_content.from_cache and by_content.key != cold.key  # the two kinds of key never mix
+
+
+def test_one_cache_root_for_every_part(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Materialised trees, graphs, overlays and engine trees share one helper, so $FASTTRACK_CACHE_DIR (or
+    $XDG_CACHE_HOME) moves all of them."""
+    from fasttrack import cache
+    from fasttrack.changes import git
+    from fasttrack.confinement import graph
+
+    assert git.cache_root is cache.cache_root and graph.cache_root is cache.cache_root
+    monkeypatch.delenv("FASTTRACK_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache.cache_root() == tmp_path / "xdg" / "fasttrack"
+    monkeypatch.setenv("FASTTRACK_CACHE_DIR", "~/ft-cache")
+    assert cache.cache_root() == Path.home() / "ft-cache"
+    assert graph.default_graph_cache_dir() == Path.home() / "ft-cache" / "graphs"

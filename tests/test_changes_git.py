@@ -270,7 +270,8 @@ def test_a_checkout_at_the_head_is_analysed_in_place(make_repo: MakeRepo, isolat
     assert materialize_revision(repo.path, rev) == isolated_cache / "trees" / rev.tree
 
 
-@pytest.mark.parametrize("spoil", ["untracked", "ignored", "edited", "staged", "crlf", "symlink", "other"])
+@pytest.mark.parametrize("spoil", ["untracked", "ignored", "pycache-py", "edited", "staged", "crlf",
+                                   "symlink", "other"])
 def test_a_checkout_that_differs_from_the_head_is_not_reused(make_repo: MakeRepo, isolated_cache: Path,
                                                               spoil: str) -> None:
     """Anything the copy would not hold, or hold differently, sends verify to the materialised copy: an
@@ -282,6 +283,9 @@ def test_a_checkout_that_differs_from_the_head_is_not_reused(make_repo: MakeRepo
         (repo.path / "vllm/models/kimi_k3/draft.py").write_text("import os\n")
     elif spoil == "ignored":
         (repo.path / "vllm/notes.log").write_text("x\n")
+    elif spoil == "pycache-py":  # only bytecode may hide in __pycache__
+        (repo.path / "vllm/__pycache__").mkdir()
+        (repo.path / "vllm/__pycache__/sitecustomize.py").write_text("import os\n")
     elif spoil == "edited":
         (repo.path / "vllm/models/kimi_k3/ops.py").write_text("A = 9\n")
     elif spoil == "staged":

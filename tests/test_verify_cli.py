@@ -361,6 +361,22 @@ def test_rules_lists_every_code(monkeypatch: MP, capsys: Cap) -> None:
     assert code == 0 and out.startswith("FT104 [confinement]") and "hook" in out
 
 
+def test_the_graph_cache_is_keyed_by_the_head_tree(engine: GitRepo, monkeypatch: MP) -> None:
+    """In range mode the head is a git tree: its sha keys the graph cache, so no file is hashed for the key
+    (a warm run reads the cached graph only)."""
+    from fasttrack.confinement import graph
+
+    engine.commit({f"{K3}/model.py": "class K3:\n    fast = True\n"})
+    opts = VerifyOptions(repo=engine.path, base="HEAD~1", head="HEAD", policy=POLICY)
+
+    def no_hashing(*a: Any, **k: Any) -> Any:
+        raise AssertionError("the tree was hashed: tree_id not passed")
+
+    monkeypatch.setattr(graph, "tree_key", no_hashing)
+    first, second = run_verify(opts).blast_radius, run_verify(opts).blast_radius
+    assert first.computed and not first.graph_cached and second.graph_cached
+
+
 def test_copying_from_another_model_does_not_touch_it(engine: GitRepo) -> None:
     engine.commit({f"{K3}/borrowed.py": ENGINE["vllm/models/step5/model.py"]})
     v = run_verify(VerifyOptions(repo=engine.path, base="HEAD~1", head="HEAD", policy=POLICY))

@@ -1,6 +1,6 @@
 """The change set between two revisions of a git checkout, from git's plumbing (subprocess, no GitPython).
 
-Three `git diff-tree` passes over the same pair of trees, joined by path:
+One `git diff-tree` run over the pair of trees with three outputs, joined by path:
 
 - `--raw -z` for the structure (status, both modes, both object ids, both sides of renames and copies);
 - `--numstat -z` for line counts and binary detection (`-` counts);
@@ -337,16 +337,30 @@ def _status(entry: _RawEntry) -> ChangeStatus:
     return status
 
 
+def _split_diff_output(out: bytes) -> tuple[bytes, bytes, bytes]:
+    """Split one `diff-tree --raw --numstat -p -z` run (rename and copy detection done once, not three
+    times): git writes the raw records, then the numstat records (NUL-terminated, no empty record among
+    them: paths are never empty), then an empty record, then the patch text."""
+    cut = out.find(b"\0\0")
+    head, patch = (out, b"") if cut < 0 else (out[: cut + 1], out[cut + 2:])
+    tokens = head.split(b"\0")
+    i = 0
+    while i < len(tokens) and tokens[i].startswith(b":"):
+        status = tokens[i].rsplit(b" ", 1)[-1][:1]
+        i += 3 if status in (b"R", b"C") else 2  # a rename or copy record names both paths
+    return b"\0".join(tokens[:i]), b"\0".join(tokens[i:]), patch
+
+
 def diff_trees(repo: Path, base_tree: str, head_tree: str) -> tuple[Change, ...]:
     """Every change from `base_tree` to `head_tree` (both sides of renames and copies, modes, symlinks...)."""
-    raw = _parse_raw(run_git(repo, "diff-tree", "--raw", "-z", "--abbrev=40", *_DIFF_FLAGS,
-                             base_tree, head_tree).stdout)
+    out = run_git(repo, "diff-tree", "--raw", "--numstat", "-p", "-z", "-U0", "--abbrev=40",
+                  "--src-prefix=a/", "--dst-prefix=b/", *_DIFF_FLAGS, base_tree, head_tree).stdout
+    raw_part, numstat_part, patch_part = _split_diff_output(out)
+    raw = _parse_raw(raw_part)
     if not raw:
         return ()
-    stats = _parse_numstat(run_git(repo, "diff-tree", "--numstat", "-z", *_DIFF_FLAGS,
-                                   base_tree, head_tree).stdout)
-    patch = _parse_patch(run_git(repo, "diff-tree", "-p", "-U0", "--src-prefix=a/", "--dst-prefix=b/",
-                                 *_DIFF_FLAGS, base_tree, head_tree).stdout)
+    stats = _parse_numstat(numstat_part)
+    patch = _parse_patch(patch_part)
     changes: list[Change] = []
     for e in raw:
         old_mode, new_mode = _mode(e.old_mode), _mode(e.new_mode)
@@ -578,6 +592,16 @@ def _blob_id(path: bytes, fmt: str) -> str | None:
         os.close(fd)
 
 
+def _only_bytecode(repo: Path, other: str) -> bool:
+    """An untracked entry that cannot change the analysis: a `__pycache__/` directory of .pyc files."""
+    if other.rstrip("/").rsplit("/", 1)[-1] != "__pycache__":
+        return False
+    for _, dirs, names in os.walk(repo / other):
+        if dirs or not all(n.endswith(".pyc") for n in names):
+            return False
+    return True
+
+
 def checkout_holds_tree(repo: Path, tree: str) -> bool:
     """Whether the checkout at `repo` (its top level) holds exactly `tree`'s files, byte for byte, and no
     other file but `__pycache__` directories, so that it can be analysed in place instead of a copy.
@@ -586,8 +610,8 @@ def checkout_holds_tree(repo: Path, tree: str) -> bool:
     file whose bytes, as they are on disk (no attribute, eol conversion or filter applies), have the tree's
     blob id; the tree has no symlink and no
     submodule (a copy drops links that leave the tree and empties submodules; a checkout would not); no
-    untracked or ignored file (`ls-files -o`, without exclude rules) except `__pycache__/`. Any doubt (a
-    bare repository, an odd path, an error) is False.
+    untracked or ignored file (`ls-files -o`, without exclude rules) except `__pycache__/` directories of
+    `.pyc` files. Any doubt (a bare repository, an odd path, an error) is False.
     A file edited while fasttrack runs is not seen: as with `--head WORKTREE`, do not edit the checkout
     under a running verify.
     """
@@ -609,8 +633,7 @@ def checkout_holds_tree(repo: Path, tree: str) -> bool:
             if not _safe_relpath(path) or _blob_id(base + b"/" + os.fsencode(path), fmt) != oid:
                 return False
         others = run_git(repo, "ls-files", "-o", "-z", "--directory", "--no-empty-directory").stdout
-        return all(_decode(o).rstrip("/").rsplit("/", 1)[-1] == "__pycache__"
-                   for o in others.split(b"\0") if o)
+        return all(_only_bytecode(repo, _decode(o)) for o in others.split(b"\0") if o)
     except (OSError, RuntimeError, ValueError, InputError):
         return False
 

@@ -73,7 +73,8 @@ class AffectedShared(Strict):
     zone_kind: str | None = None
     witness: Witness
     path: str | None = None
-    hub: bool = False  # a policy hub module (registry-like call-in point): reported, its importers not followed
+    # A policy hub module (registry-like call-in point): reported, its importers not followed.
+    hub: bool = False
 
 
 class BlastRadius(Strict):

@@ -606,14 +606,14 @@ def checkout_holds_tree(repo: Path, tree: str) -> bool:
     """Whether the checkout at `repo` (its top level) holds exactly `tree`'s files, byte for byte, and no
     other file but `__pycache__` directories, so that it can be analysed in place instead of a copy.
 
-    Conservative: the index tracks exactly the tree's paths (nothing staged on top); every file is a regular
-    file whose bytes, as they are on disk (no attribute, eol conversion or filter applies), have the tree's
-    blob id; the tree has no symlink and no
-    submodule (a copy drops links that leave the tree and empties submodules; a checkout would not); no
-    untracked or ignored file (`ls-files -o`, without exclude rules) except `__pycache__/` directories of
-    `.pyc` files. Any doubt (a bare repository, an odd path, an error) is False.
-    A file edited while fasttrack runs is not seen: as with `--head WORKTREE`, do not edit the checkout
-    under a running verify.
+    Conservative: HEAD's tree is `tree`; the index tracks exactly the tree's paths (nothing staged on top);
+    every file is a regular file whose bytes, as they are on disk (no attribute, eol conversion or filter
+    applies), have the tree's blob id; the tree has no symlink and no submodule (a copy drops links that leave
+    the tree and empties submodules; a checkout would not); no untracked or ignored file (`ls-files -o`,
+    without exclude rules) except `__pycache__/` directories of `.pyc` files. Any doubt (a bare repository, an
+    odd path, an error) is False.
+    The check is made once, before the analysis: a file edited while fasttrack runs may be analysed as
+    edited (as with `--head WORKTREE`), so do not edit the checkout under a running verify.
     """
     try:
         inside = run_git(repo, "rev-parse", "--is-inside-work-tree", "--show-toplevel", check=False)
@@ -621,6 +621,9 @@ def checkout_holds_tree(repo: Path, tree: str) -> bool:
         if inside.returncode != 0 or len(lines) < 2 or lines[0] != "true" or \
                 Path(lines[1]).resolve() != repo.resolve():
             return False
+        at = run_git(repo, "rev-parse", "-q", "--verify", "HEAD^{tree}", check=False)
+        if at.returncode != 0 or _decode(at.stdout).strip() != tree:
+            return False  # checked out elsewhere: do not read every file to find out
         entries = _list_tree(repo, tree)
         index = run_git(repo, "ls-files", "-z").stdout
         if sorted(_decode(p) for p in index.split(b"\0") if p) != sorted(e[3] for e in entries):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import marshal
 import os
 import shutil
 import time
@@ -80,6 +81,22 @@ def test_corrupt_cache_is_rebuilt(tree: Path, tmp_path: Path) -> None:
     cold.cache_file.write_text('{"format": 1, "key": "truncated')
     again = load_module_graph(tree, "vllm", exclude_type_checking=True, cache_dir=cache)
     assert not again.from_cache and again.graph.importers_of == cold.graph.importers_of
+    assert load_module_graph(tree, "vllm", exclude_type_checking=True, cache_dir=cache).from_cache
+
+
+def test_a_cache_file_of_the_wrong_shape_is_rebuilt(tree: Path, tmp_path: Path) -> None:
+    """The cache is marshal data; a well-formed marshal file with the right key but wrong types is a miss."""
+    cache = tmp_path / "graphs"
+    cold = load_module_graph(tree, "vllm", exclude_type_checking=True, cache_dir=cache)
+    assert cold.cache_file is not None and cold.cache_file.suffix == ".graph"
+    fmt, key, package, modules, files, imports = marshal.loads(cold.cache_file.read_bytes())
+    bad_rows = (("vllm.a", "vllm.b", (("1", "import b"),)),)  # a line number that is not an int
+    for bad in ((fmt, key, package, (1, 2), files, imports), (fmt, key, package, modules, files, bad_rows),
+                (fmt, key, package, modules, files, (("vllm.a",),)), (fmt + 1, key, package, modules, files,
+                                                                        imports)):
+        cold.cache_file.write_bytes(marshal.dumps(bad))
+        again = load_module_graph(tree, "vllm", exclude_type_checking=True, cache_dir=cache)
+        assert not again.from_cache and again.graph.importers_of == cold.graph.importers_of
     assert load_module_graph(tree, "vllm", exclude_type_checking=True, cache_dir=cache).from_cache
 
 

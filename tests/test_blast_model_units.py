@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import marshal
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,35 @@ def test_registry_read_statically(tmp_path: Path) -> None:
     ]
     assert reg.by_module()["vllm.model_executor.models.gamma"] == ["GammaForCausalLM", "GammaV2ForCausalLM"]
     assert reg.entries[0].line == 2
+
+
+def test_registry_cache_is_keyed_by_content_and_survives_corruption(tmp_path: Path) -> None:
+    tree = write_tree(tmp_path / "t")
+    layout = make_policy().models
+    cache = tmp_path / "cache"
+    plain = read_registry(tree, layout, "vllm")
+    cold = read_registry(tree, layout, "vllm", cache_dir=cache)
+    stored = list(cache.glob("registry-*.bin"))
+    assert cold == plain and len(stored) == 1
+    # A hit reads the stored entries, not the source: swap in a marker row under the same key and see it.
+    key, _rows = marshal.loads(stored[0].read_bytes())
+    stored[0].write_bytes(marshal.dumps((key, (("MarkerForCausalLM", "vllm.models.alpha", "M", 1, 1),))))
+    hit = read_registry(tree, layout, "vllm", cache_dir=cache)
+    assert [e.architecture for e in hit.entries] == ["MarkerForCausalLM"]
+    stored[0].write_bytes(b"\x00garbage")  # corrupt: parsed again, rewritten
+    assert read_registry(tree, layout, "vllm", cache_dir=cache) == plain
+    assert read_registry(tree, layout, "vllm", cache_dir=cache) == plain
+    # An edit is a miss: the new entry is seen, and a second file is written.
+    reg = tree / "vllm/model_executor/models/registry.py"
+    reg.write_text(reg.read_text().replace("DeltaForCausalLM", "EpsilonForCausalLM"))
+    edited = read_registry(tree, layout, "vllm", cache_dir=cache)
+    assert "EpsilonForCausalLM" in {e.architecture for e in edited.entries}
+    assert "DeltaForCausalLM" not in {e.architecture for e in edited.entries}
+    assert len(list(cache.glob("registry-*.bin"))) == 2
+    # A broken registry is an error whether or not a cache is given (errors are never cached).
+    reg.write_text("_X = {\n")
+    with pytest.raises(RegistryError, match="cannot read the registry"):
+        read_registry(tree, layout, "vllm", cache_dir=cache)
 
 
 def test_registry_missing_or_broken(tmp_path: Path) -> None:

@@ -122,7 +122,7 @@ def _compute(policy: Policy, head_dir: Path, changes: tuple[Change, ...], model:
     load = load_module_graph(head_dir, spec.root_package,
                              exclude_type_checking=spec.exclude_type_checking_imports,
                              cache_dir=cache_dir, tree_id=tree_id)
-    walk = _Walk(policy, head_dir, model, load.graph, present, removed)
+    walk = _Walk(policy, head_dir, model, load.graph, present, removed, cache_dir)
     walk.run()
     return walk.radius(changes, load)
 
@@ -131,7 +131,7 @@ class _Walk:
     """One blast-radius computation over a loaded graph (the steps of the module doc, one method each)."""
 
     def __init__(self, policy: Policy, head_dir: Path, model: str | None, graph: ModuleGraph,
-                 present: dict[str, str], removed: dict[str, str]) -> None:
+                 present: dict[str, str], removed: dict[str, str], cache_dir: Path | None = None) -> None:
         self.policy = policy
         self.spec = policy.blast_radius
         self.model = model
@@ -142,7 +142,7 @@ class _Walk:
         self.starts = sorted(self.changed)
         self.scopes = SourceScopes(head_dir)
         self.units = UnitIndex(policy.models, self.spec.root_package)
-        self.registry = read_registry(head_dir, policy.models, self.spec.root_package)
+        self.registry = read_registry(head_dir, policy.models, self.spec.root_package, cache_dir=cache_dir)
         self.by_module = self.registry.by_module()
         # Importers of modules grimp's graph lacks (deleted, renamed away, in a directory without
         # __init__.py), read from the head sources; and which of those imports sit in a function.

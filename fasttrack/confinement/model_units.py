@@ -15,6 +15,10 @@ that does not start with the root package is relative to the legacy directory, a
 from __future__ import annotations
 
 import ast
+import hashlib
+import marshal
+import os
+import tempfile
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -109,19 +113,73 @@ class UnitIndex:
         return self.unit_of_path(path)
 
 
-def read_registry(root: Path, layout: ModelLayout, package: str) -> Registry:
-    """Architectures -> modules from the registry file, read with ast. A missing file is an empty registry."""
+_REGISTRY_CACHE_FORMAT = 1
+
+
+def _registry_key(raw: bytes, legacy_mod: str, package: str) -> str:
+    h = hashlib.sha256(f"fasttrack-registry/{_REGISTRY_CACHE_FORMAT}/{legacy_mod}/{package}\n".encode())
+    h.update(raw)
+    return h.hexdigest()
+
+
+def _cached_entries(path: Path, key: str) -> tuple[RegistryEntry, ...] | None:
+    """The entries stored under `path` for `key` (marshal: a tuple of (str, str, str, int, int) rows), or
+    None for a miss, a corrupt file or another key."""
+    try:
+        data = marshal.loads(path.read_bytes())
+    except (OSError, EOFError, ValueError, TypeError):
+        return None
+    if not (isinstance(data, tuple) and len(data) == 2 and data[0] == key and isinstance(data[1], tuple)):
+        return None
+    out = []
+    for row in data[1]:
+        if not (isinstance(row, tuple) and len(row) == 5 and all(type(v) is str for v in row[:3])
+                and all(type(v) is int for v in row[3:])):
+            return None
+        out.append(RegistryEntry(*row))
+    return tuple(out)
+
+
+def _store_entries(path: Path, key: str, entries: tuple[RegistryEntry, ...]) -> None:
+    """Write atomically; a failure only costs speed."""
+    rows = tuple((e.architecture, e.module, e.class_name, e.line, e.end_line) for e in entries)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".registry-", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(marshal.dumps((key, rows)))
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError:
+        return
+
+
+def read_registry(root: Path, layout: ModelLayout, package: str, *,
+                  cache_dir: Path | None = None) -> Registry:
+    """Architectures -> modules from the registry file, read with ast. A missing file is an empty registry.
+
+    With `cache_dir`, the entries are kept there keyed by a digest of the file's bytes (and the package
+    names), so an unchanged registry is not parsed again (about 30 ms for vLLM's); `None` never caches.
+    """
     if not layout.registry:
         return Registry(path=None, note="the policy names no registry")
     rel = layout.registry
     p = root / rel
     if p.is_symlink() or not p.is_file():
         return Registry(path=rel, note=f"{rel} is not in the tree")
+    legacy_mod = _dir_module(layout.legacy_dir) if layout.legacy_dir else package
+    raw = p.read_bytes()
+    digest = _registry_key(raw, legacy_mod, package)
+    cache_file = cache_dir / f"registry-{digest[:40]}.bin" if cache_dir is not None else None
+    if cache_file is not None and (hit := _cached_entries(cache_file, digest)) is not None:
+        return Registry(path=rel, entries=hit)
     try:
-        tree = ast.parse(p.read_text(encoding="utf-8"), filename=rel)
+        tree = ast.parse(raw.decode("utf-8"), filename=rel)
     except (SyntaxError, UnicodeDecodeError, ValueError) as exc:
         raise RegistryError(f"{rel}: cannot read the registry statically: {exc}") from None
-    legacy_mod = _dir_module(layout.legacy_dir) if layout.legacy_dir else package
     entries: list[RegistryEntry] = []
     for node in tree.body:
         value = node.value if isinstance(node, ast.Assign | ast.AnnAssign) else None
@@ -139,6 +197,8 @@ def read_registry(root: Path, layout: ModelLayout, package: str) -> Registry:
                 mod_name = f"{legacy_mod}.{mod_name}"
             entries.append(RegistryEntry(key.value, mod_name, cls_name, key.lineno,
                                          val.end_lineno or key.lineno))
+    if cache_file is not None:
+        _store_entries(cache_file, digest, tuple(entries))
     return Registry(path=rel, entries=tuple(entries))
 
 

@@ -72,7 +72,7 @@ Scalar = str | int | float | bool | None
 class Strict(BaseModel):
     """Unknown keys are errors; NaN and infinities are errors; models are immutable."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
 
 
 class Point(Strict):
@@ -178,7 +178,7 @@ class Variant(Strict):
     variant ran on; `per_gpu` says its samples are already normalised per GPU.
     """
 
-    model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False, defer_build=True)
 
     samples_us: list[float] = Field(max_length=MAX_SAMPLES)
     kernels_per_step: int | None = Field(default=None, ge=0)

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     import torch
 
     from .guard import Guard
+    from .tp import TPGroup
 
 GraphMode = Literal["full", "piecewise", "none"]
 ForwardFn = Callable[[K3LayerConfig, K3LayerWeights, "DecodeBatch"], "tuple[torch.Tensor, torch.Tensor]"]
@@ -132,6 +133,9 @@ class DecodeBatch:
     seq_lens: torch.Tensor
     meta: DecodeMeta
     workspace: Workspace | None = None
+    # The tensor-parallel group (None: TP 1). With tp.world > 1 the weights are this rank's shard and every
+    # rank calls forward with the same hidden/residual (replicated activations, as in vLLM).
+    tp: TPGroup | None = None
 
     @property
     def batch(self) -> int:

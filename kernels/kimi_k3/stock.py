@@ -55,6 +55,10 @@ def forward_with_aux(
 
     eps = cfg.rms_norm_eps
     b = batch.hidden.shape[0]
+    tp = batch.tp if batch.tp is not None and batch.tp.world > 1 else None
+    # tp None with cfg.tp > 1: one rank's shard computed alone, without collectives (shard benchmarks only)
+    if tp is not None and tp.world != cfg.tp:
+        raise ValueError(f"weights are a TP-{cfg.tp} shard but the batch's TP group has {tp.world} ranks")
     lh, nope, rope, v = cfg.local_heads, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
     kvl, ql_rank = cfg.kv_lora_rank, cfg.q_lora_rank
 
@@ -75,6 +79,8 @@ def forward_with_aux(
     if cfg.use_output_gate:
         attn = ops.gate_sigmoid_mul(attn, qkvg[:, cfg.qkv_a_rows :])
     attn_out = F.linear(attn, w.w_o)
+    if tp is not None:
+        tp.all_reduce_(attn_out)  # RowParallelLinear(o_proj): all-reduce of the partial sums (NCCL / gloo)
 
     # ---- latent MoE ----
     x2, residual = ops.fused_add_rms_norm(attn_out, residual, w.post_norm, eps)
@@ -84,9 +90,19 @@ def forward_with_aux(
         logits, w.e_score_correction_bias, cfg.top_k, cfg.moe_renormalize, cfg.routed_scaling_factor
     )
     routed = ops.fused_experts(lat, w.w13, w.w2, topk_w, topk_ids, cfg.situ_beta, cfg.situ_linear_beta)
-    routed = ops.rms_norm(routed, w.routed_norm, eps)
-    shared = ops.situ_and_mul(F.linear(x2, w.shared_w13), cfg.situ_beta, cfg.situ_linear_beta)
-    shared = F.linear(shared, w.shared_w2)
+    shared_act = ops.situ_and_mul(F.linear(x2, w.shared_w13), cfg.situ_beta, cfg.situ_linear_beta)
+    if tp is None:
+        shared = F.linear(shared_act, w.shared_w2)
+    else:
+        # vLLM's LatentMoERunner at TP > 1: the routed latent partial and the shared partial are concatenated
+        # and reduced in ONE all-reduce; the routed norm and the (replicated) up-projection then run locally.
+        lat_dim = routed.shape[1]
+        both = torch.empty((b, lat_dim + cfg.hidden), dtype=routed.dtype, device=routed.device)
+        both[:, :lat_dim].copy_(routed)
+        torch.mm(shared_act, w.shared_w2.t(), out=both[:, lat_dim:])
+        tp.all_reduce_(both)
+        routed, shared = both[:, :lat_dim], both[:, lat_dim:]
+    routed = ops.rms_norm(routed.contiguous(), w.routed_norm, eps)
     out = torch.addmm(shared, routed, w.latent_up.t())
     aux = {"topk_ids": topk_ids, "topk_weights": topk_w, "attn_out": attn_out, "router_logits": logits}
     return out, residual, aux

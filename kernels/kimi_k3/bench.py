@@ -63,23 +63,30 @@ TOLERANCE = (0.1, 0.05)
 # (batch, context) points that get the torch.compile variant (module docstring says why only these)
 COMPILE_POINTS = frozenset({(1, ENVELOPE.context_max), (ENVELOPE.batch_max, ENVELOPE.context_max)})
 
-_WEIGHTS: dict[tuple[int, int, str], K3LayerWeights] = {}
+_WEIGHTS: dict[tuple[int, int, str, int], K3LayerWeights] = {}
 
 
-def cached_weights(cfg: K3LayerConfig, device: str, seed: int = 0) -> K3LayerWeights:
-    """Real-shape weights, built once per (tp, experts, device) and reused across points."""
-    key = (cfg.tp, cfg.n_routed_experts, device)
+def cached_weights(cfg: K3LayerConfig, device: str, seed: int = 0, rank: int = 0) -> K3LayerWeights:
+    """Real-shape weights, built once per (tp, experts, device, rank) and reused across points. At TP > 1
+    each rank draws its own shard (seed offset by the rank): benchmarks need the shapes and a distinct
+    shard per GPU, not one consistent full layer (the TP tests use `tp.shard_weights` for that)."""
+    key = (cfg.tp, cfg.n_routed_experts, device, rank)
     w = _WEIGHTS.get(key)
     if w is None or w.cfg != cfg:
-        w = K3LayerWeights.random(cfg, device=device, seed=seed + cfg.tp)
+        w = K3LayerWeights.random(cfg, device=device, seed=seed + cfg.tp + 1000 * rank)
         _WEIGHTS[key] = w
     return w
 
 
-def weight_bytes(w: K3LayerWeights, experts_touched: int) -> float:
-    """Bytes of weights one step must read: everything but the routed experts, plus the touched experts."""
+def weight_bytes(w: K3LayerWeights, experts_touched: int, split_router_latent: bool = False) -> float:
+    """Bytes of weights one step must read on this rank: everything but the routed experts, plus the touched
+    experts. With `split_router_latent` (the fused TP path) the replicated router and latent-down weights
+    are read 1/tp per rank, since each rank computes only its rows of them."""
     per_expert = (w.w13[0].numel() + w.w2[0].numel()) * w.w13.element_size()
     dense = w.nbytes() - (w.w13.numel() + w.w2.numel()) * w.w13.element_size()
+    if split_router_latent and w.cfg.tp > 1:
+        split = (w.router.numel() + w.latent_down.numel()) * w.router.element_size()
+        dense -= split - split / w.cfg.tp
     return float(dense + experts_touched * per_expert)
 
 
@@ -102,6 +109,7 @@ class K3BenchmarkCase:
     include_compile: bool = True
     tolerance: tuple[float, float] = TOLERANCE
     layers: int = 1
+    tp_group: Any = None  # kimi_k3.tp.TPGroup at TP > 1 (one process per rank), else None
     variants: dict[str, Any] = field(default_factory=dict)
     static_inputs: dict[str, Any] = field(default_factory=dict)
     touched_experts: list[int] = field(default_factory=list)
@@ -144,6 +152,7 @@ class K3BenchmarkCase:
             self.seq_lens,
             self.meta,
             self.workspace,
+            self.tp_group,
         )
 
     def _runner(self, forward: Any) -> Any:
@@ -160,10 +169,12 @@ class K3BenchmarkCase:
 
         from . import stock
 
-        cfg, w, meta = self.cfg, self.weights, self.meta
+        cfg, w, meta, tp_group = self.cfg, self.weights, self.meta, self.tp_group
 
         def layer(hidden: Any, residual: Any, kv_cache: Any, block_table: Any, seq_lens: Any) -> Any:
-            return stock.forward(cfg, w, DecodeBatch(hidden, residual, kv_cache, block_table, seq_lens, meta))
+            return stock.forward(
+                cfg, w, DecodeBatch(hidden, residual, kv_cache, block_table, seq_lens, meta, None, tp_group)
+            )
 
         compiled = torch.compile(layer, mode="max-autotune-no-cudagraphs", dynamic=False)
 
@@ -224,7 +235,8 @@ class K3BenchmarkCase:
         cfg = self.cfg
         kv = self.batch * self.context * cfg.kv_cache_dim * 2
         act = 4 * self.batch * cfg.hidden * 2 + self.batch * cfg.kv_cache_dim * 2
-        return weight_bytes(self.weights, self.experts_touched_now()) + kv + act
+        split = variant == "fused" and self.tp_group is not None
+        return weight_bytes(self.weights, self.experts_touched_now(), split_router_latent=split) + kv + act
 
 
 def _route_gap(cfg: K3LayerConfig, logits: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
@@ -252,11 +264,25 @@ def benchmark_case(point: dict[str, Any]) -> K3BenchmarkCase | None:
     tp = int(point.get("tp", 1))
     batch, context = int(point["batch"]), int(point["context"])
     cfg = K3LayerConfig.real(tp)
-    weights = cached_weights(cfg, "cuda")
+    tp_group = None
+    if tp > 1:
+        # one process per rank (fasttrack collect launches the bench worker with torchrun at TP > 1 and
+        # initialises NCCL before importing this module)
+        import torch.distributed as dist
+
+        from .tp import TPGroup
+
+        if not dist.is_initialized() or dist.get_world_size() != tp:
+            have = dist.get_world_size() if dist.is_initialized() else 1
+            raise RuntimeError(f"a TP {tp} point needs {tp} processes with torch.distributed initialised; "
+                               f"this worker has {have}")
+        tp_group = TPGroup.from_env()
+    weights = cached_weights(cfg, "cuda", rank=tp_group.rank if tp_group is not None else 0)
     # KIMI_K3_BENCH_COMPILE=0 leaves the torch.compile variant out (its autotuning costs minutes of a lease);
     # the bundle then simply has no "compile" samples, and nothing is reported for it.
     with_compile = os.environ.get("KIMI_K3_BENCH_COMPILE", "1") != "0"
     return K3BenchmarkCase(
         cfg, weights, batch=batch, context=context,
         include_compile=with_compile and (batch, context) in COMPILE_POINTS,
+        tp_group=tp_group,
     )

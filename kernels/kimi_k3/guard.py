@@ -24,6 +24,7 @@ LOG = logging.getLogger("kimi_k3.guard")
 # Every reason label the guard can emit, in the order it checks them.
 REASONS = (
     "fused_unavailable",
+    "peer_rank",
     "gpu",
     "tp",
     "dtype",
@@ -72,11 +73,15 @@ class Envelope:
             mixed_prefill_decode=bool(env.get("mixed_prefill_decode", False)),
         )
 
+    def device_ok(self, meta: DecodeMeta) -> bool:
+        """The device facts of `meta` (capability, name) are inside the envelope."""
+        return meta.device_capability in self.capabilities and (
+            meta.device_name is None or meta.device_name in self.gpu_names
+        )
+
     def reason_outside(self, meta: DecodeMeta) -> str | None:
         """The first reason `meta` lies outside the envelope, or None when it lies inside."""
-        if meta.device_capability not in self.capabilities or (
-            meta.device_name is not None and meta.device_name not in self.gpu_names
-        ):
+        if not self.device_ok(meta):
             return "gpu"
         if meta.tp not in self.tp:
             return "tp"
@@ -125,15 +130,19 @@ class Guard:
         self._logged: set[str] = set()
         self._lock = threading.Lock()
 
-    def check(self, meta: DecodeMeta, fused_available: bool = True) -> Decision:
-        """The decision without side effects."""
+    def check(self, meta: DecodeMeta, fused_available: bool = True, peers_agree: bool = True) -> Decision:
+        """The decision without side effects. `peers_agree` is False when another TP rank's own device facts
+        or fused build failed the envelope at set-up (`KimiK3DecodeLayer.agree_across_ranks`): then this
+        rank must fall back too, or the fused rank would wait forever in a collective stock never joins."""
         if not fused_available:
             return Decision(False, "fused_unavailable")
         reason = self.envelope.reason_outside(meta)
+        if reason is None and not peers_agree:
+            reason = "peer_rank"
         return Decision(reason is None, reason)
 
-    def decide(self, meta: DecodeMeta, fused_available: bool = True) -> Decision:
-        decision = self.check(meta, fused_available)
+    def decide(self, meta: DecodeMeta, fused_available: bool = True, peers_agree: bool = True) -> Decision:
+        decision = self.check(meta, fused_available, peers_agree)
         if decision.reason is not None:
             self.counter.labels(reason=decision.reason).inc()
             with self._lock:
@@ -172,6 +181,6 @@ def default_guard() -> Guard:
         return _DEFAULT
 
 
-def decide(meta: DecodeMeta, fused_available: bool = True) -> Decision:
+def decide(meta: DecodeMeta, fused_available: bool = True, peers_agree: bool = True) -> Decision:
     """Module-level entry point (`[fallback] guard` in the manifest)."""
-    return default_guard().decide(meta, fused_available)
+    return default_guard().decide(meta, fused_available, peers_agree)

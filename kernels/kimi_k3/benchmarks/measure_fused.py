@@ -253,9 +253,14 @@ def _lens(bsz: int, context: int, seed: int) -> list[int]:
 
 
 def check_fused_point(
-    tp: int, bsz: int, context: int, weights: Any = None, cfg: Any = None, device: str = "cuda"
+    tp: int, bsz: int, context: int, weights: Any = None, cfg: Any = None, device: str = "cuda",
+    tp_group: Any = None, oracle: Any = None,
 ) -> dict[str, Any]:
-    """Fused vs the fp32 reference at real shapes, mixed row lengths, poisoned cache (also used by tests)."""
+    """Fused vs the fp32 reference at real shapes, mixed row lengths, poisoned cache (also used by tests).
+    At TP > 1 (`tp_group` given): `weights` is this rank's shard and `oracle` the full TP-1 weights whose
+    fp32 reference the rank's (all-reduced) output is compared with."""
+    import torch
+
     from kimi_k3 import fused, reference
     from kimi_k3.bench import cached_weights
     from kimi_k3.config import K3LayerConfig
@@ -265,9 +270,11 @@ def check_fused_point(
     w = weights if weights is not None else cached_weights(cfg, device)
     batch = random_batch(cfg, _lens(bsz, context, seed=bsz), device=device, seed=context, poison=True)
     batch.workspace = Workspace()
+    batch.tp = tp_group
     before = batch.kv_cache.clone()
     out, resid, aux = fused.forward_with_aux(cfg, w, batch)
-    c = reference.compare(cfg, w, batch, before, out, resid, topk_ids=aux["topk_ids"])
+    ref_w = oracle if oracle is not None else w
+    c = reference.compare(ref_w.cfg, ref_w, batch, before, out, resid, topk_ids=aux["topk_ids"])
     s = c.summary()
     s.update(
         tp=tp,
@@ -275,7 +282,7 @@ def check_fused_point(
         context=context,
         ok=bool(c.ok()),
         max_ratio=c.max_ratio(),
-        experts_touched=int(aux["ctr"][17]),
+        experts_touched=int(torch.unique(aux["topk_ids"]).numel()),
     )
     return s
 

@@ -31,3 +31,38 @@ def skip_unless_runnable_here(point: dict[str, Any], *, path: str) -> None:
         pytest.skip(f"no per-rank shard shapes for TP {tp}")
     if path == "fused" and tp not in ENVELOPE.tp:
         pytest.skip(f"TP {tp} is outside the envelope's TP {sorted(ENVELOPE.tp)}: the guard runs stock there")
+
+
+def tp_point_setup(point: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """For a point with TP n > 1, run as one of n processes (`fasttrack collect` launches the kernel tests
+    with torchrun at TP > 1): initialise NCCL on cuda:LOCAL_RANK if needed and return
+    (full TP-1 weights, this rank's shard of them, the TPGroup). Every rank builds the same full weights
+    (same seed, same generator), so the fp32 reference of the full layer is the oracle on every rank.
+    Skips, with the reason, when this run does not have n processes or n GPUs."""
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+    from kimi_k3.bench import cached_weights
+    from kimi_k3.config import K3LayerConfig
+    from kimi_k3.tp import TPGroup, shard_weights
+
+    tp = int(point["tp"])
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world != tp:
+        pytest.skip(f"a TP {tp} point runs as {tp} processes (torchrun, as fasttrack collect launches it); "
+                    f"this run has {world}")
+    if torch.cuda.device_count() < tp:
+        pytest.skip(f"a TP {tp} point needs {tp} GPUs; this machine has {torch.cuda.device_count()}")
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(local)
+    if not dist.is_initialized():
+        dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+    full = cached_weights(K3LayerConfig.real(1), "cuda")
+    key = ("shard", tp, dist.get_rank())
+    shard = full._derived.get(key)
+    if shard is None:
+        shard = shard_weights(full, dist.get_rank(), tp)
+        full._derived[key] = shard
+    return full, shard, TPGroup.from_env()

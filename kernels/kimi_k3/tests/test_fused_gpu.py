@@ -46,7 +46,7 @@ from kimi_k3.benchmarks.measure_fused import (  # noqa: E402
 from kimi_k3.config import K3LayerConfig  # noqa: E402
 from kimi_k3.guard import ENVELOPE  # noqa: E402
 from kimi_k3.layer import Workspace, random_batch  # noqa: E402
-from kimi_k3.tests._gpu_points import skip_unless_runnable_here  # noqa: E402
+from kimi_k3.tests._gpu_points import skip_unless_runnable_here, tp_point_setup  # noqa: E402
 from kimi_k3.weights import K3LayerWeights  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -57,7 +57,8 @@ REPEAT_BATCHES = (1, 2, 64)
 def plans_to_compile(points: list[dict[str, Any]]) -> list[tuple[int, int, int]]:
     """(tp, batch, context) of every distinct fused launch plan the real-shape tests here use: the grid's
     points that run here (TP inside the envelope) and the repeatability / kernel-count tests."""
-    keys = [(int(p["tp"]), int(p["batch"]), int(p["context"])) for p in points if int(p["tp"]) in ENVELOPE.tp]
+    # TP-1 plans only: TP > 1 points run in their own torchrun processes with the TP kernels
+    keys = [(int(p["tp"]), int(p["batch"]), int(p["context"])) for p in points if int(p["tp"]) == 1]
     keys += [(1, b, CONTEXT) for b in REPEAT_BATCHES]
     seen: set[Any] = set()
     out: list[tuple[int, int, int]] = []
@@ -91,9 +92,13 @@ def test_fused_matches_reference_at_envelope_point(
     envelope_point: dict[str, Any], fasttrack_record: Any, fused_compiled: dict[str, Any]
 ) -> None:
     skip_unless_runnable_here(envelope_point, path="fused")
-    s = check_fused_point(
-        int(envelope_point["tp"]), int(envelope_point["batch"]), int(envelope_point["context"])
-    )
+    tp = int(envelope_point["tp"])
+    if tp > 1:  # one of tp processes: this rank's shard through the TP fused path, the full layer as oracle
+        full, shard, tp_group = tp_point_setup(envelope_point)
+        s = check_fused_point(tp, int(envelope_point["batch"]), int(envelope_point["context"]),
+                              weights=shard, cfg=shard.cfg, tp_group=tp_group, oracle=full)
+    else:
+        s = check_fused_point(tp, int(envelope_point["batch"]), int(envelope_point["context"]))
     fasttrack_record(
         max_error=s["hidden_err"],
         tolerance=reference.TOLERANCES["hidden"],

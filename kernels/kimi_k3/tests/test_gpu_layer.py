@@ -37,7 +37,7 @@ from kimi_k3.bench import cached_weights  # noqa: E402
 from kimi_k3.config import K3LayerConfig  # noqa: E402
 from kimi_k3.guard import ENVELOPE  # noqa: E402
 from kimi_k3.layer import DecodeBatch, random_batch  # noqa: E402
-from kimi_k3.tests._gpu_points import skip_unless_runnable_here  # noqa: E402
+from kimi_k3.tests._gpu_points import skip_unless_runnable_here, tp_point_setup  # noqa: E402
 from kimi_k3.weights import K3LayerWeights  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -55,8 +55,12 @@ def _lens(batch: int, context: int, seed: int) -> list[int]:
 
 def check_stock_point(point: dict[str, Any]) -> reference.Comparison:
     """Stock vs the fp32 reference at one envelope point (also called by benchmarks/measure.py)."""
-    cfg = K3LayerConfig.real(int(point["tp"]))
-    w = cached_weights(cfg, "cuda")
+    tp = int(point["tp"])
+    cfg = K3LayerConfig.real(1 if tp > 1 else tp)
+    w = run_w = cached_weights(cfg, "cuda")
+    tp_group = None
+    if tp > 1:  # one of tp processes: this rank's shard, the all-reduces, the full layer as the oracle
+        w, run_w, tp_group = tp_point_setup(point)
     batch = random_batch(
         cfg,
         _lens(int(point["batch"]), int(point["context"]), seed=int(point["batch"])),
@@ -64,8 +68,9 @@ def check_stock_point(point: dict[str, Any]) -> reference.Comparison:
         seed=int(point["context"]),
         poison=True,
     )
+    batch.tp = tp_group
     before = batch.kv_cache.clone()
-    out, residual, aux = stock.forward_with_aux(cfg, w, batch)
+    out, residual, aux = stock.forward_with_aux(run_w.cfg, run_w, batch)
     torch.cuda.synchronize()
     return reference.compare(
         cfg, w, batch, before, out, residual, topk_ids=aux["topk_ids"], attn_out=aux["attn_out"]

@@ -7,6 +7,14 @@ collector's process. For `bench`, the order matters: the timing module (and so i
 and the backend are set up, the timer guard takes its snapshot, and only then is the contribution imported.
 Each point's result is written atomically to its own file as soon as it is measured, so an interrupted run
 resumes at the next point. Progress goes to stdout as ``FTPROGRESS {json}`` lines.
+
+Tensor parallel: for points at tp = n > 1 the collector launches ``bench`` as n ranks under torchrun
+(``python -m torch.distributed.run --standalone --nproc-per-node n -m fasttrack.evidence.bench_worker bench
+SPEC``). With WORLD_SIZE > 1 each rank sets its CUDA device to LOCAL_RANK (the backend does), takes the timer
+snapshot, then initialises the default process group (nccl; gloo on the CPU backend) *before* the
+contribution is imported, so `benchmark_case(point)` finds it initialised. Every rank runs the same protocol
+in lockstep and writes its own result (``<out>.rank<r>.json``); the collector merges them
+(`fasttrack.evidence.ranks`). Only rank 0 reports progress.
 """
 
 from __future__ import annotations
@@ -23,10 +31,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from fasttrack.evidence.ranks import dist_env, rank_path
+
 PROGRESS_PREFIX = "FTPROGRESS "
+_QUIET = False  # set on ranks other than 0 (one progress stream per point)
 
 
 def emit(**event: Any) -> None:
+    if _QUIET:
+        return
     sys.stdout.write(PROGRESS_PREFIX + json.dumps(event, sort_keys=True) + "\n")
     sys.stdout.flush()
 
@@ -72,32 +85,75 @@ def run_env(spec: dict[str, Any]) -> int:
     return 0
 
 
-def run_bench(spec: dict[str, Any]) -> int:
-    backend = timing.make_backend(spec["backend"], flush_bytes=spec.get("flush_bytes"))
-    guard = timing.TimerGuard().snapshot(backend.guard_targets())
-    settings = timing.ProtocolSettings(iterations=int(spec["iterations"]), warmup=int(spec["warmup"]))
-    factory = resolve_entry(spec["entry"], Path(spec["search_dir"]))
-    for job in spec["points"]:
-        point, out = job["point"], Path(job["out"])
-        emit(event="point", index=job["index"], point=point)
+def init_distributed(backend: timing.Backend, guard: timing.TimerGuard, rank: int, world: int,
+                     local_rank: int) -> Any:
+    """Initialise the default process group for this rank (nccl on CUDA, gloo on the CPU backend) and put
+    the backend in lockstep with the other ranks. Runs before the contribution is imported."""
+    import torch
+    import torch.distributed as dist
+
+    if backend.name == "cuda":
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl", rank=rank, world_size=world, device_id=device)
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+    backend.enable_distributed(dist, rank, world, device)
+    guard.watch("torch.distributed.all_reduce", dist, "all_reduce")  # the rendezvous goes through it
+    return dist
+
+
+def _case_for(factory: Callable[..., Any], point: dict[str, Any], backend: timing.Backend,
+              world: int) -> tuple[Any, str | None]:
+    """(case, why not) for a point; on several ranks, a case only when every rank built one."""
+    case: Any = None
+    why: str | None = None
+    if int(point.get("tp", 1)) != world:
+        why = f"the point is at tp={point.get('tp')} but this worker runs {world} rank(s)"
+    else:
         try:
             case = factory(dict(point))
         except Exception as exc:
             why = f"the benchmark entry point raised {type(exc).__name__}: {exc}"
-            result = timing.CaseResult(point=point, status="not_run", reasons=[why])
             print(traceback.format_exc(), file=sys.stderr)
         else:
             if case is None:
                 why = "the contribution's benchmark has no case for this point"
-                result = timing.CaseResult(point=point, status="not_run", reasons=[why])
-            else:
-                result = timing.run_case(case, backend, settings, point, guard=guard,
-                                         progress=_step_reporter(int(job["index"])), log=_log)
-            del case
-        print(json.dumps({"point": point, "result": result.model_dump(mode="json")}, sort_keys=True),
-              file=sys.stderr)
+    if not backend.agree(why is None) and why is None:
+        case, why = None, "the benchmark case could not be built on another rank (see that rank's result)"
+    return case, why
+
+
+def run_bench(spec: dict[str, Any]) -> int:
+    global _QUIET
+    rank, world, local_rank = dist_env()
+    _QUIET = rank != 0
+    backend = timing.make_backend(spec["backend"], flush_bytes=spec.get("flush_bytes"),
+                                  device=local_rank if world > 1 else 0)
+    guard = timing.TimerGuard().snapshot(backend.guard_targets())
+    dist = init_distributed(backend, guard, rank, world, local_rank) if world > 1 else None
+    settings = timing.ProtocolSettings(iterations=int(spec["iterations"]), warmup=int(spec["warmup"]))
+    factory = resolve_entry(spec["entry"], Path(spec["search_dir"]))
+    for job in spec["points"]:
+        point = job["point"]
+        out = rank_path(Path(job["out"]), rank) if world > 1 else Path(job["out"])
+        emit(event="point", index=job["index"], point=point)
+        case, why = _case_for(factory, point, backend, world)
+        if case is None:
+            result = timing.CaseResult(point=point, status="not_run", reasons=[why or "not run"],
+                                       world_size=world, rank=rank if world > 1 else None)
+        else:
+            result = timing.run_case(case, backend, settings, point, guard=guard,
+                                     progress=_step_reporter(int(job["index"])), log=_log)
+        del case
+        print(json.dumps({"point": point, "rank": rank, "result": result.model_dump(mode="json")},
+                         sort_keys=True), file=sys.stderr)
         write_json_atomic(out, result.model_dump(mode="json"))
         emit(event="done", index=job["index"], status=result.status)
+    if dist is not None:
+        dist.barrier()
+        dist.destroy_process_group()
     return 0
 
 

@@ -181,7 +181,10 @@ class Variant(Strict):
     model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False, defer_build=True)
 
     samples_us: list[float] = Field(max_length=MAX_SAMPLES)
+    # Compute kernels per layer (from the captured graph); collectives (NCCL, symmetric-memory) are counted
+    # apart in `collectives_per_step` (None: not counted, e.g. kernel names unreadable or an older bundle).
     kernels_per_step: int | None = Field(default=None, ge=0)
+    collectives_per_step: int | None = Field(default=None, ge=0)
     bytes_moved: float | None = Field(default=None, ge=0)
     gpus: int = Field(default=1, ge=1, le=4096)
     gpu: str | None = Field(default=None, max_length=128, description="GPU kind if not the point's gpu")
@@ -225,7 +228,23 @@ class Accuracy(Strict):
     reason: str | None = Field(default=None, max_length=4096, description="first failed check, if any")
 
 
+class RankInfo(Strict):
+    """One rank's part of a tensor-parallel point. Its raw samples are the variant's `samples_us_rank<r>`."""
+
+    rank: int = Field(ge=0, le=4095)
+    status: Literal["ok", "rejected", "not_run"]
+    rejected: list[str] = Field(default_factory=list, max_length=256)
+    kernels_per_step: dict[str, int] = Field(default_factory=dict)  # variant -> compute kernels per layer
+    collectives_per_step: dict[str, int] = Field(default_factory=dict)  # variant -> collectives per layer
+    bytes_moved: dict[str, float] = Field(default_factory=dict)  # variant -> bytes this GPU moves per call
+
+
 class Benchmark(Strict):
+    """One point's timings. At tp = n > 1 the point ran as n ranks in lockstep (`world_size`): each
+    variant's `samples_us` is the element-wise max over the ranks (every rank's own list is kept as
+    `samples_us_rank<r>`), a failed check on any rank rejects the point, `kernels_per_step` is rank 0's,
+    `bytes_moved` the largest per-GPU shard, and `ranks` keeps each rank's own figures."""
+
     point: Point
     protocol: Protocol | None = None
     variants: dict[str, Variant] = Field(default_factory=dict)
@@ -235,6 +254,8 @@ class Benchmark(Strict):
     # Why the collector's timing protocol rejected this point's measurement (a failed accuracy or input
     # check, a timer replaced, the persisting-L2 carve-out raised, ...). A rejected point supports no claim.
     rejected: list[str] = Field(default_factory=list, max_length=256)
+    world_size: int | None = Field(default=None, ge=1, le=4096, description="ranks that ran the point")
+    ranks: list[RankInfo] = Field(default_factory=list, max_length=4096)
 
     @model_validator(mode="after")
     def _run_or_reason(self) -> Benchmark:
@@ -255,6 +276,7 @@ class Eval(Strict):
     direction: Literal["max", "min"]
     detail: str | dict[str, FiniteJson] | None = None
     point: Point | None = None
+    tp: int | None = Field(default=None, ge=1, description="the tensor-parallel size the eval ran at")
 
     def passed(self) -> bool:
         return self.value <= self.threshold if self.direction == "max" else self.value >= self.threshold
@@ -267,6 +289,7 @@ class Sanitizer(Strict):
     summary: str = Field(default="", max_length=65536)
     tests: list[str] = Field(default_factory=list)
     reason: str | None = Field(default=None, max_length=4096, description="why it did not run")
+    tp: int | None = Field(default=None, ge=1, description="the tensor-parallel size it ran at")
 
 
 class Predicate(Strict):

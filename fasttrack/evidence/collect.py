@@ -10,8 +10,13 @@ Phases (each resumable; results are kept in a work directory until the bundle is
 * sanitizer: compute-sanitizer memcheck / racecheck / synccheck over `sanitizer_tests`, where it exists.
 
 The grid is the manifest's envelope (`Envelope.points()`: batch 1, 2 and the maximum are always in it)
-restricted to the hardware present: points for other hardware are written as "not collected here", never
-measured by proxy. Nothing is fabricated: a phase that failed or did not run leaves its section empty or
+restricted to the hardware present: points for other hardware, and points at tp = n on a machine with fewer
+than n GPUs, are written as "not collected here", never measured by proxy. Points at tp = n > 1 run as n
+ranks under torchrun (`fasttrack.evidence.ranks`): the kernel tests that take `envelope_point` in one pytest
+per TP size, the benchmarks in one bench worker per TP size; each rank writes its own results and the
+collector merges them. Evals and the sanitizer run at tp 1 only.
+
+Nothing is fabricated: a phase that failed or did not run leaves its section empty or
 says why (`not_run`, `ran: false`, `rejected`).
 """
 
@@ -48,6 +53,7 @@ from fasttrack.evidence.bundle import (
     KernelTest,
     Predicate,
     Protocol,
+    RankInfo,
     Sanitizer,
     Statement,
     Variant,
@@ -55,6 +61,7 @@ from fasttrack.evidence.bundle import (
     utc_now_iso,
 )
 from fasttrack.evidence.digest import ContentDigest, contribution_digest, sha256_file
+from fasttrack.evidence.ranks import merge_case_results, merge_test_lines, rank_path, torchrun_argv
 from fasttrack.manifest import Envelope, EnvelopePoint, Manifest, load_manifest
 
 PHASES = ("tests", "bench", "evals", "sanitizer")
@@ -151,19 +158,28 @@ class Grid:
     elsewhere: list[tuple[dict[str, Any], str]]  # point, why it is not collected here
 
 
-def build_grid(manifest: Manifest, hw_name: str, hw_cc: str, points_limit: int | None) -> Grid:
-    """The envelope's points for the hardware present; the rest with the reason they are not collected."""
+def build_grid(manifest: Manifest, hw_name: str, hw_cc: str, points_limit: int | None,
+               gpu_count: int | None = None) -> Grid:
+    """The envelope's points for the hardware present; the rest with the reason they are not collected.
+
+    A point at tp = n > 1 needs n GPUs of the kind (one rank per GPU): with `gpu_count` < n it is recorded as
+    not collected here, with that reason. tp = 1 always fits (the CPU backend has no GPU at all).
+    """
     env = manifest.envelope
     kinds = {h.name.lower(): h.compute_capability for h in env.hardware}
     here: list[EnvelopePoint] = []
     elsewhere: list[tuple[dict[str, Any], str]] = []
     for p in env.points():
         cc = kinds.get(p.gpu.lower())
-        if p.gpu.lower() == hw_name.lower() and cc == hw_cc:
-            here.append(p)
-        else:
+        if p.gpu.lower() != hw_name.lower() or cc != hw_cc:
             why = f"needs {p.gpu} (sm {cc}); this machine has {hw_name} (sm {hw_cc}): not collected here"
             elsewhere.append((point_dict(p), why))
+        elif p.tp > 1 and gpu_count is not None and gpu_count < p.tp:
+            why = (f"needs {p.tp} x {p.gpu} (tp={p.tp}, one GPU per rank); this machine has {gpu_count}: "
+                   "not collected here")
+            elsewhere.append((point_dict(p), why))
+        else:
+            here.append(p)
     if points_limit is not None and len(here) > points_limit:
         ranked = sorted(here, key=lambda p: _priority(env, p))
         keep = {p.key() for p in ranked[:points_limit]}
@@ -174,10 +190,18 @@ def build_grid(manifest: Manifest, hw_name: str, hw_cc: str, points_limit: int |
     return Grid(here=[point_dict(p) for p in here], elsewhere=elsewhere)
 
 
+def tp_sizes(points: list[dict[str, Any]]) -> list[int]:
+    """The TP sizes present in `points`, ascending."""
+    return sorted({int(p["tp"]) for p in points})
+
+
 def sanitizer_points(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One point per (tp, dtype): the smallest batch and context (the sanitizers are 10-100x slower)."""
+    """One point per dtype at tp 1: the smallest batch and context (the sanitizers are 10-100x slower, and
+    compute-sanitizer runs one process: tp > 1 points are not sanitized)."""
     best: dict[tuple[int, str], dict[str, Any]] = {}
     for p in points:
+        if int(p["tp"]) != 1:
+            continue
         k = (p["tp"], p["dtype"])
         if k not in best or (p["batch"], p["context"]) < (best[k]["batch"], best[k]["context"]):
             best[k] = p
@@ -263,10 +287,29 @@ def plugin_args() -> list[str]:
     return [] if any(ep.value == PLUGIN for ep in eps) else ["-p", PLUGIN]
 
 
+def worker_argv(mode: str, spec_path: Path, nproc: int = 1) -> list[str]:
+    """The worker's command line: one process, or `nproc` ranks under torchrun (tensor parallel)."""
+    if nproc > 1:
+        return torchrun_argv(nproc, WORKER, [mode, str(spec_path)])
+    return [sys.executable, "-m", WORKER, mode, str(spec_path)]
+
+
+def pytest_argv(tests: list[str], grid_path: Path, results: Path | None, nproc: int = 1) -> list[str]:
+    """The kernel-test command line. At tp = nproc > 1: pytest under torchrun as nproc ranks, only the tests
+    that take `envelope_point` (the others ran in the tp-1 run); each rank writes its own results file."""
+    args = ["-p", "no:cacheprovider", *plugin_args(), *tests, "--fasttrack-grid", str(grid_path)]
+    if results is not None:
+        args += ["--fasttrack-results", str(results)]
+    if nproc > 1:
+        return torchrun_argv(nproc, "pytest", [*args, "--fasttrack-envelope-only"])
+    return [sys.executable, "-m", "pytest", *args]
+
+
 def _run_worker(mode: str, spec: dict[str, Any], spec_path: Path, env: dict[str, str], cwd: Path,
-                log_path: Path, on_event: Callable[[dict[str, Any]], None] | None = None) -> int:
+                log_path: Path, on_event: Callable[[dict[str, Any]], None] | None = None,
+                nproc: int = 1) -> int:
     _write_json(spec_path, spec)
-    argv = [sys.executable, "-m", WORKER, mode, str(spec_path)]
+    argv = worker_argv(mode, spec_path, nproc)
     with log_path.open("ab") as log:
         log.write(f"\n===== {mode}: {' '.join(argv)}\n".encode())
         log.flush()
@@ -305,9 +348,10 @@ class Run:
         self.progress.finish(phase, f"{status}{': ' + detail if detail else ''}")
 
 
-def _write_grid(path: Path, points: list[dict[str, Any]], run: Run, hw_count: int) -> None:
+def _write_grid(path: Path, points: list[dict[str, Any]], run: Run, hw_count: int,
+                world_size: int = 1) -> None:
     _write_json(path, {"points": points, "contribution": run.manifest.contribution.name,
-                       "backend": run.backend, "gpu_count": hw_count})
+                       "backend": run.backend, "gpu_count": hw_count, "world_size": world_size})
 
 
 def phase_tests(run: Run, hw_count: int) -> None:
@@ -317,28 +361,66 @@ def phase_tests(run: Run, hw_count: int) -> None:
     tests = run.manifest.evidence.kernel_tests
     results = run.work.path("tests.jsonl")
     results.unlink(missing_ok=True)
-    grid_path = run.work.path("grid.json")
-    _write_grid(grid_path, run.grid.here, run, hw_count)
-    base = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *plugin_args(), *tests,
-            "--fasttrack-grid", str(grid_path), "--fasttrack-results", str(results)]
-    log = run.log("tests")
+    sizes = [n for n in tp_sizes(run.grid.here) if n > 1]
     run.progress.start("tests", None, f"kernel tests over {len(run.grid.here)} point(s)")
-    with log.open("ab") as fh:
+    # TP 1 (one process): every test; the envelope tests over the tp-1 points only.
+    grid_path = run.work.path("grid.json")
+    _write_grid(grid_path, [p for p in run.grid.here if p["tp"] == 1], run, hw_count)
+    rc = _run_pytest(run, pytest_argv(tests, grid_path, results), results)
+    codes = {1: rc}
+    # TP n > 1 (n ranks under torchrun): the envelope tests over the tp-n points; the ranks' files merged.
+    for n in sizes:
+        grid_n = run.work.path(f"grid.tp{n}.json")
+        _write_grid(grid_n, [p for p in run.grid.here if p["tp"] == n], run, hw_count, world_size=n)
+        raw = run.work.path(f"tests.tp{n}.jsonl")
+        for r in range(n):
+            rank_path(raw, r).unlink(missing_ok=True)
+        codes[n] = _run_pytest(run, pytest_argv(tests, grid_n, raw, nproc=n), rank_path(raw, 0))
+        merged = merge_test_lines([_read_lines(rank_path(raw, r)) for r in range(n)])
+        with results.open("a", encoding="utf-8") as fh:
+            for line in merged:
+                fh.write(json.dumps(line, sort_keys=True) + "\n")
+    lines = _count_lines(results)
+    run.progress.advance("tests", lines, lines)
+    detail = f"{lines} result(s), pytest exit code {codes[1]}" + "".join(
+        f", tp={n} (torchrun, {n} ranks) exit code {codes[n]}" for n in sizes)
+    # 0: all passed, 1: some failed; anything else: pytest itself failed. Under torchrun a failing test
+    # exits 1 too (torchrun reports any rank's non-zero exit as 1): the merged lines say what happened.
+    failed = [n for n, rc in codes.items() if rc not in (0, 1)]
+    if failed:
+        run.report("tests", "failed", detail + f" (see {LOG_FILES['tests']})")
+        return
+    run.work.mark_done("tests", {"returncode": codes[1], "returncodes": {str(k): v for k, v in codes.items()},
+                                 "detail": detail})
+    run.report("tests", "ran", detail)
+
+
+def _run_pytest(run: Run, base: list[str], watch: Path) -> int:
+    with run.log("tests").open("ab") as fh:
         fh.write(f"\n===== tests: {' '.join(base)}\n".encode())
         fh.flush()
         proc = subprocess.Popen([*base, "-q", "-rfEs"], cwd=run.contribution, env=run.env, stdout=fh,
                                 stderr=subprocess.STDOUT)
         while proc.poll() is None:
             time.sleep(0.5)
-            run.progress.advance("tests", _count_lines(results), None, "results so far")
-    lines = _count_lines(results)
-    run.progress.advance("tests", lines, lines)
-    detail = f"{lines} result(s), pytest exit code {proc.returncode}"
-    if proc.returncode not in (0, 1):  # 0: all passed, 1: some failed; anything else: pytest itself failed
-        run.report("tests", "failed", detail + f" (see {LOG_FILES['tests']})")
-        return
-    run.work.mark_done("tests", {"returncode": proc.returncode, "detail": detail})
-    run.report("tests", "ran", detail)
+            run.progress.advance("tests", _count_lines(watch), None, "results so far")
+    return proc.returncode
+
+
+def _read_lines(path: Path) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return out
+    for raw in text.splitlines():
+        try:
+            line = json.loads(raw)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(line, dict) and "nodeid" in line:
+            out.append(line)
+    return out
 
 
 def _count_lines(path: Path) -> int:
@@ -375,18 +457,43 @@ def phase_bench(run: Run) -> None:
         elif ev.get("event") == "step":
             run.progress.advance("bench", done, total, f"replay {ev.get('done')}/{ev.get('total')}")
 
-    spec = {"backend": run.backend, "entry": entry, "search_dir": str(run.contribution.resolve().parent),
-            "iterations": run.opts.iterations, "warmup": run.opts.warmup, "points": jobs,
-            "flush_bytes": run.opts.flush_bytes}
-    rc = _run_worker("bench", spec, run.work.path("bench.spec.json"), run.env, run.contribution,
-                     run.log("bench"), on_event)
+    codes: dict[int, int] = {}
+    for n in tp_sizes([j["point"] for j in jobs]):  # one worker (n ranks under torchrun) per TP size
+        group = [j for j in jobs if j["point"]["tp"] == n]
+        spec = {"backend": run.backend, "entry": entry, "search_dir": str(run.contribution.resolve().parent),
+                "iterations": run.opts.iterations, "warmup": run.opts.warmup, "points": group,
+                "flush_bytes": run.opts.flush_bytes, "world_size": n}
+        spec_name = "bench.spec.json" if n == 1 else f"bench.tp{n}.spec.json"
+        if n > 1:
+            for j in group:  # stale rank files of an interrupted run must not mix with this one's
+                for r in range(n):
+                    rank_path(Path(j["out"]), r).unlink(missing_ok=True)
+        codes[n] = _run_worker("bench", spec, run.work.path(spec_name), run.env, run.contribution,
+                               run.log("bench"), on_event, nproc=n)
+        if n > 1:
+            merge_rank_files([Path(j["out"]) for j in group], [j["point"] for j in group], n)
+    rc = max(codes.values(), default=0)
     missing = [j for j in jobs if not _valid_case_file(Path(j["out"]))]
     if rc != 0 or missing:
-        run.report("bench", "failed", f"worker exit code {rc}; {len(missing)} point(s) without a result "
-                                      f"(see {LOG_FILES['bench']}; run again to resume)")
+        exits = ", ".join(f"tp={n}: {c}" for n, c in codes.items())
+        run.report("bench", "failed", f"worker exit code(s) {exits}; {len(missing)} point(s) without a "
+                                      f"result (see {LOG_FILES['bench']}; run again to resume)")
         return
     run.report("bench", "ran", f"{len(jobs)} point(s) measured" + (f", {done - len(jobs)} resumed"
                                                                   if done > len(jobs) else ""))
+
+
+def merge_rank_files(outs: list[Path], points: list[dict[str, Any]], world: int) -> int:
+    """Merge each point's per-rank result files into its result file; returns how many were merged. A point
+    for which some rank wrote nothing (the run stopped there) is left unmerged, so a resumed run redoes it."""
+    merged = 0
+    for out, point in zip(outs, points, strict=True):
+        per_rank = [_read_json(rank_path(out, r)) for r in range(world)]
+        if any(not isinstance(x, dict) for x in per_rank):
+            continue
+        _write_json(out, merge_case_results(per_rank, point))
+        merged += 1
+    return merged
 
 
 def _valid_case_file(path: Path) -> bool:
@@ -437,13 +544,16 @@ def phase_sanitizer(run: Run, hw_count: int) -> None:
     run.progress.start("sanitizer", len(san.TOOLS), "compute-sanitizer")
     results: list[san.SanitizerRun]
     tool = san.find_sanitizer()
+    points = sanitizer_points(run.grid.here)
     if run.backend != "cuda":
         results = san.not_run("no CUDA GPU on this machine", tests)
+    elif not points:
+        results = san.not_run("no tp-1 point for this machine: the sanitizer runs at tp 1 only", tests)
     elif tool is None:
         results = san.not_run("compute-sanitizer is not installed (not on PATH, not under CUDA_HOME)", tests)
     else:
         grid_path = run.work.path("grid.sanitizer.json")
-        _write_grid(grid_path, sanitizer_points(run.grid.here), run, hw_count)
+        _write_grid(grid_path, points, run, hw_count)
         argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *plugin_args(), "-q", *tests,
                 "--fasttrack-grid", str(grid_path)]
         results = []
@@ -451,7 +561,7 @@ def phase_sanitizer(run: Run, hw_count: int) -> None:
             run.progress.advance("sanitizer", i, len(san.TOOLS), name)
             results.append(san.run_tool(name, tool, argv, tests, run.contribution, run.env,
                                         run.log("sanitizer"), run.opts.sanitizer_timeout_s))
-    _write_json(out, [r.__dict__ for r in results])
+    _write_json(out, [{**r.__dict__, "tp": 1} for r in results])  # compute-sanitizer runs one process: tp 1
     run.work.mark_done("sanitizer", {})
     run.progress.advance("sanitizer", len(san.TOOLS), len(san.TOOLS))
     ran = [r for r in results if r.ran]
@@ -495,7 +605,8 @@ def benchmark_entry(case: dict[str, Any]) -> Benchmark:
         why = "; ".join(res.reasons) or "not run"
         if res.status == "rejected":
             why = f"rejected by the timing protocol: {why}"
-        return Benchmark(point=point, not_run=why)
+        return Benchmark(point=point, not_run=why[:4096],
+                         world_size=res.world_size if res.world_size > 1 else None)
     pr = res.protocol
     protocol = Protocol(graph_replay=pr.graph_replay, l2_flush_bytes=pr.l2_flush_bytes,
                         persisting_l2_reset=pr.persisting_l2_reset, fresh_inputs=pr.fresh_inputs,
@@ -513,18 +624,28 @@ def benchmark_entry(case: dict[str, Any]) -> Benchmark:
         extra: dict[str, Any] = {}
         if v.samples_wall_us:
             extra["samples_wall_us"] = v.samples_wall_us
-        kernels = None
+        for r, rank_samples in enumerate(v.samples_us_by_rank or []):
+            extra[f"samples_us_rank{r}"] = [s for s in rank_samples if s > 0]
+        kernels = collectives = None
         if v.graph_nodes is not None:
             kernels = math.ceil(v.graph_nodes.get("kernel", 0) / layers)  # rounded up: never understated
-        variants[name] = Variant(samples_us=samples, kernels_per_step=kernels, bytes_moved=v.bytes_moved,
-                                 gpus=v.gpus, **extra)
+            if v.collectives_per_step is not None:
+                collectives = math.ceil(v.graph_nodes.get("collective", 0) / layers)
+        variants[name] = Variant(samples_us=samples, kernels_per_step=kernels,
+                                 collectives_per_step=collectives, bytes_moved=v.bytes_moved,
+                                 gpus=max(v.gpus, res.world_size), **extra)
     accuracy = {
         name: Accuracy(max_abs_error=a.max_abs_error or 0.0, atol=a.atol, rtol=a.rtol, ok=a.ok,
                        checked=a.checks, reason=a.reason)
         for name, a in res.accuracy.items() if a.checks or not a.ok
     }
+    ranks = [RankInfo(rank=r.rank, status=r.status, rejected=r.reasons[:256],
+                      kernels_per_step={k: math.ceil(n / layers) for k, n in r.graph_kernels.items()},
+                      collectives_per_step={k: math.ceil(n / layers) for k, n in r.graph_collectives.items()},
+                      bytes_moved=r.bytes_moved)
+             for r in res.ranks]
     return Benchmark(point=point, protocol=protocol, variants=variants, accuracy=accuracy,
-                     layers=layers, rejected=rejected)
+                     layers=layers, rejected=rejected, world_size=res.world_size, ranks=ranks)
 
 
 def _eval_entries(path: Path) -> tuple[list[Eval], list[str]]:
@@ -533,6 +654,8 @@ def _eval_entries(path: Path) -> tuple[list[Eval], list[str]]:
         return [], [] if data is None else ["the evals entry point did not return a list"]
     evals, problems = [], []
     for i, item in enumerate(data):
+        if isinstance(item, dict):
+            item = {**item, "tp": 1}  # the evals run in one process, on one GPU: tp 1
         try:
             evals.append(Eval.model_validate(item))
         except ValidationError as exc:
@@ -669,13 +792,14 @@ def collect(opts: CollectOptions, progress: Progress | None = None) -> CollectRe
     # The backend follows the hardware: CUDA wherever a GPU is present (the CPU backend would time
     # asynchronous GPU work by its launch cost), the CPU backend only on a machine without one.
     backend_kind = "cuda" if environment.get("extra", {}).get("backend") == "cuda" else "cpu"
-    grid = build_grid(manifest, environment["gpu_name"], environment["compute_capability"], opts.points_limit)
+    hw_count = int(environment.get("gpu_count") or 0)
+    grid = build_grid(manifest, environment["gpu_name"], environment["compute_capability"], opts.points_limit,
+                      gpu_count=hw_count)
     if not grid.here:
         progress.message(f"no envelope point is for this machine's hardware ({environment['gpu_name']}, "
                          f"sm {environment['compute_capability']}): every point is recorded as not collected")
     run = Run(opts=opts, manifest=manifest, contribution=contribution, work=work, env=env, progress=progress,
               backend=backend_kind, grid=grid)
-    hw_count = int(environment.get("gpu_count") or 0)
     nothing_here = f"no envelope point for this machine's hardware ({environment['gpu_name']})"
     for phase in PHASES:
         if phase not in opts.phases:
@@ -689,7 +813,7 @@ def collect(opts: CollectOptions, progress: Progress | None = None) -> CollectRe
         elif not grid.here:
             if phase == "sanitizer":
                 skipped = san.not_run(nothing_here, run.manifest.evidence.sanitizer_tests)
-                _write_json(work.path("sanitizer.json"), [r.__dict__ for r in skipped])
+                _write_json(work.path("sanitizer.json"), [{**r.__dict__, "tp": 1} for r in skipped])
             run.report(phase, "skipped", nothing_here)
         elif phase == "tests":
             phase_tests(run, hw_count)

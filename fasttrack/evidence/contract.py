@@ -10,7 +10,21 @@ its work; fasttrack drives it. The manifest's `[evidence]` table names these ent
   the envelope's points for the hardware present). Without a grid the plugin skips them with a reason.
   Such a test reports its numbers through the `fasttrack_record` fixture:
   `fasttrack_record(max_error=..., tolerance=..., **extra_numbers)`; an error above its tolerance (or NaN)
-  fails the test. `sanitizer_tests` are run the same way under compute-sanitizer, at the smallest point.
+  fails the test. `sanitizer_tests` are run the same way under compute-sanitizer, at the smallest point
+  (tp 1 only).
+
+* Tensor parallel (points with tp = n > 1; they need n GPUs, otherwise they are recorded as not collected):
+  at tp > 1 your test runs as n processes launched by torchrun; RANK/WORLD_SIZE/LOCAL_RANK are set;
+  initialise the process group yourself (nccl) and use cuda:LOCAL_RANK. Only the tests that take
+  `envelope_point` run there (over the tp-n points); each rank records its own result, and a test passes at
+  a point only if it passed on every rank (max_error: the max over ranks). The benchmark worker runs the
+  same way, but fasttrack initialises the default process group (nccl, the device set to LOCAL_RANK) before
+  importing your module: `benchmark(point)` is called on every rank and may use it (e.g. build its TP group
+  from the default group). Every rank must return a case with the same variants, drive the same collectives
+  in the same order in every variant and in `make_inputs`-independent shapes; the protocol replays the
+  ranks' graphs in lockstep (same seeds, same order, a rendezvous before every timed replay), takes the
+  element-wise max of the ranks' samples, and rejects the point if a check fails on any rank.
+  `bytes_moved(variant)` is what THIS rank's GPU moves (its shard). Evals run at tp 1 only.
 
 * `benchmark`: a callable `(point: dict) -> BenchmarkCase | None` (below); None when the point cannot be
   benchmarked on this machine (recorded as not run, with that reason). It is imported in a worker process

@@ -1,6 +1,7 @@
 """What machine the evidence came from: GPUs, driver, CUDA, torch, triton, Python, clocks (read-only), links.
 
-Every probe is read-only (``nvidia-smi --query-gpu``, ``nvidia-smi topo -m``; clocks are read, never set) and
+Every probe is read-only (``nvidia-smi --query-gpu``, ``nvidia-smi topo -m``, ``nvidia-smi nvlink --status``,
+``torch.cuda.can_device_access_peer``; clocks are read, never set) and
 tolerant: a missing tool or library leaves its field None with a note in ``extra``, never an exception. On a
 machine without CUDA the environment names the CPU backend (``gpu_name = "cpu"``, compute capability
 ``0.0``): such a bundle can only ever support points whose hardware is ``cpu``.
@@ -12,6 +13,7 @@ import platform
 import shutil
 import socket
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +22,7 @@ CPU_CAPABILITY = "0.0"
 SMI_FIELDS = ("name", "driver_version", "compute_cap", "clocks.sm", "clocks.mem", "clocks.max.sm",
               "clocks.max.mem", "memory.total", "power.limit", "persistence_mode")
 SMI_TIMEOUT_S = 20
+NVLINK_STATUS_MAX_CHARS = 8000
 
 
 @dataclass
@@ -132,6 +135,58 @@ def measure_copy_bandwidth(nbytes: int = 1 << 30, repeats: int = 10) -> float | 
     return 2.0 * nbytes / median if median > 0 else None
 
 
+def _truncate(text: str, limit: int) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else text[:limit] + f"\n... (truncated at {limit} of {len(text)} chars)"
+
+
+def peer_access(count: int, can_access: Callable[[int, int], bool] | None) -> str | None:
+    """`torch.cuda.can_device_access_peer` over every ordered pair, as text ("0->1 yes, 1->0 yes")."""
+    if can_access is None or count < 2:
+        return None
+    pairs = []
+    for a in range(count):
+        for b in range(count):
+            if a == b:
+                continue
+            try:
+                ok = "yes" if can_access(a, b) else "no"
+            except Exception as exc:  # a driver refusing the query: recorded, not raised
+                ok = f"unknown ({type(exc).__name__})"
+            pairs.append(f"{a}->{b} {ok}")
+    return ", ".join(pairs)
+
+
+def capture_links(count: int, run: Callable[[list[str]], str | None] = _run,
+                  can_access: Callable[[int, int], bool] | None = None) -> tuple[str | None, dict[str, Any]]:
+    """How several GPUs are linked: (interconnect text, extra entries). Read-only and tolerant: a missing
+    `nvidia-smi` or a refused query is recorded as unavailable, never raised.
+
+    interconnect: `nvidia-smi topo -m`; without it, torch's peer-access matrix (so a tp > 1 bundle still says
+    whether the GPUs reach each other directly). extra: `nvlink_status` (`nvidia-smi nvlink --status`,
+    truncated), `peer_access` (the matrix), and `topology` / `nvlink` notes when a tool gave nothing.
+    """
+    extra: dict[str, Any] = {}
+    if count < 2:
+        return None, extra
+    topo = run(["nvidia-smi", "topo", "-m"])
+    nvlink = run(["nvidia-smi", "nvlink", "--status"])
+    peers = peer_access(count, can_access)
+    if peers is not None:
+        extra["peer_access"] = peers
+    if nvlink and nvlink.strip():
+        extra["nvlink_status"] = _truncate(nvlink, NVLINK_STATUS_MAX_CHARS)
+    else:
+        extra["nvlink"] = "not available (`nvidia-smi nvlink --status` gave nothing)"
+    if topo and topo.strip():
+        return _truncate(topo, 60000), extra
+    extra["topology"] = "not available (`nvidia-smi topo -m` gave nothing)"
+    if peers is not None:
+        text = f"nvidia-smi topo -m unavailable; peer access (torch.cuda.can_device_access_peer): {peers}"
+        return text, extra
+    return None, extra
+
+
 def capture_environment(measure_bandwidth: bool = True) -> EnvironmentInfo:
     hw = detect_hardware()
     info = EnvironmentInfo(gpu_name=hw.name, gpu_count=hw.count, compute_capability=hw.compute_capability,
@@ -177,7 +232,14 @@ def capture_environment(measure_bandwidth: bool = True) -> EnvironmentInfo:
         else:
             info.extra["nvidia_smi"] = "not available"
         if hw.count > 1:
-            info.interconnect = _run(["nvidia-smi", "topo", "-m"])
+            try:
+                import torch
+
+                can_access: Callable[[int, int], bool] | None = torch.cuda.can_device_access_peer
+            except (ImportError, AttributeError):
+                can_access = None
+            info.interconnect, links = capture_links(hw.count, _run, can_access)
+            info.extra.update(links)
         if measure_bandwidth:
             try:
                 info.copy_bandwidth_bytes_per_s = measure_copy_bandwidth()

@@ -8,6 +8,11 @@ torch; nothing here runs at import time. On a machine without CUDA, `CudaRuntime
 Node counting walks the graph (``cudaGraphGetNodes``), classifies nodes (``cudaGraphNodeGetType``) and
 descends into child-graph nodes. The walk itself is a pure function over three callables, so it is
 unit-tested on CPU.
+
+Kernel nodes are split into compute kernels (``kernel``) and collectives (``collective``: NCCL kernels, torch
+symmetric-memory kernels, vLLM's custom all-reduce), by the kernel's name, read through the driver
+(``cuGraphKernelNodeGetParams`` + ``cuFuncGetName`` / ``cuKernelGetName``, CUDA 12.3+). Where a name cannot
+be read the kernel counts as compute (and the variant's collective count is unknown, never 0).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import ctypes
 import ctypes.util
 import glob
 import os
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -56,16 +62,119 @@ class CudaCallError(RuntimeError):
     """A CUDA runtime call returned an error code."""
 
 
+# Collective kernels, by the function's own name (the last component of its qualified name):
+#   NCCL: ncclDevKernel_AllReduce_Sum_bf16_RING_LL, ncclKernel_..., ncclDevKernel_Generic, ...
+#   torch symmetric memory (c10d/symm_mem, CUDASymmetricMemory.cu and CUDASymmetricMemoryOps.cu, torch 2.x):
+#     barrier_kernel, put_signal_kernel, wait_signal_kernel, one_shot_all_reduce_kernel,
+#     two_shot_all_reduce_kernel, multimem_all_reduce_kernel, multimem_one_shot_reduce_kernel,
+#     multimem_all_gather_kernel, ...
+#   vLLM custom all-reduce: cross_device_reduce_1stage / cross_device_reduce_2stage.
+# A kernel in a `symmetric_memory` / `symm_mem` namespace counts as a collective too.
+COLLECTIVE_NAME = re.compile(
+    r"^(nccl(Dev)?Kernel\w*"
+    r"|(barrier|put_signal|wait_signal|put|get|signal)_kernel"
+    r"|(multimem|one_shot|two_shot)_\w*kernel\w*"
+    r"|\w*symm_mem\w*"
+    r"|cross_device_reduce_\w+)$"
+)
+COLLECTIVE_NAMESPACES = frozenset({"symmetric_memory", "symm_mem"})
+
+
+def _parse_source_name(name: str) -> tuple[list[str], str]:
+    """A plain or demangled name (``void ns::f<int>(float*)``): (enclosing scopes, function name)."""
+    depth, kept = 0, []
+    for ch in name:
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth = max(depth - 1, 0)
+        elif depth == 0:
+            kept.append(ch)
+    text = "".join(kept).split("(", 1)[0].strip()
+    text = text.split()[-1] if text.split() else text
+    parts = [p for p in text.split("::") if p]
+    return (parts[:-1], parts[-1]) if parts else ([], name)
+
+
+def kernel_identifier(name: str) -> tuple[list[str], str]:
+    """(enclosing namespaces / classes, function name) of a kernel symbol: Itanium-mangled (``_Z...``, what
+    cuFuncGetName returns for CUDA C++ kernels), demangled, or plain (Triton kernels)."""
+    if not name.startswith("_Z"):
+        return _parse_source_name(name)
+    i, parts = 2, []
+
+    def ident(at: int) -> tuple[str, int] | None:
+        j = at
+        while j < len(name) and name[j].isdigit():
+            j += 1
+        if j == at:
+            return None
+        n = int(name[at:j])
+        if n <= 0 or j + n > len(name):
+            return None
+        return name[j:j + n], j + n
+
+    if name[i:i + 1] == "L":
+        i += 1
+    if name[i:i + 1] == "N":
+        i += 1
+        while i < len(name) and name[i] in "rVKRO":
+            i += 1
+        while i < len(name):
+            if name.startswith("St", i):
+                parts.append("std")
+                i += 2
+            elif name[i] == "L":
+                i += 1
+            elif name[i].isdigit():
+                got = ident(i)
+                if got is None:
+                    break
+                parts.append(got[0])
+                i = got[1]
+            else:
+                break
+    else:
+        got = ident(i)
+        if got is not None:
+            parts.append(got[0])
+    if not parts:
+        return [], name
+    return parts[:-1], parts[-1]
+
+
+def is_collective(name: str) -> bool:
+    """Whether a kernel (by its symbol name) is a collective rather than compute."""
+    scopes, base = kernel_identifier(name)
+    return bool(COLLECTIVE_NAME.match(base)) or any(s in COLLECTIVE_NAMESPACES for s in scopes)
+
+
 @dataclass(frozen=True)
 class GraphCount:
-    """Nodes of one captured call, by type; child graphs are flattened into their parents' counts."""
+    """Nodes of one captured call, by type; child graphs are flattened into their parents' counts.
+
+    Kernel nodes are ``kernel`` (compute) or ``collective`` (see `is_collective`) when their names can be
+    read; `collective_names` counts the collectives by function name; `unnamed` counts kernel nodes whose
+    name could not be read (they count as compute).
+    """
 
     by_type: dict[str, int]
     policy_windows: tuple[str, ...] = field(default=())  # kernel nodes carrying a persisting access window
+    collective_names: dict[str, int] = field(default_factory=dict)
+    unnamed: int = 0
 
     @property
     def kernels(self) -> int:
         return self.by_type.get("kernel", 0)
+
+    @property
+    def collectives(self) -> int:
+        return self.by_type.get("collective", 0)
+
+    @property
+    def names_known(self) -> bool:
+        """Every kernel node's name was read, so the collective count is exact."""
+        return self.unnamed == 0
 
 
 def count_nodes(
@@ -74,16 +183,21 @@ def count_nodes(
     get_type: Callable[[int], int],
     get_child: Callable[[int], int],
     inspect_kernel: Callable[[int], str | None] | None = None,
+    kernel_name: Callable[[int], str | None] | None = None,
 ) -> GraphCount:
     """Count the nodes of graph `root` by type, descending into child graphs (up to MAX_DEPTH levels).
 
     `inspect_kernel(node)` may return a description of something wrong with a kernel node (a persisting-L2
-    access-policy window); those descriptions are collected in `policy_windows`.
+    access-policy window); those descriptions are collected in `policy_windows`. `kernel_name(node)` gives
+    a kernel node's symbol name (None when it cannot be read): collectives are then counted apart.
     """
     counts: Counter[str] = Counter()
     flagged: list[str] = []
+    collectives: Counter[str] = Counter()
+    unnamed = 0
 
     def walk(graph: int, depth: int) -> None:
+        nonlocal unnamed
         if depth > MAX_DEPTH:
             raise CudaCallError(f"child graphs nested deeper than {MAX_DEPTH} levels")
         for node in get_nodes(graph):
@@ -92,14 +206,39 @@ def count_nodes(
                 counts["graph"] += 1
                 walk(get_child(node), depth + 1)
                 continue
-            counts[NODE_TYPES.get(kind, f"type_{kind}")] += 1
-            if kind == KERNEL and inspect_kernel is not None:
-                problem = inspect_kernel(node)
-                if problem:
-                    flagged.append(problem)
+            label = NODE_TYPES.get(kind, f"type_{kind}")
+            if kind == KERNEL:
+                if inspect_kernel is not None:
+                    problem = inspect_kernel(node)
+                    if problem:
+                        flagged.append(problem)
+                name = kernel_name(node) if kernel_name is not None else None
+                if name is None:
+                    unnamed += 1
+                elif is_collective(name):
+                    label = "collective"
+                    collectives[kernel_identifier(name)[1]] += 1
+            counts[label] += 1
 
     walk(root, 0)
-    return GraphCount(by_type=dict(sorted(counts.items())), policy_windows=tuple(flagged))
+    return GraphCount(by_type=dict(sorted(counts.items())), policy_windows=tuple(flagged),
+                      collective_names=dict(sorted(collectives.items())), unnamed=unnamed)
+
+
+class _KernelNodeParams(ctypes.Structure):
+    """CUDA_KERNEL_NODE_PARAMS_v2 (driver API), padded: only `func` and `kern` are read."""
+
+    _fields_ = [
+        ("func", ctypes.c_void_p),
+        ("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
+        ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
+        ("sharedMemBytes", ctypes.c_uint),
+        ("kernelParams", ctypes.c_void_p),
+        ("extra", ctypes.c_void_p),
+        ("kern", ctypes.c_void_p),
+        ("ctx", ctypes.c_void_p),
+        ("_reserved", ctypes.c_char * 128),
+    ]
 
 
 class _AccessPolicyWindow(ctypes.Structure):
@@ -206,8 +345,46 @@ class CudaRuntime:
                     f"(hitRatio {win.hitRatio:.2f})")
         return None
 
+    # -- kernel names (driver API) --------------------------------------------------------------------
+    _driver_lib: ctypes.CDLL | None = None
+    _driver_tried = False
+
+    def _driver(self) -> ctypes.CDLL | None:
+        """libcuda (already loaded by the runtime in this process), when it can name kernels."""
+        if not self._driver_tried:
+            self._driver_tried = True
+            try:
+                lib = ctypes.CDLL("libcuda.so.1")
+            except OSError:
+                return None
+            if hasattr(lib, "cuFuncGetName") and (hasattr(lib, "cuGraphKernelNodeGetParams_v2")
+                                                  or hasattr(lib, "cuGraphKernelNodeGetParams")):
+                self._driver_lib = lib
+        return self._driver_lib
+
+    def kernel_name(self, node: int) -> str | None:
+        """A kernel node's symbol name (mangled for CUDA C++), or None when it cannot be read."""
+        drv = self._driver()
+        if drv is None:
+            return None
+        params = _KernelNodeParams()
+        get = getattr(drv, "cuGraphKernelNodeGetParams_v2", None) or drv.cuGraphKernelNodeGetParams
+        if get(ctypes.c_void_p(node), ctypes.byref(params)) != 0:
+            return None
+        name = ctypes.c_char_p()
+        if params.func:
+            code = drv.cuFuncGetName(ctypes.byref(name), ctypes.c_void_p(params.func))
+        elif params.kern and hasattr(drv, "cuKernelGetName"):
+            code = drv.cuKernelGetName(ctypes.byref(name), ctypes.c_void_p(params.kern))
+        else:
+            return None
+        if code != 0 or not name.value:
+            return None
+        return name.value.decode("utf-8", "replace")
+
     def count(self, graph: int) -> GraphCount:
-        return count_nodes(graph, self.graph_nodes, self.node_type, self.child_graph, self.persisting_window)
+        return count_nodes(graph, self.graph_nodes, self.node_type, self.child_graph, self.persisting_window,
+                           self.kernel_name)
 
     # -- persisting L2 -----------------------------------------------------------------------------------
     def persisting_l2_limit(self) -> int:

@@ -15,6 +15,12 @@ parametrization for tests that ask for ``envelope_point``; it imports nothing he
 * ``fasttrack_record(max_error=..., tolerance=..., **extra)``: a test reports the error it measured and the
   tolerance it holds it to. Recording is also an assertion: an error above its tolerance (or NaN) fails the
   test, so a test cannot pass while its own numbers say it should not.
+* ``--fasttrack-envelope-only``: deselect every test that does not take ``envelope_point`` (the tp > 1 runs:
+  the other tests already ran in the tp-1 run).
+
+Tensor parallel: under torchrun (``WORLD_SIZE`` > 1) every rank writes its own results file,
+``<stem>.rank<RANK><suffix>`` beside the ``--fasttrack-results`` path, and each line carries ``rank``; the
+collector merges them (a test passes at a point only if it passed on every rank).
 """
 
 from __future__ import annotations
@@ -61,6 +67,7 @@ class _State:
     points: list[dict[str, Any]] | None
     results_path: Path | None
     grid_meta: dict[str, Any] = field(default_factory=dict)
+    rank: int | None = None  # under torchrun (WORLD_SIZE > 1)
 
 
 _STATE_KEY = pytest.StashKey[_State]()
@@ -86,7 +93,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store",
         default=None,
         metavar="FILE",
-        help="Append one JSON line per test (point, outcome, max_error, tolerance) to FILE.",
+        help="Append one JSON line per test (point, outcome, max_error, tolerance) to FILE "
+             "(under torchrun: one file per rank, FILE's stem + .rank<RANK>).",
+    )
+    group.addoption(
+        "--fasttrack-envelope-only",
+        action="store_true",
+        default=False,
+        help="Run only the tests that take `envelope_point` (deselect the others).",
     )
 
 
@@ -139,9 +153,31 @@ def pytest_configure(config: pytest.Config) -> None:
         except GridFileError as exc:
             raise pytest.UsageError(f"--fasttrack-grid: {exc}") from None
     results_path = Path(results_opt) if results_opt else None
+    rank, world = _rank_and_world()
+    if results_path is not None and world > 1:
+        results_path = results_path.with_name(f"{results_path.stem}.rank{rank}{results_path.suffix}")
     if results_path is not None:
         results_path.parent.mkdir(parents=True, exist_ok=True)
-    config.stash[_STATE_KEY] = _State(points=points, results_path=results_path, grid_meta=meta)
+    config.stash[_STATE_KEY] = _State(points=points, results_path=results_path, grid_meta=meta,
+                                      rank=rank if world > 1 else None)
+
+
+def _rank_and_world() -> tuple[int, int]:
+    """(RANK, WORLD_SIZE) as torchrun sets them; (0, 1) outside torchrun."""
+    try:
+        return int(os.environ.get("RANK", "0")), max(int(os.environ.get("WORLD_SIZE", "1")), 1)
+    except ValueError:
+        return 0, 1
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.getoption("fasttrack_envelope_only", default=False):
+        return
+    keep = [i for i in items if "envelope_point" in getattr(i, "fixturenames", ())]
+    dropped = [i for i in items if "envelope_point" not in getattr(i, "fixturenames", ())]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -244,7 +280,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         acc.outcome = "skipped"
         acc.message = _message(report)
     if report.when == "teardown":
-        _write_line(state.results_path, _line(item, acc))
+        line = _line(item, acc)
+        if state.rank is not None:
+            line["rank"] = state.rank
+        _write_line(state.results_path, line)
 
 
 def _message(report: pytest.TestReport) -> str | None:

@@ -76,11 +76,15 @@ class ProtocolFacts(_Model):
 class VariantResult(_Model):
     samples_us: list[float] = Field(default_factory=list)
     samples_wall_us: list[float] | None = None
-    kernels_per_step: float | None = None
+    kernels_per_step: float | None = None  # compute kernels (collectives are counted apart)
+    collectives_per_step: float | None = None  # NCCL / symmetric-memory kernels in the graph
+    collective_kernels: dict[str, int] | None = None  # those kernels by name (graph nodes, not per layer)
     graph_nodes: dict[str, int] | None = None
     bytes_moved: float | None = None
     gpus: int = 1
     error: str | None = None
+    # Tensor parallel (merged result): every rank's own samples; `samples_us` is their element-wise max.
+    samples_us_by_rank: list[list[float]] | None = None
 
 
 class AccuracyResult(_Model):
@@ -93,6 +97,17 @@ class AccuracyResult(_Model):
     reason: str | None = None
 
 
+class RankSummary(_Model):
+    """One rank's part of a tensor-parallel point (kept beside the merged numbers)."""
+
+    rank: int
+    status: Literal["ok", "rejected", "not_run"]
+    reasons: list[str] = Field(default_factory=list)
+    graph_kernels: dict[str, int] = Field(default_factory=dict)  # variant -> compute kernel nodes
+    graph_collectives: dict[str, int] = Field(default_factory=dict)  # variant -> collective kernel nodes
+    bytes_moved: dict[str, float] = Field(default_factory=dict)  # variant -> bytes this GPU moved per call
+
+
 class CaseResult(_Model):
     point: dict[str, Any]
     status: Literal["ok", "rejected", "not_run"]
@@ -101,6 +116,10 @@ class CaseResult(_Model):
     variants: dict[str, VariantResult] = Field(default_factory=dict)
     accuracy: dict[str, AccuracyResult] = Field(default_factory=dict)
     layers: int | None = None
+    # Tensor parallel: how many ranks ran the point; a rank's own file carries `rank`, the merged one `ranks`.
+    world_size: int = 1
+    rank: int | None = None
+    ranks: list[RankSummary] = Field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -270,6 +289,8 @@ class Prepared:
     output: Any = None
     handle: Any = None
     violations: list[str] = field(default_factory=list)
+    # Collective kernels in the captured graph by name; None where kernel names could not be read.
+    collectives: dict[str, int] | None = None
 
 
 class Backend(ABC):
@@ -280,6 +301,42 @@ class Backend(ABC):
     l2_flush_bytes: int
     persisting_l2_reset: bool
     notes: list[str]
+    # Tensor parallel: set by `enable_distributed` in every rank of a torchrun launch.
+    rank: int = 0
+    world_size: int = 1
+    _dist: Any = None
+    _all_reduce: Any = None
+    _token: Any = None
+
+    def enable_distributed(self, dist: Any, rank: int, world_size: int, device: Any) -> None:
+        """Run in lockstep with the other ranks of the initialised default process group `dist`.
+
+        Keeps its own reference to `dist.all_reduce` (taken before contribution code is imported). From then
+        on `rendezvous()` ends every `before_timed`, and `agree()` makes control-flow decisions collective.
+        """
+        self._dist = dist
+        self._all_reduce = dist.all_reduce
+        self.rank, self.world_size = int(rank), int(world_size)
+        self._token = _torch().zeros(1, dtype=_torch().int32, device=device)
+        self.notes = [*self.notes, f"rank {self.rank} of {self.world_size} (torchrun); a "
+                      f"{self._rendezvous_kind()} rendezvous across ranks right before every timed replay"]
+
+    def _rendezvous_kind(self) -> str:
+        return "device-side (1-element all_reduce on the timing stream)"
+
+    def rendezvous(self) -> None:
+        """Every rank reaches this point before any of them starts the timed replay (no-op on one rank)."""
+        if self.world_size > 1:
+            self._token.zero_()
+            self._all_reduce(self._token)
+
+    def agree(self, ok: bool) -> bool:
+        """True only if `ok` on every rank (a collective: every rank must call it, in the same order)."""
+        if self.world_size <= 1:
+            return ok
+        flag = _torch().ones(1, dtype=_torch().int32, device=self._token.device) * int(bool(ok))
+        self._all_reduce(flag, op=self._dist.ReduceOp.MIN)
+        return bool(int(flag.item()))
 
     @abstractmethod
     def prepare(self, name: str, fn: Callable[[Any], Any], static_inputs: Any) -> Prepared:
@@ -363,7 +420,11 @@ class CpuBackend(Backend):
     def before_timed(self) -> list[str]:
         self._flush_value = (self._flush_value + 1) & 0xFF
         self._flush[:] = bytes([self._flush_value]) * len(self._flush)
+        self.rendezvous()
         return []
+
+    def _rendezvous_kind(self) -> str:
+        return "host-side (gloo all_reduce)"
 
     def timed(self, prepared: Prepared, static_inputs: Any) -> Timing:
         before = set(threading.enumerate())
@@ -488,6 +549,10 @@ class CudaBackend(Backend):
                 self._rt.set_persisting_l2_limit(0)
             self._rt.reset_persisting_l2()
         self._sync()
+        # Tensor parallel: a 1-element all_reduce enqueued on the timing stream after the flush and the input
+        # load and before the start event, so every rank's start event fires only once all ranks have
+        # arrived (host skew between the ranks is not timed). The graphs hold collectives: lockstep matters.
+        self.rendezvous()
         return violations
 
     def timed(self, prepared: Prepared, static_inputs: Any) -> Timing:
@@ -506,6 +571,7 @@ class CudaBackend(Backend):
     def kernel_count(self, prepared: Prepared) -> tuple[dict[str, int] | None, list[str]]:
         if self._rt is not None:
             counted = self._rt.count(int(prepared.handle.raw_cuda_graph()))
+            prepared.collectives = dict(counted.collective_names) if counted.names_known else None
             return counted.by_type, [f"variant {prepared.name!r}: {w}" for w in counted.policy_windows]
         return self._profiler_count(prepared), []
 
@@ -537,8 +603,11 @@ class CudaBackend(Backend):
         self._torch.cuda.empty_cache()
 
 
-def make_backend(kind: Literal["cuda", "cpu"], flush_bytes: int | None = None) -> Backend:
-    return CudaBackend(flush_bytes=flush_bytes) if kind == "cuda" else CpuBackend(flush_bytes=flush_bytes)
+def make_backend(kind: Literal["cuda", "cpu"], flush_bytes: int | None = None, device: int = 0) -> Backend:
+    """The backend for `kind`; `device` is the CUDA device (a tensor-parallel rank's LOCAL_RANK)."""
+    if kind == "cuda":
+        return CudaBackend(device=device, flush_bytes=flush_bytes)
+    return CpuBackend(flush_bytes=flush_bytes)
 
 
 # ---------------------------------------------------------------------------------------------- protocol
@@ -628,12 +697,24 @@ def run_case(
     progress: Callable[[int, int], None] | None = None,
     log: Callable[[str], None] = lambda _m: None,
 ) -> CaseResult:
-    """Measure one BenchmarkCase at one envelope point. Never raises for a bad case: it is recorded."""
+    """Measure one BenchmarkCase at one envelope point. Never raises for a bad case: it is recorded.
+
+    Tensor parallel (`backend.world_size > 1`): every rank runs this with the same settings, seeds and
+    order; each decision that changes what is replayed next (a rejection, a variant that cannot be
+    prepared, a variant stopped after failed checks) is agreed across ranks first (`backend.agree`), so
+    the ranks replay their graphs, which hold collectives, in lockstep.
+    """
     pt = dict(point)
+    dist_info: dict[str, Any] = {"world_size": backend.world_size,
+                                 "rank": backend.rank if backend.world_size > 1 else None}
+    shape_error: str | None = None
     try:
         variants, atol, rtol, layers = check_case_shape(case)
     except CaseRejected as exc:
-        return CaseResult(point=pt, status="rejected", reasons=[str(exc)])
+        shape_error = str(exc)
+    if not backend.agree(shape_error is None):
+        return CaseResult(point=pt, status="rejected", **dist_info,
+                          reasons=[shape_error or "another rank rejected the case's shape"])
     names = list(variants)
     facts = ProtocolFacts(
         backend=backend.name, timer=backend.timer, graph_replay=backend.graph_replay,
@@ -641,7 +722,7 @@ def run_case(
         device_sync=backend.device_sync, orders=orders_for(names), iterations=settings.iterations,
         warmup=settings.warmup, seed_base=settings.seed_base, notes=list(backend.notes),
     )
-    result = CaseResult(point=pt, status="ok", protocol=facts, layers=layers,
+    result = CaseResult(point=pt, status="ok", protocol=facts, layers=layers, **dist_info,
                         variants={n: VariantResult() for n in names},
                         accuracy={n: AccuracyResult(atol=atol, rtol=rtol, ok=True) for n in names})
     seeds = _Seeds(settings.seed_base)
@@ -649,36 +730,55 @@ def run_case(
     prepared: dict[str, Prepared] = {}
     reasons: list[str] = []
     try:
-        _check_inputs_and_signal(case, stock, seeds)
-        _load_fresh(case, seeds)
+        def check_and_load() -> None:
+            _check_inputs_and_signal(case, stock, seeds)
+            _load_fresh(case, seeds)
+
+        _agreed_step(backend, check_and_load)
         for name in names:
+            error: Exception | None = None
             try:
                 prepared[name] = backend.prepare(name, variants[name], case.static_inputs)
-            except CaseRejected:
-                raise
             except Exception as exc:  # a variant that cannot be captured is not timed
-                msg = f"variant {name!r} could not be prepared: {type(exc).__name__}: {exc}"
-                result.variants[name].error = msg
-                result.accuracy[name] = AccuracyResult(atol=atol, rtol=rtol, ok=False, reason=msg)
-                reasons.append(msg)
-                if name == STOCK:
-                    raise CaseRejected(msg) from None
+                error = exc
+            if backend.agree(error is None):
+                continue
+            if isinstance(error, CaseRejected):
+                raise error
+            if error is not None:
+                msg = f"variant {name!r} could not be prepared: {type(error).__name__}: {error}"
+            else:  # prepared here, not on another rank: drop it here too (the ranks replay the same graphs)
+                backend.release(prepared.pop(name))
+                msg = f"variant {name!r} could not be prepared on another rank (see that rank's result)"
+            result.variants[name].error = msg
+            result.accuracy[name] = AccuracyResult(atol=atol, rtol=rtol, ok=False, reason=msg)
+            reasons.append(msg)
+            if name == STOCK:
+                raise CaseRejected(msg) from None
         live = [n for n in names if n in prepared]
-        for name in live:  # warm-up replays with fresh inputs, untimed
-            for _ in range(settings.warmup):
-                _load_fresh(case, seeds)
-                backend.replay_untimed(prepared[name], case.static_inputs)
+
+        def warm_up() -> None:
+            for name in live:  # warm-up replays with fresh inputs, untimed
+                for _ in range(settings.warmup):
+                    _load_fresh(case, seeds)
+                    backend.replay_untimed(prepared[name], case.static_inputs)
+
+        _agreed_step(backend, warm_up)
         sequence = [n for n in schedule(names, settings.iterations) if n in prepared]
         stopped: set[str] = set()
         for step, name in enumerate(sequence):
             if name in stopped:
                 continue
             prep = prepared[name]
-            _timed_step(case, backend, prep, stock, seeds, atol, rtol, result, reasons)
+            def one_step(prep: Prepared = prep) -> None:
+                _timed_step(case, backend, prep, stock, seeds, atol, rtol, result, reasons)
+
+            _agreed_step(backend, one_step)
             acc = result.accuracy[name]
-            if acc.failures >= settings.max_failures_per_variant:
+            if not backend.agree(acc.failures < settings.max_failures_per_variant):
                 stopped.add(name)
-                log(f"{name}: stopped after {acc.failures} failed checks")
+                log(f"{name}: stopped after {acc.failures} failed checks"
+                    + ("" if acc.failures >= settings.max_failures_per_variant else " on another rank"))
             if progress is not None:
                 progress(step + 1, len(sequence))
         for name, prep in prepared.items():
@@ -688,6 +788,9 @@ def run_case(
             if nodes is not None:
                 vr.graph_nodes = nodes
                 vr.kernels_per_step = nodes.get("kernel", 0) / layers
+                if prep.collectives is not None or nodes.get("collective"):
+                    vr.collectives_per_step = nodes.get("collective", 0) / layers
+                    vr.collective_kernels = dict(prep.collectives or {})
             vr.bytes_moved = _bytes_moved(case, name)
             reasons.extend(prep.violations)
         reasons.extend(backend.final_checks())
@@ -710,6 +813,26 @@ def run_case(
     if result.reasons:
         result.status = "rejected"
     return result
+
+
+def _agreed_step(backend: Backend, step: Callable[[], None]) -> None:
+    """Run `step`; on several ranks, all of them learn whether it failed on any (and all stop together)."""
+    error: Exception | None = None
+    try:
+        step()
+    except Exception as exc:
+        error = exc
+    if not backend.agree(error is None):
+        if error is not None:
+            raise error
+        raise CaseRejected("another rank failed here (its own result says why); this rank stopped with it")
+
+
+def _lockstep_reference(backend: Backend, stock: Callable[[Any], Any], pristine: Any) -> None:
+    """On several ranks, every rank runs stock's eager reference at every step (it may hold collectives)."""
+    if backend.world_size > 1:
+        with contextlib.suppress(Exception):
+            stock(clone_tree(pristine))
 
 
 def _dedupe(items: list[str]) -> list[str]:
@@ -750,6 +873,7 @@ def _timed_step(case: Any, backend: Backend, prep: Prepared, stock: Callable[[An
         t = backend.timed(prep, case.static_inputs)
     except Exception as exc:
         _fail(acc, f"raised {type(exc).__name__} during a timed replay: {exc}")
+        _lockstep_reference(backend, stock, pristine)
         return
     vr.samples_us.append(round(t.device_us, 4))
     if t.wall_us is not None:
@@ -760,6 +884,7 @@ def _timed_step(case: Any, backend: Backend, prep: Prepared, stock: Callable[[An
         kinds = ", ".join(sorted(set(odd)))
         _fail(acc, f"returned a tensor subclass ({kinds}): outputs must be plain tensors, "
                    "a lazy subclass can defer its work past the timer")
+        _lockstep_reference(backend, stock, pristine)
         return
     out = clone_tree(prep.output)
     if not trees_equal(case.static_inputs, pristine):

@@ -651,8 +651,8 @@ def sanitizer_not_run(ctx: Context) -> Iterator[Finding]:
 def environment(ctx: Context) -> Iterator[Finding]:
     """The bundle must record the GPU (name, count, compute capability), driver, CUDA and torch versions,
     and for several GPUs how they are linked. Every point's GPU must be the recorded GPU, the machine must
-    have enough GPUs for the largest TP evidenced, and the compute capability must be the policy's for
-    that GPU name."""
+    have enough GPUs for the largest TP evidenced, the compute capability must be the policy's for that
+    GPU name, and a benchmark at tp = n must have been timed as n ranks (`world_size`)."""
     st = an.statement(ctx)
     if st is None:
         return
@@ -683,6 +683,14 @@ def environment(ctx: Context) -> Iterator[Finding]:
     if max_tp > 1 and not env.interconnect:
         yield Finding.error("FT317", f"points at tp={max_tp} but the bundle does not record how the GPUs are "
                                      "linked (environment.interconnect)", evidence_file=label, fix=fix)
+    # A point at tp = n is timed as n ranks (one per GPU, in lockstep): a timing from fewer processes is not
+    # a measurement of that deployment.
+    for b in an.timed_benchmarks(st):
+        if b.point.tp > 1 and b.world_size != b.point.tp:
+            ran = f"{b.world_size} rank(s)" if b.world_size else "one process (no world_size recorded)"
+            yield Finding.error("FT317", f"the benchmark at {an.point_text(b.point)} ran as {ran}, not as "
+                                         f"{b.point.tp} ranks", point=an.point_dict(b.point),
+                                evidence_file=label, fix=fix)
 
 
 @rule("FT318", "Evidence should be recent (policy max_age_days).")

@@ -69,7 +69,9 @@ class TPGroup:
             raise RuntimeError("torch.distributed is not initialised (launch with torchrun)")
         if transport is None:
             transport = "peer" if dist.get_backend(group) == "nccl" and torch.cuda.is_available() else "copy"
-        return cls(rank=dist.get_rank(group), world=dist.get_world_size(group), group=group, transport=transport)
+        return cls(
+            rank=dist.get_rank(group), world=dist.get_world_size(group), group=group, transport=transport
+        )
 
     # ---- stock: collectives ------------------------------------------------------------------------------
     def all_reduce_(self, t: torch.Tensor) -> torch.Tensor:
@@ -81,19 +83,25 @@ class TPGroup:
         return t
 
     def all_agree(self, ok: bool) -> bool:
-        """True only when every rank passes `ok` (a MIN all-reduce; host call, made at set-up, not per step)."""
+        """True only when every rank passes `ok` (a MIN all-reduce: a host call at set-up, not per step)."""
         import torch
         import torch.distributed as dist
 
         if self.world == 1:
             return ok
-        dev = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(self.group) == "nccl" else None
+        dev = (
+            torch.device("cuda", torch.cuda.current_device())
+            if dist.get_backend(self.group) == "nccl"
+            else None
+        )
         flag = torch.tensor([1 if ok else 0], dtype=torch.int32, device=dev)
         dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self.group)
         return bool(int(flag.item()) == 1)
 
     # ---- fused: peer buffers -----------------------------------------------------------------------------
-    def buffer(self, name: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> PeerBuffer:
+    def buffer(
+        self, name: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device
+    ) -> PeerBuffer:
         """The exchange buffer `name` (created collectively on first use: every rank must ask in the same
         order with the same shape; reused while shape/dtype/device match)."""
         buf = self._buffers.get(name)
@@ -104,13 +112,17 @@ class TPGroup:
             and buf.local.device == device
         ):
             return buf
-        buf = self._make_peer(name, shape, dtype, device) if self.transport == "peer" else self._make_copy(
-            name, shape, dtype, device
+        buf = (
+            self._make_peer(name, shape, dtype, device)
+            if self.transport == "peer"
+            else self._make_copy(name, shape, dtype, device)
         )
         self._buffers[name] = buf
         return buf
 
-    def _make_copy(self, name: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> PeerBuffer:
+    def _make_copy(
+        self, name: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device
+    ) -> PeerBuffer:
         import torch
         import torch.distributed as dist
 
@@ -124,7 +136,9 @@ class TPGroup:
 
         return PeerBuffer(name, local, views, publish)
 
-    def _make_peer(self, name: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> PeerBuffer:
+    def _make_peer(
+        self, name: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device
+    ) -> PeerBuffer:
         import torch.distributed as dist
         import torch.distributed._symmetric_memory as symm_mem
 
@@ -132,7 +146,9 @@ class TPGroup:
         local.zero_()
         group = self.group if self.group is not None else dist.group.WORLD
         handle = symm_mem.rendezvous(local, group.group_name)
-        views = [local if r == self.rank else handle.get_buffer(r, tuple(shape), dtype) for r in range(self.world)]
+        views = [
+            local if r == self.rank else handle.get_buffer(r, tuple(shape), dtype) for r in range(self.world)
+        ]
 
         def publish() -> None:
             handle.barrier(channel=0)
@@ -175,9 +191,7 @@ def shard_weights(full: Any, rank: int, tp: int) -> Any:
         router=full.router.clone(),
         e_score_correction_bias=full.e_score_correction_bias.clone(),
         latent_down=full.latent_down.clone(),
-        w13=torch.cat(
-            [w13[:, i0 : i0 + ni], w13[:, inter + i0 : inter + i0 + ni]], dim=1
-        ).contiguous(),
+        w13=torch.cat([w13[:, i0 : i0 + ni], w13[:, inter + i0 : inter + i0 + ni]], dim=1).contiguous(),
         w2=full.w2[:, :, i0 : i0 + ni].contiguous(),
         routed_norm=full.routed_norm.clone(),
         latent_up=full.latent_up.clone(),

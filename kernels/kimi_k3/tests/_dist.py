@@ -19,8 +19,15 @@ from collections.abc import Callable
 from typing import Any
 
 
-def _child(rank: int, world: int, backend: str, init_file: str, fn: Callable[..., Any], kwargs: dict[str, Any],
-           results: Any) -> None:
+def _child(
+    rank: int,
+    world: int,
+    backend: str,
+    init_file: str,
+    fn: Callable[..., Any],
+    kwargs: dict[str, Any],
+    results: Any,
+) -> None:
     import torch
     import torch.distributed as dist
 
@@ -39,12 +46,13 @@ def _child(rank: int, world: int, backend: str, init_file: str, fn: Callable[...
             dist.barrier()
             dist.destroy_process_group()
         results[rank] = ("ok", out)
-    except BaseException:  # noqa: BLE001 - reported to the parent
+    except BaseException:  # reported to the parent
         results[rank] = ("error", traceback.format_exc())
 
 
-def run_ranks(fn: Callable[..., Any], world: int = 2, backend: str = "gloo", timeout_s: float = 600.0,
-              **kwargs: Any) -> list[Any]:
+def run_ranks(
+    fn: Callable[..., Any], world: int = 2, backend: str = "gloo", timeout_s: float = 600.0, **kwargs: Any
+) -> list[Any]:
     import torch.multiprocessing as mp
 
     ctx = mp.get_context("spawn")

@@ -36,14 +36,20 @@ def _guard_rank(rank: int, world: int, fail_rank: int | None) -> dict[str, Any]:
     tp = TPGroup.from_env()
     layer = KimiK3DecodeLayer(shard.cfg, shard, guard=guard, tp=tp)
     env = guard.envelope
-    meta = DecodeMeta(batch=3, max_context=env.context_min, tp=world, device_capability=(9, 0),
-                      device_name=sorted(env.gpu_names)[0])
+    meta = DecodeMeta(
+        batch=3,
+        max_context=env.context_min,
+        tp=world,
+        device_capability=(9, 0),
+        device_name=sorted(env.gpu_names)[0],
+    )
     device_meta = dataclasses.replace(meta, device_capability=(8, 0)) if rank == fail_rank else meta
     before = layer.last_path
     agreed = layer.agree_across_ranks(device_meta)
     batch = random_batch(shard.cfg, [5, 17, 1], seed=3)
-    out, resid = layer(batch.hidden, batch.residual, batch.kv_cache, batch.block_table, batch.seq_lens,
-                       device_meta)
+    out, _ = layer(
+        batch.hidden, batch.residual, batch.kv_cache, batch.block_table, batch.seq_lens, device_meta
+    )
     counts = {r: reg.get_sample_value(METRIC_NAME, {"reason": r}) or 0.0 for r in REASONS}
     return {"agreed": agreed, "path": layer.last_path, "before": before, "counts": counts, "out": out.float()}
 
@@ -80,7 +86,9 @@ def test_tp_layer_without_agreement_falls_back() -> None:
     cfg = K3LayerConfig.tiny(tp=2)
     reg = CollectorRegistry()
     guard = Guard(envelope=dataclasses.replace(ENVELOPE, tp=frozenset({1, 2})), registry=reg)
-    layer = KimiK3DecodeLayer(cfg, K3LayerWeights.random(cfg, seed=1), guard=guard, tp=TPGroup(rank=0, world=2))
+    layer = KimiK3DecodeLayer(
+        cfg, K3LayerWeights.random(cfg, seed=1), guard=guard, tp=TPGroup(rank=0, world=2)
+    )
     env = guard.envelope
     meta = DecodeMeta(batch=1, max_context=env.context_min, tp=2, device_name=sorted(env.gpu_names)[0])
     decision = guard.check(meta, peers_agree=layer.peers_agree)

@@ -108,50 +108,17 @@ def time_variants(torch: Any, dist: Any, case: Any, iters: int) -> dict[str, Any
     return res
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=os.environ.get("OUT", "out"))
-    ap.add_argument("--points", nargs="*", default=["1:32768", "64:32768"])
-    ap.add_argument("--compile-points", nargs="*", default=["1:32768"])
-    ap.add_argument("--ref-points", nargs="*", default=["1:32768", "64:16384"])
-    ap.add_argument("--iters", type=int, default=20)
-    ap.add_argument("--fused", action="store_true", help="also the fused path (needs its TP support)")
-    args = ap.parse_args()
-
-    import torch
-    import torch.distributed as dist
-
-    local = int(os.environ["LOCAL_RANK"])
-    torch.cuda.set_device(local)
-    dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+def check_reference(torch: Any, dist: Any, args: Any, tp: Any, rank: int, world: int, doc: dict[str, Any],
+                    save: Any) -> None:
+    """Stock (and fused with --fused) at TP `world` against the fp32 reference of the full layer."""
     from kimi_k3 import reference, stock
-    from kimi_k3.bench import K3BenchmarkCase, cached_weights
+    from kimi_k3.bench import cached_weights
     from kimi_k3.config import K3LayerConfig
     from kimi_k3.layer import Workspace, random_batch
-    from kimi_k3.tp import TPGroup, shard_weights
+    from kimi_k3.tp import shard_weights
 
-    rank, world = dist.get_rank(), dist.get_world_size()
-    doc: dict[str, Any] = {"world": world, "torch": torch.__version__, "device": torch.cuda.get_device_name()}
-    out = Path(args.out)
-
-    def save() -> None:
-        if rank == 0:
-            out.mkdir(parents=True, exist_ok=True)
-            (out / "tp_smoke.json").write_text(json.dumps(doc, indent=1, default=str))
-
-    tp = TPGroup.from_env()
-    try:
-        doc["symm"] = symm_check(torch, tp)
-    except Exception as exc:
-        doc["symm"] = {"error": f"{type(exc).__name__}: {exc}"[:600]}
-        traceback.print_exc()
-    log(rank, f"symm {doc['symm']}")
-    save()
-
-    # correctness against the full layer's fp32 reference
     full = cached_weights(K3LayerConfig.real(1), "cuda")
     shard = shard_weights(full, rank, world)
-    doc["reference"] = []
     paths: dict[str, Any] = {"stock": stock.forward_with_aux}
     if args.fused:
         from kimi_k3 import fused
@@ -179,6 +146,49 @@ def main() -> None:
             save()
     del full, shard
     torch.cuda.empty_cache()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "out"))
+    ap.add_argument("--points", nargs="*", default=["1:32768", "64:32768"])
+    ap.add_argument("--compile-points", nargs="*", default=["1:32768"])
+    ap.add_argument("--ref-points", nargs="*", default=["1:32768", "64:16384"])
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--fused", action="store_true", help="also the fused path (needs its TP support)")
+    args = ap.parse_args()
+
+    import torch
+    import torch.distributed as dist
+
+    local = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local)
+    dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+    from kimi_k3.bench import K3BenchmarkCase, cached_weights
+    from kimi_k3.config import K3LayerConfig
+    from kimi_k3.tp import TPGroup
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    doc: dict[str, Any] = {"world": world, "torch": torch.__version__, "device": torch.cuda.get_device_name()}
+    out = Path(args.out)
+
+    def save() -> None:
+        if rank == 0:
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "tp_smoke.json").write_text(json.dumps(doc, indent=1, default=str))
+
+    tp = TPGroup.from_env()
+    try:
+        doc["symm"] = symm_check(torch, tp)
+    except Exception as exc:
+        doc["symm"] = {"error": f"{type(exc).__name__}: {exc}"[:600]}
+        traceback.print_exc()
+    log(rank, f"symm {doc['symm']}")
+    save()
+
+    doc["reference"] = []
+    if args.ref_points:
+        check_reference(torch, dist, args, tp, rank, world, doc, save)
 
     cfg = K3LayerConfig.real(world)
     w = cached_weights(cfg, "cuda", rank=rank)

@@ -1,9 +1,13 @@
 """Fused Triton path for one Kimi K3 MLA decode layer: `forward(cfg, weights, batch)`, same signature as
-`kimi_k3.stock.forward`. Seven launches per layer, CUDA-graph capturable, no host sync, bit-reproducible.
+`kimi_k3.stock.forward`. Seven launches per layer at TP 1 (ten kernels and
+three peer-memory barriers at TP 2: fused/NOTES.md, "TP 2"), CUDA-graph capturable, no host sync,
+bit-reproducible.
 Design and measurements: fused/NOTES.md."""
 
 from .launch import (
     KERNELS_PER_LAYER,
+    KERNELS_PER_LAYER_TP,
+    PUBLISHES_PER_LAYER_TP,
     Plan,
     forward,
     forward_planned,
@@ -15,6 +19,8 @@ from .prep import FusedWeights, prepare
 
 __all__ = [
     "KERNELS_PER_LAYER",
+    "KERNELS_PER_LAYER_TP",
+    "PUBLISHES_PER_LAYER_TP",
     "FusedWeights",
     "Plan",
     "forward",

@@ -761,6 +761,7 @@ def o_proj_kernel(
     BN: tl.constexpr,
     BK: tl.constexpr,
     MODE: tl.constexpr,
+    PARTIAL: tl.constexpr,  # TP > 1: the rank's fp32 o_proj partial -> resid_out_ptr (no residual, no oss)
 ):
     pid = tl.program_id(0)
     ks = pid % KS
@@ -781,7 +782,10 @@ def o_proj_kernel(
     out = _fin(acc, MODE)
     m2 = bm[:, None] & nm[None, :]
     if KS == 1:
-        _o_finish(out, nb, rb, rn, m2, resid1_ptr, resid_out_ptr, oss_ptr, B, H)
+        if PARTIAL:
+            tl.store(resid_out_ptr + rb[:, None] * H + rn[None, :], out, mask=m2)
+        else:
+            _o_finish(out, nb, rb, rn, m2, resid1_ptr, resid_out_ptr, oss_ptr, B, H)
     else:
         tl.store(part_ptr + ks * B * H + rb[:, None] * H + rn[None, :], out, mask=m2)
         tl.debug_barrier()
@@ -795,7 +799,10 @@ def o_proj_kernel(
                     other=0.0,
                     cache_modifier=".cg",
                 )
-            _o_finish(tot, nb, rb, rn, m2, resid1_ptr, resid_out_ptr, oss_ptr, B, H)
+            if PARTIAL:
+                tl.store(resid_out_ptr + rb[:, None] * H + rn[None, :], tot, mask=m2)
+            else:
+                _o_finish(tot, nb, rb, rn, m2, resid1_ptr, resid_out_ptr, oss_ptr, B, H)
 
 
 @triton.jit
@@ -839,15 +846,12 @@ def _topk_role(
 ):
     """Rows [t*TB, t*TB + TB): sigmoid, biased top-k, renormalised weights; per-expert pair counts (atomic
     ranks). The last top-k CTA turns the counts into the touched-expert list and the per-expert pair lists."""
-    ecnt_ptr = ctr_ptr + 1024  # CTR_ECNT: per-expert pair counts, zeroed with the counters
     cnt = tl.atomic_add(ctr_ptr + 16, 0, sem="acquire")  # CTR_ROUTER: all router CTAs done?
     while cnt < NR:
         cnt = tl.atomic_add(ctr_ptr + 16, 0, sem="acquire")
     tl.debug_barrier()
     re = tl.arange(0, EP)
     em = re < E
-    bias = tl.load(bias_ptr + re, mask=em, other=0.0)
-    rkk = tl.arange(0, KP)
     rb = t * TB + tl.arange(0, TB)
     bm = rb < B
     lg = tl.load(
@@ -856,6 +860,68 @@ def _topk_role(
         other=0.0,
         cache_modifier=".cg",
     )
+    _topk_rows(
+        lg,
+        rb,
+        bias_ptr,
+        topk_id_ptr,
+        topk_w_ptr,
+        rank_ptr,
+        eoff_ptr,
+        slot_exp_ptr,
+        slot_off_ptr,
+        slot_cnt_ptr,
+        sorted_tok_ptr,
+        sorted_pair_ptr,
+        ctr_ptr,
+        B,
+        route_scale,
+        E,
+        TOPK,
+        RENORM,
+        NT,
+        EP,
+        TB,
+        KP,
+        PP,
+    )
+
+
+@triton.jit
+def _topk_rows(
+    lg,
+    rb,
+    bias_ptr,
+    topk_id_ptr,
+    topk_w_ptr,
+    rank_ptr,
+    eoff_ptr,
+    slot_exp_ptr,
+    slot_off_ptr,
+    slot_cnt_ptr,
+    sorted_tok_ptr,
+    sorted_pair_ptr,
+    ctr_ptr,
+    B,
+    route_scale,
+    E: tl.constexpr,
+    TOPK: tl.constexpr,
+    RENORM: tl.constexpr,
+    NT,
+    EP: tl.constexpr,
+    TB: tl.constexpr,
+    KP: tl.constexpr,
+    PP: tl.constexpr,
+):
+    """Routing of the rows `rb` from their fp32 logits `lg` [TB, EP] (shared by TP 1 and the TP gather):
+    sigmoid, biased top-k, renormalised weights, per-expert pair counts; the last of the NT top-k CTAs builds
+    the touched-expert list."""
+    ecnt_ptr = ctr_ptr + 1024  # CTR_ECNT: per-expert pair counts, zeroed with the counters
+    re = tl.arange(0, EP)
+    em = re < E
+    bm = rb < B
+    bias = tl.load(bias_ptr + re, mask=em, other=0.0)
+    rkk = tl.arange(0, KP)
     sc = tl.sigmoid(lg)
     sel = tl.where(em[None, :], sc + bias[None, :], float("-inf"))
     ids = tl.zeros([TB, KP], dtype=tl.int32)
@@ -1172,6 +1238,8 @@ def _down_role(
     BK: tl.constexpr,
     MODE: tl.constexpr,
     RB: tl.constexpr,
+    PARTIAL: tl.constexpr,  # TP > 1: fp32 per-token sums -> latent_ptr, row stride LDO (no rounding, no lss)
+    LDO: tl.constexpr,
 ):
     NBL: tl.constexpr = (LAT + BN - 1) // BN
     nb = v % NBL
@@ -1219,10 +1287,13 @@ def _down_role(
                     other=0.0,
                     cache_modifier=".cg",
                 )
-            tb = tot.to(tl.bfloat16)
-            tl.store(latent_ptr + rb[:, None] * LAT + rn[None, :], tb, mask=m2)
-            tf = tl.where(m2, tb.to(tl.float32), 0.0)
-            tl.store(lss_ptr + nb * B + rb, tl.sum(tf * tf, axis=1), mask=bm)
+            if PARTIAL:
+                tl.store(latent_ptr + rb[:, None] * LDO + rn[None, :], tot, mask=m2)
+            else:
+                tb = tot.to(tl.bfloat16)
+                tl.store(latent_ptr + rb[:, None] * LAT + rn[None, :], tb, mask=m2)
+                tf = tl.where(m2, tb.to(tl.float32), 0.0)
+                tl.store(lss_ptr + nb * B + rb, tl.sum(tf * tf, axis=1), mask=bm)
         tl.debug_barrier()
         tl.atomic_add(ctr_ptr + 19, 1, sem="release")  # CTR_LAT_DONE
 
@@ -1250,10 +1321,51 @@ def _tail_role(
     PC: tl.constexpr,
 ):
     rb = tl.arange(0, BB)
-    bm = rb < B
     rn = nt * BNT + tl.arange(0, BNT)
-    nm = rn < H
     # shared expert down-projection first: it does not depend on the routed experts
+    shared = _shared_w2(rb, rn, sh_ptr, sw2_ptr, B, H, SI, BB, BNT, BKT, MODE_T)
+    # waits for CTR_LAT_DONE == NBL
+    _tail_up(
+        shared,
+        rb,
+        rn,
+        up_ptr,
+        latent_ptr,
+        lss_ptr,
+        out_ptr,
+        ctr_ptr,
+        B,
+        H,
+        LAT,
+        EPS,
+        NBL,
+        19,
+        NBL,
+        BB,
+        BNT,
+        BKT,
+        MODE_T,
+        PC,
+    )
+
+
+@triton.jit
+def _shared_w2(
+    rb,
+    rn,
+    sh_ptr,
+    sw2_ptr,
+    B,
+    H: tl.constexpr,
+    SI: tl.constexpr,
+    BB: tl.constexpr,
+    BNT: tl.constexpr,
+    BKT: tl.constexpr,
+    MODE_T: tl.constexpr,
+):
+    """shared act [B, SI] @ shared_w2[rn].T -> [BB, BNT] fp32 (this rank's partial at TP > 1)."""
+    bm = rb < B
+    nm = rn < H
     acc = _acc_init(BB, BNT, BKT, MODE_T)
     for k0 in range(0, SI, BKT):
         rk = k0 + tl.arange(0, BKT)
@@ -1261,10 +1373,39 @@ def _tail_role(
         x = tl.load(sh_ptr + rb[:, None] * SI + rk[None, :], mask=bm[:, None] & km[None, :], other=0.0)
         w = tl.load(sw2_ptr + rn[:, None] * SI + rk[None, :], mask=nm[:, None] & km[None, :], other=0.0)
         acc = _mac(acc, x, w, MODE_T)
-    shared = _fin(acc, MODE_T)
-    cnt = tl.atomic_add(ctr_ptr + 19, 0, sem="acquire")  # CTR_LAT_DONE
-    while cnt < NBL:
-        cnt = tl.atomic_add(ctr_ptr + 19, 0, sem="acquire")
+    return _fin(acc, MODE_T)
+
+
+@triton.jit
+def _tail_up(
+    shared,
+    rb,
+    rn,
+    up_ptr,
+    latent_ptr,
+    lss_ptr,
+    out_ptr,
+    ctr_ptr,
+    B,
+    H: tl.constexpr,
+    LAT: tl.constexpr,
+    EPS: tl.constexpr,
+    NBL: tl.constexpr,
+    WSLOT: tl.constexpr,
+    WN: tl.constexpr,
+    BB: tl.constexpr,
+    BNT: tl.constexpr,
+    BKT: tl.constexpr,
+    MODE_T: tl.constexpr,
+    PC: tl.constexpr,
+):
+    """Wait until ctr[WSLOT] >= WN (the latent [B, LAT] bf16 and its NBL per-block sums of squares are
+    complete), then hidden_out[:, rn] = routed-RMSNorm(latent) @ latent_up'[rn].T + shared (TP 1 and TP)."""
+    bm = rb < B
+    nm = rn < H
+    cnt = tl.atomic_add(ctr_ptr + WSLOT, 0, sem="acquire")
+    while cnt < WN:
+        cnt = tl.atomic_add(ctr_ptr + WSLOT, 0, sem="acquire")
     tl.debug_barrier()
     acc2 = _acc_init(BB, BNT, BKT, MODE_T)
     for k0 in range(0, LAT, BKT):
@@ -1347,6 +1488,8 @@ def expert_down_kernel(
             BK,
             MODE,
             RB,
+            False,
+            LAT,
         )
     else:
         _tail_role(

@@ -202,26 +202,15 @@ def _check_plan(cfg: K3LayerConfig, p: Plan) -> None:
         raise ValueError("interleaved gate/up tiles need an even block")
 
 
-def forward_planned(
-    cfg: K3LayerConfig, w: K3LayerWeights, batch: DecodeBatch, plan: Plan
-) -> tuple[torch.Tensor, torch.Tensor]:
-    out, resid, _ = run_planned(cfg, w, batch, plan)
-    return out, resid
-
-
-def run_planned(
-    cfg: K3LayerConfig, w: K3LayerWeights, batch: DecodeBatch, plan: Plan
-) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-    """Launch the seven kernels; returns (hidden_out, residual_out, intermediates by name)."""
+def launch_attention(cfg: K3LayerConfig, w: K3LayerWeights, batch: DecodeBatch, p: Plan) -> dict[str, Any]:
+    """Kernels 1-3 (qkv_a, q_b, attention; shared by TP 1 and TP > 1, on the rank's shard): checks the batch,
+    zeroes the sync counters and writes the new token's latent into the cache. Returns the buffers by name."""
     import torch
 
     from . import kernels as K
 
-    _check_plan(cfg, plan)
-    p = plan
     h_in, r_in = batch.hidden, batch.residual
     B = int(h_in.shape[0])
-    dev = h_in.device
     f32, bf16, i32 = torch.float32, torch.bfloat16, torch.int32
     H, NH, KL, DN, DR, DV = (
         cfg.hidden,
@@ -231,14 +220,7 @@ def run_planned(
         cfg.qk_rope_head_dim,
         cfg.v_head_dim,
     )
-    QL, E, TOPK, LAT, NI, SI = (
-        cfg.q_lora_rank,
-        cfg.n_routed_experts,
-        cfg.top_k,
-        cfg.latent,
-        cfg.routed_inter,
-        cfg.shared_inter,
-    )
+    QL = cfg.q_lora_rank
     R = cfg.qkv_a_g_rows
     eps = float(cfg.rms_norm_eps)
     kvd = cfg.kv_cache_dim
@@ -261,9 +243,7 @@ def run_planned(
         return batch.scratch("fused." + name, shape, dtype)
 
     fw = prep.prepare(w)
-    nbo = _cdiv(H, p.O_BN)
     nqc = _cdiv(QL, p.A_BN)
-    nbl = _cdiv(LAT, p.D_BN)
     PC = 64
     ctr = ws("ctr", (K.CTR_SIZE,), i32)
     raw = ws("raw", (B, R), bf16)
@@ -276,27 +256,6 @@ def run_planned(
     opart = ws("opart", (B, p.S, NH, KL), f32)
     lse = ws("lse", (B, p.S, NH), f32)
     attn_out = ws("attn_out", (B, NH * DV), bf16)
-    o_part = ws("o_part", (p.O_KS, B, H), f32)
-    oss = ws("oss", (nbo, B), f32)
-    logits = ws("logits", (B, E), f32)
-    lat = ws("lat", (B, LAT), bf16)
-    sh = ws("sh", (B, SI), bf16)
-    topk_id = ws("topk_id", (B, TOPK), i32)
-    topk_w = ws("topk_w", (B, TOPK), f32)
-    rank = ws("rank", (B * TOPK,), i32)
-    eoff = ws("eoff", (E,), i32)
-    max_slots = min(E, B * TOPK)
-    slot_exp = ws("slot_exp", (max_slots,), i32)
-    slot_off = ws("slot_off", (max_slots,), i32)
-    slot_cnt = ws("slot_cnt", (max_slots,), i32)
-    sorted_tok = ws("sorted_tok", (B * TOPK,), i32)
-    sorted_pair = ws("sorted_pair", (B * TOPK,), i32)
-    act = ws("act", (B * TOPK, NI), bf16)
-    ypair = ws("ypair", (B * TOPK, LAT), f32)
-    latent = ws("latent", (B, LAT), bf16)
-    lss = ws("lss", (nbl, B), f32)
-    resid_out = torch.empty((B, H), dtype=bf16, device=dev)
-    hidden_out = torch.empty((B, H), dtype=bf16, device=dev)
 
     nw, st = p.num_warps, p.stages
     klp = _p2(KL)
@@ -415,6 +374,87 @@ def run_planned(
         num_warps=p.attn_warps,
         num_stages=2,
     )
+    return {
+        "ctr": ctr,
+        "raw": raw,
+        "ssq": ssq,
+        "ss_in": ss_in,
+        "resid1": resid1,
+        "ql_part": ql_part,
+        "qpe": qpe,
+        "opart": opart,
+        "lse": lse,
+        "attn_out": attn_out,
+    }
+
+
+def forward_planned(
+    cfg: K3LayerConfig, w: K3LayerWeights, batch: DecodeBatch, plan: Plan
+) -> tuple[torch.Tensor, torch.Tensor]:
+    out, resid, _ = run_planned(cfg, w, batch, plan)
+    return out, resid
+
+
+def _tp_of(batch: DecodeBatch) -> Any:
+    tp = batch.tp
+    return tp if tp is not None and tp.world > 1 else None
+
+
+def run_planned(
+    cfg: K3LayerConfig, w: K3LayerWeights, batch: DecodeBatch, plan: Plan
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    """Launch the seven kernels (TP > 1: the TP sequence of `tp_launch`); returns (hidden_out, residual_out,
+    intermediates by name)."""
+    if _tp_of(batch) is not None:
+        from . import tp_launch
+
+        return tp_launch.run_planned_tp(cfg, w, batch, plan)
+    import torch
+
+    from . import kernels as K
+
+    _check_plan(cfg, plan)
+    p = plan
+    a = launch_attention(cfg, w, batch, p)
+    ctr, raw, ssq, ss_in, resid1 = a["ctr"], a["raw"], a["ssq"], a["ss_in"], a["resid1"]
+    ql_part, qpe, opart, lse, attn_out = a["ql_part"], a["qpe"], a["opart"], a["lse"], a["attn_out"]
+    h_in = batch.hidden
+    B = int(h_in.shape[0])
+    dev = h_in.device
+    f32, bf16, i32 = torch.float32, torch.bfloat16, torch.int32
+    H, NH, DV = cfg.hidden, cfg.local_heads, cfg.v_head_dim
+    E, TOPK, LAT, NI, SI = cfg.n_routed_experts, cfg.top_k, cfg.latent, cfg.routed_inter, cfg.shared_inter
+    eps = float(cfg.rms_norm_eps)
+
+    def ws(name: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        return batch.scratch("fused." + name, shape, dtype)
+
+    fw = prep.prepare(w)
+    nbo = _cdiv(H, p.O_BN)
+    nbl = _cdiv(LAT, p.D_BN)
+    PC = 64
+    o_part = ws("o_part", (p.O_KS, B, H), f32)
+    oss = ws("oss", (nbo, B), f32)
+    logits = ws("logits", (B, E), f32)
+    lat = ws("lat", (B, LAT), bf16)
+    sh = ws("sh", (B, SI), bf16)
+    topk_id = ws("topk_id", (B, TOPK), i32)
+    topk_w = ws("topk_w", (B, TOPK), f32)
+    rank = ws("rank", (B * TOPK,), i32)
+    eoff = ws("eoff", (E,), i32)
+    max_slots = min(E, B * TOPK)
+    slot_exp = ws("slot_exp", (max_slots,), i32)
+    slot_off = ws("slot_off", (max_slots,), i32)
+    slot_cnt = ws("slot_cnt", (max_slots,), i32)
+    sorted_tok = ws("sorted_tok", (B * TOPK,), i32)
+    sorted_pair = ws("sorted_pair", (B * TOPK,), i32)
+    act = ws("act", (B * TOPK, NI), bf16)
+    ypair = ws("ypair", (B * TOPK, LAT), f32)
+    latent = ws("latent", (B, LAT), bf16)
+    lss = ws("lss", (nbl, B), f32)
+    resid_out = torch.empty((B, H), dtype=bf16, device=dev)
+    hidden_out = torch.empty((B, H), dtype=bf16, device=dev)
+    nw, st = p.num_warps, p.stages
     # 4
     K.o_proj_kernel[(nbo * p.O_KS,)](
         attn_out,
@@ -433,6 +473,7 @@ def run_planned(
         BN=p.O_BN,
         BK=p.O_BK,
         MODE=p.MODE,
+        PARTIAL=False,
         num_warps=nw,
         num_stages=st,
     )
@@ -595,3 +636,6 @@ def forward(
 
 
 KERNELS_PER_LAYER = 7
+# TP > 1 (`tp_launch`): Triton kernels per layer, and PeerBuffer publishes (barriers / all-gathers) per layer
+KERNELS_PER_LAYER_TP = 10
+PUBLISHES_PER_LAYER_TP = 3

@@ -38,7 +38,6 @@ def _child(
             _triton_interpreter.apply()
         if backend == "nccl":
             torch.cuda.set_device(rank)
-        torch.set_num_threads(1)
         dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank, world_size=world)
         try:
             out = fn(rank, world, **kwargs)

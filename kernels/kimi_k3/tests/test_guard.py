@@ -48,7 +48,8 @@ EDGES = [
     ({"max_context": 4096}, "context"),
     ({"max_context": 1}, "context"),
     ({"max_context": 0}, "context"),
-    ({"tp": 2}, "tp"),
+    ({"tp": 4}, "tp"),
+    ({"tp": 2}, None),
     ({"tp": 8}, "tp"),
     ({"device_capability": (10, 0)}, "gpu"),
     ({"device_capability": (8, 0)}, "gpu"),
@@ -115,7 +116,7 @@ def test_fused_unavailable_falls_back_visibly() -> None:
 
 def test_check_has_no_side_effects() -> None:
     guard, reg = _guard()
-    assert guard.check(dataclasses.replace(INSIDE, tp=2)) == (False, "tp")
+    assert guard.check(dataclasses.replace(INSIDE, tp=4)) == (False, "tp")
     assert _count(reg, "tp") == 0.0
 
 
@@ -134,10 +135,10 @@ def test_envelope_is_read_from_the_manifest() -> None:
 
 
 def test_a_different_manifest_moves_the_edges(tmp_path: Path) -> None:
-    text = MANIFEST_PATH.read_text().replace("tp = [1]", "tp = [1, 2]").replace("max = 64", "max = 32")
+    text = MANIFEST_PATH.read_text().replace("tp = [1, 2]", "tp = [1, 2, 4]").replace("max = 64", "max = 32")
     path = tmp_path / "fasttrack.toml"
     path.write_text(text)
     env = Envelope.from_manifest(path)
     guard = Guard(envelope=env, registry=CollectorRegistry())
-    assert guard.decide(dataclasses.replace(INSIDE, tp=2)).use_fused
+    assert guard.decide(dataclasses.replace(INSIDE, tp=4)).use_fused
     assert guard.decide(dataclasses.replace(INSIDE, batch=33)) == (False, "batch")

@@ -38,7 +38,10 @@ except Exception as exc:  # no smoke numbers: keep the manifest as committed, sa
     print(f"== context rule: no smoke timing ({exc!r}); manifest unchanged")
     sys.exit(0)
 print("== context rule: TP-2 fused/stock at 16384:", {b: round(r, 3) for b, r in ratios.items()})
-if ratios and min(ratios.values()) >= 1.03:
+if not ratios:  # the smoke timed nothing (e.g. it ran out of time compiling): no data, no change
+    print("== context rule: no TP-2 timing at 16384; manifest unchanged")
+    sys.exit(0)
+if min(ratios.values()) >= 1.03:
     print("== context rule: keep 16384..32768")
     sys.exit(0)
 text = open(manifest).read()

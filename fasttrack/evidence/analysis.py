@@ -21,6 +21,7 @@ from fasttrack.evidence.bundle import (
     STATEMENT_FILE,
     STOCK_VARIANT,
     Benchmark,
+    Environment,
     KernelTest,
     Point,
     Statement,
@@ -33,6 +34,7 @@ from fasttrack.evidence.digest import (
     contribution_digest,
     digest_of_listing,
 )
+from fasttrack.evidence.loaded import LoadedEvidence, LoadedPart
 from fasttrack.evidence.signing import SignatureResult, verify_bytes
 from fasttrack.evidence.stats import RatioEstimate, median, median_ratio_ci
 from fasttrack.manifest import Claim, EnvelopePoint
@@ -46,10 +48,62 @@ MIN_RESAMPLES = 200
 
 
 def statement(ctx: Context) -> Statement | None:
-    """The parsed statement, only when the Context has a manifest (evidence rules need one)."""
+    """The statement the rules judge, only when the Context has a manifest (evidence rules need one): with
+    several parts (statement files) in the bundle, their records merged (`LoadedEvidence.merged`)."""
     if ctx.manifest is None or ctx.evidence is None:
         return None
+    if ctx.evidence.merged is not None:
+        return ctx.evidence.merged
     return ctx.evidence.statement
+
+
+def parts(ctx: Context) -> list[LoadedPart]:
+    """Every statement file of the bundle (one for a bundle collected in one go)."""
+    ev = ctx.evidence
+    if ev is None:
+        return []
+    if ev.parts:
+        return list(ev.parts)
+    if ev.statement_bytes is None and not ev.problems:
+        return []
+    # A LoadedEvidence built by hand (no parts): its top-level fields are the one part.
+    path = ev.statement_path or ev.bundle_dir / STATEMENT_FILE
+    return [LoadedPart(name=path.name, statement_path=path, statement=ev.statement,
+                       statement_bytes=ev.statement_bytes, signature=ev.signature,
+                       signature_path=ev.signature_path, problems=ev.problems, salvaged=ev.salvaged,
+                       log_digests=ev.log_digests)]
+
+
+def parsed_parts(ctx: Context) -> list[tuple[LoadedPart, Statement]]:
+    """(part, its statement) for every part that parsed (possibly salvaged); empty without a manifest."""
+    if ctx.manifest is None:
+        return []
+    return [(p, p.statement) for p in parts(ctx) if p.statement is not None]
+
+
+def multipart(ctx: Context) -> bool:
+    return len(parts(ctx)) > 1
+
+
+def part_of(ctx: Context, item: object) -> LoadedPart | None:
+    """The part a kernel test, benchmark, eval or sanitizer record of `statement(ctx)` comes from."""
+    ev = ctx.evidence
+    if ev is None:
+        return None
+    found = ev.part_of(item)
+    if found is not None:
+        return found
+    ps = parts(ctx)
+    return ps[0] if len(ps) == 1 else None
+
+
+def environment_of(ctx: Context, item: object) -> Environment | None:
+    """The environment of the machine a record was collected on (its own part's)."""
+    part = part_of(ctx, item)
+    if part is not None and part.statement is not None:
+        return part.statement.predicate.environment
+    st = statement(ctx)
+    return st.predicate.environment if st else None
 
 
 # ---------------------------------------------------------------------------------------------- locations
@@ -78,11 +132,27 @@ def bundle_label(ctx: Context) -> str:
 
 
 def statement_file(ctx: Context) -> str:
-    return f"{bundle_label(ctx)}/{STATEMENT_FILE}"
+    """The evidence file a finding about the whole (merged) evidence names: statement.json, or with
+    several parts the evidence directory itself (a path renderers and SARIF can use)."""
+    ps = parts(ctx)
+    if len(ps) > 1:
+        return f"{bundle_label(ctx)}/"
+    return f"{bundle_label(ctx)}/{ps[0].name if ps else STATEMENT_FILE}"
 
 
 def signature_file(ctx: Context) -> str:
     return f"{bundle_label(ctx)}/{SIGNATURE_FILE}"
+
+
+def part_file(ctx: Context, part: LoadedPart) -> str:
+    """Head-relative path of one part's statement file, e.g. `evidence/kimi_k3/statement.tp2.json`."""
+    return f"{bundle_label(ctx)}/{part.name}"
+
+
+def item_file(ctx: Context, item: object) -> str:
+    """The statement file a record comes from (the merged label when it cannot be told)."""
+    part = part_of(ctx, item)
+    return part_file(ctx, part) if part is not None else statement_file(ctx)
 
 
 def recollect_fix(ctx: Context, what: str = "") -> str:
@@ -116,8 +186,11 @@ def contribution_path(ctx: Context) -> Path | None:
     return ctx.head_dir / ctx.contribution_dir
 
 
-def freshness(ctx: Context) -> Freshness:
-    st = statement(ctx)
+def freshness(ctx: Context, part: LoadedPart | None = None) -> Freshness:
+    """Is the statement (the primary one, or `part`'s) bound to the contribution in the head?"""
+    st = part.statement if part is not None else ctx.evidence.statement if ctx.evidence else None
+    if ctx.manifest is None:
+        st = None
     subject = st.subject_digest if st else None
     listed = dict(st.predicate.files) if st else {}
     listing_digest = digest_of_listing(listed) if st and st.predicate.files else None
@@ -147,12 +220,14 @@ def allowed_signers_path(ctx: Context) -> Path:
     return base.parent / configured
 
 
-def signature(ctx: Context) -> SignatureResult:
-    ev = ctx.evidence
+def signature(ctx: Context, part: LoadedPart | None = None) -> SignatureResult:
+    """The primary statement's signature check, or `part`'s (each part is signed on its own)."""
+    ev: LoadedEvidence | LoadedPart | None = part if part is not None else ctx.evidence
+    name = part.name if part is not None else STATEMENT_FILE
     if ev is None or ev.statement_bytes is None:
-        return SignatureResult(False, reason="no statement.json to verify")
+        return SignatureResult(False, reason=f"no {name} to verify")
     if ev.signature is None:
-        return SignatureResult(False, reason=f"{SIGNATURE_FILE} is missing")
+        return SignatureResult(False, reason=f"{name}.sig is missing")
     signers = allowed_signers_path(ctx)
     try:
         signers_bytes = signers.read_bytes()
@@ -235,6 +310,45 @@ def coverage(ctx: Context) -> list[PointCoverage]:
             max_error=max(errors) if errors else None,
         ))
     return out
+
+
+def not_collected(ctx: Context) -> dict[str, list[tuple[str, str]]]:
+    """point key -> [(part name, why)] for every benchmark record a part wrote as not run (another
+    machine's hardware, the --tp filter, too few GPUs...): what a missing point's finding can point to."""
+    out: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    for part, st in parsed_parts(ctx):
+        for b in st.predicate.benchmarks:
+            if b.not_run is not None:
+                out[point_key(b.point)].append((part.name, b.not_run))
+    return out
+
+
+@dataclass(frozen=True)
+class Overlap:
+    point: Point
+    what: str  # "kernel tests" or "a timed benchmark"
+    parts: tuple[str, ...]
+
+
+def overlaps(ctx: Context) -> list[Overlap]:
+    """Points evidenced by more than one part (kernel tests at the point, or a timed benchmark there). Each
+    point must come from exactly one part: two machines' results for one point are not merged or chosen
+    between."""
+    found: dict[tuple[str, str], dict[str, None]] = defaultdict(dict)
+    points: dict[str, Point] = {}
+    pp = parsed_parts(ctx)
+    if len(pp) < 2:
+        return []
+    for part, st in pp:
+        for t in st.predicate.kernel_tests:
+            if t.point is not None:
+                found[(point_key(t.point), "kernel tests")][part.name] = None
+                points.setdefault(point_key(t.point), t.point)
+        for b in timed_benchmarks(st):
+            found[(point_key(b.point), "a timed benchmark")][part.name] = None
+            points.setdefault(point_key(b.point), b.point)
+    return [Overlap(points[key], what, tuple(names)) for (key, what), names in sorted(found.items())
+            if len(names) > 1]
 
 
 # ---------------------------------------------------------------------------------------------- benchmarks

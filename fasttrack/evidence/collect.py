@@ -44,7 +44,6 @@ from fasttrack import __version__
 from fasttrack.errors import InputError
 from fasttrack.evidence import sanitizer as san
 from fasttrack.evidence.bundle import (
-    STATEMENT_FILE,
     Accuracy,
     Benchmark,
     Collector,
@@ -69,6 +68,8 @@ LOG_FILES = {"tests": "pytest.log", "bench": "bench.log", "evals": "evals.log", 
 WORKER = "fasttrack.evidence.bench_worker"
 PLUGIN = "fasttrack.evidence.pytest_plugin"
 STATE_VERSION = 1
+DEFAULT_BUNDLE_NAME = "statement"  # statement.json, statement.json.sig, pytest.log, ...
+BUNDLE_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
 
 @dataclass
@@ -89,6 +90,46 @@ class CollectOptions:
     flush_bytes: int | None = None
     # Run nothing: write the bundle from what earlier (possibly interrupted) runs recorded in the work dir.
     assemble_only: bool = False
+    # Collect only the points at these TP sizes (empty: all); the others are recorded as collected in another
+    # bundle (part). A part's files are named after `bundle_name` (default: statement.tp<sizes>).
+    tp: tuple[int, ...] = ()
+    # NAME.json, NAME.json.sig and NAME.<log> (None: statement.json and plain log names for a full bundle,
+    # statement.tp<sizes> for a --tp part).
+    bundle_name: str | None = None
+
+
+def part_suffix(tp: Iterable[int]) -> str:
+    """`tp1`, `tp2`, `tp1-2`: how a --tp filter names its part and its work dir."""
+    return "tp" + "-".join(str(n) for n in sorted(set(tp)))
+
+
+def bundle_files(name: str) -> tuple[str, str, dict[str, str]]:
+    """(statement file, signature file, {phase: log file}) for a bundle (part) named `name`: the default
+    name keeps statement.json and the plain log names; any other prefixes its logs, so two parts can sit in
+    one evidence directory without clobbering each other's files."""
+    statement = f"{name}.json"
+    logs = dict(LOG_FILES)
+    if name != DEFAULT_BUNDLE_NAME:
+        logs = {k: f"{name}.{v}" for k, v in logs.items()}
+    return statement, statement + ".sig", logs
+
+
+def resolve_bundle_name(opts: CollectOptions, envelope_tp: Iterable[int]) -> str:
+    """The bundle (part) name: --bundle-name, else `statement` for a full bundle, `statement.tp<sizes>` for a
+    --tp part (a filter that keeps every envelope TP size is a full bundle)."""
+    name = opts.bundle_name
+    if name is not None:
+        name = name.strip()
+        if name.endswith(".json"):
+            name = name[: -len(".json")]
+        if (not name or name.startswith(".") or not set(name) <= BUNDLE_NAME_CHARS or len(name) > 100
+                or name.endswith(".sig")):
+            raise InputError(f"{opts.bundle_name!r} is not a bundle name: use letters, digits, '.', '_' and "
+                             "'-' (e.g. statement.tp2)", field="--bundle-name")
+        return name
+    if opts.tp and set(opts.tp) != set(envelope_tp):
+        return f"{DEFAULT_BUNDLE_NAME}.{part_suffix(opts.tp)}"
+    return DEFAULT_BUNDLE_NAME
 
 
 @dataclass
@@ -159,12 +200,14 @@ class Grid:
 
 
 def build_grid(manifest: Manifest, hw_name: str, hw_cc: str, points_limit: int | None,
-               gpu_count: int | None = None) -> Grid:
+               gpu_count: int | None = None, tp_filter: Iterable[int] | None = None) -> Grid:
     """The envelope's points for the hardware present; the rest with the reason they are not collected.
 
     A point at tp = n > 1 needs n GPUs of the kind (one rank per GPU): with `gpu_count` < n it is recorded as
-    not collected here, with that reason. tp = 1 always fits (the CPU backend has no GPU at all).
+    not collected here, with that reason. tp = 1 always fits (the CPU backend has no GPU at all). With
+    `tp_filter` (`--tp`), a point at a TP size not in it is recorded as collected in another bundle.
     """
+    wanted = set(tp_filter or ())
     env = manifest.envelope
     kinds = {h.name.lower(): h.compute_capability for h in env.hardware}
     here: list[EnvelopePoint] = []
@@ -173,6 +216,10 @@ def build_grid(manifest: Manifest, hw_name: str, hw_cc: str, points_limit: int |
         cc = kinds.get(p.gpu.lower())
         if p.gpu.lower() != hw_name.lower() or cc != hw_cc:
             why = f"needs {p.gpu} (sm {cc}); this machine has {hw_name} (sm {hw_cc}): not collected here"
+            elsewhere.append((point_dict(p), why))
+        elif wanted and p.tp not in wanted:
+            sizes = ",".join(str(n) for n in sorted(wanted))
+            why = f"tp={p.tp}: collected in another bundle (--tp filter: this part has tp {sizes})"
             elsewhere.append((point_dict(p), why))
         elif p.tp > 1 and gpu_count is not None and gpu_count < p.tp:
             why = (f"needs {p.tp} x {p.gpu} (tp={p.tp}, one GPU per rank); this machine has {gpu_count}: "
@@ -260,8 +307,11 @@ def _read_json(path: Path) -> Any:
         return None
 
 
-def default_work_dir(name: str) -> Path:
-    return Path.cwd() / ".cache" / "fasttrack" / "collect" / name
+def default_work_dir(name: str, tp: Iterable[int] = ()) -> Path:
+    """`.cache/fasttrack/collect/<name>/`, or `<name>.tp2/` for a --tp part (parts never share one)."""
+    sizes = tuple(tp)
+    leaf = f"{name}.{part_suffix(sizes)}" if sizes else name
+    return Path.cwd() / ".cache" / "fasttrack" / "collect" / leaf
 
 
 # --------------------------------------------------------------------------------------- subprocesses
@@ -758,6 +808,13 @@ def collect(opts: CollectOptions, progress: Progress | None = None) -> CollectRe
         raise InputError("must be at least 2 (both orders)", field="--iterations")
     if opts.points_limit is not None and opts.points_limit < 1:
         raise InputError("must be at least 1", field="--points-limit")
+    bad_tp = sorted({n for n in opts.tp if n not in manifest.envelope.tp})
+    if bad_tp:
+        raise InputError(f"tp {', '.join(map(str, bad_tp))} is not in the envelope's tp "
+                         f"{list(manifest.envelope.tp)}", field="--tp",
+                         fix="pass TP sizes the manifest's [envelope].tp declares")
+    bundle_name = resolve_bundle_name(opts, manifest.envelope.tp)
+    tp_filter = tuple(sorted(set(opts.tp))) if opts.tp and set(opts.tp) != set(manifest.envelope.tp) else ()
     if (opts.sign_key is None) != (opts.principal is None):
         raise InputError("--sign-key and --principal go together", field="--sign-key",
                          fix="pass both (the principal is the name in the allowed-signers file) or neither")
@@ -769,11 +826,12 @@ def collect(opts: CollectOptions, progress: Progress | None = None) -> CollectRe
                          field="--out", fix=f"use evidence/{name}/ at the repository root")
     digest = contribution_digest(contribution)
     env = _subprocess_env(contribution)
-    work = WorkDir((opts.work_dir or default_work_dir(name)).resolve())
-    # Results are reused only for the same code, settings and machine (the environment is read once).
+    work = WorkDir((opts.work_dir or default_work_dir(name, tp_filter)).resolve())
+    # Results are reused only for the same code, settings, TP filter and machine (the environment is read
+    # once).
     state = {"version": STATE_VERSION, "fasttrack": __version__, "digest": digest.sha256,
              "iterations": opts.iterations, "warmup": opts.warmup, "points_limit": opts.points_limit,
-             "flush_bytes": opts.flush_bytes, "hostname": socket.gethostname()}
+             "flush_bytes": opts.flush_bytes, "hostname": socket.gethostname(), "tp": list(tp_filter)}
     resumed = work.prepare(state, opts.resume, progress)
     if resumed:
         progress.message(f"resuming from {work.root}")
@@ -794,7 +852,7 @@ def collect(opts: CollectOptions, progress: Progress | None = None) -> CollectRe
     backend_kind = "cuda" if environment.get("extra", {}).get("backend") == "cuda" else "cpu"
     hw_count = int(environment.get("gpu_count") or 0)
     grid = build_grid(manifest, environment["gpu_name"], environment["compute_capability"], opts.points_limit,
-                      gpu_count=hw_count)
+                      gpu_count=hw_count, tp_filter=tp_filter)
     if not grid.here:
         progress.message(f"no envelope point is for this machine's hardware ({environment['gpu_name']}, "
                          f"sm {environment['compute_capability']}): every point is recorded as not collected")
@@ -821,10 +879,11 @@ def collect(opts: CollectOptions, progress: Progress | None = None) -> CollectRe
             phase_bench(run)
         else:
             phase_sanitizer(run, hw_count)
-    return write_bundle(run, digest, environment, out)
+    return write_bundle(run, digest, environment, out, bundle_name)
 
 
-def write_bundle(run: Run, digest: ContentDigest, environment: dict[str, Any], out: Path) -> CollectResult:
+def write_bundle(run: Run, digest: ContentDigest, environment: dict[str, Any], out: Path,
+                 bundle_name: str = DEFAULT_BUNDLE_NAME) -> CollectResult:
     from fasttrack.evidence.digest import contribution_digest as redigest
 
     again = redigest(run.contribution)
@@ -832,23 +891,30 @@ def write_bundle(run: Run, digest: ContentDigest, environment: dict[str, Any], o
         raise InputError("the contribution's files changed while evidence was being collected",
                          path=run.contribution, fix="run collect again on an unchanged tree")
     out.mkdir(parents=True, exist_ok=True)
-    ours = [STATEMENT_FILE, STATEMENT_FILE + ".sig", *LOG_FILES.values()]
+    statement_name, signature_name, log_names = bundle_files(bundle_name)
+    # Only this part's own files are replaced; other parts beside it are left alone (and named).
+    ours = [statement_name, signature_name, *log_names.values()]
     for stale in (out / f for f in ours):
         stale.unlink(missing_ok=True)
+    others = sorted(p.name for p in out.glob("*.json") if p.name != statement_name)
+    if others:
+        run.progress.message(f"{out} also holds {', '.join(others)}: verification judges every statement "
+                             "there together (each point must come from exactly one of them)")
     logs: dict[str, str] = {}
     for phase, fname in LOG_FILES.items():
         src = run.work.path(fname)
         if phase in run.opts.phases and src.is_file():
-            shutil.copyfile(src, out / fname)
-            logs[fname] = sha256_file(out / fname)
+            dest = log_names[phase]
+            shutil.copyfile(src, out / dest)
+            logs[dest] = sha256_file(out / dest)
     try:
         statement = build_statement(run, digest, environment, logs)
     except ValidationError as exc:
         raise InputError(f"the collected results do not fit the bundle schema: {exc.errors()[0]}",
                          path=run.work.root,
                          fix="this is a fasttrack bug; report it with the work dir") from None
-    statement_path = out / STATEMENT_FILE
-    tmp = statement_path.with_name(STATEMENT_FILE + ".tmp")
+    statement_path = out / statement_name
+    tmp = statement_path.with_name(statement_name + ".tmp")
     tmp.write_bytes(statement.to_json_bytes())
     os.replace(tmp, statement_path)
     result = CollectResult(bundle_dir=out, statement_path=statement_path, signature_path=None,

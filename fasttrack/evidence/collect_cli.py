@@ -45,6 +45,12 @@ def collect_command(
     assemble_only: Annotated[bool, typer.Option(
         "--assemble-only", help="Run nothing: write the bundle from what earlier (possibly interrupted) "
         "runs recorded in the work dir.")] = False,
+    tp: Annotated[list[int] | None, typer.Option(
+        "--tp", help="Collect only the points at this TP size (repeatable): a part of the evidence; the "
+        "other points are recorded as collected in another bundle. Default: every TP size.")] = None,
+    bundle_name: Annotated[str | None, typer.Option(
+        "--bundle-name", help="Write NAME.json, NAME.json.sig and NAME.<log> (default: statement.json and "
+        "plain log names; statement.tp<N> for a --tp part).")] = None,
 ) -> None:
     """Collect evidence for a contribution on this machine and write evidence/<name>/."""
     from fasttrack.evidence.collect import CollectOptions, collect
@@ -53,7 +59,8 @@ def collect_command(
     opts = CollectOptions(
         contribution=contribution, out=out, phases=chosen, points_limit=points_limit, iterations=iterations,
         warmup=warmup, sign_key=sign_key, principal=principal, resume=resume, work_dir=work_dir,
-        sanitizer_timeout_s=sanitizer_timeout, assemble_only=assemble_only,
+        sanitizer_timeout_s=sanitizer_timeout, assemble_only=assemble_only, tp=tuple(tp or ()),
+        bundle_name=bundle_name,
         command=" ".join(shlex.quote(a) for a in ["fasttrack", *sys.argv[1:]]),
     )
     with RichProgress() as progress:

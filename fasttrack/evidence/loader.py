@@ -19,13 +19,15 @@ import pydantic
 
 from fasttrack.errors import field_path
 from fasttrack.evidence.bundle import (
+    PREDICATE_TYPE,
     REQUIRED_PREDICATE_FIELDS,
     SIGNATURE_FILE,
     STATEMENT_FILE,
+    STATEMENT_TYPE,
     Statement,
 )
 from fasttrack.evidence.digest import sha256_file
-from fasttrack.evidence.loaded import LoadedEvidence
+from fasttrack.evidence.loaded import LoadedEvidence, LoadedPart
 from fasttrack.evidence.signing import MAX_SIGNATURE_BYTES
 from fasttrack.findings import Finding
 
@@ -33,6 +35,7 @@ MAX_STATEMENT_BYTES = 32 * 1024 * 1024
 MAX_DEPTH = 32
 MAX_PROBLEMS = 50
 MAX_SALVAGE_ROUNDS = 25
+MAX_PARTS = 16  # statement files read from one bundle directory
 SCHEMA_CODE = "FT301"
 SCHEMA_FIX = ("write the bundle with `fasttrack collect` and do not edit it by hand: re-run collection for "
               "this contribution and commit the new evidence directory")
@@ -45,52 +48,129 @@ _STATEMENT_KEYS = {"type": "_type", "subject": "subject", "predicate_type": "pre
 
 
 def load_evidence(bundle_dir: Path) -> LoadedEvidence | None:
-    """Read the bundle under `bundle_dir`; None when there is no bundle there at all."""
+    """Read the bundle under `bundle_dir`; None when there is no bundle there at all.
+
+    Every statement file of the directory is a part: `statement.json`, any `statement*.json`, and any other
+    top-level `*.json` that has the in-toto Statement shape (`_type` or `predicateType`). Each part is read,
+    parsed and has its logs hashed on its own; `merged` concatenates the parsed parts' records."""
     bundle_dir = Path(bundle_dir)
     if not bundle_dir.is_dir():
         return None
-    statement_path = bundle_dir / STATEMENT_FILE
-    signature_path = bundle_dir / SIGNATURE_FILE
-    problems = _Problems(str(statement_path))
-
-    raw = _read_regular(statement_path, MAX_STATEMENT_BYTES, problems, "statement")
-    signature = _read_regular(signature_path, MAX_SIGNATURE_BYTES, problems, "signature",
-                              report_missing=False)
-    statement: Statement | None = None
-    salvaged = False
-    if raw is not None:
-        data = _parse_json(raw, problems)
-        if data is not _INVALID:
-            statement, salvaged = _validate(data, problems)
-
-    log_digests: dict[str, str | None] = {}
-    if statement is not None:
-        for name in statement.predicate.logs:
-            log_digests[name] = _digest_inside(bundle_dir, name)
-    known = {STATEMENT_FILE, SIGNATURE_FILE, *log_digests}
+    parts = [p for p in (_load_part(bundle_dir, name) for name in _part_names(bundle_dir)) if p is not None]
+    primary = next((p for p in parts if p.name == STATEMENT_FILE), parts[0] if parts else None)
+    known = {STATEMENT_FILE, SIGNATURE_FILE}
+    for part in parts:
+        known |= {part.name, part.signature_name, *part.log_digests}
     unlisted = tuple(sorted(
         p.relative_to(bundle_dir).as_posix() for p in _files_under(bundle_dir)
         if p.relative_to(bundle_dir).as_posix() not in known
     ))
+    merged, origin = _merge(parts)
+    if primary is None:
+        return LoadedEvidence(bundle_dir=bundle_dir, unlisted_files=unlisted)
     return LoadedEvidence(
         bundle_dir=bundle_dir,
-        statement=statement,
-        statement_bytes=raw,
-        signature=signature,
-        problems=problems.findings(),
-        statement_path=statement_path if raw is not None else None,
-        signature_path=signature_path if signature is not None else None,
-        salvaged=salvaged,
-        log_digests=log_digests,
+        statement=primary.statement,
+        statement_bytes=primary.statement_bytes,
+        signature=primary.signature,
+        problems=primary.problems,
+        statement_path=primary.statement_path if primary.statement_bytes is not None else None,
+        signature_path=primary.signature_path,
+        salvaged=primary.salvaged,
+        log_digests=primary.log_digests,
         unlisted_files=unlisted,
+        parts=tuple(parts),
+        merged=merged,
+        origin=origin,
     )
+
+
+def load_part(statement_path: Path) -> LoadedPart | None:
+    """One statement file and what it binds (its signature, its logs), as the loader reads each part."""
+    statement_path = Path(statement_path)
+    return _load_part(statement_path.parent, statement_path.name, force=True)
+
+
+def is_statement_name(name: str) -> bool:
+    """File names that are always read as statements (a broken one is reported, never ignored)."""
+    return name.endswith(".json") and name.startswith("statement")
+
+
+def _part_names(bundle_dir: Path) -> list[str]:
+    try:
+        names = sorted(e.name for e in os.scandir(bundle_dir) if e.name.endswith(".json"))
+    except OSError:
+        return [STATEMENT_FILE]
+    if STATEMENT_FILE not in names:
+        names.insert(0, STATEMENT_FILE)  # reported as missing only when there is no other part
+    return names[:MAX_PARTS]
+
+
+def _load_part(bundle_dir: Path, name: str, *, force: bool = False) -> LoadedPart | None:
+    """The part `name`; None when it is absent (statement.json) or a `*.json` that is not a statement."""
+    statement_path = bundle_dir / name
+    signature_path = bundle_dir / (name + ".sig")
+    problems = _Problems(str(statement_path))
+    raw = _read_regular(statement_path, MAX_STATEMENT_BYTES, problems, "statement")
+    named = force or is_statement_name(name)
+    if raw is None and not problems.items:
+        return None
+    statement: Statement | None = None
+    salvaged = False
+    if raw is not None:
+        data = _parse_json(raw, problems, name)
+        if not named and not _statement_shaped(data):
+            return None
+        if data is not _INVALID:
+            statement, salvaged = _validate(data, problems, name)
+    elif not named:
+        return None
+    signature = _read_regular(signature_path, MAX_SIGNATURE_BYTES, problems, "signature",
+                              report_missing=False)
+    log_digests: dict[str, str | None] = {}
+    if statement is not None:
+        for log in statement.predicate.logs:
+            log_digests[log] = _digest_inside(bundle_dir, log)
+    return LoadedPart(name=name, statement_path=statement_path, statement=statement, statement_bytes=raw,
+                      signature=signature, signature_path=signature_path if signature is not None else None,
+                      problems=problems.findings(), salvaged=salvaged, log_digests=log_digests)
+
+
+def _statement_shaped(data: Any) -> bool:
+    return isinstance(data, dict) and (data.get("_type") == STATEMENT_TYPE
+                                       or data.get("predicateType") == PREDICATE_TYPE)
+
+
+def _merge(parts: list[LoadedPart]) -> tuple[Statement | None, dict[int, int]]:
+    """The parsed parts' records in one statement (the primary part's header and environment)."""
+    parsed = [(i, p.statement) for i, p in enumerate(parts) if p.statement is not None]
+    origin: dict[int, int] = {}
+    for i, st in parsed:
+        pred = st.predicate
+        for item in (*pred.kernel_tests, *pred.benchmarks, *pred.evals, *pred.sanitizer):
+            origin[id(item)] = i
+    if not parsed:
+        return None, origin
+    first = next((st for i, st in parsed if parts[i].name == STATEMENT_FILE), parsed[0][1])
+    if len(parsed) == 1:
+        return first, origin
+    sts = [st for _, st in parsed]
+    pred = first.predicate.model_copy(update={
+        "kernel_tests": [t for st in sts for t in st.predicate.kernel_tests],
+        "benchmarks": [b for st in sts for b in st.predicate.benchmarks],
+        "evals": [e for st in sts for e in st.predicate.evals],
+        "lm_eval": [m for st in sts for m in st.predicate.lm_eval],
+        "sanitizer": [s for st in sts for s in st.predicate.sanitizer],
+    })
+    return first.model_copy(update={"predicate": pred}), origin
 
 
 def parse_statement_bytes(raw: bytes, label: str = STATEMENT_FILE) -> tuple[Statement | None, list[Finding]]:
     """Parse statement bytes the way the loader does (for `fasttrack sign` and tests)."""
     problems = _Problems(label)
-    data = _parse_json(raw, problems)
-    statement = None if data is _INVALID else _validate(data, problems)[0]
+    name = Path(label).name or STATEMENT_FILE
+    data = _parse_json(raw, problems, name)
+    statement = None if data is _INVALID else _validate(data, problems, name)[0]
     return statement, list(problems.findings())
 
 
@@ -149,25 +229,25 @@ def _reject_constant(name: str) -> float:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def _parse_json(raw: bytes, problems: _Problems) -> Any:
+def _parse_json(raw: bytes, problems: _Problems, name: str = STATEMENT_FILE) -> Any:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        problems.add(f"statement.json is not UTF-8 text (byte {exc.start})")
+        problems.add(f"{name} is not UTF-8 text (byte {exc.start})")
         return _INVALID
     if not text.strip():
-        problems.add("statement.json is empty")
+        problems.add(f"{name} is empty")
         return _INVALID
     depth = _max_depth(text)
     if depth > MAX_DEPTH:
-        problems.add(f"statement.json nests {depth} levels deep, over the limit of {MAX_DEPTH}")
+        problems.add(f"{name} nests {depth} levels deep, over the limit of {MAX_DEPTH}")
         return _INVALID
     try:
         return json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as exc:
-        problems.add(f"statement.json is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
+        problems.add(f"{name} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
     except (ValueError, RecursionError) as exc:  # NaN/Infinity, over-long integers
-        problems.add(f"statement.json is not valid JSON: {exc}")
+        problems.add(f"{name} is not valid JSON: {exc}")
     return _INVALID
 
 
@@ -195,10 +275,10 @@ def _max_depth(text: str) -> int:
     return best
 
 
-def _validate(data: Any, problems: _Problems) -> tuple[Statement | None, bool]:
+def _validate(data: Any, problems: _Problems, name: str = STATEMENT_FILE) -> tuple[Statement | None, bool]:
     """Validate, reporting every error; drop invalid parts and retry so valid parts are kept."""
     if not isinstance(data, dict):
-        problems.add(f"statement.json must hold a JSON object, not {_json_type(data)}")
+        problems.add(f"{name} must hold a JSON object, not {_json_type(data)}")
         return None, False
     _report_missing(data, problems)
     work: dict[str, Any] = data
@@ -219,7 +299,7 @@ def _validate(data: Any, problems: _Problems) -> tuple[Statement | None, bool]:
         for target in sorted(targets, key=_target_order, reverse=True):
             _delete(work, target)
         salvaged = True
-    problems.add("statement.json could not be salvaged")
+    problems.add(f"{name} could not be salvaged")
     return None, True
 
 

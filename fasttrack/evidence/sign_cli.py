@@ -1,13 +1,16 @@
-"""`fasttrack sign BUNDLE_DIR --key KEY --principal NAME`: sign (or re-sign) an evidence bundle.
+"""`fasttrack sign BUNDLE_DIR|STATEMENT --key KEY --principal NAME`: sign (or re-sign) an evidence bundle.
 
-Checks the bundle first (statement.json parses cleanly and every raw log matches its hash: a signature
-over a broken bundle helps nobody), signs statement.json with `ssh-keygen -Y sign -n fasttrack-evidence`,
+Given a directory, signs its statement.json; given a statement file (a part of a bundle collected in
+parts, e.g. evidence/kimi_k3/statement.tp2.json), signs that file (`<file>.sig`).
+Checks the statement first (it parses cleanly and every raw log it lists matches its hash: a signature
+over a broken bundle helps nobody), signs it with `ssh-keygen -Y sign -n fasttrack-evidence`,
 prints the allowed-signers line a maintainer adds for this key, and, when an allowed-signers file is given
 (or `policies/allowed_signers` exists here), verifies the new signature against it for NAME.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -15,14 +18,17 @@ import typer
 
 from fasttrack.errors import InputError
 from fasttrack.evidence.bundle import SIGNATURE_NAMESPACE, STATEMENT_FILE
-from fasttrack.evidence.loader import load_evidence
+from fasttrack.evidence.loaded import LoadedEvidence, LoadedPart
+from fasttrack.evidence.loader import load_evidence, load_part
 from fasttrack.evidence.signing import parse_signature, sign_file, verify_signature
 
 DEFAULT_ALLOWED_SIGNERS = Path("policies/allowed_signers")
 
 
 def sign_command(
-    bundle_dir: Annotated[Path, typer.Argument(help="The evidence directory, e.g. evidence/kimi_k3.")],
+    bundle_dir: Annotated[Path, typer.Argument(
+        help="The evidence directory (signs its statement.json), e.g. evidence/kimi_k3, or one statement "
+             "file, e.g. evidence/kimi_k3/statement.tp2.json.")],
     key: Annotated[Path, typer.Option("--key", help="SSH private key (or .pub, key in ssh-agent).")],
     principal: Annotated[str, typer.Option("--principal", help="Your name in allowed_signers.")],
     namespace: Annotated[str, typer.Option("--namespace", help="Signature namespace.")] = SIGNATURE_NAMESPACE,
@@ -30,16 +36,26 @@ def sign_command(
         "--allowed-signers", help="Check the new signature against this file (default: "
                                   "policies/allowed_signers when it exists).")] = None,
 ) -> None:
-    """Sign an evidence bundle's statement.json with an SSH key."""
+    """Sign an evidence bundle's statement.json (or one given statement file) with an SSH key."""
     if not principal.strip() or any(c.isspace() for c in principal):
         raise InputError("the principal must be one word (e.g. an email address)", field="--principal")
-    loaded = load_evidence(bundle_dir)
-    if loaded is None:
-        raise InputError("evidence directory not found", path=bundle_dir,
-                         fix="run `fasttrack collect` first, or pass the directory it wrote")
-    statement = bundle_dir / STATEMENT_FILE
-    if loaded.statement_bytes is None and not loaded.problems:
-        raise InputError(f"no {STATEMENT_FILE} in the evidence directory", path=bundle_dir)
+    loaded: LoadedEvidence | LoadedPart | None
+    if bundle_dir.is_file():
+        statement = bundle_dir
+        loaded = load_part(statement)
+        if loaded is None:
+            raise InputError("cannot read the statement", path=statement)
+    else:
+        loaded = load_evidence(bundle_dir)
+        if loaded is None:
+            raise InputError("evidence directory not found", path=bundle_dir,
+                             fix="run `fasttrack collect` first, or pass the directory it wrote")
+        statement = bundle_dir / STATEMENT_FILE
+        if not os.path.lexists(statement):
+            parts = ", ".join(p.name for p in loaded.parts)
+            raise InputError(f"no {STATEMENT_FILE} in the evidence directory"
+                             + (f" (it holds {parts}: pass the statement file to sign)" if parts else ""),
+                             path=bundle_dir)
     if loaded.problems or loaded.statement is None:
         first = loaded.problems[0].message if loaded.problems else "unreadable"
         more = f" (and {len(loaded.problems) - 1} more)" if len(loaded.problems) > 1 else ""

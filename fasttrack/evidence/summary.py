@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from fasttrack.evidence import analysis as an
 from fasttrack.evidence.bundle import COMPILE_VARIANT, STOCK_VARIANT
+from fasttrack.evidence.loaded import LoadedPart
 from fasttrack.evidence.stats import median
 from fasttrack.verdict import (
     BenchmarkRow,
@@ -31,10 +32,17 @@ def summarize(ctx: Context) -> EvidenceSummary | None:
     st = an.statement(ctx)
     if st is None:
         return EvidenceSummary(bundle_path=label, present=False)
-    fr = an.freshness(ctx)
-    sig = an.signature(ctx)
+    # A bundle collected in parts is fresh and signed only if every part is.
+    pp: list[LoadedPart | None] = [part for part, _ in an.parsed_parts(ctx)] or [None]
+    freshes = [an.freshness(ctx, part) for part in pp]
+    sigs = [an.signature(ctx, part) for part in pp]
+    fr = next((f for f in freshes if f.fresh is False), next((f for f in freshes if f.fresh is None),
+                                                             freshes[0]))
     p = st.predicate
-    stale = fr.fresh is False
+    stale = any(f.fresh is False for f in freshes)
+    changed = (freshes[0].delta.all_paths() if len(freshes) == 1
+               else sorted({path for f in freshes for path in f.delta.all_paths()}))
+    signers = sorted({s.principal for s in sigs if s.principal})
 
     points = []
     for cov in an.coverage(ctx):
@@ -58,9 +66,10 @@ def summarize(ctx: Context) -> EvidenceSummary | None:
                                   ci_high=e.high if e else None, holds=check.holds and not stale,
                                   point=an.point_dict(check.claim)))
 
-    copy_bw = p.environment.copy_bandwidth_bytes_per_s if p.environment else None
     rows = []
     for bench in an.timed_benchmarks(st):
+        env = an.environment_of(ctx, bench)  # the copy bandwidth of the machine this point was timed on
+        copy_bw = env.copy_bandwidth_bytes_per_s if env else None
         row = BenchmarkRow(point=an.point_dict(bench.point))
         stock = bench.variants.get(STOCK_VARIANT)
         for name, v in sorted(bench.variants.items()):
@@ -103,9 +112,9 @@ def summarize(ctx: Context) -> EvidenceSummary | None:
         fresh=fr.fresh,
         subject_digest=fr.subject,
         head_digest=fr.head.sha256 if fr.head else None,
-        changed_since=fr.delta.all_paths(),
-        signature_valid=sig.valid,
-        signer=sig.principal,
+        changed_since=changed,
+        signature_valid=all(s.valid for s in sigs),
+        signer=", ".join(signers) if signers else None,
         collected_at=p.collected_at.isoformat() if p.collected_at else None,
         environment=environment,
         points=points,

@@ -13,7 +13,8 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from fasttrack.evidence import analysis as an
-from fasttrack.evidence.bundle import STOCK_VARIANT
+from fasttrack.evidence.bundle import STATEMENT_FILE, STOCK_VARIANT, Statement
+from fasttrack.evidence.loaded import LoadedPart
 from fasttrack.findings import Finding, Severity
 from fasttrack.rules.base import Catalogue
 
@@ -42,6 +43,17 @@ def _capped(code: str, findings: Iterable[Finding], limit: int = MAX_FINDINGS_PE
                       fix=rest[0].fix, evidence_file=rest[0].evidence_file)
 
 
+def _elsewhere(ctx: Context, reasons: list[tuple[str, str]]) -> str:
+    """What the parts recorded about a point they did not collect (e.g. `statement.tp1.json: tp=2 is
+    collected in another bundle (--tp filter)`), so a missing part is named as such."""
+    if not reasons:
+        return ""
+    seen: dict[str, None] = {}
+    for name, why in reasons:
+        seen[f"{name}: {why[:200]}"] = None
+    return " (" + "; ".join(list(seen)[:3]) + ")"
+
+
 def _x(value: float) -> str:
     return f"{value:.3g}x"
 
@@ -60,7 +72,7 @@ def no_bundle(ctx: Context) -> Iterator[Finding]:
     if ctx.manifest is None:
         return
     ev = ctx.evidence
-    if ev is not None and (ev.statement_bytes is not None or ev.problems):
+    if ev is not None and (ev.statement_bytes is not None or ev.problems or an.parts(ctx)):
         return
     where = an.bundle_label(ctx)
     what = "no evidence directory" if ev is None else "no statement.json in the evidence directory"
@@ -68,18 +80,34 @@ def no_bundle(ctx: Context) -> Iterator[Finding]:
                         evidence_file=f"{where}/statement.json", fix=an.recollect_fix(ctx))
 
 
-@rule("FT301", "The evidence bundle must parse against its schema.")
+@rule("FT301", "The evidence bundle must parse against its schema; its parts may not overlap.")
 def schema(ctx: Context) -> Iterator[Finding]:
     """statement.json must be an in-toto Statement v1 with fasttrack's predicate
     (`https://fasttrack.dev/evidence/v1`): UTF-8 JSON, within the size and nesting limits, no unknown or
     missing fields, finite numbers. Each problem is one finding naming the field; the valid parts of a
-    damaged bundle are still checked by the other rules."""
+    damaged bundle are still checked by the other rules. A bundle collected in parts (several statement
+    files, e.g. statement.json and statement.tp2.json) is checked file by file, and no envelope point may
+    be evidenced by two parts (kernel tests or a timed benchmark at the same point in both): which
+    machine's result counts would be a choice, so neither is taken."""
     if ctx.manifest is None or ctx.evidence is None:
         return
-    label = an.statement_file(ctx)
     fix = an.recollect_fix(ctx)
-    yield from _capped("FT301", (p.model_copy(update={"evidence_file": label, "fix": fix})
-                                 for p in ctx.evidence.problems), limit=60)
+
+    def found() -> Iterator[Finding]:
+        for part in an.parts(ctx):
+            label = an.part_file(ctx, part)
+            for p in part.problems:
+                yield p.model_copy(update={"evidence_file": label, "fix": fix})
+
+    yield from _capped("FT301", found(), limit=60)
+    label = an.bundle_label(ctx)
+    yield from _capped("FT301", (
+        Finding.error("FT301", f"{an.point_text(o.point)}: {o.what} in {len(o.parts)} parts "
+                               f"({', '.join(o.parts)}); each point must be evidenced by exactly one part",
+                      point=an.point_dict(o.point), evidence_file=f"{label}/{o.parts[-1]}",
+                      fix="collect each TP size in one part only (`fasttrack collect --tp N`), and delete "
+                          "or re-collect the part that should not hold this point")
+        for o in an.overlaps(ctx)))
 
 
 @rule("FT321", "The bundle must be for this contribution, model and manifest.")
@@ -87,24 +115,26 @@ def identity(ctx: Context) -> Iterator[Finding]:
     """The predicate's `contribution` and `model`, and the subject's name, must match the manifest, and
     `manifest_sha256` must be the digest of the manifest in the PR head: a bundle copied from another
     contribution, or collected under another manifest, is not evidence for this one."""
-    st = an.statement(ctx)
-    if st is None or ctx.manifest is None:
+    if an.statement(ctx) is None or ctx.manifest is None:
         return
-    info, p, label = ctx.manifest.contribution, st.predicate, an.statement_file(ctx)
-    fix = an.recollect_fix(ctx)
-    for what, got, want in (("predicate.contribution", p.contribution, info.name),
-                            ("predicate.model", p.model, info.model),
-                            ("subject[0].name", st.subject[0].name if st.subject else None, info.name)):
-        if got is not None and got != want:
-            yield Finding.error("FT321", f"{what} is {got!r} but the manifest says {want!r}",
-                                evidence_file=label, fix=fix)
-    if p.manifest_sha256 is not None and ctx.manifest_path is not None:
+    info = ctx.manifest.contribution
+    actual: str | None = None
+    if ctx.manifest_path is not None:
         try:
             actual = hashlib.sha256((ctx.head_dir / ctx.manifest_path).read_bytes()).hexdigest()
         except OSError:
-            return
-        if actual != p.manifest_sha256:
-            yield Finding.error("FT321", "the bundle was collected under a different fasttrack.toml "
+            actual = None
+    for part, st in an.parsed_parts(ctx):  # every part must be for this contribution and manifest
+        p, label = st.predicate, an.part_file(ctx, part)
+        fix = an.recollect_fix(ctx)
+        for what, got, want in (("predicate.contribution", p.contribution, info.name),
+                                ("predicate.model", p.model, info.model),
+                                ("subject[0].name", st.subject[0].name if st.subject else None, info.name)):
+            if got is not None and got != want:
+                yield Finding.error("FT321", f"{what} is {got!r} but the manifest says {want!r}",
+                                    evidence_file=label, fix=fix)
+        if p.manifest_sha256 is not None and actual is not None and actual != p.manifest_sha256:
+            yield Finding.error("FT321", f"{part.name} was collected under a different fasttrack.toml "
                                          "(predicate.manifest_sha256 does not match the head's manifest)",
                                 path=ctx.manifest_path, evidence_file=label, fix=fix)
 
@@ -118,18 +148,22 @@ def stale(ctx: Context) -> Iterator[Finding]:
     of the contribution in the PR head; when it does not, the evidence is stale and the finding lists the
     files changed, added and removed since collection. The bundle's own file list must also hash to its
     subject digest (otherwise the bundle was edited or is broken)."""
-    st = an.statement(ctx)
-    if st is None:
+    if an.statement(ctx) is None:
         return
-    label = an.statement_file(ctx)
-    fr = an.freshness(ctx)
+    for part, st in an.parsed_parts(ctx):  # every part must be for the head's code
+        yield from _stale_part(ctx, part, st)
+
+
+def _stale_part(ctx: Context, part: LoadedPart, st: Statement) -> Iterator[Finding]:
+    label = an.part_file(ctx, part)
+    fr = an.freshness(ctx, part)
     if fr.subject is None:
-        yield Finding.error("FT302", "the bundle has no subject digest, so it is bound to no code",
+        yield Finding.error("FT302", f"{part.name} has no subject digest, so it is bound to no code",
                             evidence_file=label, fix=an.recollect_fix(ctx))
         return
     if fr.listing_digest is not None and fr.listing_digest != fr.subject:
-        yield Finding.error("FT302", "the bundle's file list (predicate.files) does not hash to its subject "
-                                     "digest: the bundle was altered after collection",
+        yield Finding.error("FT302", f"{part.name}'s file list (predicate.files) does not hash to its "
+                                     "subject digest: the bundle was altered after collection",
                             evidence_file=label, fix=an.recollect_fix(ctx))
     if fr.head is None:
         yield Finding.error("FT302", f"cannot compute the contribution's digest: {fr.error}",
@@ -142,9 +176,10 @@ def stale(ctx: Context) -> Iterator[Finding]:
     else:
         changed = fr.delta.describe()
     first = fr.delta.all_paths()[:1]
+    which = "the bundle" if not an.multipart(ctx) else f"part {part.name}"
     yield Finding.error(
         "FT302",
-        f"the evidence is stale: the contribution's digest is {fr.head.sha256[:12]}… but the bundle was "
+        f"the evidence is stale: the contribution's digest is {fr.head.sha256[:12]}… but {which} was "
         f"collected over {fr.subject[:12]}… ({changed})",
         path=f"{ctx.contribution_dir}/{first[0]}" if first and ctx.contribution_dir else ctx.contribution_dir,
         evidence_file=label,
@@ -158,20 +193,24 @@ def signature(ctx: Context) -> Iterator[Finding]:
     made in the policy's namespace (`fasttrack-evidence`: a git commit signature cannot be replayed here)
     with a key that the policy's allowed-signers file lists for that namespace. The allowed-signers file
     is read from the trusted policy location; a PR that edits it cannot pass fast-track (FT4xx)."""
-    if an.statement(ctx) is None or ctx.evidence is None or ctx.evidence.statement_bytes is None:
-        return
-    result = an.signature(ctx)
-    if result.valid:
+    if an.statement(ctx) is None or ctx.evidence is None:
         return
     signers = an.allowed_signers_path(ctx)
-    contrib = an.bundle_label(ctx)
-    fix = (f"sign with `fasttrack sign {contrib} --key YOUR_SSH_KEY --principal YOU` using a key that "
-           f"{an.rel(ctx, signers)} lists (a maintainer adds your public key there in a separate PR)")
-    if "not in" in result.reason and result.fingerprint:
-        fix = (f"ask a maintainer to add your key ({result.fingerprint}) to {an.rel(ctx, signers)}, or sign "
-               "with a key that is already listed")
-    yield Finding.error("FT303", f"evidence signature not accepted: {result.reason}",
-                        evidence_file=an.signature_file(ctx), fix=fix)
+    for part in an.parts(ctx):  # each part is signed on its own
+        if part.statement is None or part.statement_bytes is None:
+            continue
+        result = an.signature(ctx, part)
+        if result.valid:
+            continue
+        target = an.bundle_label(ctx) if part.name == STATEMENT_FILE else an.part_file(ctx, part)
+        fix = (f"sign with `fasttrack sign {target} --key YOUR_SSH_KEY --principal YOU` using a key that "
+               f"{an.rel(ctx, signers)} lists (a maintainer adds your public key there in a separate PR)")
+        if "not in" in result.reason and result.fingerprint:
+            fix = (f"ask a maintainer to add your key ({result.fingerprint}) to {an.rel(ctx, signers)}, or "
+                   "sign with a key that is already listed")
+        prefix = f"{part.name}: " if an.multipart(ctx) else ""
+        yield Finding.error("FT303", f"{prefix}evidence signature not accepted: {result.reason}",
+                            evidence_file=f"{an.part_file(ctx, part)}.sig", fix=fix)
 
 
 @rule("FT320", "Raw logs beside the statement must match the hashes it lists.")
@@ -180,22 +219,23 @@ def logs(ctx: Context) -> Iterator[Finding]:
     the signature covers them too. A listed log that is missing or differs was removed or edited after
     signing; a file in the bundle directory that the statement does not list is not covered by the
     signature (warning)."""
-    st = an.statement(ctx)
-    if st is None or ctx.evidence is None:
+    if an.statement(ctx) is None or ctx.evidence is None:
         return
     label = an.bundle_label(ctx)
-    for name, want in sorted(st.predicate.logs.items()):
-        got = ctx.evidence.log_digests.get(name)
-        if got is None:
-            yield Finding.error("FT320", f"log {name} is listed in the statement but missing from the bundle",
-                                evidence_file=f"{label}/{name}", fix=an.recollect_fix(ctx))
-        elif got != want:
-            yield Finding.error("FT320", f"log {name} does not match its sha256 in the statement "
-                                         "(edited after signing)",
-                                evidence_file=f"{label}/{name}", fix=an.recollect_fix(ctx))
-    if not st.predicate.logs:
-        yield Finding.warning("FT320", "the statement binds no raw logs",
-                              evidence_file=an.statement_file(ctx), fix=an.recollect_fix(ctx))
+    for part, st in an.parsed_parts(ctx):  # each part binds its own logs
+        which = "the statement" if not an.multipart(ctx) else part.name
+        for name, want in sorted(st.predicate.logs.items()):
+            got = part.log_digests.get(name)
+            if got is None:
+                yield Finding.error("FT320", f"log {name} is listed in {which} but missing from the bundle",
+                                    evidence_file=f"{label}/{name}", fix=an.recollect_fix(ctx))
+            elif got != want:
+                yield Finding.error("FT320", f"log {name} does not match its sha256 in {which} "
+                                             "(edited after signing)",
+                                    evidence_file=f"{label}/{name}", fix=an.recollect_fix(ctx))
+        if not st.predicate.logs:
+            yield Finding.warning("FT320", f"{which} binds no raw logs",
+                                  evidence_file=an.part_file(ctx, part), fix=an.recollect_fix(ctx))
     for name in ctx.evidence.unlisted_files:
         yield Finding.warning("FT320", f"{name} is in the bundle but not bound by the statement",
                               evidence_file=f"{label}/{name}",
@@ -216,6 +256,8 @@ def point_coverage(ctx: Context) -> Iterator[Finding]:
     label = an.statement_file(ctx)
     fix = an.recollect_fix(ctx, "run the kernel tests at this point (or shrink the envelope to drop it)")
 
+    elsewhere = an.not_collected(ctx)
+
     def found() -> Iterator[Finding]:
         covs = an.coverage(ctx)
         # A GPU with no covered point at all gets one finding, not one per point (FT306 says why).
@@ -235,6 +277,8 @@ def point_coverage(ctx: Context) -> Iterator[Finding]:
                 why = "no kernel test passed"
             else:
                 why = "not every test function passed: " + ", ".join(cov.missing_functions[:5])
+            if cov.passed == 0 and cov.failed == 0:
+                why += _elsewhere(ctx, elsewhere.get(an.point_key(cov.point), []))
             yield Finding.error("FT304", f"{an.point_text(cov.point)}: {why}", point=an.point_dict(cov.point),
                                 evidence_file=label, fix=fix)
 
@@ -255,6 +299,13 @@ def small_batches(ctx: Context) -> Iterator[Finding]:
                             path=ctx.manifest_path, fix="name a benchmark case under [evidence].benchmark")
         return
     timed = {(b.point.gpu, b.point.tp, b.point.batch, b.point.dtype) for b in an.usable_benchmarks(st)}
+    # Why each missing (gpu, tp, batch, dtype) was not timed, as the parts recorded it.
+    reasons: dict[tuple[str, int, int, str], list[tuple[str, str]]] = {}
+    for part, pst in an.parsed_parts(ctx):
+        for b in pst.predicate.benchmarks:
+            if b.not_run is not None:
+                reasons.setdefault((b.point.gpu, b.point.tp, b.point.batch, b.point.dtype), []).append(
+                    (part.name, b.not_run))
     for batch in ctx.policy.evidence.required_batches:
         if not env.batch.contains(batch):
             continue
@@ -262,9 +313,10 @@ def small_batches(ctx: Context) -> Iterator[Finding]:
             for tp in env.tp:
                 for dtype in env.dtypes:
                     if (hw.name, tp, batch, dtype) not in timed:
+                        why = _elsewhere(ctx, reasons.get((hw.name, tp, batch, dtype), []))
                         yield Finding.error(
                             "FT305", f"no accepted timed benchmark at batch {batch} on {hw.name} tp={tp} "
-                                     f"{dtype}",
+                                     f"{dtype}{why}",
                             point={"gpu": hw.name, "tp": tp, "batch": batch, "dtype": dtype},
                             evidence_file=label, fix=an.recollect_fix(ctx, f"benchmark batch {batch}"))
 
@@ -278,15 +330,22 @@ def hardware(ctx: Context) -> Iterator[Finding]:
     st = an.statement(ctx)
     if st is None or ctx.manifest is None:
         return
-    env = st.predicate.environment
-    passed_gpus = {t.point.gpu for t in st.predicate.kernel_tests if t.point and t.outcome == "passed"}
+    envs = [pst.predicate.environment for _, pst in an.parsed_parts(ctx)] or [st.predicate.environment]
+    # A GPU counts as evidenced by a passing test only in a part collected on that GPU.
+    passed_gpus = {t.point.gpu for t in st.predicate.kernel_tests if t.point and t.outcome == "passed"
+                   and (e := an.environment_of(ctx, t)) is not None and e.gpu_name == t.point.gpu}
     for hw in ctx.manifest.envelope.hardware:
+        env = next((e for e in envs if e is not None and e.gpu_name == hw.name
+                    and e.compute_capability == hw.compute_capability),
+                   next((e for e in envs if e is not None and e.gpu_name == hw.name),
+                        next((e for e in envs if e is not None), None)))
         fix = (f"collect evidence on a {hw.name} machine, or remove {hw.name} from [envelope].hardware "
                "in fasttrack.toml")
         if env is None:
             why = "the bundle records no environment"
         elif env.gpu_name != hw.name:
-            why = f"the bundle was collected on {env.gpu_name} (sm {env.compute_capability})"
+            on = sorted({f"{e.gpu_name} (sm {e.compute_capability})" for e in envs if e is not None})
+            why = f"the bundle was collected on {', '.join(on)}"
         elif env.compute_capability != hw.compute_capability:
             why = (f"the bundle's {env.gpu_name} reports compute capability {env.compute_capability}, "
                    f"not {hw.compute_capability}")
@@ -306,7 +365,6 @@ def test_failures(ctx: Context) -> Iterator[Finding]:
     st = an.statement(ctx)
     if st is None:
         return
-    label = an.statement_file(ctx)
 
     def found() -> Iterator[Finding]:
         for t in st.predicate.kernel_tests:
@@ -316,14 +374,14 @@ def test_failures(ctx: Context) -> Iterator[Finding]:
             if t.outcome in ("failed", "error"):
                 msg = f": {t.message.splitlines()[0][:200]}" if t.message and t.message.strip() else ""
                 yield Finding.error("FT307", f"{t.nodeid} {t.outcome}{where}{err}{msg}", point=pt,
-                                    evidence_file=label,
+                                    evidence_file=an.item_file(ctx, t),
                                     fix="fix the kernel (or shrink the envelope to exclude this point) and "
                                         "re-collect the evidence")
             elif (t.outcome == "passed" and t.max_error is not None and t.tolerance is not None
                   and t.max_error > t.tolerance):
                 yield Finding.error("FT307", f"{t.nodeid} is recorded as passed{where} but its max error "
                                              f"{t.max_error:.3g} exceeds its tolerance {t.tolerance:.3g}",
-                                    point=pt, evidence_file=label, fix=an.recollect_fix(ctx))
+                                    point=pt, evidence_file=an.item_file(ctx, t), fix=an.recollect_fix(ctx))
 
     yield from _capped("FT307", found())
 
@@ -343,6 +401,8 @@ def claims(ctx: Context) -> Iterator[Finding]:
     conf = ctx.policy.evidence.confidence
     for check in an.claim_checks(ctx):
         c = check.claim
+        at = an.benchmark_at(st, an.point_key(c))
+        label = an.item_file(ctx, at) if at is not None else an.statement_file(ctx)
         if check.estimate is None:
             yield Finding.error("FT308", f"claim {c.name!r} cannot be recomputed: {check.problem}",
                                 point=an.point_dict(c), evidence_file=label, path=ctx.manifest_path,
@@ -368,7 +428,6 @@ def like_with_like(ctx: Context) -> Iterator[Finding]:
     st = an.statement(ctx)
     if st is None or ctx.manifest is None:
         return
-    label = an.statement_file(ctx)
     fix = "time both sides on the same GPU kind and count (or record both per GPU) and re-collect"
     for bench in an.timed_benchmarks(st):
         stock = bench.variants.get(STOCK_VARIANT)
@@ -385,7 +444,7 @@ def like_with_like(ctx: Context) -> Iterator[Finding]:
                 yield Finding.error(
                     "FT309", f"{name} ran on {sides[1][1]} x {sides[1][0]} but stock on "
                              f"{sides[0][1]} x {sides[0][0]} at {an.point_text(bench.point)}",
-                    point=an.point_dict(bench.point), evidence_file=label, fix=fix)
+                    point=an.point_dict(bench.point), evidence_file=an.item_file(ctx, bench), fix=fix)
     for claim in ctx.manifest.claims:
         at = an.benchmark_at(st, an.point_key(claim))
         if at is None:
@@ -395,7 +454,7 @@ def like_with_like(ctx: Context) -> Iterator[Finding]:
             if sv is not None and sv.gpus != claim.gpus:
                 yield Finding.error(
                     "FT309", f"claim {claim.name!r} says gpus={claim.gpus}; {side} ran on {sv.gpus} GPUs",
-                    point=an.point_dict(claim), path=ctx.manifest_path, evidence_file=label,
+                    point=an.point_dict(claim), path=ctx.manifest_path, evidence_file=an.item_file(ctx, at),
                     fix="state the claim with the GPU count both sides ran on")
 
 
@@ -407,7 +466,6 @@ def slower(ctx: Context) -> Iterator[Finding]:
     shrink the envelope so the guard falls back to stock there."""
     if an.statement(ctx) is None:
         return
-    label = an.statement_file(ctx)
     conf = ctx.policy.evidence.confidence
 
     def found() -> Iterator[Finding]:
@@ -418,6 +476,7 @@ def slower(ctx: Context) -> Iterator[Finding]:
                     f"{_x(e.ratio)}, {conf:.0%} CI [{e.low:.3g}, {e.high:.3g}]")
             fix = ("shrink the envelope to exclude this point (the guard then falls back to stock), or make "
                    "the kernel faster there and re-collect")
+            label = an.item_file(ctx, bench)
             if e.high < 1.0:
                 yield Finding.error("FT310", text, point=an.point_dict(bench.point), evidence_file=label,
                                     fix=fix)
@@ -457,13 +516,13 @@ def implausible(ctx: Context) -> Iterator[Finding]:
                     yield Finding.error(
                         "FT311", f"{name} moves {_tbps(bw)} at {an.point_text(bench.point)}, above the "
                                  f"{gpu} peak of {_tbps(peak)}",
-                        point=an.point_dict(bench.point), evidence_file=label, fix=fix)
+                        point=an.point_dict(bench.point), evidence_file=an.item_file(ctx, bench), fix=fix)
         for bench, name, e in an.iter_candidate_ratios(ctx):
             if e.ratio > cap:
                 yield Finding.error(
                     "FT311", f"{name} is {_x(e.ratio)} faster than stock at {an.point_text(bench.point)}, "
                              f"beyond the plausible {_x(cap)}",
-                    point=an.point_dict(bench.point), evidence_file=label, fix=fix)
+                    point=an.point_dict(bench.point), evidence_file=an.item_file(ctx, bench), fix=fix)
         for gpu in sorted(unknown):
             yield Finding.warning("FT311", f"the policy gives no peak bandwidth for {gpu}, so bandwidth "
                                            "plausibility was not checked",
@@ -489,7 +548,7 @@ def samples(ctx: Context) -> Iterator[Finding]:
                     yield Finding.error(
                         "FT312", f"{name} has {n} samples at {an.point_text(bench.point)}; at least {need} "
                                  "are required",
-                        point=an.point_dict(bench.point), evidence_file=an.statement_file(ctx),
+                        point=an.point_dict(bench.point), evidence_file=an.item_file(ctx, bench),
                         fix=an.recollect_fix(ctx, "raise --iterations"))
 
     yield from _capped("FT312", found())
@@ -503,11 +562,11 @@ def timed_accuracy(ctx: Context) -> Iterator[Finding]:
     st = an.statement(ctx)
     if st is None:
         return
-    label = an.statement_file(ctx)
 
     def found() -> Iterator[Finding]:
         for bench in an.timed_benchmarks(st):
             pt = an.point_dict(bench.point)
+            label = an.item_file(ctx, bench)
             for name in sorted(v for v in bench.variants if v != STOCK_VARIANT):
                 acc = bench.accuracy.get(name)
                 if acc is None or acc.checked == 0:
@@ -537,8 +596,6 @@ def protocol(ctx: Context) -> Iterator[Finding]:
     st = an.statement(ctx)
     if st is None or ctx.manifest is None:
         return
-    env = st.predicate.environment
-    l2 = env.l2_bytes if env else None
     graphs = ctx.manifest.envelope.cuda_graph != "none"
 
     def found() -> Iterator[Finding]:
@@ -546,6 +603,8 @@ def protocol(ctx: Context) -> Iterator[Finding]:
             p = bench.protocol
             if p is None:
                 continue
+            env = an.environment_of(ctx, bench)  # the L2 of the machine this point was timed on
+            l2 = env.l2_bytes if env else None
             bad = []
             if graphs and not p.graph_replay:
                 bad.append("not timed as CUDA-graph replay")
@@ -567,7 +626,7 @@ def protocol(ctx: Context) -> Iterator[Finding]:
                     bad.append(f"{name} and stock not interleaved in both orders")
             if bad:
                 yield Finding.error("FT319", f"benchmark at {an.point_text(bench.point)}: " + "; ".join(bad),
-                                    point=an.point_dict(bench.point), evidence_file=an.statement_file(ctx),
+                                    point=an.point_dict(bench.point), evidence_file=an.item_file(ctx, bench),
                                     fix=an.recollect_fix(ctx, "use an unmodified fasttrack"))
 
     yield from _capped("FT319", found())
@@ -591,7 +650,7 @@ def evals(ctx: Context) -> Iterator[Finding]:
     declared = ctx.manifest.evidence
     if declared.evals and not st.predicate.evals:
         yield Finding.error("FT314", f"the manifest declares evals ({declared.evals}) but the bundle has "
-                                     "none",
+                                     "none" + (" (in no part)" if an.multipart(ctx) else ""),
                             evidence_file=label, fix=an.recollect_fix(ctx, "run the evals"))
     if declared.lm_eval_results and not st.predicate.lm_eval:
         yield Finding.error("FT314", "the manifest declares lm-eval results but the bundle has none",
@@ -600,7 +659,8 @@ def evals(ctx: Context) -> Iterator[Finding]:
         if not e.passed():
             op = "<=" if e.direction == "max" else ">="
             yield Finding.error("FT314", f"eval {e.name!r} = {e.value:.6g}, must be {op} {e.threshold:.6g}",
-                                evidence_file=label, point=an.point_dict(e.point) if e.point else None,
+                                evidence_file=an.item_file(ctx, e),
+                                point=an.point_dict(e.point) if e.point else None,
                                 fix="fix the accuracy regression and re-collect the evidence")
 
 
@@ -616,7 +676,7 @@ def sanitizer_errors(ctx: Context) -> Iterator[Finding]:
             count = "an unknown number of" if s.errors is None else str(s.errors)
             detail = f": {s.summary.strip().splitlines()[0][:200]}" if s.summary.strip() else ""
             yield Finding.error("FT315", f"compute-sanitizer {s.tool} reported {count} errors{detail}",
-                                evidence_file=an.statement_file(ctx),
+                                evidence_file=an.item_file(ctx, s),
                                 fix=f"run `compute-sanitizer --tool {s.tool}` on the sanitizer tests, fix "
                                     "the kernel, and re-collect")
 
@@ -652,11 +712,16 @@ def environment(ctx: Context) -> Iterator[Finding]:
     """The bundle must record the GPU (name, count, compute capability), driver, CUDA and torch versions,
     and for several GPUs how they are linked. Every point's GPU must be the recorded GPU, the machine must
     have enough GPUs for the largest TP evidenced, the compute capability must be the policy's for that
-    GPU name, and a benchmark at tp = n must have been timed as n ranks (`world_size`)."""
-    st = an.statement(ctx)
-    if st is None:
+    GPU name, and a benchmark at tp = n must have been timed as n ranks (`world_size`). A bundle collected in
+    parts is checked part by part: each part's points against its own machine."""
+    if an.statement(ctx) is None:
         return
-    env, label = st.predicate.environment, an.statement_file(ctx)
+    for part, st in an.parsed_parts(ctx):
+        yield from _environment_part(ctx, an.part_file(ctx, part), st)
+
+
+def _environment_part(ctx: Context, label: str, st: Statement) -> Iterator[Finding]:
+    env = st.predicate.environment
     fix = an.recollect_fix(ctx)
     if env is None:
         yield Finding.error("FT317", "the bundle records no environment", evidence_file=label, fix=fix)
@@ -697,18 +762,21 @@ def environment(ctx: Context) -> Iterator[Finding]:
 def age(ctx: Context) -> Iterator[Finding]:
     """Drivers, CUDA, torch and the engine move on; evidence older than the policy's `max_age_days` is a
     warning (re-collect), and a collection date in the future is a warning (a wrong clock)."""
-    st = an.statement(ctx)
-    if st is None or st.predicate.collected_at is None:
+    if an.statement(ctx) is None:
         return
     now = datetime.now(UTC)
-    when = st.predicate.collected_at
     limit = ctx.policy.evidence.max_age_days
-    if now - when > timedelta(days=limit):
-        yield Finding.warning("FT318", f"the evidence was collected {(now - when).days} days ago "
-                                       f"({when.date().isoformat()}), more than {limit}",
-                              evidence_file=an.statement_file(ctx), fix=an.recollect_fix(ctx))
-    elif when - now > FUTURE_SKEW:
-        yield Finding.warning("FT318", f"collected_at {when.isoformat()} is in the future",
-                              evidence_file=an.statement_file(ctx),
-                              fix=an.recollect_fix(ctx, "fix the GPU machine's clock"))
+    for part, st in an.parsed_parts(ctx):
+        when = st.predicate.collected_at
+        if when is None:
+            continue
+        label = an.part_file(ctx, part)
+        if now - when > timedelta(days=limit):
+            yield Finding.warning("FT318", f"the evidence was collected {(now - when).days} days ago "
+                                           f"({when.date().isoformat()}), more than {limit}",
+                                  evidence_file=label, fix=an.recollect_fix(ctx))
+        elif when - now > FUTURE_SKEW:
+            yield Finding.warning("FT318", f"collected_at {when.isoformat()} is in the future",
+                                  evidence_file=label,
+                                  fix=an.recollect_fix(ctx, "fix the GPU machine's clock"))
 

@@ -43,6 +43,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _bind_rank_to_its_gpu() -> None:
+    """Under torchrun (TP > 1 points, one process per rank) bind this process to cuda:LOCAL_RANK before any
+    fixture or test allocates: otherwise every rank's first allocation lands on cuda:0 (measured on the
+    2 x H200 box: rank 1 built its 60 GB of weights on GPU 0 and both ranks ran out of memory)."""
+    local = os.environ.get("LOCAL_RANK")
+    if local is not None and HAS_CUDA:
+        import torch
+
+        torch.cuda.set_device(int(local))
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _triton_interpreter_workarounds() -> Iterator[bool]:
     """The Triton 3.6 interpreter workarounds, for the kimi_k3 tests only (a no-op unless interpreting)."""
     from kimi_k3.tests import _triton_interpreter

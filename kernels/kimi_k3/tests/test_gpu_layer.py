@@ -56,11 +56,13 @@ def _lens(batch: int, context: int, seed: int) -> list[int]:
 def check_stock_point(point: dict[str, Any]) -> reference.Comparison:
     """Stock vs the fp32 reference at one envelope point (also called by benchmarks/measure.py)."""
     tp = int(point["tp"])
-    cfg = K3LayerConfig.real(1 if tp > 1 else tp)
-    w = run_w = cached_weights(cfg, "cuda")
+    cfg = K3LayerConfig.real(1)
     tp_group = None
     if tp > 1:  # one of tp processes: this rank's shard, the all-reduces, the full layer as the oracle
+        # (first: it binds this process to cuda:LOCAL_RANK before anything is allocated)
         w, run_w, tp_group = tp_point_setup(point)
+    else:
+        w = run_w = cached_weights(cfg, "cuda")
     batch = random_batch(
         cfg,
         _lens(int(point["batch"]), int(point["context"]), seed=int(point["batch"])),

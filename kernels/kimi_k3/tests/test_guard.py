@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 from pathlib import Path
 
 import pytest
@@ -49,7 +50,7 @@ EDGES = [
     ({"max_context": 1}, "context"),
     ({"max_context": 0}, "context"),
     ({"tp": 4}, "tp"),
-    ({"tp": 2}, None),
+    ({"tp": 2}, None if 2 in ENVELOPE.tp else "tp"),
     ({"tp": 8}, "tp"),
     ({"device_capability": (10, 0)}, "gpu"),
     ({"device_capability": (8, 0)}, "gpu"),
@@ -135,7 +136,8 @@ def test_envelope_is_read_from_the_manifest() -> None:
 
 
 def test_a_different_manifest_moves_the_edges(tmp_path: Path) -> None:
-    text = MANIFEST_PATH.read_text().replace("tp = [1, 2]", "tp = [1, 2, 4]").replace("max = 64", "max = 32")
+    text = re.sub(r"(?m)^tp = \[.*\]$", "tp = [1, 2, 4]", MANIFEST_PATH.read_text())
+    text = text.replace("max = 64", "max = 32")
     path = tmp_path / "fasttrack.toml"
     path.write_text(text)
     env = Envelope.from_manifest(path)

@@ -60,7 +60,13 @@ from fasttrack.evidence.bundle import (
     utc_now_iso,
 )
 from fasttrack.evidence.digest import ContentDigest, contribution_digest, sha256_file
-from fasttrack.evidence.ranks import merge_case_results, merge_test_lines, rank_path, torchrun_argv
+from fasttrack.evidence.ranks import (
+    is_rank_path,
+    merge_case_results,
+    merge_test_lines,
+    rank_path,
+    torchrun_argv,
+)
 from fasttrack.manifest import Envelope, EnvelopePoint, Manifest, load_manifest
 
 PHASES = ("tests", "bench", "evals", "sanitizer")
@@ -546,6 +552,12 @@ def merge_rank_files(outs: list[Path], points: list[dict[str, Any]], world: int)
     return merged
 
 
+def bench_case_files(bench_dir: Path) -> list[Path]:
+    """The points' result files in the bench work dir. A tp > 1 point's rank files (`<out>.rank<r>.json`)
+    are not results (only their merge is), and one whose merge is missing is a point that did not finish."""
+    return [p for p in sorted(bench_dir.glob("*.json")) if not is_rank_path(p)]
+
+
 def _valid_case_file(path: Path) -> bool:
     from fasttrack.evidence.timing import CaseResult
 
@@ -757,8 +769,8 @@ def lm_eval_entries(contribution: Path, files: Iterable[str]) -> list[dict[str, 
 def build_statement(run: Run, digest: ContentDigest, environment: dict[str, Any],
                     logs: dict[str, str]) -> Statement:
     work = run.work
-    case_files = sorted(work.path("bench").glob("*.json"))
-    benchmarks = [benchmark_entry(d) for d in (_read_json(p) for p in case_files) if d is not None]
+    benchmarks = [benchmark_entry(d) for d in (_read_json(p) for p in bench_case_files(work.path("bench")))
+                  if d is not None]
     measured = {point_key(b.point.as_dict()) for b in benchmarks}
     for p, why in run.grid.elsewhere:
         if point_key(p) not in measured:

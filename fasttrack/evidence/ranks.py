@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -25,6 +26,7 @@ from typing import Any
 
 TORCHRUN_MODULE = "torch.distributed.run"
 OUTCOME_ORDER = {"error": 0, "failed": 1, "skipped": 2, "passed": 3}
+_RANK_STEM = re.compile(r"\.rank\d+$")
 
 
 def dist_env(environ: Mapping[str, str] | None = None) -> tuple[int, int, int]:
@@ -45,6 +47,11 @@ def dist_env(environ: Mapping[str, str] | None = None) -> tuple[int, int, int]:
 def rank_path(path: Path, rank: int) -> Path:
     """Rank `rank`'s own file beside `path`: `0003-ab.json` -> `0003-ab.rank1.json`."""
     return path.with_name(f"{path.stem}.rank{rank}{path.suffix}")
+
+
+def is_rank_path(path: Path) -> bool:
+    """Whether `path` is a rank's own file (named by `rank_path`), not a point's (merged) result."""
+    return _RANK_STEM.search(path.stem) is not None
 
 
 def torchrun_argv(nproc: int, module: str, args: Sequence[str], python: str | None = None) -> list[str]:

@@ -288,6 +288,20 @@ def test_a_part_log_edited_after_signing_is_found(parts: Parts) -> None:
         ("FT320", f"log {PART2_LOG} does not match its sha256 in {PART2} (edited after signing)")]
 
 
+def test_a_point_benchmarked_twice_in_one_bundle_is_an_error(tmp_path: Path) -> None:
+    """A collector writes one benchmark record per point; a second one (e.g. a slower run dropped in favour
+    of a faster copy, or both kept) is an edited bundle, and neither record is chosen."""
+    fx = new_fixture(tmp_path, signed=False)
+    fx.data = fx.good_statement()
+    fast = benchmark(2, fused=20.0)
+    fx.pred["benchmarks"].append(fast)
+    fx.write_and_sign()
+    found = by_code(run_all(fx.context()), "FT301")
+    assert [f.message for f in found] == [
+        "NVIDIA H200 tp=1 batch=2 context=128 bfloat16: 2 benchmark records in statement.json; "
+        "a bundle holds one benchmark record per point"]
+
+
 def test_a_single_bundle_is_unchanged(tmp_path: Path) -> None:
     fx = new_fixture(tmp_path)
     ev = load_evidence(fx.bundle)

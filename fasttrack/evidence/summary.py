@@ -76,7 +76,7 @@ def summarize(ctx: Context) -> EvidenceSummary | None:
             if v.samples_us:
                 row.median_us[name] = median(v.samples_us)
             if v.kernels_per_step is not None:
-                row.kernels_per_layer[name] = v.kernels_per_step / bench.layers
+                row.kernels_per_layer[name] = v.kernels_per_step  # the collector already divided by layers
             bw = an.bandwidth(v)
             if bw is not None and copy_bw:
                 row.bandwidth_fraction[name] = bw / copy_bw

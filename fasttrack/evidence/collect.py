@@ -251,11 +251,11 @@ def tp_sizes(points: list[dict[str, Any]]) -> list[int]:
 def sanitizer_points(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One point per dtype at tp 1: the smallest batch and context (the sanitizers are 10-100x slower, and
     compute-sanitizer runs one process: tp > 1 points are not sanitized)."""
-    best: dict[tuple[int, str], dict[str, Any]] = {}
+    best: dict[str, dict[str, Any]] = {}
     for p in points:
         if int(p["tp"]) != 1:
             continue
-        k = (p["tp"], p["dtype"])
+        k = str(p["dtype"])
         if k not in best or (p["batch"], p["context"]) < (best[k]["batch"], best[k]["context"]):
             best[k] = p
     return list(best.values())

@@ -151,6 +151,34 @@ class SanitizerResult(Strict):
     summary: str = ""
 
 
+class PartMachine(Strict):
+    """The machine one part of the evidence was collected on (from that part's own environment)."""
+
+    gpu_name: str | None = None
+    gpu_count: int | None = None
+    interconnect: str | None = None  # the first non-blank line of the recorded interconnect (None: one GPU)
+    driver: str | None = None
+    torch: str | None = None
+
+
+class EvidencePart(Strict):
+    """One signed statement file of the bundle (`statement.json`, `statement.tp2.json`, ...) and what it
+    evidences. A bundle collected in one go has one part."""
+
+    file: str  # file name inside the bundle directory
+    signer: str | None = None  # the principal, only when the part's signature verified
+    signature_valid: bool | None = None  # None: the part carries no signature
+    fresh: bool | None = None
+    collected_at: str | None = None
+    machine: PartMachine | None = None  # None when the part did not parse or records no environment
+    # Distinct envelope points this part holds kernel tests or a timed benchmark for: TP (as a string, since
+    # JSON keys are) -> count, and the points' keys (`gpu|tp<n>|b<batch>|c<context>|dtype`), sorted.
+    points_by_tp: dict[str, int] = Field(default_factory=dict)
+    points: list[str] = Field(default_factory=list)
+    kernel_tests: int = 0  # kernel-test records in this part
+    benchmarks: int = 0  # timed benchmark records in this part (not counting points left to other parts)
+
+
 class EvidenceSummary(Strict):
     """What the evidence rules learned, for renderers and the dashboard (no raw samples here)."""
 
@@ -169,6 +197,9 @@ class EvidenceSummary(Strict):
     benchmarks: list[BenchmarkRow] = Field(default_factory=list)
     evals: list[EvalResult] = Field(default_factory=list)
     sanitizers: list[SanitizerResult] = Field(default_factory=list)
+    # Every statement file of the bundle with its own signature, freshness, machine and points (optional:
+    # verdicts written before parts existed have none).
+    parts: list[EvidencePart] = Field(default_factory=list)
 
 
 class Verdict(Strict):

@@ -351,6 +351,22 @@ def overlaps(ctx: Context) -> list[Overlap]:
             if len(names) > 1]
 
 
+def duplicate_benchmarks(ctx: Context) -> list[Overlap]:
+    """Points with more than one benchmark record inside ONE part (timed or not run): a collector writes one
+    record per point, so a second one is an edited or hand-assembled bundle, and which one counts would be a
+    choice."""
+    out: list[Overlap] = []
+    for part, st in parsed_parts(ctx):
+        seen: dict[str, int] = defaultdict(int)
+        points: dict[str, Point] = {}
+        for b in st.predicate.benchmarks:
+            seen[point_key(b.point)] += 1
+            points.setdefault(point_key(b.point), b.point)
+        out.extend(Overlap(points[k], f"{n} benchmark records", (part.name,)) for k, n in sorted(seen.items())
+                   if n > 1)
+    return out
+
+
 # ---------------------------------------------------------------------------------------------- benchmarks
 
 def timed_benchmarks(st: Statement) -> list[Benchmark]:

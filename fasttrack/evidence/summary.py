@@ -6,14 +6,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from fasttrack.evidence import analysis as an
-from fasttrack.evidence.bundle import COMPILE_VARIANT, STOCK_VARIANT
+from fasttrack.evidence.bundle import COMPILE_VARIANT, STOCK_VARIANT, Environment, Statement
 from fasttrack.evidence.loaded import LoadedPart
+from fasttrack.evidence.signing import SignatureResult
 from fasttrack.evidence.stats import median
 from fasttrack.verdict import (
     BenchmarkRow,
     ClaimResult,
     EvalResult,
+    EvidencePart,
     EvidenceSummary,
+    PartMachine,
     PointEvidence,
     PointStatus,
     SanitizerResult,
@@ -36,6 +39,7 @@ def summarize(ctx: Context) -> EvidenceSummary | None:
     pp: list[LoadedPart | None] = [part for part, _ in an.parsed_parts(ctx)] or [None]
     freshes = [an.freshness(ctx, part) for part in pp]
     sigs = [an.signature(ctx, part) for part in pp]
+    checked = {part.name: (f, s) for part, f, s in zip(pp, freshes, sigs, strict=True) if part is not None}
     fr = next((f for f in freshes if f.fresh is False), next((f for f in freshes if f.fresh is None),
                                                              freshes[0]))
     p = st.predicate
@@ -76,7 +80,7 @@ def summarize(ctx: Context) -> EvidenceSummary | None:
             if v.samples_us:
                 row.median_us[name] = median(v.samples_us)
             if v.kernels_per_step is not None:
-                row.kernels_per_layer[name] = v.kernels_per_step / bench.layers
+                row.kernels_per_layer[name] = v.kernels_per_step  # the collector already divided by layers
             bw = an.bandwidth(v)
             if bw is not None and copy_bw:
                 row.bandwidth_fraction[name] = bw / copy_bw
@@ -124,4 +128,47 @@ def summarize(ctx: Context) -> EvidenceSummary | None:
                           passed=e.passed()) for e in p.evals],
         sanitizers=[SanitizerResult(tool=s.tool, ran=s.ran, errors=s.errors, summary=s.summary[:2000])
                     for s in p.sanitizer],
+        parts=[_part(ctx, part, *checked.get(part.name, (None, None))) for part in an.parts(ctx)],
+    )
+
+
+def _machine(env: Environment | None) -> PartMachine | None:
+    if env is None:
+        return None
+    lines = [line.strip() for line in (env.interconnect or "").splitlines() if line.strip()]
+    return PartMachine(gpu_name=env.gpu_name, gpu_count=env.gpu_count,
+                       interconnect=" ".join(lines[0].split())[:200] if lines else None,
+                       driver=env.driver, torch=env.torch)
+
+
+def _points(st: Statement) -> list[tuple[int, str]]:
+    """(tp, key) of every point the statement holds kernel tests or a timed benchmark for, sorted."""
+    found = {(t.point.tp, an.point_key(t.point)) for t in st.predicate.kernel_tests if t.point is not None}
+    found |= {(b.point.tp, an.point_key(b.point)) for b in an.timed_benchmarks(st)}
+    return sorted(found)
+
+
+def _part(ctx: Context, part: LoadedPart, fr: an.Freshness | None,
+          sig: SignatureResult | None) -> EvidencePart:
+    """One statement file as the summary shows it: its own signature, freshness, machine and points
+    (`fr` and `sig`: the part's checks when the caller already made them)."""
+    sig = sig if sig is not None else an.signature(ctx, part)
+    fr = fr if fr is not None else an.freshness(ctx, part)
+    st = part.statement
+    points = _points(st) if st is not None else []
+    by_tp: dict[str, int] = {}
+    for tp, _ in points:
+        by_tp[str(tp)] = by_tp.get(str(tp), 0) + 1
+    return EvidencePart(
+        file=part.name,
+        signer=sig.principal if sig.valid else None,
+        signature_valid=sig.valid if part.signature is not None else None,
+        fresh=fr.fresh,
+        collected_at=(st.predicate.collected_at.isoformat()
+                      if st is not None and st.predicate.collected_at else None),
+        machine=_machine(st.predicate.environment) if st is not None else None,
+        points_by_tp=by_tp,
+        points=[key for _, key in points],
+        kernel_tests=len(st.predicate.kernel_tests) if st is not None else 0,
+        benchmarks=len(an.timed_benchmarks(st)) if st is not None else 0,
     )

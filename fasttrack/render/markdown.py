@@ -14,8 +14,9 @@ The base (used here, by the GitHub comment/summary in `fasttrack.github.markdown
   not fit is left out, rows are dropped from the end of a section (errors sort first) with a line saying
   how many, and a note says the report was shortened. The result never exceeds the limit.
 
-The verify report: a headline, a findings table and collapsible details (how to fix, changed files, blast
-radius, the declared envelope). A pure function of the Verdict.
+The verify report: a headline, a findings table, for evidence collected in several parts a table of the
+parts (file, machine, signature, freshness, points by TP), and collapsible details (how to fix, changed
+files, blast radius, the declared envelope). A pure function of the Verdict.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from fasttrack.findings import Finding, Severity
-from fasttrack.verdict import Verdict, Witness
+from fasttrack.verdict import PartMachine, Verdict, Witness
 
 COMMENT_LIMIT = 65_535  # PR comment bodies and check-run summaries (GitHub counts characters; bytes >= chars)
 STEP_SUMMARY_LIMIT = 1024 * 1024 - 1  # $GITHUB_STEP_SUMMARY aborts the upload at 1 MiB
@@ -254,6 +255,38 @@ def _blast(v: Verdict) -> Section:
     return sec
 
 
+def _part_machine(m: PartMachine | None) -> str:
+    if m is None:
+        return "–"
+    out = f"{m.gpu_count if m.gpu_count is not None else '?'} × {esc(m.gpu_name or '?', 80)}"
+    if m.interconnect:
+        out += f" ({esc(m.interconnect, 80)})"
+    soft = [f"{what} {esc(value, 40)}" for what, value in (("driver", m.driver), ("torch", m.torch)) if value]
+    return out + ("<br>" + ", ".join(soft) if soft else "")
+
+
+def _parts(v: Verdict) -> Section | None:
+    """Which statement file (part) of the evidence came from which machine and evidences which points;
+    only for a bundle in several parts (one part is the bundle itself: nothing to tell apart)."""
+    ev = v.evidence
+    if ev is None or len(ev.parts) < 2:
+        return None
+    sig_text = {True: "valid", False: "**invalid**", None: "unsigned"}
+    fresh_text = {True: "fresh", False: "**stale**", None: "–"}
+    rows = []
+    for p in ev.parts:
+        by_tp = sorted(p.points_by_tp.items(), key=lambda kv: (len(kv[0]), kv[0]))  # numeric order
+        points = ", ".join(f"tp{esc(tp, 8)}: {n}" for tp, n in by_tp) or "none"
+        rows.append(f"| {code(p.file, 120)} | {_part_machine(p.machine)} | "
+                    f"{esc(p.signer, 100) if p.signer else '–'} | {sig_text[p.signature_valid]} | "
+                    f"{fresh_text[p.fresh]} | {esc(p.collected_at or '–', 40)} | {points} |")
+    return Section(head=[f"**Evidence in {len(ev.parts)} parts** ({code(ev.bundle_path or '?', 200)}): "
+                         "which machine produced which points", "",
+                         "| Part | Machine | Signed by | Signature | Fresh | Collected | Points by TP |",
+                         "|---|---|---|---|---|---|---|"],
+                   rows=rows, foot=[""], noun="parts", max_rows=MAX_ROWS)
+
+
 def _envelope(v: Verdict) -> Section | None:
     if v.envelope is None:
         return None
@@ -272,6 +305,6 @@ def render(verdict: Verdict, *, limit: int = COMMENT_LIMIT) -> str:
               f"{esc(verdict.generated_at, 40)}</sub>"]
     note = ["_Shortened to fit: some rows or sections are left out; the JSON verdict (`--format json`) has "
             "everything._", ""]
-    sections = [s for s in (_findings(verdict), _fixes(verdict), _files(verdict), _blast(verdict),
-                            _envelope(verdict)) if s is not None]
+    sections = [s for s in (_findings(verdict), _fixes(verdict), _parts(verdict), _files(verdict),
+                            _blast(verdict), _envelope(verdict)) if s is not None]
     return fit(_top(verdict), sections, limit=limit, footer=footer, truncated_note=note)

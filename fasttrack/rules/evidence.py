@@ -88,7 +88,8 @@ def schema(ctx: Context) -> Iterator[Finding]:
     damaged bundle are still checked by the other rules. A bundle collected in parts (several statement
     files, e.g. statement.json and statement.tp2.json) is checked file by file, and no envelope point may
     be evidenced by two parts (kernel tests or a timed benchmark at the same point in both): which
-    machine's result counts would be a choice, so neither is taken."""
+    machine's result counts would be a choice, so neither is taken. Within one part, a point has exactly one
+    benchmark record."""
     if ctx.manifest is None or ctx.evidence is None:
         return
     fix = an.recollect_fix(ctx)
@@ -108,6 +109,12 @@ def schema(ctx: Context) -> Iterator[Finding]:
                       fix="collect each TP size in one part only (`fasttrack collect --tp N`), and delete "
                           "or re-collect the part that should not hold this point")
         for o in an.overlaps(ctx)))
+    yield from _capped("FT301", (
+        Finding.error("FT301", f"{an.point_text(o.point)}: {o.what} in {o.parts[0]}; a bundle holds one "
+                               "benchmark record per point",
+                      point=an.point_dict(o.point), evidence_file=f"{label}/{o.parts[0]}",
+                      fix="re-collect: fasttrack collect writes exactly one record per point")
+        for o in an.duplicate_benchmarks(ctx)))
 
 
 @rule("FT321", "The bundle must be for this contribution, model and manifest.")

@@ -41,6 +41,8 @@ from fasttrack.evidence.loader import load_evidence
 from fasttrack.evidence.signing import sign_file, verify_signature
 from fasttrack.evidence.summary import summarize
 from fasttrack.findings import Severity
+from fasttrack.render import markdown as verify_md
+from fasttrack.verdict import EvidenceSummary, Verdict
 
 pytestmark = pytest.mark.skipif(not HAVE_SSH_KEYGEN, reason="needs ssh-keygen (openssh-client)")
 
@@ -288,6 +290,20 @@ def test_a_part_log_edited_after_signing_is_found(parts: Parts) -> None:
         ("FT320", f"log {PART2_LOG} does not match its sha256 in {PART2} (edited after signing)")]
 
 
+def test_a_point_benchmarked_twice_in_one_bundle_is_an_error(tmp_path: Path) -> None:
+    """A collector writes one benchmark record per point; a second one (e.g. a slower run dropped in favour
+    of a faster copy, or both kept) is an edited bundle, and neither record is chosen."""
+    fx = new_fixture(tmp_path, signed=False)
+    fx.data = fx.good_statement()
+    fast = benchmark(2, fused=20.0)
+    fx.pred["benchmarks"].append(fast)
+    fx.write_and_sign()
+    found = by_code(run_all(fx.context()), "FT301")
+    assert [f.message for f in found] == [
+        "NVIDIA H200 tp=1 batch=2 context=128 bfloat16: 2 benchmark records in statement.json; "
+        "a bundle holds one benchmark record per point"]
+
+
 def test_a_single_bundle_is_unchanged(tmp_path: Path) -> None:
     fx = new_fixture(tmp_path)
     ev = load_evidence(fx.bundle)
@@ -295,6 +311,80 @@ def test_a_single_bundle_is_unchanged(tmp_path: Path) -> None:
     assert ev.merged is ev.statement
     assert an.statement_file(fx.context()) == "evidence/demo/statement.json"
     assert run_all(fx.context()) == []
+
+
+# ------------------------------------------------------------------------------------- the summary's parts
+
+def verdict_with(summary: EvidenceSummary | None) -> Verdict:
+    return Verdict(tool_version="0.1.0", verdict="pass", mode="contribution", contribution="kernels/demo",
+                   evidence=summary, generated_at="2026-11-30T12:00:00Z")
+
+
+def test_the_summary_lists_each_part_with_its_machine_and_points(parts: Parts) -> None:
+    summary = summarize(parts.fx.context())
+    assert summary is not None
+    assert [p.file for p in summary.parts] == ["statement.json", PART2]
+    one, two = summary.parts
+    for p in (one, two):
+        assert (p.signer, p.signature_valid, p.fresh) == ("alice@example.com", True, True)
+        assert p.collected_at is not None and p.collected_at.startswith("20")
+        assert p.machine is not None and (p.machine.gpu_name, p.machine.driver, p.machine.torch) == (
+            "NVIDIA H200", "570.86", "2.13.0")
+    assert one.machine is not None and (one.machine.gpu_count, one.machine.interconnect) == (1, None)
+    assert two.machine is not None and (two.machine.gpu_count, two.machine.interconnect) == (2, "GPU0 GPU1")
+    # The tp-1 points in part 1 only, the tp-2 points in part 2 only (points left to the other part are not
+    # evidenced by it).
+    assert one.points_by_tp == {"1": 6} and two.points_by_tp == {"2": 6}
+    assert one.points == sorted(f"NVIDIA H200|tp1|b{b}|c{c}|bfloat16"
+                                for b in GRID_BATCHES for c in GRID_CONTEXTS)
+    assert two.points == [k.replace("|tp1|", "|tp2|") for k in one.points]
+    assert (one.kernel_tests, one.benchmarks, two.kernel_tests, two.benchmarks) == (12, 3, 12, 3)
+    # The Verdict carries them through its JSON.
+    v = verdict_with(summary)
+    assert Verdict.model_validate_json(v.model_dump_json()) == v
+
+
+def test_each_part_shows_its_own_signature_and_freshness(parts: Parts) -> None:
+    (parts.fx.bundle / (PART2 + ".sig")).unlink()
+    summary = summarize(parts.fx.context())
+    assert summary is not None and summary.signature_valid is False
+    one, two = summary.parts
+    assert (one.signature_valid, one.signer) == (True, "alice@example.com")
+    assert (two.signature_valid, two.signer) == (None, None)  # unsigned: no principal to show
+
+
+def test_markdown_shows_a_table_of_the_parts(parts: Parts) -> None:
+    summary = summarize(parts.fx.context())
+    assert summary is not None
+    when = [p.collected_at for p in summary.parts]
+    text = verify_md.render(verdict_with(summary))
+    assert "**Evidence in 2 parts** (<code>evidence/demo</code>)" in text
+    signer = "alice@\u200bexample.com"  # @mentions broken, as everywhere
+    assert [line for line in text.splitlines() if line.startswith("| <code>statement")] == [
+        f"| <code>statement.json</code> | 1 × NVIDIA H200<br>driver 570.86, torch 2.13.0 | {signer} | valid "
+        f"| fresh | {when[0]} | tp1: 6 |",
+        f"| <code>statement.tp2.json</code> | 2 × NVIDIA H200 (GPU0 GPU1)<br>driver 570.86, torch 2.13.0 | "
+        f"{signer} | valid | fresh | {when[1]} | tp2: 6 |"]
+
+
+def test_a_single_bundle_has_one_part_and_the_same_markdown(tmp_path: Path) -> None:
+    fx = new_fixture(tmp_path)
+    summary = summarize(fx.context())
+    assert summary is not None and [p.file for p in summary.parts] == ["statement.json"]
+    (only,) = summary.parts
+    assert only.machine is not None and (only.machine.gpu_name, only.machine.gpu_count) == ("NVIDIA H200", 1)
+    assert only.points_by_tp == {"1": 6} and len(only.points) == 6
+    assert (only.signer, only.signature_valid, only.fresh) == ("alice@example.com", True, True)
+    # Nothing new in the Markdown for one part: the report is what it was before parts were listed.
+    text = verify_md.render(verdict_with(summary))
+    assert text == verify_md.render(verdict_with(summary.model_copy(update={"parts": []})))
+    assert "parts" not in text
+
+
+def test_a_verdict_without_parts_still_loads() -> None:
+    old = verdict_with(EvidenceSummary(bundle_path="evidence/demo", present=True)).model_dump(mode="json")
+    del old["evidence"]["parts"]  # a verdict written before the field existed
+    assert Verdict.model_validate(old).evidence.parts == []  # type: ignore[union-attr]
 
 
 # ------------------------------------------------------------------------------------------ fasttrack sign

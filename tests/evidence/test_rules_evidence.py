@@ -446,6 +446,16 @@ def test_summary_of_good_bundle(fx: BundleFixture) -> None:
     assert s.environment["gpu_name"] == GPU and s.environment["clock_sm_mhz"] == 1980
 
 
+def test_summary_kernels_per_layer_of_a_multi_layer_case(fx: BundleFixture) -> None:
+    """The collector records kernels per layer (graph kernels / layers); the summary must not divide again."""
+    for b in fx.pred["benchmarks"]:
+        b["layers"] = 4
+    fx.write_and_sign()
+    s = summarize(fx.context())
+    assert s is not None
+    assert s.benchmarks[0].kernels_per_layer == {"compile": 6.0, "fused": 3.0, "stock": 12.0}
+
+
 def test_summary_of_stale_and_missing_bundles(fx: BundleFixture) -> None:
     (fx.contrib / "kernel.py").write_text("changed\n")
     s = summarize(fx.context())

@@ -13,7 +13,7 @@ from report_fixtures import Doc
 
 from fasttrack.errors import InputError
 from fasttrack.report.site import MARKER, Site, Source, build_site, dedupe, load_verdict_files
-from fasttrack.verdict import Verdict
+from fasttrack.verdict import EvidencePart, PartMachine, Verdict
 
 
 def build(tmp_path: Path, *verdicts: Verdict) -> tuple[Site, Path]:
@@ -277,3 +277,51 @@ def test_non_finite_numbers_do_not_break_the_page(tmp_path: Path) -> None:
         for k in ("x1", "y1", "cx", "cy", "width", "d")
     ]
     assert not [n for n in svg_numbers if "nan" in n.lower() or "inf" in n.lower()]
+
+
+def _two_parts() -> list[EvidencePart]:
+    tp1 = [f"NVIDIA H200|tp1|b{b}|c{c}|bfloat16" for b in (1, 2, 8, 32, 64) for c in (1, 4096, 32768)]
+    return [
+        EvidencePart(file="statement.json", signer="alice@gpu-lab.example", signature_valid=True, fresh=True,
+                     collected_at="2026-11-27T12:00:00+00:00",
+                     machine=PartMachine(gpu_name="NVIDIA H200", gpu_count=1, driver="570.86",
+                                         torch="2.13.0"),
+                     points_by_tp={"1": len(tp1)}, points=tp1, kernel_tests=90, benchmarks=15),
+        EvidencePart(file="statement.tp2.json", signer=None, signature_valid=False, fresh=False,
+                     collected_at="2026-11-28T08:30:00+00:00",
+                     machine=PartMachine(gpu_name="NVIDIA H200", gpu_count=2, interconnect="GPU0 <b>GPU1</b>",
+                                         driver="575.51", torch="2.13.1"),
+                     points_by_tp={"2": 3}, points=[k.replace("|tp1|", "|tp2|") for k in tp1[:3]],
+                     kernel_tests=18, benchmarks=3),
+    ]
+
+
+def test_evidence_section_lists_the_parts(tmp_path: Path) -> None:
+    v = rf.passing()
+    assert v.evidence is not None
+    v = v.model_copy(update={"evidence": v.evidence.model_copy(update={"parts": _two_parts()})})
+    _, out = build(tmp_path, v)
+    raw = (out / "kimi_k3.html").read_text()
+    doc = Doc(raw)
+    assert len(doc.find("table", data_table="evidence-parts")) == 1
+    assert [a["data-part"] for t, a in doc.tags if t == "tr" and "data-part" in a] == [
+        "statement.json", "statement.tp2.json"]
+    text = doc.plain
+    assert "Collected in 2 parts: which machine produced which points" in text
+    assert ("statement.json 1 × NVIDIA H200 driver 570.86 · torch 2.13.0 ✓ alice@gpu-lab.example ✓ fresh "
+            "2026-11-27T12:00:00+00:00 TP1: 15") in text
+    assert "TP1: 15 15 points" in text and "NVIDIA H200|tp1|b64|c32768|bfloat16" in text
+    assert ("statement.tp2.json 2 × NVIDIA H200 GPU0 <b>GPU1</b> driver 575.51 · torch 2.13.1 "
+            "✗ does not verify ↻ stale 2026-11-28T08:30:00+00:00 TP2: 3 3 points") in text
+    assert "<b>GPU1</b>" not in raw  # machine text from the evidence stays text
+    assert [a["data-tp"] for t, a in doc.tags if t == "span" and "data-tp" in a] == ["1", "2"]
+
+
+def test_a_single_part_adds_no_parts_table(tmp_path: Path) -> None:
+    v = rf.passing()
+    assert v.evidence is not None
+    one = v.model_copy(update={"evidence": v.evidence.model_copy(update={"parts": _two_parts()[:1]})})
+    _, out = build(tmp_path, one)
+    doc = page(out, "kimi_k3")
+    assert not doc.find("table", data_table="evidence-parts")
+    assert "Collected in" not in doc.plain

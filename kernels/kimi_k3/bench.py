@@ -70,6 +70,42 @@ TOLERANCE = (0.1, 0.05)
 COMPILE_POINTS = frozenset({(1, ENVELOPE.context_max), (ENVELOPE.batch_max, ENVELOPE.context_max)})
 
 _WEIGHTS: dict[tuple[int, int, str, int], K3LayerWeights] = {}
+_WARMED: set[int] = set()  # TP sizes whose grid plans this process has pre-compiled (`warm_fused_plans`)
+
+
+def warm_fused_plans(tp: int, timeout: float = 900.0) -> None:
+    """Compile the fused kernels of every plan of the envelope grid at `tp` before the first point, once per
+    process: `python -m kimi_k3.benchmarks.measure_fused --warm-grid-tp tp` in a subprocess (its pool of
+    min(32, cpus) - 1 spawned processes compiles on meta tensors, no GPU memory, and fills Triton's on-disk
+    cache, which the real launches then hit; the ranks of one torchrun share it through a file lock, so one
+    compiles and the others wait). Without it every rank compiled each plan's ten TP kernels serially inside
+    the timed phase (~10-20 s of CPU per plan; the first TP-2 run ran out of its lease). A subprocess, not an
+    import: the warm-up swaps a Triton method in its own throw-away processes only. Any failure only costs
+    time (a warning; the launches then compile on first use). KIMI_K3_BENCH_WARM=0 turns it off; under
+    TRITON_INTERPRET=1 (CPU tests) it does nothing."""
+    import subprocess
+    import sys
+    import warnings
+
+    if tp in _WARMED or os.environ.get("KIMI_K3_BENCH_WARM", "1") == "0":
+        return
+    if os.environ.get("TRITON_INTERPRET") == "1":  # the interpreter compiles nothing (CPU tests)
+        return
+    _WARMED.add(tp)
+    procs = max(1, min(32, os.cpu_count() or 2) - 1)
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    cmd = [sys.executable, "-m", "kimi_k3.benchmarks.measure_fused", "--warm-grid-tp", str(tp),
+           "--procs", str(procs), "--warm-timeout", str(timeout)]
+    try:
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout + 120)
+        last = (r.stdout.strip().splitlines() or [""])[-1]
+        if r.returncode != 0 or '"errors": []' not in last:
+            warnings.warn(f"fused pre-compile (tp {tp}) failed, compiling on first use: rc={r.returncode} "
+                          f"{last[-300:]} {r.stderr[-500:]}", stacklevel=2)
+    except Exception as e:  # only costs time
+        warnings.warn(f"fused pre-compile (tp {tp}) failed, compiling on first use: {e!r}", stacklevel=2)
 
 
 def cached_weights(cfg: K3LayerConfig, device: str, seed: int = 0, rank: int = 0) -> K3LayerWeights:
@@ -283,6 +319,8 @@ def benchmark_case(point: dict[str, Any]) -> K3BenchmarkCase | None:
             raise RuntimeError(f"a TP {tp} point needs {tp} processes with torch.distributed initialised; "
                                f"this worker has {have}")
         tp_group = TPGroup.from_env()
+    if _load_fused() is not None:
+        warm_fused_plans(tp)  # before the weights: compile every plan of this TP's grid in parallel, once
     weights = cached_weights(cfg, "cuda", rank=tp_group.rank if tp_group is not None else 0)
     # KIMI_K3_BENCH_COMPILE=0 leaves the torch.compile variant out (its autotuning costs minutes of a lease);
     # the bundle then simply has no "compile" samples, and nothing is reported for it.

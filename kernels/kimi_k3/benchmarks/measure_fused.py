@@ -4,6 +4,9 @@
 
 1. compiles every kernel variant it will time in parallel worker processes first (Triton's `warmup` path on
    meta tensors: no memory, the on-disk cache is then hit by the real launches);
+   `--warm-grid-tp N` does only this, for every plan of the envelope grid at TP N (TP > 1: the TP
+   sequence, compile only, no process group: `CompileOnlyTP`), once per machine (a file lock and a
+   done-marker in Triton's cache dir); `bench.benchmark_case` runs it before its first point;
 2. correctness at real shapes: fused vs the fp32 reference (`reference.compare`, bf16 tolerances of
    `reference.TOLERANCES`) at TP8 and TP1 points, NaN-poisoned cache padding;
 3. latency under CUDA graphs, L2 flushed (512 MB write) before every timed replay, median/p10/p90 of N
@@ -32,7 +35,10 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
+
+from kimi_k3.tp import PeerBuffer, TPGroup
 
 COPY_BW = 4.3e12  # bytes/s, measured D2D copy bandwidth on this H200 (research/h200-anchors.md: 4.21-4.3)
 
@@ -131,6 +137,8 @@ def profile_kernels(g: Any, flush: Any) -> list[tuple[str, float]]:
 
 
 def _meta_setup(tp: int, batch: int, context: int) -> tuple[Any, Any, Any]:
+    """Meta-tensor (cfg, weights, batch) of one plan at real shapes (no memory). At tp > 1: the TP shard's
+    shapes, and `batch.tp` a `CompileOnlyTP` group (meta exchange buffers, no process group)."""
     import torch
 
     from kimi_k3.config import K3LayerConfig
@@ -155,32 +163,123 @@ def _meta_setup(tp: int, batch: int, context: int) -> tuple[Any, Any, Any]:
         ),
         block_table=torch.empty(batch, nbl, dtype=torch.int32, device=meta),
         seq_lens=torch.empty(batch, dtype=torch.int32, device=meta),
-        meta=DecodeMeta(batch=batch, max_context=context),
+        meta=DecodeMeta(batch=batch, max_context=context, tp=tp),
         workspace=Workspace(),
+        tp=CompileOnlyTP(rank=0, world=tp) if tp > 1 else None,
     )
     return cfg, w, b
 
 
-def _warm_worker(jobs: list[tuple[int, int, int, dict[str, Any]]]) -> str:
-    """Compile (no launch) the kernels of each job's plan; fills Triton's on-disk cache."""
+class CompileOnlyTP(TPGroup):
+    """A TP group for compile-only runs of the TP host code (`fused/tp_launch.run_planned_tp`): no process
+    group, no symmetric memory. Its exchange buffers are fresh tensors on the batch's device (meta in the
+    warm-up) and `publish()` does nothing. Every kernel argument the TP launches get from it has the dtype,
+    shape and alignment of the real transport's (symmetric-memory and all-gather buffers are fresh
+    allocations, so 16-byte aligned, as a meta tensor's offset 0 is), hence the same Triton specialisation;
+    tests/test_warm_tp.py checks the resulting Triton cache keys against a real `TPGroup`'s."""
+
+    def buffer(self, name: str, shape: tuple[int, ...], dtype: Any, device: Any) -> PeerBuffer:
+        import torch
+
+        buf = self._buffers.get(name)
+        if buf is None or tuple(buf.local.shape) != tuple(shape) or buf.local.dtype != dtype:
+            views = [torch.empty(shape, dtype=dtype, device=device) for _ in range(self.world)]
+            buf = PeerBuffer(name, views[self.rank], views, lambda: None)
+            self._buffers[name] = buf
+        return buf
+
+
+# (kernel, positional args, keyword args, grid, launch index within the layer) -> anything
+OnLaunch = Callable[[Any, tuple[Any, ...], dict[str, Any], Any, int], Any]
+
+
+def intercept_launches(call: Callable[[], Any], on_launch: OnLaunch) -> None:
+    """Run `call()` (real host code) with every Triton launch handed to `on_launch` instead of running; the
+    launch is not made. Swaps `JITFunction.run` for the duration of the call only (restored in `finally`;
+    the module docstring says why: Triton has no public hook that hands back a launch's bound arguments)."""
+    from triton.runtime.jit import JITFunction
+
+    orig = JITFunction.run
+    n = [0]
+
+    def run(self: Any, *args: Any, grid: Any, warmup: bool, **kw: Any) -> Any:
+        i = n[0]
+        n[0] += 1
+        return on_launch(self, args, kw, grid, i)
+
+    JITFunction.run = run  # type: ignore[method-assign]
+    try:
+        call()
+    finally:
+        JITFunction.run = orig  # type: ignore[method-assign]
+
+
+def plan_launches(tp: int, bsz: int, ctx: int, ov: dict[str, Any], on_launch: OnLaunch) -> None:
+    """Every launch of one layer of plan (tp, bsz, ctx, ov) through the real host code
+    (`launch.run_planned`: the TP-1 sequence, or at tp > 1 the TP sequence of `tp_launch`) on meta tensors,
+    each handed to `on_launch`."""
+    from kimi_k3.fused import launch
+
+    cfg, w, b = _meta_setup(tp, bsz, ctx)
+    plan = launch.make_plan(cfg, bsz, ctx, gpu=True, **ov)
+    intercept_launches(lambda: launch.run_planned(cfg, w, b, plan), on_launch)
+
+
+def triton_cache_key(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], target: Any = None) -> str:
+    """The directory name (sha256) under Triton's on-disk cache that launching `fn[grid](*args, **kwargs)`
+    compiles into / looks up on `target` (default sm_90, the H200), computed the way `JITFunction.run` and
+    `triton.compile` do (Triton's own binder, so the same pointer-alignment and int specialisations), with
+    no GPU. Used by tests/test_warm_tp.py to show the warm-up compiles exactly what the real launch uses."""
+    import hashlib
+
+    from triton import knobs
+    from triton._C.libtriton import get_cache_invalidating_env_vars
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, make_backend
+    from triton.runtime.cache import get_cache_key
+    from triton.runtime.jit import create_function_from_signature
+
+    backend = make_backend(target or GPUTarget("cuda", 90, 32))
+    kw = dict(kwargs)  # what JITFunction.run adds before binding
+    kw["debug"] = kw.get("debug", fn.debug) or knobs.runtime.debug
+    kw["instrumentation_mode"] = knobs.compilation.instrumentation_mode
+    binder = create_function_from_signature(fn.signature, fn.params, backend)
+    bound, spec, opts = binder(*args, **kw)
+    options, signature, constexprs, attrs = fn._pack_args(backend, kw, bound, spec, opts)
+    src = ASTSource(fn, signature, constexprs, attrs)  # JITFunction._do_compile
+    full = backend.parse_options(dict(options.__dict__, **src.parse_options()))  # triton.compile
+    key = get_cache_key(src, backend, full, env_vars=get_cache_invalidating_env_vars())
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+# one warm-up task: (tp, batch, context, overrides, part, parts): compile launches i with i % parts == part
+WarmTask = tuple[int, int, int, dict[str, Any], int, int]
+
+
+def warm_tasks(tasks: list[WarmTask], compile_launch: OnLaunch) -> None:
+    """Hand each task's share of its plan's launches to `compile_launch` (the rest are skipped)."""
+    for tp, bsz, ctx, ov, part, parts in tasks:
+
+        def pick(fn: Any, args: Any, kw: Any, grid: Any, i: int, part: int = part, parts: int = parts) -> Any:
+            return compile_launch(fn, args, kw, grid, i) if i % parts == part else None
+
+        plan_launches(tp, bsz, ctx, ov, pick)
+
+
+def _warm_worker(tasks: list[WarmTask]) -> str:
+    """Compile (no launch) the kernels of each task (`warmup=True`: Triton compiles, fills its on-disk cache
+    and returns without running anything)."""
     try:
         import torch
         from triton.runtime.jit import JITFunction
 
-        from kimi_k3.fused import launch
-
         torch.cuda.init()
         orig = JITFunction.run
 
-        def warm_run(self: Any, *args: Any, grid: Any, warmup: bool, **kw: Any) -> Any:
-            return orig(self, *args, grid=grid, warmup=True, **kw)
+        def compile_launch(fn: Any, args: Any, kw: Any, grid: Any, i: int) -> Any:
+            return orig(fn, *args, grid=grid, warmup=True, **kw)
 
-        # compile-only launches in this throw-away worker process (see the module docstring)
-        JITFunction.run = warm_run  # type: ignore[method-assign]
-        for tp, bsz, ctx, ov in jobs:
-            cfg, w, b = _meta_setup(tp, bsz, ctx)
-            plan = launch.make_plan(cfg, bsz, ctx, **ov)
-            launch.run_planned(cfg, w, b, plan)
+        warm_tasks(tasks, compile_launch)
         return "ok"
     except Exception:
         return traceback.format_exc()
@@ -205,17 +304,110 @@ def warm_all(procs: int, sweep: bool = False) -> dict[str, Any]:
     return warm_keys(keys, procs)
 
 
-def warm_keys(keys: list[tuple[int, int, int, str]], procs: int) -> dict[str, Any]:
+LAUNCHES = {1: 7}  # launches per layer at TP 1; 10 at TP > 1 (fused.KERNELS_PER_LAYER[_TP])
+
+
+def warm_keys(
+    keys: list[tuple[int, int, int, str]],
+    procs: int,
+    *,
+    worker: Callable[[list[WarmTask]], str] | None = None,
+    timeout: float | None = None,
+) -> dict[str, Any]:
     """Compile the fused kernels of each (tp, batch, context, overrides-json) plan in `procs` spawned
-    processes (also used by tests/test_fused_gpu.py before its real-shape tests)."""
+    processes (also used by tests/test_fused_gpu.py before its real-shape tests). At tp > 1 the plan's TP
+    sequence (kernels 1-3 on the shard, the TP kernels with WORLD = tp). With fewer plans than processes a
+    plan's launches are split over several processes. Waits at most `timeout` seconds (then gives up: the
+    real launches compile what is missing)."""
     jobs2 = [(tp, b, c, json.loads(ov)) for tp, b, c, ov in dict.fromkeys(keys)]
-    chunks = [jobs2[i::procs] for i in range(procs)]
+    tasks: list[WarmTask] = []
+    for tp, b, c, ov in jobs2:
+        parts = max(1, min(LAUNCHES.get(tp, 10), procs // max(1, len(jobs2))))
+        tasks += [(tp, b, c, ov, part, parts) for part in range(parts)]
+    chunks = [c for c in (tasks[i::procs] for i in range(procs)) if c]
     t = time.time()
     ctx = mp.get_context("spawn")
-    with ctx.Pool(procs) as pool:
-        res = pool.map(_warm_worker, [c for c in chunks if c])
+    with ctx.Pool(len(chunks) or 1) as pool:
+        try:
+            res = pool.map_async(worker or _warm_worker, chunks).get(timeout)
+        except mp.TimeoutError:
+            res = [f"timed out after {timeout} s"]
     errs = [r for r in res if r != "ok"]
-    return {"warm_s": time.time() - t, "jobs": len(jobs2), "errors": errs[:3]}
+    return {"warm_s": time.time() - t, "jobs": len(jobs2), "tasks": len(tasks), "errors": errs[:3]}
+
+
+def _sources_digest() -> str:
+    import hashlib
+
+    import triton
+
+    from kimi_k3 import fused
+
+    h = hashlib.sha256(triton.__version__.encode())
+    d = os.path.dirname(fused.__file__)
+    for name in sorted(os.listdir(d)):
+        if name.endswith(".py"):
+            with open(os.path.join(d, name), "rb") as f:
+                h.update(name.encode() + f.read())
+    return h.hexdigest()
+
+
+def warm_keys_once(
+    keys: list[tuple[int, int, int, str]], procs: int, lock_dir: str | None = None, **kw: Any
+) -> dict[str, Any]:
+    """`warm_keys`, once per machine for one key set and one version of the fused sources: callers (the
+    ranks of one torchrun, the tests then the bench) take an exclusive file lock in `lock_dir` (default:
+    Triton's cache dir, whose entries are what this fills); the first compiles, the others wait for it and
+    then find its done-marker and return at once. A run with errors leaves no marker."""
+    import fcntl
+    import hashlib
+
+    if lock_dir is None:
+        from triton import knobs
+
+        lock_dir = knobs.cache.dir
+    os.makedirs(lock_dir, exist_ok=True)
+    tag = hashlib.sha256((json.dumps(sorted(set(keys))) + _sources_digest()).encode()).hexdigest()[:16]
+    marker = os.path.join(lock_dir, f"kimi_k3_warm_{tag}.done")
+    t = time.time()
+    with open(os.path.join(lock_dir, "kimi_k3_warm.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if os.path.exists(marker):
+                return {"warm_s": 0.0, "waited_s": time.time() - t, "skipped": True, "errors": []}
+            info = warm_keys(keys, procs, **kw)
+            if not info["errors"]:
+                with open(marker, "w") as f:
+                    json.dump(info, f)
+            return info
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def grid_keys(tp: int) -> list[tuple[int, int, int, str]]:
+    """(tp, batch, context, "{}") of every distinct default plan of the envelope's grid at `tp` (the grid
+    `fasttrack collect` builds from fasttrack.toml: grid batches plus 1, 2 and the batch range's ends, grid
+    contexts plus the context range's ends)."""
+    import tomllib
+
+    from kimi_k3 import fused
+    from kimi_k3.config import K3LayerConfig
+
+    with open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "fasttrack.toml"), "rb") as f:
+        env = tomllib.load(f)["envelope"]
+    bmin, bmax = int(env["batch"]["min"]), int(env["batch"]["max"])
+    batches = set(env.get("grid_batches", [])) | {bmin, bmax} | {b for b in (1, 2) if bmin <= b <= bmax}
+    contexts = set(env.get("grid_contexts", [])) | {int(env["context"]["min"]), int(env["context"]["max"])}
+    cfg = K3LayerConfig.real(tp)
+    seen: set[Any] = set()
+    out = []
+    for b in sorted(batches):
+        for c in sorted(contexts):
+            plan = fused.make_plan(cfg, b, c)
+            if plan not in seen:
+                seen.add(plan)
+                out.append((tp, b, c, "{}"))
+    return out
 
 
 class Results:
@@ -422,7 +614,15 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=25)
     ap.add_argument("--no-stock", action="store_true")
     ap.add_argument("--sweep", action="store_true", help="per-kernel profiles of plan variants instead")
+    ap.add_argument("--warm-grid-tp", type=int, default=0,
+                    help="only compile every plan of the envelope grid at this TP (warm_keys_once), print "
+                    "the summary as JSON and exit (bench.benchmark_case runs this before its first point)")
+    ap.add_argument("--warm-timeout", type=float, default=None)
     a = ap.parse_args()
+    if a.warm_grid_tp:
+        info = warm_keys_once(grid_keys(a.warm_grid_tp), a.procs, timeout=a.warm_timeout)
+        print(json.dumps(info, default=str), flush=True)
+        return
     t0 = time.time()
     os.makedirs(a.out, exist_ok=True)
     R = Results(os.path.join(a.out, "results.json"))

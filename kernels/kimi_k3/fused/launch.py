@@ -400,6 +400,70 @@ def _tp_of(batch: DecodeBatch) -> Any:
     return tp if tp is not None and tp.world > 1 else None
 
 
+def moe_scratch(cfg: K3LayerConfig, batch: DecodeBatch, p: Plan) -> dict[str, torch.Tensor]:
+    """The o_proj and MoE buffers both layer sequences use (TP 1 and `tp_launch`'s TP > 1), by the names the
+    intermediates dict returns them under."""
+    import torch
+
+    f32, bf16, i32 = torch.float32, torch.bfloat16, torch.int32
+    B = int(batch.hidden.shape[0])
+    H, E, TOPK, LAT = cfg.hidden, cfg.n_routed_experts, cfg.top_k, cfg.latent
+    max_slots = min(E, B * TOPK)
+
+    def ws(name: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        return batch.scratch("fused." + name, shape, dtype)
+
+    return {
+        "o_part": ws("o_part", (p.O_KS, B, H), f32),
+        "oss": ws("oss", (_cdiv(H, p.O_BN), B), f32),
+        "logits": ws("logits", (B, E), f32),
+        "lat": ws("lat", (B, LAT), bf16),
+        "sh": ws("sh", (B, cfg.shared_inter), bf16),
+        "topk_ids": ws("topk_id", (B, TOPK), i32),
+        "topk_weights": ws("topk_w", (B, TOPK), f32),
+        "rank": ws("rank", (B * TOPK,), i32),
+        "eoff": ws("eoff", (E,), i32),
+        "slot_exp": ws("slot_exp", (max_slots,), i32),
+        "slot_off": ws("slot_off", (max_slots,), i32),
+        "slot_cnt": ws("slot_cnt", (max_slots,), i32),
+        "sorted_tok": ws("sorted_tok", (B * TOPK,), i32),
+        "sorted_pair": ws("sorted_pair", (B * TOPK,), i32),
+        "act": ws("act", (B * TOPK, cfg.routed_inter), bf16),
+        "ypair": ws("ypair", (B * TOPK, LAT), f32),
+        "latent": ws("latent", (B, LAT), bf16),
+        "lss": ws("lss", (_cdiv(LAT, p.D_BN), B), f32),
+    }
+
+
+def launch_expert_up(
+    cfg: K3LayerConfig, w: K3LayerWeights, p: Plan, m: dict[str, torch.Tensor], ctr: torch.Tensor
+) -> None:
+    """Kernel 6 (grouped w13 + SiTU over the touched experts), the same launch at every TP size."""
+    from . import kernels as K
+
+    K.expert_up_kernel[(_cdiv(2 * cfg.routed_inter, p.U_BN) * p.U_P,)](
+        m["lat"],
+        w.w13,
+        m["slot_exp"],
+        m["slot_off"],
+        m["slot_cnt"],
+        m["sorted_tok"],
+        m["act"],
+        ctr,
+        p.U_P,
+        LAT=cfg.latent,
+        NI=cfg.routed_inter,
+        BETA=float(cfg.situ_beta),
+        LBETA=float(cfg.situ_linear_beta),
+        BT=p.U_BT,
+        BN=p.U_BN,
+        BK=p.U_BK,
+        MODE=p.U_MODE,
+        num_warps=p.num_warps,
+        num_stages=p.x_stages,
+    )
+
+
 def run_planned(
     cfg: K3LayerConfig, w: K3LayerWeights, batch: DecodeBatch, plan: Plan
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
@@ -416,42 +480,20 @@ def run_planned(
     _check_plan(cfg, plan)
     p = plan
     a = launch_attention(cfg, w, batch, p)
-    ctr, raw, ssq, ss_in, resid1 = a["ctr"], a["raw"], a["ssq"], a["ss_in"], a["resid1"]
-    ql_part, qpe, opart, lse, attn_out = a["ql_part"], a["qpe"], a["opart"], a["lse"], a["attn_out"]
+    ctr, resid1, attn_out = a["ctr"], a["resid1"], a["attn_out"]
     h_in = batch.hidden
     B = int(h_in.shape[0])
     dev = h_in.device
-    f32, bf16, i32 = torch.float32, torch.bfloat16, torch.int32
+    bf16 = torch.bfloat16
     H, NH, DV = cfg.hidden, cfg.local_heads, cfg.v_head_dim
     E, TOPK, LAT, NI, SI = cfg.n_routed_experts, cfg.top_k, cfg.latent, cfg.routed_inter, cfg.shared_inter
     eps = float(cfg.rms_norm_eps)
-
-    def ws(name: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-        return batch.scratch("fused." + name, shape, dtype)
 
     fw = prep.prepare(w)
     nbo = _cdiv(H, p.O_BN)
     nbl = _cdiv(LAT, p.D_BN)
     PC = 64
-    o_part = ws("o_part", (p.O_KS, B, H), f32)
-    oss = ws("oss", (nbo, B), f32)
-    logits = ws("logits", (B, E), f32)
-    lat = ws("lat", (B, LAT), bf16)
-    sh = ws("sh", (B, SI), bf16)
-    topk_id = ws("topk_id", (B, TOPK), i32)
-    topk_w = ws("topk_w", (B, TOPK), f32)
-    rank = ws("rank", (B * TOPK,), i32)
-    eoff = ws("eoff", (E,), i32)
-    max_slots = min(E, B * TOPK)
-    slot_exp = ws("slot_exp", (max_slots,), i32)
-    slot_off = ws("slot_off", (max_slots,), i32)
-    slot_cnt = ws("slot_cnt", (max_slots,), i32)
-    sorted_tok = ws("sorted_tok", (B * TOPK,), i32)
-    sorted_pair = ws("sorted_pair", (B * TOPK,), i32)
-    act = ws("act", (B * TOPK, NI), bf16)
-    ypair = ws("ypair", (B * TOPK, LAT), f32)
-    latent = ws("latent", (B, LAT), bf16)
-    lss = ws("lss", (nbl, B), f32)
+    m = moe_scratch(cfg, batch, p)
     resid_out = torch.empty((B, H), dtype=bf16, device=dev)
     hidden_out = torch.empty((B, H), dtype=bf16, device=dev)
     nw, st = p.num_warps, p.stages
@@ -460,9 +502,9 @@ def run_planned(
         attn_out,
         w.w_o,
         resid1,
-        o_part,
+        m["o_part"],
         resid_out,
-        oss,
+        m["oss"],
         ctr,
         B,
         H=H,
@@ -481,23 +523,23 @@ def run_planned(
     grid_f = _cdiv(E, p.F_BN) + _cdiv(B, p.TB) + _cdiv(LAT, p.F_BN) + _cdiv(2 * SI, p.F_BN)
     K.moe_front_kernel[(grid_f,)](
         resid_out,
-        oss,
+        m["oss"],
         fw.router,
         fw.latent_down,
         fw.shared_w13,
-        logits,
-        lat,
-        sh,
+        m["logits"],
+        m["lat"],
+        m["sh"],
         w.e_score_correction_bias,
-        topk_id,
-        topk_w,
-        rank,
-        eoff,
-        slot_exp,
-        slot_off,
-        slot_cnt,
-        sorted_tok,
-        sorted_pair,
+        m["topk_ids"],
+        m["topk_weights"],
+        m["rank"],
+        m["eoff"],
+        m["slot_exp"],
+        m["slot_off"],
+        m["slot_cnt"],
+        m["sorted_tok"],
+        m["sorted_pair"],
         ctr,
         B,
         float(cfg.routed_scaling_factor),
@@ -524,41 +566,20 @@ def run_planned(
         num_stages=st,
     )
     # 6
-    nj = _cdiv(2 * NI, p.U_BN)
-    K.expert_up_kernel[(nj * p.U_P,)](
-        lat,
-        w.w13,
-        slot_exp,
-        slot_off,
-        slot_cnt,
-        sorted_tok,
-        act,
-        ctr,
-        p.U_P,
-        LAT=LAT,
-        NI=NI,
-        BETA=float(cfg.situ_beta),
-        LBETA=float(cfg.situ_linear_beta),
-        BT=p.U_BT,
-        BN=p.U_BN,
-        BK=p.U_BK,
-        MODE=p.U_MODE,
-        num_warps=nw,
-        num_stages=p.x_stages,
-    )
+    launch_expert_up(cfg, w, p, m, ctr)
     # 7
     K.expert_down_kernel[(nbl * p.D_P + _cdiv(H, p.T_BN),)](
-        act,
+        m["act"],
         w.w2,
-        slot_exp,
-        slot_off,
-        slot_cnt,
-        sorted_pair,
-        topk_w,
-        ypair,
-        latent,
-        lss,
-        sh,
+        m["slot_exp"],
+        m["slot_off"],
+        m["slot_cnt"],
+        m["sorted_pair"],
+        m["topk_weights"],
+        m["ypair"],
+        m["latent"],
+        m["lss"],
+        m["sh"],
         w.shared_w2,
         fw.latent_up,
         hidden_out,
@@ -584,33 +605,7 @@ def run_planned(
         num_warps=nw,
         num_stages=p.x_stages,
     )
-    bufs = {
-        "ctr": ctr,
-        "raw": raw,
-        "ssq": ssq,
-        "ss_in": ss_in,
-        "oss": oss,
-        "lss": lss,
-        "resid1": resid1,
-        "ql_part": ql_part,
-        "qpe": qpe,
-        "opart": opart,
-        "lse": lse,
-        "attn_out": attn_out,
-        "logits": logits,
-        "lat": lat,
-        "sh": sh,
-        "topk_ids": topk_id,
-        "topk_weights": topk_w,
-        "slot_exp": slot_exp,
-        "slot_off": slot_off,
-        "slot_cnt": slot_cnt,
-        "sorted_tok": sorted_tok,
-        "sorted_pair": sorted_pair,
-        "act": act,
-        "ypair": ypair,
-        "latent": latent,
-    }
+    bufs = {**a, **m}
     return hidden_out, resid_out, bufs
 
 

@@ -32,6 +32,8 @@ from .launch import (
     _p2,
     _tp_of,
     launch_attention,
+    launch_expert_up,
+    moe_scratch,
 )
 
 if TYPE_CHECKING:
@@ -81,14 +83,11 @@ def run_planned_tp(
     h_in = batch.hidden
     B = int(h_in.shape[0])
     dev = h_in.device
-    f32, bf16, i32 = torch.float32, torch.bfloat16, torch.int32
+    f32, bf16 = torch.float32, torch.bfloat16
     H, NH, DV = cfg.hidden, cfg.local_heads, cfg.v_head_dim
     E, TOPK, LAT, NI, SI = cfg.n_routed_experts, cfg.top_k, cfg.latent, cfg.routed_inter, cfg.shared_inter
     EL, LL = E // W, LAT // W
     eps = float(cfg.rms_norm_eps)
-
-    def ws(name: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-        return batch.scratch("fused." + name, shape, dtype)
 
     fw = prep.prepare(w)
     nbo = _cdiv(H, p.O_BN)
@@ -106,25 +105,7 @@ def run_planned_tp(
     def lat_view(t: torch.Tensor) -> torch.Tensor:
         return t[B * EL :].view(torch.bfloat16)[: B * LL].view(B, LL)
 
-    o_part = ws("o_part", (p.O_KS, B, H), f32)
-    oss = ws("oss", (nbo, B), f32)
-    logits = ws("logits", (B, E), f32)
-    lat = ws("lat", (B, LAT), bf16)
-    sh = ws("sh", (B, SI), bf16)
-    topk_id = ws("topk_id", (B, TOPK), i32)
-    topk_w = ws("topk_w", (B, TOPK), f32)
-    rank = ws("rank", (B * TOPK,), i32)
-    eoff = ws("eoff", (E,), i32)
-    max_slots = min(E, B * TOPK)
-    slot_exp = ws("slot_exp", (max_slots,), i32)
-    slot_off = ws("slot_off", (max_slots,), i32)
-    slot_cnt = ws("slot_cnt", (max_slots,), i32)
-    sorted_tok = ws("sorted_tok", (B * TOPK,), i32)
-    sorted_pair = ws("sorted_pair", (B * TOPK,), i32)
-    act = ws("act", (B * TOPK, NI), bf16)
-    ypair = ws("ypair", (B * TOPK, LAT), f32)
-    latent = ws("latent", (B, LAT), bf16)
-    lss = ws("lss", (nred, B), f32)
+    m = moe_scratch(cfg, batch, p)
     resid_out = torch.empty((B, H), dtype=bf16, device=dev)
     hidden_out = torch.empty((B, H), dtype=bf16, device=dev)
     nw, st = p.num_warps, p.stages
@@ -134,9 +115,9 @@ def run_planned_tp(
         attn_out,
         w.w_o,
         resid1,
-        o_part,
+        m["o_part"],
         ar_o.local,
-        oss,
+        m["oss"],
         ctr,
         B,
         H=H,
@@ -157,7 +138,7 @@ def run_planned_tp(
         *_views8(ar_o),
         resid1,
         resid_out,
-        oss,
+        m["oss"],
         B,
         H=H,
         WORLD=W,
@@ -171,13 +152,13 @@ def run_planned_tp(
     grid_f = _cdiv(EL, p.F_BN) + _cdiv(LL, p.F_BN) + _cdiv(2 * SI, p.F_BN)
     TK.front_tp_kernel[(grid_f,)](
         resid_out,
-        oss,
+        m["oss"],
         router_me,
         down_me,
         fw.shared_w13,
         lg_view(front.local),
         lat_view(front.local),
-        sh,
+        m["sh"],
         ctr,
         B,
         H=H,
@@ -203,18 +184,18 @@ def run_planned_tp(
     TK.route_tp_kernel[(grid_r,)](
         *_views8(front, lg_view),
         *_views8(front, lat_view),
-        logits,
-        lat,
+        m["logits"],
+        m["lat"],
         w.e_score_correction_bias,
-        topk_id,
-        topk_w,
-        rank,
-        eoff,
-        slot_exp,
-        slot_off,
-        slot_cnt,
-        sorted_tok,
-        sorted_pair,
+        m["topk_ids"],
+        m["topk_weights"],
+        m["rank"],
+        m["eoff"],
+        m["slot_exp"],
+        m["slot_off"],
+        m["slot_cnt"],
+        m["sorted_tok"],
+        m["sorted_pair"],
         ctr,
         B,
         float(cfg.routed_scaling_factor),
@@ -234,40 +215,19 @@ def run_planned_tp(
         num_warps=nw,
     )
     # 8 expert up (unchanged)
-    nj = _cdiv(2 * NI, p.U_BN)
-    K.expert_up_kernel[(nj * p.U_P,)](
-        lat,
-        w.w13,
-        slot_exp,
-        slot_off,
-        slot_cnt,
-        sorted_tok,
-        act,
-        ctr,
-        p.U_P,
-        LAT=LAT,
-        NI=NI,
-        BETA=float(cfg.situ_beta),
-        LBETA=float(cfg.situ_linear_beta),
-        BT=p.U_BT,
-        BN=p.U_BN,
-        BK=p.U_BK,
-        MODE=p.U_MODE,
-        num_warps=nw,
-        num_stages=p.x_stages,
-    )
+    launch_expert_up(cfg, w, p, m, ctr)
     # 9 routed + shared down partials -> moe
     nbl = _cdiv(LAT, p.D_BN)
     TK.down_tp_kernel[(nbl * p.D_P + _cdiv(H, p.T_BN),)](
-        act,
+        m["act"],
         w.w2,
-        slot_exp,
-        slot_off,
-        slot_cnt,
-        sorted_pair,
-        topk_w,
-        ypair,
-        sh,
+        m["slot_exp"],
+        m["slot_off"],
+        m["slot_cnt"],
+        m["sorted_pair"],
+        m["topk_weights"],
+        m["ypair"],
+        m["sh"],
         w.shared_w2,
         moe.local,
         ctr,
@@ -295,8 +255,8 @@ def run_planned_tp(
     TK.tail_tp_kernel[(nred + _cdiv(H, p.T_BN),)](
         *_views8(moe),
         fw.latent_up,
-        latent,
-        lss,
+        m["latent"],
+        m["lss"],
         hidden_out,
         ctr,
         B,
@@ -314,26 +274,5 @@ def run_planned_tp(
         num_warps=nw,
         num_stages=p.x_stages,
     )
-    bufs = dict(a)
-    bufs.update(
-        {
-            "oss": oss,
-            "lss": lss,
-            "ar_o": ar_o.local,
-            "moe_part": moe.local,
-            "logits": logits,
-            "lat": lat,
-            "sh": sh,
-            "topk_ids": topk_id,
-            "topk_weights": topk_w,
-            "slot_exp": slot_exp,
-            "slot_off": slot_off,
-            "slot_cnt": slot_cnt,
-            "sorted_tok": sorted_tok,
-            "sorted_pair": sorted_pair,
-            "act": act,
-            "ypair": ypair,
-            "latent": latent,
-        }
-    )
+    bufs = {**a, **m, "ar_o": ar_o.local, "moe_part": moe.local}
     return hidden_out, resid_out, bufs

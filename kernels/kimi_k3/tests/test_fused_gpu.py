@@ -21,7 +21,8 @@ Device time: weights come from `bench.cached_weights` (built once per process, s
 test_gpu_layer.py). Triton compiles each new launch plan on first use, ~10-20 s of CPU per plan for these
 kernels; `fused_compiled` compiles every plan these tests will use first, in parallel worker processes
 (`benchmarks/measure_fused.warm_keys`, compile only, meta tensors), which fills Triton's on-disk cache that
-the real launches then hit. A failure there only costs time: the launches compile as usual.
+the real launches then hit; under torchrun (TP > 1 points) the TP plans' kernels, once for all ranks
+(`warm_keys_once`). A failure there only costs time: the launches compile as usual.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from kimi_k3.benchmarks.measure_fused import (  # noqa: E402
     count_graph_kernels,
     graphed,
     warm_keys,
+    warm_keys_once,
 )
 from kimi_k3.config import K3LayerConfig  # noqa: E402
 from kimi_k3.guard import ENVELOPE  # noqa: E402
@@ -54,12 +56,16 @@ CONTEXT = ENVELOPE.context_min  # context of the non-point tests (inside the env
 REPEAT_BATCHES = (1, 2, 64)
 
 
-def plans_to_compile(points: list[dict[str, Any]]) -> list[tuple[int, int, int]]:
-    """(tp, batch, context) of every distinct fused launch plan the real-shape tests here use: the grid's
-    points that run here (TP inside the envelope) and the repeatability / kernel-count tests."""
-    # TP-1 plans only: TP > 1 points run in their own torchrun processes with the TP kernels
-    keys = [(int(p["tp"]), int(p["batch"]), int(p["context"])) for p in points if int(p["tp"]) == 1]
-    keys += [(1, b, CONTEXT) for b in REPEAT_BATCHES]
+def plans_to_compile(points: list[dict[str, Any]], world: int = 1) -> list[tuple[int, int, int]]:
+    """(tp, batch, context) of every distinct fused launch plan the real-shape tests here use. One process
+    (world 1): the grid's TP-1 points and the repeatability / kernel-count tests. Under torchrun with
+    `world` ranks: the grid's TP-`world` points only (the TP sequence on the shard; `fasttrack collect` runs
+    only the envelope-point tests there)."""
+    if world > 1:
+        keys = [(world, int(p["batch"]), int(p["context"])) for p in points if int(p["tp"]) == world]
+    else:
+        keys = [(1, int(p["batch"]), int(p["context"])) for p in points if int(p["tp"]) == 1]
+        keys += [(1, b, CONTEXT) for b in REPEAT_BATCHES]
     seen: set[Any] = set()
     out: list[tuple[int, int, int]] = []
     for tp, b, c in keys:
@@ -72,15 +78,20 @@ def plans_to_compile(points: list[dict[str, Any]]) -> list[tuple[int, int, int]]
 
 @pytest.fixture(scope="module")
 def fused_compiled(request: pytest.FixtureRequest) -> dict[str, Any]:
-    """Compile the fused kernels of every plan used here in parallel processes first (saves device time)."""
+    """Compile the fused kernels of every plan used here in parallel processes first (saves device time).
+    Under torchrun (TP > 1) every rank calls `warm_keys_once`: the first to take its file lock compiles the
+    TP plans with min(32, cpus) - 1 processes, the others wait for it and find them done."""
     from fasttrack.evidence.pytest_plugin import load_grid
 
     grid = request.config.getoption("fasttrack_grid", default=None)
     points = load_grid(Path(grid))[0] if grid else []
-    keys = [(tp, b, c, "{}") for tp, b, c in plans_to_compile(points)]
-    procs = max(1, min(len(keys), (os.cpu_count() or 2) - 1, 12))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    keys = [(tp, b, c, "{}") for tp, b, c in plans_to_compile(points, world)]
     try:
-        info = warm_keys(keys, procs)
+        if world > 1:
+            info = warm_keys_once(keys, max(1, min(32, os.cpu_count() or 2) - 1), timeout=900)
+        else:
+            info = warm_keys(keys, max(1, min(len(keys), (os.cpu_count() or 2) - 1, 12)), timeout=900)
     except Exception as e:  # only costs time: each launch then compiles on first use
         info = {"errors": [repr(e)]}
     if info.get("errors"):

@@ -25,35 +25,10 @@ from typing import Any
 import pytest
 
 from kimi_k3.tests._dist import run_ranks
+from kimi_k3.tests.test_fused import SMALL_TILES  # tensor-core tiles >= 16 wide: also compile on a GPU
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # NaN poison inside masked loads
 
-# test_fused.SMALL_TILES (tensor-core tiles stay >= 16 wide, so this also compiles on a GPU)
-SMALL_TILES: dict[str, Any] = dict(
-    A_BN=16,
-    A_BK=32,
-    XR=2,
-    QB_BK=16,
-    BLOCK_N=16,
-    S=3,
-    O_BN=16,
-    O_BK=32,
-    O_KS=2,
-    F_BN=16,
-    F_BK=32,
-    U_BN=16,
-    U_BK=16,
-    U_P=3,
-    D_BN=16,
-    D_BK=16,
-    D_P=2,
-    T_BN=16,
-    T_BK=16,
-    RB=4,
-    KVR=2,
-    TB=2,
-    BT=2,
-)
 # CUDA-core (FMA) tiles everywhere but expert_up, narrow enough that each rank's router slice (8 rows at tiny
 # shapes), latent slice (16) and the latent reduce (32 columns) span several blocks
 SMALL_FMA: dict[str, Any] = dict(SMALL_TILES, MODE=0, X_MODE=0, F_BN=4, D_BN=8, T_BN=8, RB=2)

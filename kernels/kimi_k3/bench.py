@@ -69,7 +69,7 @@ TOLERANCE = (0.1, 0.05)
 # (batch, context) points that get the torch.compile variant (module docstring says why only these)
 COMPILE_POINTS = frozenset({(1, ENVELOPE.context_max), (ENVELOPE.batch_max, ENVELOPE.context_max)})
 
-_WEIGHTS: dict[tuple[int, int, str, int], K3LayerWeights] = {}
+_WEIGHTS: dict[tuple[int, int, str], K3LayerWeights] = {}
 _WARMED: set[int] = set()  # TP sizes whose grid plans this process has pre-compiled (`warm_fused_plans`)
 
 
@@ -108,14 +108,17 @@ def warm_fused_plans(tp: int, timeout: float = 900.0) -> None:
         warnings.warn(f"fused pre-compile (tp {tp}) failed, compiling on first use: {e!r}", stacklevel=2)
 
 
-def cached_weights(cfg: K3LayerConfig, device: str, seed: int = 0, rank: int = 0) -> K3LayerWeights:
-    """Real-shape weights, built once per (tp, experts, device, rank) and reused across points. At TP > 1
-    each rank draws its own shard (seed offset by the rank): benchmarks need the shapes and a distinct
-    shard per GPU, not one consistent full layer (the TP tests use `tp.shard_weights` for that)."""
-    key = (cfg.tp, cfg.n_routed_experts, device, rank)
+def cached_weights(cfg: K3LayerConfig, device: str, seed: int = 0) -> K3LayerWeights:
+    """Real-shape weights, built once per (tp, experts, device) and reused across points. At TP > 1 every
+    rank draws the same seed, so the weights a real checkpoint replicates (norms, router, latent projections)
+    agree across ranks, as they must: ranks with different routers route differently, and then stock's
+    ranks disagree on how many input redraws `make_inputs` needs and their collectives stop pairing up (the
+    first TP-2 benchmark runs hung there). The sharded weights are then equal on every rank, which changes
+    no shape, byte count or timing. (The TP tests use `tp.shard_weights` of one full layer instead.)"""
+    key = (cfg.tp, cfg.n_routed_experts, device)
     w = _WEIGHTS.get(key)
     if w is None or w.cfg != cfg:
-        w = K3LayerWeights.random(cfg, device=device, seed=seed + cfg.tp + 1000 * rank)
+        w = K3LayerWeights.random(cfg, device=device, seed=seed + cfg.tp)
         _WEIGHTS[key] = w
     return w
 
@@ -248,6 +251,10 @@ class K3BenchmarkCase:
             ids = aux["topk_ids"]
             gap = _route_gap(self.cfg, aux["router_logits"], self.weights.e_score_correction_bias)
             bad = gap < ROUTE_GAP
+            if self.tp_group is not None:  # every rank redraws the same rows, or stock's collectives diverge
+                votes = bad.to(torch.int32)
+                self.tp_group.all_reduce_(votes)
+                bad = votes > 0
             if not bool(bad.any()):
                 break
             n = int(bad.sum())
@@ -321,7 +328,7 @@ def benchmark_case(point: dict[str, Any]) -> K3BenchmarkCase | None:
         tp_group = TPGroup.from_env()
     if _load_fused() is not None:
         warm_fused_plans(tp)  # before the weights: compile every plan of this TP's grid in parallel, once
-    weights = cached_weights(cfg, "cuda", rank=tp_group.rank if tp_group is not None else 0)
+    weights = cached_weights(cfg, "cuda")
     # KIMI_K3_BENCH_COMPILE=0 leaves the torch.compile variant out (its autotuning costs minutes of a lease);
     # the bundle then simply has no "compile" samples, and nothing is reported for it.
     with_compile = os.environ.get("KIMI_K3_BENCH_COMPILE", "1") != "0"

@@ -191,7 +191,7 @@ def main() -> None:
         check_reference(torch, dist, args, tp, rank, world, doc, save)
 
     cfg = K3LayerConfig.real(world)
-    w = cached_weights(cfg, "cuda", rank=rank)
+    w = cached_weights(cfg, "cuda")
     doc["timing"] = []
     for p in args.points:
         b, c = (int(x) for x in p.split(":"))

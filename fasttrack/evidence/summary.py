@@ -3,6 +3,7 @@ dashboard. No raw samples; the numbers are the ones the FT3xx rules judged (same
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from fasttrack.evidence import analysis as an
@@ -135,10 +136,33 @@ def summarize(ctx: Context) -> EvidenceSummary | None:
 def _machine(env: Environment | None) -> PartMachine | None:
     if env is None:
         return None
-    lines = [line.strip() for line in (env.interconnect or "").splitlines() if line.strip()]
     return PartMachine(gpu_name=env.gpu_name, gpu_count=env.gpu_count,
-                       interconnect=" ".join(lines[0].split())[:200] if lines else None,
-                       driver=env.driver, torch=env.torch)
+                       interconnect=link_summary(env.interconnect), driver=env.driver, torch=env.torch)
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def link_summary(text: str | None) -> str | None:
+    """One line saying how the GPUs are linked, from the recorded interconnect text: for `nvidia-smi topo -m`
+    output, every GPU pair and its link ("GPU0-GPU1 NV18"); otherwise (the peer-access fallback, an unknown
+    format) its first non-blank line. Terminal escapes are dropped. None when nothing was recorded."""
+    lines = [_ANSI.sub("", line).strip() for line in (text or "").splitlines()]
+    lines = [line for line in lines if line]
+    if not lines:
+        return None
+    head = lines[0].split()
+    gpus = [tok for tok in head if re.fullmatch(r"GPU\d+", tok)]
+    pairs = []
+    for line in lines[1:]:
+        cells = line.split()
+        if not cells or cells[0] not in gpus:
+            continue
+        i = gpus.index(cells[0])
+        for j in range(i + 1, min(len(gpus), len(cells) - 1)):
+            pairs.append(f"{gpus[i]}-{gpus[j]} {cells[1 + j]}")
+    summary = ", ".join(pairs) if len(gpus) > 1 and pairs else " ".join(lines[0].split())
+    return summary[:200]
 
 
 def _points(st: Statement) -> list[tuple[int, str]]:

@@ -331,7 +331,8 @@ def test_the_summary_lists_each_part_with_its_machine_and_points(parts: Parts) -
         assert p.machine is not None and (p.machine.gpu_name, p.machine.driver, p.machine.torch) == (
             "NVIDIA H200", "570.86", "2.13.0")
     assert one.machine is not None and (one.machine.gpu_count, one.machine.interconnect) == (1, None)
-    assert two.machine is not None and (two.machine.gpu_count, two.machine.interconnect) == (2, "GPU0 GPU1")
+    assert two.machine is not None
+    assert (two.machine.gpu_count, two.machine.interconnect) == (2, "GPU0-GPU1 NV18")
     # The tp-1 points in part 1 only, the tp-2 points in part 2 only (points left to the other part are not
     # evidenced by it).
     assert one.points_by_tp == {"1": 6} and two.points_by_tp == {"2": 6}
@@ -363,7 +364,8 @@ def test_markdown_shows_a_table_of_the_parts(parts: Parts) -> None:
     assert [line for line in text.splitlines() if line.startswith("| <code>statement")] == [
         f"| <code>statement.json</code> | 1 × NVIDIA H200<br>driver 570.86, torch 2.13.0 | {signer} | valid "
         f"| fresh | {when[0]} | tp1: 6 |",
-        f"| <code>statement.tp2.json</code> | 2 × NVIDIA H200 (GPU0 GPU1)<br>driver 570.86, torch 2.13.0 | "
+        f"| <code>statement.tp2.json</code> | 2 × NVIDIA H200 (GPU0-GPU1 NV18)<br>"
+        "driver 570.86, torch 2.13.0 | "
         f"{signer} | valid | fresh | {when[1]} | tp2: 6 |"]
 
 
@@ -400,3 +402,32 @@ def test_sign_command_signs_a_given_statement_file(tmp_path: Path) -> None:
     assert f"{PART2}.sig" in out.output and "verified:" in out.output
     assert verify_signature(path, path.with_name(PART2 + ".sig"), p.fx.policies / "allowed_signers").valid
     assert run_all(p.fx.context()) == []
+
+
+TOPO_H200X2 = (  # `nvidia-smi topo -m` as recorded on the 2 x H200 box (underlined header included)
+    "\x1b[4mGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m\n"
+    "GPU0\t X \tNV18\t0-31\t0\t\tN/A\nGPU1\tNV18\t X \t0-31\t0\t\tN/A\n\nLegend:\n\n  X    = Self\n"
+)
+TOPO_4 = (
+    "\tGPU0\tGPU1\tGPU2\tGPU3\tCPU Affinity\n"
+    "GPU0\t X \tNV4\tPIX\tSYS\t0-15\nGPU1\tNV4\t X \tPHB\tSYS\t0-15\n"
+    "GPU2\tPIX\tPHB\t X \tNV2\t16-31\nGPU3\tSYS\tSYS\tNV2\t X \t16-31\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        (TOPO_H200X2, "GPU0-GPU1 NV18"),
+        (TOPO_4, "GPU0-GPU1 NV4, GPU0-GPU2 PIX, GPU0-GPU3 SYS, GPU1-GPU2 PHB, GPU1-GPU3 SYS, GPU2-GPU3 NV2"),
+        ("nvidia-smi topo -m unavailable; peer access: [[true, true]]\n",
+         "nvidia-smi topo -m unavailable; peer access: [[true, true]]"),
+        ("\n  \n", None),
+        (None, None),
+    ],
+    ids=["h200x2", "four-gpus", "peer-access-fallback", "blank", "none"],
+)
+def test_link_summary_reads_the_topology_matrix(text: str | None, want: str | None) -> None:
+    from fasttrack.evidence.summary import link_summary
+
+    assert link_summary(text) == want

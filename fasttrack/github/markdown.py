@@ -11,7 +11,7 @@ base in `fasttrack.render.markdown`, which `fasttrack verify --format markdown` 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fasttrack.render.markdown import (
     COMMENT_LIMIT,
@@ -23,6 +23,7 @@ from fasttrack.render.markdown import (
     esc,
     finding_where,
     fit,
+    parts_section,
     prose,
     size,
     sort_findings,
@@ -102,6 +103,9 @@ def sections(verdict: Verdict, outcome: Outcome) -> list[Section]:
         if rows:
             head += ["", "| Claim | Claimed | Measured (95% CI) | |", "|---|---|---|---|"]
         out.append(Section(head=head, rows=rows, noun="claims"))
+    parts = parts_section(verdict)  # after the findings, so errors still come first when cut to fit
+    if parts is not None:  # a blank line first: a line right after a table would be one of its rows
+        out.append(replace(parts, head=["", *parts.head], foot=[]))  # no trailing blank, like the others
     if verdict.changed_files:
         out.append(Section(
             head=["", f"<details><summary>Changed files ({len(verdict.changed_files)})</summary>", "",

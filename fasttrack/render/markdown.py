@@ -109,6 +109,14 @@ class Section:
     max_rows: int | None = None
     more_hint: str = ""  # appended to the "... and N more" line (where the rest can be found)
 
+    def lines(self) -> list[str]:
+        """The section laid out with no byte limit (for outputs without one): the head, at most `max_rows`
+        rows with a line saying how many more there are, the foot."""
+        rows = self.rows if self.max_rows is None else self.rows[: self.max_rows]
+        more = len(self.rows) - len(rows)
+        tail = ["", f"_… {more} more {self.noun} not shown{self.more_hint}_"] if more else []
+        return [*self.head, *rows, *tail, *self.foot]
+
 
 def fit(top: list[str], sections: Iterable[Section], *, limit: int, footer: list[str],
         truncated_note: list[str]) -> str:
@@ -265,9 +273,10 @@ def _part_machine(m: PartMachine | None) -> str:
     return out + ("<br>" + ", ".join(soft) if soft else "")
 
 
-def _parts(v: Verdict) -> Section | None:
+def parts_section(v: Verdict) -> Section | None:
     """Which statement file (part) of the evidence came from which machine and evidences which points;
-    only for a bundle in several parts (one part is the bundle itself: nothing to tell apart)."""
+    only for a bundle in several parts (one part is the bundle itself: nothing to tell apart). The one
+    parts table of every Markdown output: this report, the PR comment and the dashboard's report.md."""
     ev = v.evidence
     if ev is None or len(ev.parts) < 2:
         return None
@@ -305,6 +314,6 @@ def render(verdict: Verdict, *, limit: int = COMMENT_LIMIT) -> str:
               f"{esc(verdict.generated_at, 40)}</sub>"]
     note = ["_Shortened to fit: some rows or sections are left out; the JSON verdict (`--format json`) has "
             "everything._", ""]
-    sections = [s for s in (_findings(verdict), _fixes(verdict), _parts(verdict), _files(verdict),
+    sections = [s for s in (_findings(verdict), _fixes(verdict), parts_section(verdict), _files(verdict),
                             _blast(verdict), _envelope(verdict)) if s is not None]
     return fit(_top(verdict), sections, limit=limit, footer=footer, truncated_note=note)

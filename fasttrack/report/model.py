@@ -387,7 +387,7 @@ _TOOL_CHECKS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ),
     (
         "Evidence is for this code, fresh and signed",
-        ("FT300", "FT301", "FT302", "FT303", "FT318", "FT320", "FT321"),
+        ("FT300", "FT301", "FT302", "FT303", "FT318", "FT320", "FT321", "FT322"),
         "bundle parses, digest matches the head, signature from an allowed signer, raw logs match",
     ),
     (

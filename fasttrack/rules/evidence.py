@@ -787,3 +787,38 @@ def age(ctx: Context) -> Iterator[Finding]:
                                   evidence_file=label,
                                   fix=an.recollect_fix(ctx, "fix the GPU machine's clock"))
 
+
+# The fields of `environment` that make two parts' numbers comparable: the GPU and the software stack.
+STACK_FIELDS = ("gpu_name", "compute_capability", "driver", "cuda", "torch", "triton")
+_HARDWARE_FIELDS = frozenset({"gpu_name", "compute_capability"})
+
+
+@rule("FT322", "The parts of a bundle should be collected on the same GPU and software stack.")
+def same_stack(ctx: Context) -> Iterator[Finding]:
+    """A bundle collected in parts (e.g. statement.tp1.json on one GPU, statement.tp2.json on two) is
+    judged as one, and a maintainer compares its parts' numbers (TP 1 against TP 2). Parts from different
+    machines are legitimate, but numbers from a different GPU, driver, CUDA, torch or triton are not like
+    with like: each of those that differs between parts is a warning naming the field and every part's
+    value. A field a part does not record is left out of the comparison; a bundle of one part never
+    triggers this rule."""
+    if an.statement(ctx) is None:
+        return
+    envs = [(part.name, st.predicate.environment) for part, st in an.parsed_parts(ctx)
+            if st.predicate.environment is not None]
+    if len(envs) < 2:
+        return
+    fix = an.recollect_fix(ctx, "collect every part with the same GPU kind, driver, CUDA, torch and triton "
+                                "(re-collect the part that differs on the other part's stack)")
+    for name in STACK_FIELDS:
+        groups: dict[str, list[str]] = {}  # value -> the parts that recorded it, in part order
+        for part_name, env in envs:
+            value = getattr(env, name)
+            if value is not None:
+                groups.setdefault(str(value), []).append(part_name)
+        if len(groups) < 2:
+            continue
+        where = [f"{value} in {', '.join(names)}" for value, names in groups.items()]
+        kind = "hardware" if name in _HARDWARE_FIELDS else "software"
+        yield Finding.warning("FT322", f"parts were collected on different {kind}: {name} is {where[0]} but "
+                                       + " and ".join(where[1:]),
+                              evidence_file=an.statement_file(ctx), fix=fix)

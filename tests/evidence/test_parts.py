@@ -41,6 +41,7 @@ from fasttrack.evidence.loader import load_evidence
 from fasttrack.evidence.signing import sign_file, verify_signature
 from fasttrack.evidence.summary import summarize
 from fasttrack.findings import Severity
+from fasttrack.github import markdown as github_md
 from fasttrack.render import markdown as verify_md
 from fasttrack.verdict import EvidenceSummary, Verdict
 
@@ -313,6 +314,55 @@ def test_a_single_bundle_is_unchanged(tmp_path: Path) -> None:
     assert run_all(fx.context()) == []
 
 
+
+# -------------------------------------------------------------------------------------- same stack (FT322)
+
+def test_parts_on_the_same_stack_raise_no_ft322(parts: Parts) -> None:
+    assert run_rule("FT322", parts.fx.context()) == []
+
+
+def test_parts_on_different_torch_are_one_warning_naming_both(parts: Parts) -> None:
+    parts.one["predicate"]["environment"]["torch"] = "2.11.0+cu130"
+    parts.write(parts.one, "statement.json")
+    found = run_all(parts.fx.context())
+    assert errors(found) == [], [(f.code, f.message) for f in errors(found)]
+    (f,) = by_code(found, "FT322")
+    assert f.severity is Severity.WARNING
+    assert f.message == ("parts were collected on different software: torch is 2.11.0+cu130 in "
+                         f"statement.json but 2.13.0 in {PART2}")
+    assert f.evidence_file == "evidence/demo/"
+    assert f.fix and "same GPU kind, driver, CUDA, torch and triton" in f.fix
+
+
+def test_each_differing_field_is_its_own_ft322_finding(parts: Parts) -> None:
+    parts.two["predicate"]["environment"].update(driver="580.65", cuda="13.0", triton="3.5.0")
+    parts.write(parts.two, PART2)
+    found = run_rule("FT322", parts.fx.context())
+    assert [f.message for f in found] == [
+        f"parts were collected on different software: {name} is {a} in statement.json but {b} in {PART2}"
+        for name, a, b in (("driver", "570.86", "580.65"), ("cuda", "12.8", "13.0"),
+                           ("triton", "3.6.0", "3.5.0"))]
+    assert all(f.severity is Severity.WARNING for f in found)
+
+
+def test_a_field_one_part_does_not_record_is_not_compared(parts: Parts) -> None:
+    parts.two["predicate"]["environment"]["triton"] = None
+    parts.write(parts.two, PART2)
+    assert run_rule("FT322", parts.fx.context()) == []
+    parts.one["predicate"]["environment"]["triton"] = "3.7.0"  # one value recorded: nothing to compare
+    parts.write(parts.one, "statement.json")
+    assert run_rule("FT322", parts.fx.context()) == []
+
+
+def test_a_bundle_of_one_part_never_raises_ft322(parts: Parts) -> None:
+    parts.two["predicate"]["environment"]["torch"] = "2.11.0+cu130"
+    parts.write(parts.two, PART2)
+    assert len(run_rule("FT322", parts.fx.context())) == 1
+    for name in (PART2, PART2 + ".sig", PART2_LOG):
+        (parts.fx.bundle / name).unlink()
+    assert run_rule("FT322", parts.fx.context()) == []
+
+
 # ------------------------------------------------------------------------------------- the summary's parts
 
 def verdict_with(summary: EvidenceSummary | None) -> Verdict:
@@ -367,6 +417,17 @@ def test_markdown_shows_a_table_of_the_parts(parts: Parts) -> None:
         f"| <code>statement.tp2.json</code> | 2 × NVIDIA H200 (GPU0-GPU1 NV18)<br>"
         "driver 570.86, torch 2.13.0 | "
         f"{signer} | valid | fresh | {when[1]} | tp2: 6 |"]
+
+
+def test_the_pr_comment_shows_the_same_parts_table(parts: Parts) -> None:
+    summary = summarize(parts.fx.context())
+    assert summary is not None
+    v = verdict_with(summary)
+    rows = [line for line in verify_md.render(v).splitlines() if line.startswith("| <code>statement")]
+    assert len(rows) == 2
+    comment = github_md.render(v, github_md.Outcome(eligible=True), limit=github_md.COMMENT_LIMIT)
+    assert [line for line in comment.splitlines() if line.startswith("| <code>statement")] == rows
+    assert "**Evidence in 2 parts** (<code>evidence/demo</code>)" in comment
 
 
 def test_a_single_bundle_has_one_part_and_the_same_markdown(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import shutil
@@ -43,7 +44,7 @@ def fx(tmp_path: Path) -> BundleFixture:
 # ------------------------------------------------------------------------------------------ the good bundle
 
 def test_catalogue_is_complete_and_documented() -> None:
-    assert [f"FT{n}" for n in range(300, 322)] == CODES
+    assert [f"FT{n}" for n in range(300, 323)] == CODES
     listed = {r.code for r in all_rules()}
     for r in evidence_rules.catalogue.rules:
         assert r.code in listed
@@ -153,6 +154,14 @@ def both(*fns: Callable[[BundleFixture], None]) -> Callable[[BundleFixture], Non
 
 def days_ago(n: int) -> str:
     return (datetime.now(UTC) - timedelta(days=n)).replace(microsecond=0).isoformat()
+
+
+def second_part(fx: BundleFixture, **environment: object) -> None:
+    """A second statement part (statement.tp2.json) with no records, collected on another environment."""
+    data = copy.deepcopy(fx.data)
+    data["predicate"].update(kernel_tests=[], benchmarks=[], evals=[], sanitizer=[])
+    data["predicate"]["environment"].update(environment)
+    (fx.bundle / "statement.tp2.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 CASES = [
@@ -325,6 +334,14 @@ CASES = [
     Case("FT318", edit(set_path("predicate.collected_at", days_ago(200))), "collected 200 days ago",
          Severity.WARNING),
     Case("FT318", edit(set_path("predicate.collected_at", days_ago(-10))), "is in the future",
+         Severity.WARNING),
+    # FT322 parts on one stack
+    Case("FT322", lambda fx: second_part(fx, torch="2.11.0+cu130"),
+         "different software: torch is 2.13.0 in statement.json but 2.11.0+cu130 in statement.tp2.json",
+         Severity.WARNING),
+    Case("FT322", lambda fx: second_part(fx, gpu_name="NVIDIA B200", compute_capability="10.0"),
+         "different hardware: gpu_name is NVIDIA H200 in statement.json but NVIDIA B200 in "
+         "statement.tp2.json",
          Severity.WARNING),
 ]
 

@@ -17,7 +17,9 @@ from fasttrack.verdict import (
     ChangedFile,
     ChangeStatus,
     ClaimResult,
+    EvidencePart,
     EvidenceSummary,
+    PartMachine,
     Verdict,
     Witness,
 )
@@ -211,3 +213,68 @@ def test_verify_report_keeps_its_sections_and_caps_rows() -> None:
     short = verify_md.render(v, limit=md.MIN_LIMIT)
     assert md.size(short) <= md.MIN_LIMIT
     assert "Shortened to fit" in short and "more findings not shown" in short
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Evidence collected in parts: the PR comment shows the verify report's parts table
+
+
+def _parts_verdict(n: int) -> Verdict:
+    parts = [
+        EvidencePart(file="statement.json", signer="alice@gpu-lab.example", signature_valid=True, fresh=True,
+                     collected_at="2026-11-27T12:00:00+00:00",
+                     machine=PartMachine(gpu_name="NVIDIA H200", gpu_count=1, driver="570.86",
+                                         torch="2.13.0"),
+                     points_by_tp={"1": 15}),
+        EvidencePart(file="statement.tp2.json", signature_valid=False, fresh=False,
+                     collected_at="2026-11-28T08:30:00+00:00",
+                     machine=PartMachine(gpu_name="NVIDIA H200", gpu_count=2, interconnect="GPU0 <b>GPU1</b>",
+                                         driver="575.51", torch="2.13.1"),
+                     points_by_tp={"2": 3, "10": 1}),
+    ][:n]
+    return Verdict(
+        tool_version="0.1.0", verdict="fail", mode="contribution", contribution="kernels/kimi_k3",
+        findings=[Finding.error("FT301", "part 2 does not verify", evidence_file="statement.tp2.json")],
+        evidence=EvidenceSummary(bundle_path="evidence/kimi_k3", present=True, parts=parts),
+        generated_at="2026-11-30T12:00:00Z",
+    )
+
+
+PARTS_ROWS = [
+    "| <code>statement.json</code> | 1 × NVIDIA H200<br>driver 570.86, torch 2.13.0 | "
+    "alice@\u200bgpu-lab.example | valid | fresh | 2026-11-27T12:00:00+00:00 | tp1: 15 |",
+    "| <code>statement.tp2.json</code> | 2 × NVIDIA H200 (GPU0 &lt;b&gt;GPU1&lt;/b&gt;)<br>driver 575.51, "
+    "torch 2.13.1 | – | **invalid** | **stale** | 2026-11-28T08:30:00+00:00 | tp2: 3, tp10: 1 |",
+]
+
+
+def test_pr_comment_shows_the_parts_table_after_the_findings() -> None:
+    text = md.render(_parts_verdict(2), md.Outcome(eligible=False), limit=md.COMMENT_LIMIT)
+    lines = text.splitlines()
+    head = "**Evidence in 2 parts** (<code>evidence/kimi\\_k3</code>): which machine produced which points"
+    at = lines.index(head)
+    assert lines[at - 1] == ""  # not glued to the table above it
+    assert lines[at + 2: at + 6] == [
+        "| Part | Machine | Signed by | Signature | Fresh | Collected | Points by TP |",
+        "|---|---|---|---|---|---|---|", *PARTS_ROWS]
+    assert text.index("| ❌ | FT301 |") < text.index(head)  # errors first
+    assert "<b>" not in text  # machine text from the evidence stays text
+    # The same rows as `fasttrack verify --format markdown`: one implementation.
+    verify = verify_md.render(_parts_verdict(2)).splitlines()
+    assert [x for x in verify if x.startswith("| <code>statement")] == PARTS_ROWS
+
+
+def test_pr_comment_has_no_parts_table_for_a_bundle_in_one_part() -> None:
+    outcome = md.Outcome(eligible=False)
+    text = md.render(_parts_verdict(1), outcome, limit=md.COMMENT_LIMIT)
+    assert "Evidence in" not in text and "| Part |" not in text and "statement.json" not in text
+    assert text == md.render(_parts_verdict(0), outcome, limit=md.COMMENT_LIMIT)
+
+
+def test_pr_comment_drops_the_parts_table_before_the_findings() -> None:
+    v = _parts_verdict(2)
+    v = v.model_copy(update={"findings": [Finding.error("FT101", f"problem {i} " + "x" * 80, path=f"f{i}.py")
+                                          for i in range(60)]})
+    short = md.render(v, md.Outcome(eligible=False), limit=md.MIN_LIMIT)
+    assert md.size(short) <= md.MIN_LIMIT and "| ❌ | FT101 |" in short
+    assert "Evidence in 2 parts" not in short and "Truncated to fit" in short

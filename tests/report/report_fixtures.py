@@ -31,7 +31,7 @@ from fasttrack.verdict import (
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 GPU = "NVIDIA H200"
-RULES = [f"FT{n}" for n in (*range(100, 114), 201, 202, 203, *range(300, 322), 401)]
+RULES = [f"FT{n}" for n in (*range(100, 114), 201, 202, 203, *range(300, 323), 401)]
 
 
 def envelope(

@@ -325,3 +325,35 @@ def test_a_single_part_adds_no_parts_table(tmp_path: Path) -> None:
     doc = page(out, "kimi_k3")
     assert not doc.find("table", data_table="evidence-parts")
     assert "Collected in" not in doc.plain
+
+
+def test_report_md_lists_the_parts_with_the_verify_reports_table(tmp_path: Path) -> None:
+    v = rf.passing()
+    assert v.evidence is not None
+    v = v.model_copy(update={"evidence": v.evidence.model_copy(update={"parts": _two_parts()})})
+    _, out = build(tmp_path, v)
+    lines = (out / "report.md").read_text().splitlines()
+    head = "**Evidence in 2 parts** (<code>evidence/kimi\\_k3</code>): which machine produced which points"
+    at = lines.index(head)
+    assert lines[at - 1] == "" and lines[at - 2].startswith("**Evidence**: ")  # under the evidence line
+    assert lines[at + 2: at + 6] == [
+        "| Part | Machine | Signed by | Signature | Fresh | Collected | Points by TP |",
+        "|---|---|---|---|---|---|---|",
+        "| <code>statement.json</code> | 1 × NVIDIA H200<br>driver 570.86, torch 2.13.0 | "
+        "alice@\u200bgpu-lab.example | valid | fresh | 2026-11-27T12:00:00+00:00 | tp1: 15 |",
+        "| <code>statement.tp2.json</code> | 2 × NVIDIA H200 (GPU0 &lt;b&gt;GPU1&lt;/b&gt;)<br>"
+        "driver 575.51, torch 2.13.1 | – | **invalid** | **stale** | 2026-11-28T08:30:00+00:00 | tp2: 3 |",
+    ]
+    assert lines[at + 6] == ""  # the table ends before whatever follows
+    assert "<b>GPU1</b>" not in "\n".join(lines)
+
+
+def test_report_md_has_no_parts_table_for_a_single_part(tmp_path: Path) -> None:
+    v = rf.passing()
+    assert v.evidence is not None
+    one = v.model_copy(update={"evidence": v.evidence.model_copy(update={"parts": _two_parts()[:1]})})
+    _, out = build(tmp_path / "one", one)
+    text = (out / "report.md").read_text()
+    assert "Evidence in" not in text and "| Part |" not in text and "statement.json" not in text
+    _, out0 = build(tmp_path / "none", v)
+    assert text == (out0 / "report.md").read_text()

@@ -203,6 +203,7 @@ def _priority(env: Envelope, p: EnvelopePoint) -> tuple[int, int, int]:
 class Grid:
     here: list[dict[str, Any]]
     elsewhere: list[tuple[dict[str, Any], str]]  # point, why it is not collected here
+    other_parts_tp: frozenset[int] = frozenset()  # envelope TP sizes the --tp filter leaves to other parts
 
 
 def build_grid(manifest: Manifest, hw_name: str, hw_cc: str, points_limit: int | None,
@@ -215,6 +216,7 @@ def build_grid(manifest: Manifest, hw_name: str, hw_cc: str, points_limit: int |
     """
     wanted = set(tp_filter or ())
     env = manifest.envelope
+    other_parts = frozenset(n for n in env.tp if wanted and n not in wanted)
     kinds = {h.name.lower(): h.compute_capability for h in env.hardware}
     here: list[EnvelopePoint] = []
     elsewhere: list[tuple[dict[str, Any], str]] = []
@@ -240,7 +242,7 @@ def build_grid(manifest: Manifest, hw_name: str, hw_cc: str, points_limit: int |
             if p.key() not in keep:
                 elsewhere.append((point_dict(p), f"left out by --points-limit {points_limit}: not collected"))
         here = [p for p in here if p.key() in keep]
-    return Grid(here=[point_dict(p) for p in here], elsewhere=elsewhere)
+    return Grid(here=[point_dict(p) for p in here], elsewhere=elsewhere, other_parts_tp=other_parts)
 
 
 def tp_sizes(points: list[dict[str, Any]]) -> list[int]:
@@ -419,11 +421,13 @@ def phase_tests(run: Run, hw_count: int) -> None:
     results.unlink(missing_ok=True)
     sizes = [n for n in tp_sizes(run.grid.here) if n > 1]
     run.progress.start("tests", None, f"kernel tests over {len(run.grid.here)} point(s)")
-    # TP 1 (one process): every test; the envelope tests over the tp-1 points only.
-    grid_path = run.work.path("grid.json")
-    _write_grid(grid_path, [p for p in run.grid.here if p["tp"] == 1], run, hw_count)
-    rc = _run_pytest(run, pytest_argv(tests, grid_path, results), results)
-    codes = {1: rc}
+    # TP 1 (one process): every test; the envelope tests over the tp-1 points only. A part whose --tp filter
+    # leaves tp 1 to another part skips it: the tests that take no envelope point run in that part.
+    codes: dict[int, int] = {}
+    if 1 not in run.grid.other_parts_tp:
+        grid_path = run.work.path("grid.json")
+        _write_grid(grid_path, [p for p in run.grid.here if p["tp"] == 1], run, hw_count)
+        codes[1] = _run_pytest(run, pytest_argv(tests, grid_path, results), results)
     # TP n > 1 (n ranks under torchrun): the envelope tests over the tp-n points; the ranks' files merged.
     for n in sizes:
         grid_n = run.work.path(f"grid.tp{n}.json")
@@ -438,7 +442,9 @@ def phase_tests(run: Run, hw_count: int) -> None:
                 fh.write(json.dumps(line, sort_keys=True) + "\n")
     lines = _count_lines(results)
     run.progress.advance("tests", lines, lines)
-    detail = f"{lines} result(s), pytest exit code {codes[1]}" + "".join(
+    one = (f", pytest exit code {codes[1]}" if 1 in codes
+           else ", tp 1 and the tests without an envelope point left to the tp-1 part")
+    detail = f"{lines} result(s){one}" + "".join(
         f", tp={n} (torchrun, {n} ranks) exit code {codes[n]}" for n in sizes)
     # 0: all passed, 1: some failed; anything else: pytest itself failed. Under torchrun a failing test
     # exits 1 too (torchrun reports any rank's non-zero exit as 1): the merged lines say what happened.
@@ -446,8 +452,8 @@ def phase_tests(run: Run, hw_count: int) -> None:
     if failed:
         run.report("tests", "failed", detail + f" (see {LOG_FILES['tests']})")
         return
-    run.work.mark_done("tests", {"returncode": codes[1], "returncodes": {str(k): v for k, v in codes.items()},
-                                 "detail": detail})
+    run.work.mark_done("tests", {"returncode": max(codes.values(), default=0),
+                                 "returncodes": {str(k): v for k, v in codes.items()}, "detail": detail})
     run.report("tests", "ran", detail)
 
 

@@ -58,6 +58,41 @@ def test_the_tp_filter_keeps_its_points_and_records_the_others_as_elsewhere(tmp_
     assert sum("NVIDIA B200" in why for _, why in two.elsewhere) == 12
     too_few = build_grid(manifest, "cpu", "0.0", None, gpu_count=1, tp_filter=[2])
     assert too_few.here == [] and sum("this machine has 1" in why for _, why in too_few.elsewhere) == 6
+    # Which TP sizes the filter leaves to other parts (none without a filter).
+    assert (full.other_parts_tp, one.other_parts_tp, two.other_parts_tp) == (
+        frozenset(), frozenset({2}), frozenset({1}))
+
+
+@pytest.mark.parametrize(("tp_filter", "single_process"), [([2], False), ([1], True), ([], True)],
+                         ids=["tp2-part", "tp1-part", "full"])
+def test_a_part_without_tp1_leaves_the_single_process_tests_to_the_tp1_part(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tp_filter: list[int], single_process: bool) -> None:
+    """The one-process pytest run (every test that takes no envelope point, plus the tp-1 points) belongs to
+    the part with tp 1; a tp-2 part ran it again on one GPU of its box, 57 s of the reference's 177 s."""
+    from fasttrack.evidence import collect as collect_mod
+
+    toy = toy_tp12(tmp_path)
+    manifest = load_manifest(toy)
+    work = collect_mod.WorkDir(tmp_path / "work")
+    work.root.mkdir()
+    grid = build_grid(manifest, "cpu", "0.0", None, gpu_count=2, tp_filter=tp_filter)
+    run = collect_mod.Run(opts=options(tmp_path, toy), manifest=manifest, contribution=toy, work=work,
+                          env={}, progress=NullProgress(), backend="cpu", grid=grid)
+    calls: list[list[str]] = []
+
+    def fake_pytest(run: Any, argv: list[str], watch: Path) -> int:
+        calls.append(argv)
+        return 0
+
+    monkeypatch.setattr(collect_mod, "_run_pytest", fake_pytest)
+    collect_mod.phase_tests(run, hw_count=2)
+    single = [a for a in calls if "torch.distributed.run" not in " ".join(a)]
+    ranked = [a for a in calls if "torch.distributed.run" in " ".join(a)]
+    assert len(single) == (1 if single_process else 0)
+    assert len(ranked) == (0 if tp_filter == [1] else 1)
+    assert run.reports[-1].status == "ran"
+    if not single_process:
+        assert "tp 1 and the tests without an envelope point left to the tp-1 part" in run.reports[-1].detail
 
 
 def test_part_names_and_files(tmp_path: Path) -> None:

@@ -14,16 +14,7 @@
 set -uo pipefail
 out=${1:?usage: collect_evidence_h200x2.sh OUT_DIR [BUDGET_S]}
 budget=${2:-560}
-start=$(date +%s)
-left() { echo $(( budget - ($(date +%s) - start) )); }
-if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 2
-  export PYTHONPATH=/tmp/site:$PWD:$PWD/kernels${PYTHONPATH:+:$PYTHONPATH}
-else
-  export PYTHONPATH=$PWD:$PWD/kernels${PYTHONPATH:+:$PYTHONPATH}
-fi
-export PYTHONUNBUFFERED=1
-mkdir -p "$out"
+source "$(dirname "$0")/_collect_lib.sh"
 nvidia-smi topo -m || true
 if [ "${SMOKE:-0}" = "1" ]; then
   timeout -k 10 "${SMOKE_S:-120}" torchrun --standalone --nproc-per-node 2 -m kimi_k3.benchmarks.tp_smoke \
@@ -34,13 +25,6 @@ fi
 collect() {
   python3 -m fasttrack collect kernels/kimi_k3 --tp 2 --out "$out" --bundle-name statement.tp2 \
     --work-dir .cache/fasttrack/collect/kimi_k3.tp2 ${COLLECT_ARGS:-} "$@"
-}
-run_phase() {  # phase, max seconds
-  local t; t=$(left); [ "$t" -gt "$2" ] && t=$2
-  if [ "$t" -lt 20 ]; then echo "== skip phase $1: budget spent"; return; fi
-  echo "== phase $1 (limit ${t}s)"
-  COLLECT_ARGS="${COLLECT_ARGS:-}" out="$out" timeout -k 15 --signal=INT "$t" \
-    bash -c "$(declare -f collect); collect --phases $1" || echo "== phase $1 ended with $?"
 }
 run_phase tests "${TESTS_S:-220}"
 run_phase bench "${BENCH_S:-280}"

@@ -81,6 +81,18 @@ gpu = "NVIDIA H200"
 batch = 1
 context = 128
 """
+# A claim at a TP-2 point of MANIFEST with tp = [1, 2] (the evidence-in-parts and tensor-parallel tests).
+TP2_CLAIM = '''
+[[claims]]
+name = "fused-vs-stock-tp2-b1"
+min_speedup = 1.5
+gpu = "NVIDIA H200"
+gpus = 2
+tp = 2
+batch = 1
+context = 128
+'''
+
 
 POLICY: dict[str, Any] = {
     "schema_version": 1,

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
+
+from fasttrack.evidence.collect import CollectOptions
 
 MANIFEST = """\
 schema_version = 1
@@ -122,3 +125,12 @@ def make_toy(root: Path, hw_name: str = "cpu", hw_cc: str = "0.0") -> Path:
     (toy / "tests" / "test_toy.py").write_text(TESTS, encoding="utf-8")
     (toy / "lm_eval" / "results.json").write_text(json.dumps(LM_EVAL), encoding="utf-8")
     return toy
+
+
+def options(tmp: Path, toy: Path, **kw: Any) -> CollectOptions:
+    """CollectOptions for a quick CPU collection of `toy` into tmp (keyword arguments override)."""
+    base: dict[str, Any] = {"contribution": toy, "out": tmp / "evidence" / "toy", "work_dir": tmp / "work",
+                            "iterations": 4, "warmup": 1, "flush_bytes": 1 << 20, "measure_bandwidth": False,
+                            "command": "fasttrack collect (test)"}
+    base.update(kw)
+    return CollectOptions(**base)

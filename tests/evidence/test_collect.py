@@ -16,22 +16,14 @@ import pytest
 
 pytest.importorskip("torch")
 
-from collect_toy import make_toy
+from collect_toy import make_toy, options
 
 from fasttrack.errors import InputError
 from fasttrack.evidence.bundle import Statement
-from fasttrack.evidence.collect import CollectOptions, NullProgress, WorkDir, build_grid, collect
+from fasttrack.evidence.collect import NullProgress, WorkDir, build_grid, collect
 from fasttrack.evidence.digest import contribution_digest, sha256_file
 from fasttrack.evidence.loader import load_evidence
 from fasttrack.manifest import load_manifest
-
-
-def options(tmp: Path, toy: Path, **kw: Any) -> CollectOptions:
-    base: dict[str, Any] = {"contribution": toy, "out": tmp / "evidence" / "toy", "work_dir": tmp / "work",
-                            "iterations": 4, "warmup": 1, "flush_bytes": 1 << 20, "measure_bandwidth": False,
-                            "command": "fasttrack collect (test)"}
-    base.update(kw)
-    return CollectOptions(**base)
 
 
 @pytest.fixture(scope="module")

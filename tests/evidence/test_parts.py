@@ -21,6 +21,7 @@ from bundle_factory import (
     HAVE_SSH_KEYGEN,
     MANIFEST,
     TEST_FUNCTIONS,
+    TP2_CLAIM,
     BundleFixture,
     benchmark,
     codes,
@@ -47,16 +48,6 @@ from fasttrack.verdict import EvidenceSummary, Verdict
 
 pytestmark = pytest.mark.skipif(not HAVE_SSH_KEYGEN, reason="needs ssh-keygen (openssh-client)")
 
-TP2_CLAIM = '''
-[[claims]]
-name = "fused-vs-stock-tp2-b1"
-min_speedup = 1.5
-gpu = "NVIDIA H200"
-gpus = 2
-tp = 2
-batch = 1
-context = 128
-'''
 PART2 = "statement.tp2.json"
 PART2_LOG = "statement.tp2.pytest.log"
 FILTERED = "tp={tp}: collected in another bundle (--tp filter: this part has tp {mine})"

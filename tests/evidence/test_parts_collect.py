@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from collect_toy import make_toy
+from collect_toy import make_toy, options
 
 from fasttrack.errors import InputError
 from fasttrack.evidence.collect import (
@@ -30,14 +30,6 @@ def toy_tp12(tmp: Path) -> Path:
     manifest = toy / "fasttrack.toml"
     manifest.write_text(manifest.read_text().replace("tp = [1]", "tp = [1, 2]"))
     return toy
-
-
-def options(tmp: Path, toy: Path, **kw: Any) -> CollectOptions:
-    base: dict[str, Any] = {"contribution": toy, "out": tmp / "evidence" / "toy", "work_dir": tmp / "work",
-                            "iterations": 4, "warmup": 1, "flush_bytes": 1 << 20, "measure_bandwidth": False,
-                            "command": "fasttrack collect (test)"}
-    base.update(kw)
-    return CollectOptions(**base)
 
 
 def test_the_tp_filter_keeps_its_points_and_records_the_others_as_elsewhere(tmp_path: Path) -> None:

@@ -354,16 +354,6 @@ def test_plugin_under_torchrun_writes_one_file_per_rank_and_runs_envelope_tests_
 
 
 # ------------------------------------------------------------------------------------------ verification
-TP2_CLAIM = '''
-[[claims]]
-name = "fused-vs-stock-tp2-b1"
-min_speedup = 1.5
-gpu = "NVIDIA H200"
-gpus = 2
-tp = 2
-batch = 1
-context = 128
-'''
 
 
 def tp2_bundle(tmp_path: Path, *, fused_tp2: float = 50.0) -> Any:
@@ -373,6 +363,7 @@ def tp2_bundle(tmp_path: Path, *, fused_tp2: float = 50.0) -> Any:
         GRID_CONTEXTS,
         MANIFEST,
         TEST_FUNCTIONS,
+        TP2_CLAIM,
         benchmark,
         kernel_tests,
         new_fixture,

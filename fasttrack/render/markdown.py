@@ -114,8 +114,11 @@ class Section:
         rows with a line saying how many more there are, the foot."""
         rows = self.rows if self.max_rows is None else self.rows[: self.max_rows]
         more = len(self.rows) - len(rows)
-        tail = ["", f"_… {more} more {self.noun} not shown{self.more_hint}_"] if more else []
-        return [*self.head, *rows, *tail, *self.foot]
+        return [*self.head, *rows, *(self.more_line(more) if more else []), *self.foot]
+
+    def more_line(self, hidden: int) -> list[str]:
+        """The line saying `hidden` rows were left out (after a blank line, which ends a table)."""
+        return ["", f"_… {hidden} more {self.noun} not shown{self.more_hint}_"]
 
 
 def fit(top: list[str], sections: Iterable[Section], *, limit: int, footer: list[str],
@@ -160,7 +163,7 @@ def fit(top: list[str], sections: Iterable[Section], *, limit: int, footer: list
             shown += 1
         if shown < len(sec.rows):
             truncated = truncated or shown < len(rows)
-            put(["", f"_… {len(sec.rows) - shown} more {sec.noun} not shown{sec.more_hint}_"])  # ends a table
+            put(sec.more_line(len(sec.rows) - shown))
         put(sec.foot)
     out = lines + (truncated_note if truncated else []) + footer
     text = "\n".join(out) + "\n"

@@ -234,3 +234,19 @@ class Verdict(Strict):
 def decide(findings: list[Finding]) -> Literal["pass", "fail"]:
     """A verdict fails if and only if some finding is an error (fail closed: a crashed rule is an error)."""
     return "fail" if any(f.severity is Severity.ERROR for f in findings) else "pass"
+
+
+def inconsistency(v: Verdict) -> str | None:
+    """Why a verdict's `verdict` field disagrees with its findings, or None when it agrees.
+
+    Every consumer of a verdict written elsewhere (the dashboard, the GitHub publisher) recomputes pass/fail
+    from the findings and refuses a verdict for which this is not None: a "pass" that holds an error is an
+    edited or broken verdict, never a ready one."""
+    expected = decide(v.findings)
+    if v.verdict == expected:
+        return None
+    errors = [f.code for f in v.findings if f.severity is Severity.ERROR]
+    if expected == "fail":
+        shown = ", ".join(errors[:5]) + (" ..." if len(errors) > 5 else "")
+        return f"its verdict field says 'pass' but it holds {len(errors)} error finding(s) ({shown})"
+    return "its verdict field says 'fail' but it holds no error finding"

@@ -1,0 +1,68 @@
+"""One sanitiser for text that leaves fasttrack: terminals, logs, GitHub comments, summaries, annotations.
+
+Untrusted text (file names from a PR, manifest fields, finding messages that quote them) may hold control
+characters (a newline forges another output line, ESC drives a terminal), bidi overrides and zero-width
+characters (text that reads differently than it is), and lone surrogates (a file name that is not valid UTF-8,
+decoded with `surrogateescape`, which no encoder accepts). `visible` shows each of them as an escape, so the
+text is one line, encodable as UTF-8, and reads as what it is.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from typing import Final
+
+# Characters that change how surrounding text reads without being visible themselves.
+_BIDI: Final = frozenset(
+    "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+)
+_INVISIBLE: Final = frozenset("\u00ad\u034f\u115f\u1160\u17b4\u17b5\u180e\u200b\u200c\u200d\u2060"
+                              "\u2061\u2062\u2063\u2064\u3164\ufeff\uffa0")
+
+
+def _escape(ch: str) -> str:
+    cp = ord(ch)
+    if 0xDC80 <= cp <= 0xDCFF:  # a byte that was not UTF-8, kept by surrogateescape
+        return f"\\x{cp - 0xDC00:02x}"
+    if cp <= 0xFF:
+        return f"\\x{cp:02x}"
+    if cp <= 0xFFFF:
+        return f"\\u{cp:04x}"
+    return f"\\U{cp:08x}"
+
+
+def needs_escape(ch: str) -> bool:
+    """True for a character `visible` escapes: controls, separators other than space, bidi, invisible ones,
+    surrogates, unassigned and private-use code points, and the backslash that starts an escape."""
+    if ch == " ":
+        return False
+    if ch == "\\" or ch in _BIDI or ch in _INVISIBLE:
+        return True
+    cat = unicodedata.category(ch)
+    # Cc control, Cf format, Cs surrogate, Co private use, Cn unassigned, Zl/Zp line and paragraph separators,
+    # Zs other than the plain space (no-break and wide spaces read as a space and are not one).
+    return cat[0] == "C" or cat in ("Zl", "Zp", "Zs")
+
+
+def visible(text: str) -> str:
+    """`text` on one line with every character `needs_escape` names written as `\\xNN`, `\\uXXXX` or
+    `\\UXXXXXXXX`, and a backslash as `\\\\`, so the result is unambiguous: `visible(a) == visible(b)` only if
+    `a == b`. Plain text is returned unchanged (apart from backslashes)."""
+    if text.isascii() and text.isprintable() and "\\" not in text:
+        return text
+    out: list[str] = []
+    for ch in text:
+        if ch == "\\":
+            out.append("\\\\")
+        elif needs_escape(ch):
+            out.append(_escape(ch))
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def path_text(raw: str | bytes) -> str:
+    """A file name for display: bytes decoded as UTF-8 with `surrogateescape`, then `visible`."""
+    if isinstance(raw, bytes):
+        raw = raw.decode("utf-8", "surrogateescape")
+    return visible(raw)

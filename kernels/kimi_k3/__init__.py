@@ -7,6 +7,6 @@ one-kernel ops in `stock_ops`), `fused` (the fused Triton path), `guard` (envelo
 Heavy imports (torch, triton) happen inside the modules that need them; this package import is light.
 """
 
-from .config import K3LayerConfig
+from baselines.vllm.kimi_k3.config import K3LayerConfig
 
 __all__ = ["K3LayerConfig"]

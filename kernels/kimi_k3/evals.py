@@ -31,9 +31,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .config import K3LayerConfig
+from baselines.vllm.kimi_k3.config import K3LayerConfig
 from .layer import DecodeBatch, DecodeMeta
-from .weights import K3LayerWeights
+from baselines.vllm.kimi_k3.weights import K3LayerWeights
 
 if TYPE_CHECKING:
     import torch
@@ -102,7 +102,7 @@ def build_stack(spec: StackSpec, device: str) -> Stack:
 
 
 def _reference_layer(cfg: K3LayerConfig, w: K3LayerWeights, batch: DecodeBatch) -> tuple[Any, Any]:
-    from . import reference
+    from baselines.vllm.kimi_k3 import reference
 
     out = reference.forward_full(cfg, w, batch, write_cache=True)
     return out.hidden, out.residual
@@ -112,7 +112,7 @@ def run_stack(stack: Stack, layer_fn: LayerFn) -> tuple[torch.Tensor, torch.Tens
     """Teacher-forced decode; returns (final normed hidden [steps, B, H], logits [steps, B, V]) in fp32."""
     import torch
 
-    from .reference import rms_norm
+    from baselines.vllm.kimi_k3.reference import rms_norm
 
     spec, cfg = stack.spec, stack.cfg
     caches = [c.clone() for c in stack.caches]

@@ -25,9 +25,9 @@ def check(tp: int, batch: int, context: int) -> list[dict[str, Any]]:
 
     from kimi_k3 import stock
     from kimi_k3.benchmarks.aot_fused import compile_launch
-    from kimi_k3.config import K3LayerConfig
+    from baselines.vllm.kimi_k3.config import K3LayerConfig
     from kimi_k3.layer import DecodeBatch, DecodeMeta
-    from kimi_k3.weights import K3LayerWeights, expected_shapes
+    from baselines.vllm.kimi_k3.weights import K3LayerWeights, expected_shapes
 
     cfg = K3LayerConfig.real(tp=tp)
     meta = torch.device("meta")
@@ -56,7 +56,7 @@ def check(tp: int, batch: int, context: int) -> list[dict[str, Any]]:
         out.append(r)
 
     mods = [
-        importlib.import_module(f"kimi_k3.stock_ops.{m}")
+        importlib.import_module(f"baselines.vllm.kimi_k3.stock_ops.{m}")
         for m in ("norms", "activation", "mla_decode", "moe")
     ]
     saved = [m.use_triton for m in mods]

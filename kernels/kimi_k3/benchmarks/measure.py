@@ -220,7 +220,7 @@ def main() -> None:
     import torch
 
     from kimi_k3.bench import K3BenchmarkCase, cached_weights
-    from kimi_k3.config import K3LayerConfig
+    from baselines.vllm.kimi_k3.config import K3LayerConfig
 
     env: dict[str, Any] = {
         "torch": torch.__version__,

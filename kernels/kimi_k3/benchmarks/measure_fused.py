@@ -38,7 +38,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from kimi_k3.tp import PeerBuffer, TPGroup
+from baselines.vllm.kimi_k3.tp import PeerBuffer, TPGroup
 
 COPY_BW = 4.3e12  # bytes/s, measured D2D copy bandwidth on this H200 (research/h200-anchors.md: 4.21-4.3)
 
@@ -141,9 +141,9 @@ def _meta_setup(tp: int, batch: int, context: int) -> tuple[Any, Any, Any]:
     shapes, and `batch.tp` a `CompileOnlyTP` group (meta exchange buffers, no process group)."""
     import torch
 
-    from kimi_k3.config import K3LayerConfig
+    from baselines.vllm.kimi_k3.config import K3LayerConfig
     from kimi_k3.layer import DecodeBatch, DecodeMeta, Workspace
-    from kimi_k3.weights import K3LayerWeights, expected_shapes
+    from baselines.vllm.kimi_k3.weights import K3LayerWeights, expected_shapes
 
     cfg = K3LayerConfig.real(tp=tp)
     meta = torch.device("meta")
@@ -286,7 +286,7 @@ def _warm_worker(tasks: list[WarmTask]) -> str:
 
 
 def warm_all(procs: int, sweep: bool = False) -> dict[str, Any]:
-    from kimi_k3.config import K3LayerConfig
+    from baselines.vllm.kimi_k3.config import K3LayerConfig
 
     if sweep:
         keys = [
@@ -391,7 +391,7 @@ def grid_keys(tp: int) -> list[tuple[int, int, int, str]]:
     import tomllib
 
     from kimi_k3 import fused
-    from kimi_k3.config import K3LayerConfig
+    from baselines.vllm.kimi_k3.config import K3LayerConfig
 
     with open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "fasttrack.toml"), "rb") as f:
         env = tomllib.load(f)["envelope"]
@@ -453,9 +453,10 @@ def check_fused_point(
     fp32 reference the rank's (all-reduced) output is compared with."""
     import torch
 
-    from kimi_k3 import fused, reference
+    from baselines.vllm.kimi_k3 import reference
+    from kimi_k3 import fused
     from kimi_k3.bench import cached_weights
-    from kimi_k3.config import K3LayerConfig
+    from baselines.vllm.kimi_k3.config import K3LayerConfig
     from kimi_k3.layer import Workspace, random_batch
 
     cfg = cfg or K3LayerConfig.real(tp)
@@ -549,7 +550,7 @@ def run_sweep(R: Results, flush: Any, a: Any, left: Any) -> None:
 
     from kimi_k3 import fused, stock
     from kimi_k3.bench import cached_weights
-    from kimi_k3.config import K3LayerConfig
+    from baselines.vllm.kimi_k3.config import K3LayerConfig
     from kimi_k3.layer import Workspace, random_batch
 
     R.data["sweep"] = []
@@ -665,7 +666,7 @@ def main() -> None:
 
     from kimi_k3 import fused, stock
     from kimi_k3.bench import cached_weights
-    from kimi_k3.config import K3LayerConfig
+    from baselines.vllm.kimi_k3.config import K3LayerConfig
     from kimi_k3.layer import Workspace, random_batch
 
     R.add("torch", torch.__version__)

@@ -111,11 +111,11 @@ def time_variants(torch: Any, dist: Any, case: Any, iters: int) -> dict[str, Any
 def check_reference(torch: Any, dist: Any, args: Any, tp: Any, rank: int, world: int, doc: dict[str, Any],
                     save: Any) -> None:
     """Stock (and fused with --fused) at TP `world` against the fp32 reference of the full layer."""
-    from kimi_k3 import reference, stock
+    from baselines.vllm.kimi_k3 import reference, stock
     from kimi_k3.bench import cached_weights
-    from kimi_k3.config import K3LayerConfig
+    from baselines.vllm.kimi_k3.config import K3LayerConfig
     from kimi_k3.layer import Workspace, random_batch
-    from kimi_k3.tp import shard_weights
+    from baselines.vllm.kimi_k3.tp import shard_weights
 
     full = cached_weights(K3LayerConfig.real(1), "cuda")
     shard = shard_weights(full, rank, world)
@@ -165,8 +165,8 @@ def main() -> None:
     torch.cuda.set_device(local)
     dist.init_process_group("nccl", device_id=torch.device("cuda", local))
     from kimi_k3.bench import K3BenchmarkCase, cached_weights
-    from kimi_k3.config import K3LayerConfig
-    from kimi_k3.tp import TPGroup
+    from baselines.vllm.kimi_k3.config import K3LayerConfig
+    from baselines.vllm.kimi_k3.tp import TPGroup
 
     rank, world = dist.get_rank(), dist.get_world_size()
     doc: dict[str, Any] = {"world": world, "torch": torch.__version__, "device": torch.cuda.get_device_name()}

@@ -564,22 +564,36 @@ def _merge_role(
     SP: tl.constexpr,
     SC: tl.constexpr,
     BY_ROW: tl.constexpr,
+    ONE: tl.constexpr = False,
 ):
     h = m % NH
     b0 = (m // NH) * MB
     hb = h // BH
-    need = B * S
-    cnt = tl.atomic_add(ctr_ptr + 1 + hb, 0, sem="acquire")
-    while cnt < need:
+    if not ONE:
+        need = B * S
         cnt = tl.atomic_add(ctr_ptr + 1 + hb, 0, sem="acquire")
-    tl.debug_barrier()
+        while cnt < need:
+            cnt = tl.atomic_add(ctr_ptr + 1 + hb, 0, sem="acquire")
+        tl.debug_barrier()
     rb = b0 + tl.arange(0, MB)
     bm = rb < B
     rv = tl.arange(0, DVP)
     vm = rv < DV
     out = tl.zeros([MB, DVP], dtype=tl.float32)
     wrow = h * (DN + DV) + DN + rv  # W_UV rows of head h inside w_kv_b
-    if BY_ROW:
+    if ONE:
+        # the latent output is already merged (bf16 [B, NH, KL], e.g. FlashInfer's): W_UV + gate only
+        for l0 in tl.static_range(0, KLP, LC):
+            rl = l0 + tl.arange(0, LC)
+            lm = rl < KL
+            lat = tl.load(
+                opart_ptr + (rb[:, None] * NH + h) * KL + rl[None, :], mask=bm[:, None] & lm[None, :], other=0.0
+            )
+            wuv = tl.load(
+                wkvb_ptr + wrow[None, :] * KL + rl[:, None], mask=lm[:, None] & vm[None, :], other=0.0
+            )
+            out = tl.dot(lat.to(tl.bfloat16), wuv, out)  # [MB, DVP]
+    elif BY_ROW:
         # many splits, few rows: splits vectorised, rows one at a time
         n_rows = tl.minimum(B - b0, MB)
         for l0 in tl.static_range(0, KLP, LC):
@@ -679,7 +693,16 @@ def attn_kernel(
     SP: tl.constexpr,
     SC: tl.constexpr,
     BY_ROW: tl.constexpr,
+    MERGE_ONLY: tl.constexpr = False,
 ):
+    if MERGE_ONLY:
+        # the attention ran elsewhere (FlashInfer FA3 MLA into opart_ptr = [B, NH, KL] bf16): only the
+        # W_UV + output-gate epilogue, one program per (head, row block)
+        _merge_role(
+            tl.program_id(0), opart_ptr, lse_ptr, wkvb_ptr, raw_ptr, ssin_ptr, attn_out_ptr, ctr_ptr, B, 1,
+            H, R, EPS, GATE_OFF, USE_GATE, KL, DN, DV, NH, BH, KLP, DVP, MB, LC, SP, SC, False, True,
+        )
+        return
     # role from a ticket taken at start: every merge CTA starts after all attention CTAs have started
     v = tl.atomic_add(ctr_ptr + 0, 1)  # CTR_ATTN_TICKET
     NHB: tl.constexpr = (NH + BH - 1) // BH
@@ -737,7 +760,46 @@ def attn_kernel(
             SP,
             SC,
             BY_ROW,
+            False,
         )
+
+
+@triton.jit
+def attn_pack_kernel(
+    ql_ptr,
+    qpe_ptr,  # [NCN, B, NH, KL] fp32 partials, [B, NH, DR] fp32 (unscaled: q_b ran with q_scale 1)
+    q_ptr,  # out: [B, NH, KL + DR] bf16, the packed MQA query FlashInfer's MLA reads
+    B,
+    KL: tl.constexpr,
+    DR: tl.constexpr,
+    NH: tl.constexpr,
+    NCN: tl.constexpr,
+    BH: tl.constexpr,
+    KLP: tl.constexpr,
+    DRP: tl.constexpr,
+):
+    """Sum the q_b kernel's absorbed-query partials in a fixed order and pack [ql | q_pe] as bf16."""
+    NHB: tl.constexpr = (NH + BH - 1) // BH
+    v = tl.program_id(0)
+    hb = v % NHB
+    b = v // NHB
+    rh = hb * BH + tl.arange(0, BH)
+    hm = rh < NH
+    rl = tl.arange(0, KLP)
+    lm = rl < KL
+    rp = tl.arange(0, DRP)
+    pm = rp < DR
+    ql = tl.zeros([BH, KLP], dtype=tl.float32)
+    for c in tl.static_range(NCN):
+        ql += tl.load(
+            ql_ptr + c * B * NH * KL + b * NH * KL + rh[:, None] * KL + rl[None, :],
+            mask=hm[:, None] & lm[None, :],
+            other=0.0,
+        )
+    qpe = tl.load(qpe_ptr + b * NH * DR + rh[:, None] * DR + rp[None, :], mask=hm[:, None] & pm[None, :], other=0.0)
+    base = q_ptr + (b * NH + rh[:, None]) * (KL + DR)
+    tl.store(base + rl[None, :], ql.to(tl.bfloat16), mask=hm[:, None] & lm[None, :])
+    tl.store(base + KL + rp[None, :], qpe.to(tl.bfloat16), mask=hm[:, None] & pm[None, :])
 
 
 # ------------------------------------------------------------------------------------------------------------

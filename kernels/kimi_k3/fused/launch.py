@@ -9,14 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from ..config import K3LayerConfig
+from baselines.vllm.kimi_k3.config import K3LayerConfig
 from . import prep
 
 if TYPE_CHECKING:
     import torch
 
     from ..layer import DecodeBatch
-    from ..weights import K3LayerWeights
+    from baselines.vllm.kimi_k3.weights import K3LayerWeights
 
 NUM_SMS = 132  # H200 SXM; only used to size grids (any value is correct)
 LOG2E = 1.4426950408889634
@@ -71,6 +71,9 @@ class Plan:
     T_BN: int
     T_BK: int
     RB: int
+    # attention of kernel 3: "flashinfer" (the engine's FA3 MLA, between a q-pack kernel and the W_UV + gate
+    # epilogue) or "own" (this path's split-KV kernel with the merge + W_UV + gate in the same launch)
+    ATTN: str = "own"
     num_warps: int = 4
     attn_warps: int = 8
     stages: int = 3
@@ -181,8 +184,21 @@ def make_plan(cfg: K3LayerConfig, B: int, max_context: int, *, gpu: bool = True,
         T_BN=t_bn,
         T_BK=t_bk,
         RB=16 if big else 8,
+        ATTN=default_attention(gpu),
     )
     return plan.with_(**override) if override else plan
+
+
+def default_attention(gpu: bool) -> str:
+    """FlashInfer's FA3 MLA on a GPU where flashinfer imports (measured faster than the own kernel at every
+    grid point: docs/results/kimi_k3-baseline/), else the own kernel (CPU tests run both)."""
+    if not gpu:
+        return "own"
+    try:
+        import flashinfer.mla  # noqa: F401
+    except Exception:  # not installed, or no JIT toolchain: the own kernel
+        return "own"
+    return "flashinfer"
 
 
 def _check_plan(cfg: K3LayerConfig, p: Plan) -> None:
@@ -253,8 +269,14 @@ def launch_attention(cfg: K3LayerConfig, w: K3LayerWeights, batch: DecodeBatch, 
     ncn = DN // p.QB_CN
     ql_part = ws("ql_part", (ncn, B, NH, KL), f32)
     qpe = ws("qpe", (B, NH, DR), f32)
-    opart = ws("opart", (B, p.S, NH, KL), f32)
-    lse = ws("lse", (B, p.S, NH), f32)
+    fi = p.ATTN == "flashinfer"
+    if fi:
+        # FlashInfer reads a packed bf16 query and writes the merged latent output
+        opart = ws("fi_o", (B, NH, KL), bf16)
+        lse = ws("fi_q", (B, NH, KL + DR), bf16)
+    else:
+        opart = ws("opart", (B, p.S, NH, KL), f32)
+        lse = ws("lse", (B, p.S, NH), f32)
     attn_out = ws("attn_out", (B, NH * DV), bf16)
 
     nw, st = p.num_warps, p.stages
@@ -305,7 +327,7 @@ def launch_attention(cfg: K3LayerConfig, w: K3LayerWeights, batch: DecodeBatch, 
         batch.seq_lens,
         max_blocks,
         B,
-        float(cfg.softmax_scale * LOG2E),
+        1.0 if fi else float(cfg.softmax_scale * LOG2E),
         H=H,
         R=R,
         EPS=eps,
@@ -332,7 +354,16 @@ def launch_attention(cfg: K3LayerConfig, w: K3LayerWeights, batch: DecodeBatch, 
     )
     # 3
     nhb = _cdiv(NH, p.BH)
-    grid_attn = B * p.S * nhb + NH * _cdiv(B, p.MB)
+    if fi:
+        from baselines.vllm.kimi_k3 import attention as engine_attention
+
+        q_mqa = lse
+        K.attn_pack_kernel[(B * nhb,)](
+            ql_part, qpe, q_mqa, B, KL=KL, DR=DR, NH=NH, NCN=ncn, BH=p.BH, KLP=klp, DRP=drp, num_warps=4
+        )
+        if batch.kv_cache.device.type != "meta":  # (meta: the compile-only warm-up of measure_fused)
+            engine_attention.for_batch(cfg, batch).run(q_mqa, batch.kv_cache, out=opart)
+    grid_attn = (0 if fi else B * p.S * nhb) + NH * _cdiv(B, p.MB)
     K.attn_kernel[(grid_attn,)](
         ql_part,
         qpe,
@@ -371,6 +402,7 @@ def launch_attention(cfg: K3LayerConfig, w: K3LayerWeights, batch: DecodeBatch, 
         SP=_p2(p.S),
         SC=_p2(p.S),
         BY_ROW=p.S > 4,
+        MERGE_ONLY=fi,
         num_warps=p.attn_warps,
         num_stages=2,
     )

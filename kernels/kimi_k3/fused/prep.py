@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
-    from ..weights import K3LayerWeights
+    from baselines.vllm.kimi_k3.weights import K3LayerWeights
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..config import K3LayerConfig
+from baselines.vllm.kimi_k3.config import K3LayerConfig
 from . import prep
 from .launch import (
     KERNELS_PER_LAYER_TP,
@@ -40,8 +40,8 @@ if TYPE_CHECKING:
     import torch
 
     from ..layer import DecodeBatch
-    from ..tp import PeerBuffer, TPGroup
-    from ..weights import K3LayerWeights
+    from baselines.vllm.kimi_k3.tp import PeerBuffer, TPGroup
+    from baselines.vllm.kimi_k3.weights import K3LayerWeights
 
 __all__ = ["KERNELS_PER_LAYER_TP", "PUBLISHES_PER_LAYER_TP", "check_tp", "run_planned_tp"]
 

@@ -66,13 +66,13 @@ def _triton_interpreter_workarounds() -> Iterator[bool]:
 
 @pytest.fixture(scope="session")
 def tiny_cfg():  # type: ignore[no-untyped-def]
-    from kimi_k3.config import K3LayerConfig
+    from baselines.vllm.kimi_k3.config import K3LayerConfig
 
     return K3LayerConfig.tiny()
 
 
 @pytest.fixture(scope="session")
 def tiny_weights(tiny_cfg):  # type: ignore[no-untyped-def]
-    from kimi_k3.weights import K3LayerWeights
+    from baselines.vllm.kimi_k3.weights import K3LayerWeights
 
     return K3LayerWeights.random(tiny_cfg, seed=1234)

@@ -8,11 +8,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kimi_k3 import reference, stock  # noqa: E402
+from baselines.vllm.kimi_k3 import reference, stock  # noqa: E402
 from kimi_k3.bench import K3BenchmarkCase, benchmark_case, weight_bytes  # noqa: E402
-from kimi_k3.config import K3LayerConfig  # noqa: E402
+from baselines.vllm.kimi_k3.config import K3LayerConfig  # noqa: E402
 from kimi_k3.evals import StackSpec, build_stack, divergence, evaluate, run_stack  # noqa: E402
-from kimi_k3.weights import K3LayerWeights  # noqa: E402
+from baselines.vllm.kimi_k3.weights import K3LayerWeights  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kimi_k3.config import K3LayerConfig
-from kimi_k3.weights import K3LayerWeights, expected_shapes
+from baselines.vllm.kimi_k3.config import K3LayerConfig
+from baselines.vllm.kimi_k3.weights import K3LayerWeights, expected_shapes
 
 
 @pytest.mark.parametrize(

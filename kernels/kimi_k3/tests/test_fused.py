@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 import torch
 
-from kimi_k3 import fused, reference
-from kimi_k3.config import K3LayerConfig
+from baselines.vllm.kimi_k3 import reference
+from kimi_k3 import fused
+from baselines.vllm.kimi_k3.config import K3LayerConfig
 from kimi_k3.layer import DecodeBatch, Workspace, random_batch
-from kimi_k3.weights import K3LayerWeights
+from baselines.vllm.kimi_k3.weights import K3LayerWeights
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore::RuntimeWarning"
@@ -272,3 +273,13 @@ def test_plans_for_the_envelope_are_valid() -> None:
                 assert (p.MODE == 0) == (bsz <= 2)
                 if tp == 8:
                     assert cfg.local_heads <= p.BH  # all local heads in one attention CTA
+
+
+@pytest.mark.parametrize("bsz", [1, 3, 17])
+def test_fused_with_engine_attention(bsz: int, tiny_cfg: K3LayerConfig, tiny_weights: K3LayerWeights) -> None:
+    """ATTN="flashinfer": the q-pack kernel, the engine's MLA decode (torch reference attention on CPU,
+    FlashInfer's FA3 MLA on a GPU) and the merge-only W_UV + gate epilogue, against the fp32 reference."""
+    batch = _batch(tiny_cfg, _lens(bsz, tiny_cfg, seed=200 + bsz), seed=200 + bsz)
+    c, aux, _, _ = _run(tiny_cfg, tiny_weights, batch, ATTN="flashinfer")
+    _assert_ok(c)
+    assert aux["opart"].shape == (bsz, tiny_cfg.local_heads, tiny_cfg.kv_lora_rank)

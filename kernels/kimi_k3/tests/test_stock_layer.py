@@ -8,10 +8,10 @@ import random
 import pytest
 import torch
 
-from kimi_k3 import reference, stock
-from kimi_k3.config import K3LayerConfig
+from baselines.vllm.kimi_k3 import reference, stock
+from baselines.vllm.kimi_k3.config import K3LayerConfig
 from kimi_k3.layer import DecodeBatch, random_batch
-from kimi_k3.weights import K3LayerWeights
+from baselines.vllm.kimi_k3.weights import K3LayerWeights
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore::RuntimeWarning"

@@ -7,13 +7,13 @@ import importlib
 import pytest
 import torch
 
-from kimi_k3 import reference
-from kimi_k3 import stock_ops as ops
-from kimi_k3.config import K3LayerConfig
+from baselines.vllm.kimi_k3 import reference
+from baselines.vllm.kimi_k3 import stock_ops as ops
+from baselines.vllm.kimi_k3.config import K3LayerConfig
 from kimi_k3.layer import random_batch
 
-moe = importlib.import_module("kimi_k3.stock_ops.moe")
-mla = importlib.import_module("kimi_k3.stock_ops.mla_decode")
+moe = importlib.import_module("baselines.vllm.kimi_k3.stock_ops.moe")
+mla = importlib.import_module("baselines.vllm.kimi_k3.stock_ops.mla_decode")
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # NaN poison in masked interpreter loads
 
@@ -24,7 +24,7 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def test_triton_runs_here() -> None:
     # The CPU suite must exercise the Triton kernels, not the torch fallbacks.
-    from kimi_k3.stock_ops._runtime import use_triton
+    from baselines.vllm.kimi_k3.stock_ops._runtime import use_triton
 
     assert use_triton(torch.zeros(1)) or torch.cuda.is_available()
 

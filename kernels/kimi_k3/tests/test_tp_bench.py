@@ -19,8 +19,8 @@ pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 def _case_rank(rank: int, world: int, gaps: list[float]) -> dict[str, Any]:
     from kimi_k3 import bench
-    from kimi_k3.config import K3LayerConfig
-    from kimi_k3.tp import TPGroup
+    from baselines.vllm.kimi_k3.config import K3LayerConfig
+    from baselines.vllm.kimi_k3.tp import TPGroup
 
     bench.ROUTE_GAP = gaps[rank]
     cfg = K3LayerConfig.tiny(tp=world)

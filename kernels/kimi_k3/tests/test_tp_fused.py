@@ -71,11 +71,12 @@ def _tp_rank(
     reference; return scalar metrics and the bits the parent compares across ranks."""
     import torch
 
-    from kimi_k3 import fused, reference, stock
-    from kimi_k3.config import K3LayerConfig
+    from baselines.vllm.kimi_k3 import reference, stock
+    from kimi_k3 import fused
+    from baselines.vllm.kimi_k3.config import K3LayerConfig
     from kimi_k3.layer import Workspace, random_batch
-    from kimi_k3.tp import TPGroup, shard_weights
-    from kimi_k3.weights import K3LayerWeights
+    from baselines.vllm.kimi_k3.tp import TPGroup, shard_weights
+    from baselines.vllm.kimi_k3.weights import K3LayerWeights
 
     cfg = K3LayerConfig.tiny() if cfg_name == "tiny" else K3LayerConfig.real(1)
     full = K3LayerWeights.random(cfg, device=device, seed=7)
@@ -217,10 +218,10 @@ def test_fused_tp2_matches_stock_tp1_and_reference(name: str, cpu_results: list[
 def test_tp_plan_and_counts() -> None:
     """Host only: kernel / publish counts, the plans at real TP 2 shapes, and the TP checks."""
     from kimi_k3 import fused
-    from kimi_k3.config import K3LayerConfig
+    from baselines.vllm.kimi_k3.config import K3LayerConfig
     from kimi_k3.fused.launch import KERNELS_PER_LAYER_TP, PUBLISHES_PER_LAYER_TP, _check_plan
     from kimi_k3.fused.tp_launch import check_tp
-    from kimi_k3.tp import TPGroup
+    from baselines.vllm.kimi_k3.tp import TPGroup
 
     assert (KERNELS_PER_LAYER_TP, PUBLISHES_PER_LAYER_TP) == (10, 3)
     cfg = K3LayerConfig.real(2)
@@ -279,11 +280,12 @@ def _real_rank(rank: int, world: int, cases: dict[str, list[int]]) -> dict[str, 
     fused TP 2 against stock TP 2 and the fp32 reference on the full weights (then frees them)."""
     import torch
 
-    from kimi_k3 import fused, reference, stock
-    from kimi_k3.config import K3LayerConfig
+    from baselines.vllm.kimi_k3 import reference, stock
+    from kimi_k3 import fused
+    from baselines.vllm.kimi_k3.config import K3LayerConfig
     from kimi_k3.layer import Workspace, random_batch
-    from kimi_k3.tp import TPGroup, shard_weights
-    from kimi_k3.weights import K3LayerWeights
+    from baselines.vllm.kimi_k3.tp import TPGroup, shard_weights
+    from baselines.vllm.kimi_k3.weights import K3LayerWeights
 
     cfg = K3LayerConfig.real(1)
     full = K3LayerWeights.random(cfg, device="cuda", seed=7)
@@ -325,7 +327,7 @@ def _real_rank(rank: int, world: int, cases: dict[str, list[int]]) -> dict[str, 
 def test_fused_tp2_gpu_real_shapes() -> None:
     import torch
 
-    from kimi_k3 import reference
+    from baselines.vllm.kimi_k3 import reference
 
     _need_two_gpus()
     cases = {"B1_4k": [4096], "B8_mixed": [4096] + [1 + 517 * i for i in range(1, 8)], "B64_4k": [4096] * 64}

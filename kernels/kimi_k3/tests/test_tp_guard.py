@@ -22,11 +22,11 @@ def _guard_rank(rank: int, world: int, fail_rank: int | None) -> dict[str, Any]:
 
     from prometheus_client import CollectorRegistry
 
-    from kimi_k3.config import K3LayerConfig
+    from baselines.vllm.kimi_k3.config import K3LayerConfig
     from kimi_k3.guard import ENVELOPE, METRIC_NAME, REASONS, Guard
     from kimi_k3.layer import DecodeMeta, KimiK3DecodeLayer, random_batch
-    from kimi_k3.tp import TPGroup, shard_weights
-    from kimi_k3.weights import K3LayerWeights
+    from baselines.vllm.kimi_k3.tp import TPGroup, shard_weights
+    from baselines.vllm.kimi_k3.weights import K3LayerWeights
 
     cfg = K3LayerConfig.tiny()
     shard = shard_weights(K3LayerWeights.random(cfg, seed=5), rank, world)
@@ -77,11 +77,11 @@ def test_tp_layer_without_agreement_falls_back() -> None:
 
     from prometheus_client import CollectorRegistry
 
-    from kimi_k3.config import K3LayerConfig
+    from baselines.vllm.kimi_k3.config import K3LayerConfig
     from kimi_k3.guard import ENVELOPE, METRIC_NAME, Guard
     from kimi_k3.layer import DecodeMeta, KimiK3DecodeLayer
-    from kimi_k3.tp import TPGroup
-    from kimi_k3.weights import K3LayerWeights
+    from baselines.vllm.kimi_k3.tp import TPGroup
+    from baselines.vllm.kimi_k3.weights import K3LayerWeights
 
     cfg = K3LayerConfig.tiny(tp=2)
     reg = CollectorRegistry()

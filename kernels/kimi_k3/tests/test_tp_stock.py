@@ -21,11 +21,11 @@ SEQ_LENS = [[1], [17, 3], [40, 1, 33, 16, 5]]
 def _stock_rank(rank: int, world: int, seq_lens: list[int]) -> dict[str, Any]:
     import torch
 
-    from kimi_k3 import reference, stock
-    from kimi_k3.config import K3LayerConfig
+    from baselines.vllm.kimi_k3 import reference, stock
+    from baselines.vllm.kimi_k3.config import K3LayerConfig
     from kimi_k3.layer import random_batch
-    from kimi_k3.tp import TPGroup, shard_weights
-    from kimi_k3.weights import K3LayerWeights
+    from baselines.vllm.kimi_k3.tp import TPGroup, shard_weights
+    from baselines.vllm.kimi_k3.weights import K3LayerWeights
 
     cfg = K3LayerConfig.tiny()
     full = K3LayerWeights.random(cfg, seed=7)

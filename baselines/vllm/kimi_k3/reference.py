@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .config import K3LayerConfig
-from .layer import DecodeBatch
+from .decode import DecodeBatch
 from .weights import K3LayerWeights
 
 if TYPE_CHECKING:

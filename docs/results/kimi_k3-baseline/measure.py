@@ -199,6 +199,53 @@ def run_point(R: dict[str, Any], tp: int, b: int, c: int, flush: torch.Tensor, r
                       "t": round(time.time() - T0)}), flush=True)
 
 
+def run_variants(R: dict[str, Any], b: int, c: int, variants: dict[str, dict[str, Any]], flush: torch.Tensor,
+                 reps: int) -> None:
+    """Stock, then the fused layer under each plan override (same case, inputs and oracle)."""
+    from baselines.vllm.kimi_k3.case import baseline_case
+    from kimi_k3 import fused
+
+    case = baseline_case({"gpu": "NVIDIA H200", "tp": 1, "batch": b, "context": c, "dtype": "bfloat16"})
+    assert case is not None
+    case.load_inputs(case.make_inputs(7))
+    ref = case.oracle(case.static_inputs)
+    st = case.state
+    rec: dict[str, Any] = {"batch": b, "context": c, "variants": {}}
+    g, _ = graphed(lambda: case.stock(case.static_inputs))
+    rec["stock_us"] = time_graph(g, flush, reps)["median_us"]
+    del g
+    from baselines.vllm.kimi_k3.decode import Workspace
+
+    for name, ov in variants.items():
+        v: dict[str, Any] = {"override": ov}
+        try:
+            ws = Workspace()
+            plan = fused.make_plan(st.cfg, b, c, **ov)
+
+            def fn(plan: Any = plan, ws: Any = ws) -> Any:
+                return fused.forward_planned(st.cfg, st.weights, st.decode_batch(case.static_inputs, ws), plan)
+
+            out = fn()
+            torch.cuda.synchronize()
+            v.update(errors(out, ref))
+            g, outs = graphed(fn)
+            v["median_us"] = time_graph(g, flush, reps)["median_us"]
+            v["speedup"] = rec["stock_us"] / v["median_us"]
+            prof = profile(g, flush)
+            v["profile"] = prof
+            del g, outs
+        except Exception as e:  # noqa: BLE001
+            v["error"] = f"{type(e).__name__}: {str(e)[:400]}"
+        rec["variants"][name] = v
+        print(json.dumps({"b": b, "c": c, "variant": name, "us": v.get("median_us"), "x": v.get("speedup"),
+                          "err": v.get("max_abs_error"), "e": v.get("error")}), flush=True)
+    g, _ = graphed(lambda: case.stock(case.static_inputs))
+    rec["stock_us_again"] = time_graph(g, flush, reps)["median_us"]
+    del g, case, ref
+    torch.cuda.empty_cache()
+    R.setdefault("sweep", []).append(rec)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -206,7 +253,9 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--procs", type=int, default=15)
     ap.add_argument("--compile", action="store_true", help="torch.compile of stock at B1/32k (last)")
-    ap.add_argument("--tp1", default="all")
+    ap.add_argument("--tp1", default="", help="JSON [[batch, context], ...]: the TP-1 points (default: the grid)")
+    ap.add_argument("--tp8", default="", help="JSON [[batch, context], ...]: the TP-8 shard points")
+    ap.add_argument("--sweep", default="", help="JSON file {\"B,C\": {name: overrides}}: plan variants, first")
     a = ap.parse_args()
     R: dict[str, Any] = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
                          "triton": triton.__version__, "points": [], "errors": []}
@@ -229,16 +278,32 @@ def main() -> int:
     from baselines.vllm.kimi_k3.config import K3LayerConfig
 
     R["fused_attention"] = fused.make_plan(K3LayerConfig.real(1), 1, 4096).ATTN
-    keys = [(1, b, c, "{}") for b, c in TP1]
+    tp1 = [tuple(x) for x in json.loads(a.tp1)] if a.tp1 else TP1
+    tp8 = [tuple(x) for x in json.loads(a.tp8)] if a.tp8 else TP8
+    sweep: dict[str, dict[str, dict[str, Any]]] = {}
+    if a.sweep:
+        with open(a.sweep) as f:
+            sweep = json.load(f)
+    keys = [(1, b, c, "{}") for b, c in tp1]
+    keys += [(1, int(k.split(",")[0]), int(k.split(",")[1]), json.dumps(ov, sort_keys=True))
+             for k, vs in sweep.items() for ov in vs.values()]
     R["warm"] = warm_keys(keys, a.procs, timeout=150)
     print(json.dumps({"warm": R["warm"], "t": round(time.time() - T0)}), flush=True)
     R["bandwidth"] = bandwidth()
     print(json.dumps(R["bandwidth"]), flush=True)
     save()
     flush = torch.empty(512 * 1024 * 1024, dtype=torch.uint8, device="cuda")
-    order = [(1, 4096), (64, 32768), (1, 32768), (64, 4096)] + [p for p in TP1 if p not in
-                                                              {(1, 4096), (64, 32768), (1, 32768), (64, 4096)}]
-    for b, c in order:
+    for k, vs in sweep.items():
+        if time.time() - T0 > a.budget * 0.6:
+            R["errors"].append(f"skipped sweep {k}: budget")
+            continue
+        try:
+            run_variants(R, int(k.split(",")[0]), int(k.split(",")[1]), vs, flush, a.reps)
+        except Exception as e:  # noqa: BLE001
+            R["errors"].append(f"sweep {k}: {type(e).__name__}: {str(e)[:400]}")
+            traceback.print_exc(limit=4)
+        save()
+    for b, c in tp1:
         if time.time() - T0 > a.budget * 0.72:
             R["errors"].append(f"skipped tp1 b{b} c{c}: budget")
             continue
@@ -248,7 +313,7 @@ def main() -> int:
             R["errors"].append(f"tp1 b{b} c{c}: {type(e).__name__}: {str(e)[:400]}")
             traceback.print_exc(limit=4)
         save()
-    for b, c in TP8:
+    for b, c in tp8:
         if time.time() - T0 > a.budget * 0.9:
             R["errors"].append(f"skipped tp8 b{b} c{c}: budget")
             continue

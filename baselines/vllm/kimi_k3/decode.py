@@ -167,10 +167,10 @@ def random_batch(
     """A decode batch with a random paged latent cache (tests, benchmarks, evals), built on `device`.
 
     Row b owns ceil(seq_lens[b] / block_size) blocks, scattered over the pool in a shuffled order. Cached
-    positions < seq_len - 1 hold N(0, 1) values; with `poison`, every other cache entry (the slot the step
-    must write, the tail of each row's last block, and `spare_blocks` unused blocks) holds NaN, and
-    block-table entries past a row's last block point at a poisoned spare block, so a path that reads
-    anything it should not produces NaN.
+    positions < seq_len - 1 hold N(0, 1) values; with `poison`, the slot the step must write and the tail of
+    each row's last block hold 1e4 (finite: a kernel may load and mask them), the `spare_blocks` unused
+    blocks hold NaN, and block-table entries past a row's last block point at a poisoned spare block, so a
+    path that reads anything it should not produces NaN or a swamped softmax.
     """
     import torch
 
@@ -188,6 +188,7 @@ def random_batch(
     spare = perm[used:]
     table = torch.empty((bsz, max_blocks), dtype=torch.int32)
     bad = torch.ones((total, page), dtype=torch.bool)  # slots that hold no valid token
+    own_tail = torch.zeros((total, page), dtype=torch.bool)  # a row's own blocks, past its valid tokens
     start = 0
     for b, (s, nb) in enumerate(zip(seq_lens, nblocks, strict=True)):
         blocks = perm[start : start + nb]
@@ -197,11 +198,18 @@ def random_batch(
         valid = torch.zeros(nb * page, dtype=torch.bool)
         valid[: s - 1] = True  # the slot at s - 1 is the one this step writes
         bad[blocks] = ~valid.view(nb, page)
+        own_tail[blocks] = ~valid.view(nb, page)
     dgen = torch.Generator(device=dev)
     dgen.manual_seed(seed)
     cache = torch.empty((total, page, cfg.kv_cache_dim), dtype=torch.bfloat16, device=dev)
     cache.normal_(0.0, 1.0, generator=dgen)
     cache[bad.to(dev)] = float("nan") if poison else 0.0
+    if poison:
+        # Inside a row's own pages a paged attention kernel may load the slots past the row's length and mask
+        # them (FlashInfer's FA3 MLA does: vLLM's pages hold stale data there), so those slots get a large
+        # finite sentinel: masked, it changes nothing; read as a token, it swamps the softmax. Blocks no row
+        # owns stay NaN.
+        cache[own_tail.to(dev)] = 1.0e4
     hidden = torch.randn((bsz, cfg.hidden), generator=dgen, device=dev).to(torch.bfloat16)
     residual = torch.randn((bsz, cfg.hidden), generator=dgen, device=dev).to(torch.bfloat16)
     if meta is None:

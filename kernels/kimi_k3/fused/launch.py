@@ -662,7 +662,18 @@ def forward(
     return forward_planned(cfg, weights, batch, plan)
 
 
-KERNELS_PER_LAYER = 7
-# TP > 1 (`tp_launch`): Triton kernels per layer, and PeerBuffer publishes (barriers / all-gathers) per layer
+# Kernels per layer at TP 1: 7 own launches with the own attention; with FlashInfer's attention (the GPU
+# default) the q-pack kernel and FlashInfer's one MLA kernel join them: 9.
+KERNELS_PER_LAYER_OWN_ATTENTION = 7
+KERNELS_PER_LAYER = 9
+
+
+def kernels_per_layer(attention: str) -> int:
+    """Kernels one TP-1 layer launches with attention "flashinfer" or "own"."""
+    return KERNELS_PER_LAYER if attention == "flashinfer" else KERNELS_PER_LAYER_OWN_ATTENTION
+
+
+# TP > 1 (`tp_launch`): Triton kernels per layer (own attention; +2 with FlashInfer's), and PeerBuffer
+# publishes (barriers / all-gathers) per layer
 KERNELS_PER_LAYER_TP = 10
 PUBLISHES_PER_LAYER_TP = 3

@@ -9,86 +9,102 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from baselines.vllm.kimi_k3 import reference, stock  # noqa: E402
-from kimi_k3.bench import K3BenchmarkCase, benchmark_case, weight_bytes  # noqa: E402
+from baselines.vllm.kimi_k3.case import (  # noqa: E402
+    ROUTE_GAP,
+    K3BaselineCase,
+    baseline_case,
+    build_state,
+    route_gap,
+    weight_bytes,
+)
 from baselines.vllm.kimi_k3.config import K3LayerConfig  # noqa: E402
-from kimi_k3.evals import StackSpec, build_stack, divergence, evaluate, run_stack  # noqa: E402
 from baselines.vllm.kimi_k3.weights import K3LayerWeights  # noqa: E402
+from kimi_k3.evals import StackSpec, build_stack, divergence, evaluate, run_stack  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 
-def test_benchmark_case_contract(tiny_cfg: K3LayerConfig, tiny_weights: K3LayerWeights) -> None:
-    from fasttrack.evidence.contract import BenchmarkCase
+def _case(cfg: K3LayerConfig, w: K3LayerWeights, batch: int, context: int) -> K3BaselineCase:
+    return K3BaselineCase(build_state(cfg, w, batch, context, "cpu"), batch, context)
 
-    case = K3BenchmarkCase(
-        tiny_cfg, tiny_weights, batch=3, context=40, device="cpu", include_compile=False, include_fused=False
-    )
-    assert isinstance(case, BenchmarkCase)
+
+def test_baseline_case_contract(tiny_cfg: K3LayerConfig, tiny_weights: K3LayerWeights) -> None:
+    case = _case(tiny_cfg, tiny_weights, 3, 40)
+    assert case.dtype == "bfloat16" and case.layers == 1 and "mla_decode" in case.stages
+    assert case.extra_baselines == {}  # compile only on a GPU, at COMPILE_POINTS
     a, b = case.make_inputs(1), case.make_inputs(2)
     assert not torch.equal(a["hidden"], b["hidden"])
     case.load_inputs(a)
     assert torch.equal(case.static_inputs["hidden"], a["hidden"])
     pristine = {k: v.clone() for k, v in case.static_inputs.items()}
-    out1 = [t.clone() for t in case.variants["stock"](case.static_inputs)]
-    out2 = case.variants["stock"](case.static_inputs)
+    out1 = [t.clone() for t in case.stock(case.static_inputs)]
+    out2 = case.stock(case.static_inputs)
     assert all(torch.equal(x, y) for x, y in zip(out1, out2, strict=True)), "calls must be independent"
     assert all(torch.equal(case.static_inputs[k], pristine[k]) for k in pristine), "inputs must not change"
+    ref = case.oracle(case.static_inputs)
+    assert [t.shape for t in ref] == [t.shape for t in out1] and ref[0].dtype == torch.float32
+    assert max(float((x.float() - y).abs().max()) for x, y in zip(out1, ref, strict=True)) < 0.1
     # routing near-ties were redrawn: every row has a clear top-k gap under stock's own router logits
-    _, _, aux = stock.forward_with_aux(tiny_cfg, tiny_weights, case.decode_batch(case.static_inputs))
-    from kimi_k3.bench import ROUTE_GAP, _route_gap
+    _, _, aux = stock.forward_with_aux(tiny_cfg, tiny_weights, case.state.decode_batch(case.static_inputs))
+    assert bool((route_gap(tiny_cfg, aux["router_logits"], tiny_weights.e_score_correction_bias) >= ROUTE_GAP).all())
 
-    assert bool(
-        (_route_gap(tiny_cfg, aux["router_logits"], tiny_weights.e_score_correction_bias) >= ROUTE_GAP).all()
-    )
+
+def test_candidates_build_on_the_baseline_state(tiny_cfg: K3LayerConfig, tiny_weights: K3LayerWeights) -> None:
+    """The contribution supplies only its variant: the fused layer on the engine's state, same outputs."""
+    from kimi_k3 import bench
+
+    case = _case(tiny_cfg, tiny_weights, 2, 40)
+    cands = bench.candidates(case, {"tp": 1, "batch": 2, "context": 40})
+    assert set(cands) == {"fused"}
+    out = cands["fused"](case.static_inputs)
+    ref = case.oracle(case.static_inputs)
+    assert max(float((x.float() - y).abs().max()) for x, y in zip(out, ref, strict=True)) < 0.1
+
+
+def test_tiny_point_for_the_collector() -> None:
+    case = baseline_case({"gpu": "cpu", "tp": 1, "batch": 2, "context": 64, "dtype": "bfloat16", "tiny": True})
+    assert case is not None and case.state.kv_cache.device.type == "cpu"
+    assert case.state.attn.backend == "torch"
+    assert baseline_case({"gpu": "cpu", "tp": 1, "batch": 2, "context": 64, "dtype": "float16",
+                          "tiny": True}) is None
 
 
 def test_bytes_moved_counts_touched_experts(tiny_cfg: K3LayerConfig, tiny_weights: K3LayerWeights) -> None:
-    case = K3BenchmarkCase(
-        tiny_cfg, tiny_weights, batch=2, context=33, device="cpu", include_compile=False, include_fused=False
-    )
+    case = _case(tiny_cfg, tiny_weights, 2, 33)
     d = case.experts_touched_now()
     assert tiny_cfg.top_k <= d <= min(2 * tiny_cfg.top_k, tiny_cfg.n_routed_experts)
     per_expert = (tiny_weights.w13[0].numel() + tiny_weights.w2[0].numel()) * 2
     assert weight_bytes(tiny_weights, d + 1) - weight_bytes(tiny_weights, d) == per_expert
     kv = 2 * 33 * tiny_cfg.kv_cache_dim * 2
-    assert case.bytes_moved("stock") >= weight_bytes(tiny_weights, d) + kv
-    assert case.bytes_moved("stock") == case.bytes_moved("fused")  # a roofline, not a per-variant count
+    assert case.bytes_moved() >= weight_bytes(tiny_weights, d) + kv
 
 
-def test_benchmark_case_is_none_without_cuda() -> None:
+def test_baseline_case_is_none_without_cuda() -> None:
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    assert benchmark_case({"gpu": "x", "tp": 1, "batch": 1, "context": 1, "dtype": "bfloat16"}) is None
+    assert baseline_case({"gpu": "x", "tp": 1, "batch": 1, "context": 1, "dtype": "bfloat16"}) is None
 
 
-def test_compile_variant_only_at_batch_1_and_64_at_the_largest_context(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """benchmark_case asks for the (minutes-per-shape) torch.compile variant at two grid points only."""
-    from fasttrack.manifest import load_manifest
-    from kimi_k3 import bench
-    from kimi_k3.guard import MANIFEST_PATH
+def test_compile_variant_only_at_the_compile_points(monkeypatch: pytest.MonkeyPatch) -> None:
+    """baseline_case asks for the (minutes-per-shape) torch.compile variant at COMPILE_POINTS only."""
+    from baselines.vllm.kimi_k3 import case as C
 
     built: dict[tuple[int, int], bool] = {}
 
-    def fake_case(cfg: Any, weights: Any, *, batch: int, context: int, include_compile: bool,
-                  tp_group: Any = None) -> str:
+    def fake_case(state: Any, batch: int, context: int, *, include_compile: bool) -> str:
         built[(batch, context)] = include_compile
         return "case"
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(bench, "cached_weights", lambda cfg, device, rank=0: None)
-    monkeypatch.setattr(bench, "K3BenchmarkCase", fake_case)
-    points = load_manifest(MANIFEST_PATH).envelope.points()
-    for p in points:
-        point = {"gpu": p.gpu, "tp": p.tp, "batch": p.batch, "context": p.context, "dtype": p.dtype}
-        if p.tp > 1:  # needs its torchrun processes: without them, a clear error (the worker records it)
-            with pytest.raises(RuntimeError, match=f"TP {p.tp} point needs {p.tp} processes"):
-                bench.benchmark_case(point)
-            continue
-        assert bench.benchmark_case(point) == "case"
-    assert len(built) == 10
-    assert {k for k, v in built.items() if v} == {(1, 32768), (64, 32768)}
+    monkeypatch.setattr(C, "cached_weights", lambda cfg, device: None)
+    monkeypatch.setattr(C, "build_state", lambda *a, **k: None)
+    monkeypatch.setattr(C, "K3BaselineCase", fake_case)
+    for b in (1, 8, 12, 64):
+        for c in (4096, 16384, 32768):
+            assert C.baseline_case({"gpu": "g", "tp": 1, "batch": b, "context": c, "dtype": "bfloat16"}) == "case"
+    with pytest.raises(RuntimeError, match="TP 2 point needs 2 processes"):
+        C.baseline_case({"gpu": "g", "tp": 2, "batch": 1, "context": 4096, "dtype": "bfloat16"})
+    assert {k for k, v in built.items() if v} == set(C.COMPILE_POINTS)
 
 
 @pytest.mark.slow

@@ -154,7 +154,7 @@ def test_fused_kernels_per_layer_in_graph(fused_compiled: dict[str, Any]) -> Non
     batch = random_batch(cfg, [CONTEXT], device="cuda", seed=1)
     batch.workspace = Workspace()
     g, _ = graphed(lambda: fused.forward(cfg, w, batch))
-    assert count_graph_kernels(g.replay) == fused.KERNELS_PER_LAYER
+    assert count_graph_kernels(g.replay) == fused.kernels_per_layer(fused.default_attention(True))
 
 
 def test_fused_tiny_on_gpu() -> None:

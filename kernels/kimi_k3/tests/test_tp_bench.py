@@ -1,6 +1,6 @@
 """The benchmark case at TP 2 on a real two-process gloo group (CPU, tiny shapes, Triton interpreter).
 
-`K3BenchmarkCase.make_inputs` redraws input rows whose routing is ambiguous, running stock (with its
+The engine baseline's `K3BaselineCase.make_inputs` redraws input rows whose routing is ambiguous, running stock (with its
 all-reduces) once per round. The ranks must agree on every round, or one rank waits in an all-reduce its
 peer never joins: the first TP-2 benchmark runs on two H200s hung exactly there. Here rank 1 sees every row
 as ambiguous and rank 0 none, so only the agreement keeps the ranks in step.
@@ -18,17 +18,14 @@ pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 
 def _case_rank(rank: int, world: int, gaps: list[float]) -> dict[str, Any]:
-    from kimi_k3 import bench
+    from baselines.vllm.kimi_k3 import case as C
     from baselines.vllm.kimi_k3.config import K3LayerConfig
     from baselines.vllm.kimi_k3.tp import TPGroup
 
-    bench.ROUTE_GAP = gaps[rank]
+    C.ROUTE_GAP = gaps[rank]
     cfg = K3LayerConfig.tiny(tp=world)
-    weights = bench.cached_weights(cfg, "cpu")
-    case = bench.K3BenchmarkCase(
-        cfg, weights, batch=3, context=40, device="cpu", include_fused=False, include_compile=False,
-        tp_group=TPGroup.from_env(),
-    )
+    weights = C.cached_weights(cfg, "cpu")
+    case = C.K3BaselineCase(C.build_state(cfg, weights, 3, 40, "cpu", TPGroup.from_env()), 3, 40)
     return {
         "hidden": case.static_inputs["hidden"].float(),
         "residual": case.static_inputs["residual"].float(),

@@ -1,9 +1,9 @@
 """Kimi K3 MLA decode layer: the reference contribution fasttrack gates.
 
-Modules: `config` (shapes), `weights` (the one weight layout), `layer` (DecodeBatch / DecodeMeta /
-KimiK3DecodeLayer), `reference` (fp32 PyTorch), `stock` (the stock-engine kernel sequence, with the engine's
-one-kernel ops in `stock_ops`), `fused` (the fused Triton path), `guard` (envelope + fallback), `bench`
-(benchmark cases for `fasttrack collect`), `evals` (model-level equivalence eval).
+Modules: `layer` (KimiK3DecodeLayer; re-exports the engine's step API), `stock` (the guard's fallback: the
+engine baseline's stock layer, re-exported), `fused` (the fused Triton path), `guard` (envelope + fallback),
+`bench` (the candidates for `fasttrack collect`), `evals` (model-level equivalence eval). Config, weights,
+the step API, the TP group, the stock path and the fp32 oracle are the engine's: `baselines.vllm.kimi_k3`.
 Heavy imports (torch, triton) happen inside the modules that need them; this package import is light.
 """
 

@@ -32,8 +32,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from baselines.vllm.kimi_k3.config import K3LayerConfig
-from .layer import DecodeBatch, DecodeMeta
 from baselines.vllm.kimi_k3.weights import K3LayerWeights
+
+from .layer import DecodeBatch, DecodeMeta
 
 if TYPE_CHECKING:
     import torch

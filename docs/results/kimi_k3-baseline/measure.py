@@ -134,8 +134,9 @@ def errors(out: Any, ref: Any) -> dict[str, Any]:
 
 def run_point(R: dict[str, Any], tp: int, b: int, c: int, flush: torch.Tensor, reps: int,
               compile_: bool = False) -> None:
-    from baselines.vllm.kimi_k3.case import baseline_case
     from kimi_k3 import bench
+
+    from baselines.vllm.kimi_k3.case import baseline_case
 
     point = {"gpu": "NVIDIA H200", "tp": tp, "batch": b, "context": c, "dtype": "bfloat16"}
     if tp > 1:
@@ -179,7 +180,7 @@ def run_point(R: dict[str, Any], tp: int, b: int, c: int, flush: torch.Tensor, r
                 v["profile"] = prof
             v["TBps"] = rec["bytes_moved"] / (v["time"]["median_us"] * 1e-6) / 1e12
             del g, outs
-        except Exception as e:  # noqa: BLE001 - a probe reports and goes on
+        except Exception as e:
             v["error"] = f"{type(e).__name__}: {str(e)[:600]}"
             traceback.print_exc(limit=4)
         rec[name] = v
@@ -202,8 +203,9 @@ def run_point(R: dict[str, Any], tp: int, b: int, c: int, flush: torch.Tensor, r
 def run_variants(R: dict[str, Any], b: int, c: int, variants: dict[str, dict[str, Any]], flush: torch.Tensor,
                  reps: int) -> None:
     """Stock, then the fused layer under each plan override (same case, inputs and oracle)."""
-    from baselines.vllm.kimi_k3.case import baseline_case
     from kimi_k3 import fused
+
+    from baselines.vllm.kimi_k3.case import baseline_case
 
     case = baseline_case({"gpu": "NVIDIA H200", "tp": 1, "batch": b, "context": c, "dtype": "bfloat16"})
     assert case is not None
@@ -234,7 +236,7 @@ def run_variants(R: dict[str, Any], b: int, c: int, variants: dict[str, dict[str
             prof = profile(g, flush)
             v["profile"] = prof
             del g, outs
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             v["error"] = f"{type(e).__name__}: {str(e)[:400]}"
         rec["variants"][name] = v
         print(json.dumps({"b": b, "c": c, "variant": name, "us": v.get("median_us"), "x": v.get("speedup"),
@@ -263,7 +265,7 @@ def main() -> int:
         import flashinfer
 
         R["flashinfer"] = flashinfer.__version__
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         R["flashinfer"] = f"not importable: {e!r}"
     path = os.path.join(a.out, "results.json")
 
@@ -299,7 +301,7 @@ def main() -> int:
             continue
         try:
             run_variants(R, int(k.split(",")[0]), int(k.split(",")[1]), vs, flush, a.reps)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             R["errors"].append(f"sweep {k}: {type(e).__name__}: {str(e)[:400]}")
             traceback.print_exc(limit=4)
         save()
@@ -309,7 +311,7 @@ def main() -> int:
             continue
         try:
             run_point(R, 1, b, c, flush, a.reps)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             R["errors"].append(f"tp1 b{b} c{c}: {type(e).__name__}: {str(e)[:400]}")
             traceback.print_exc(limit=4)
         save()
@@ -319,14 +321,14 @@ def main() -> int:
             continue
         try:
             run_point(R, 8, b, c, flush, a.reps)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             R["errors"].append(f"tp8 b{b} c{c}: {type(e).__name__}: {str(e)[:400]}")
             traceback.print_exc(limit=4)
         save()
     if a.compile and time.time() - T0 < a.budget - 120:
         try:
             run_point(R, 1, 1, 32768, flush, a.reps, compile_=True)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             R["errors"].append(f"compile: {type(e).__name__}: {str(e)[:400]}")
         save()
     save()

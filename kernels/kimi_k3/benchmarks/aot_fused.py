@@ -106,9 +106,9 @@ def check(tp: int, batch: int, context: int, override: dict[str, Any] | None = N
     from triton.runtime.jit import JITFunction
 
     from baselines.vllm.kimi_k3.config import K3LayerConfig
+    from baselines.vllm.kimi_k3.weights import K3LayerWeights, expected_shapes
     from kimi_k3.fused import launch
     from kimi_k3.layer import DecodeBatch, DecodeMeta, Workspace
-    from baselines.vllm.kimi_k3.weights import K3LayerWeights, expected_shapes
 
     cfg = K3LayerConfig.real(tp=tp)
     meta = torch.device("meta")

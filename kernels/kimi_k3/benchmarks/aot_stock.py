@@ -23,11 +23,11 @@ def check(tp: int, batch: int, context: int) -> list[dict[str, Any]]:
     import torch
     from triton.runtime.jit import JITFunction
 
+    from baselines.vllm.kimi_k3.config import K3LayerConfig
+    from baselines.vllm.kimi_k3.weights import K3LayerWeights, expected_shapes
     from kimi_k3 import stock
     from kimi_k3.benchmarks.aot_fused import compile_launch
-    from baselines.vllm.kimi_k3.config import K3LayerConfig
     from kimi_k3.layer import DecodeBatch, DecodeMeta
-    from baselines.vllm.kimi_k3.weights import K3LayerWeights, expected_shapes
 
     cfg = K3LayerConfig.real(tp=tp)
     meta = torch.device("meta")

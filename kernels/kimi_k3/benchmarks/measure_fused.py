@@ -6,7 +6,7 @@
    meta tensors: no memory, the on-disk cache is then hit by the real launches);
    `--warm-grid-tp N` does only this, for every plan of the envelope grid at TP N (TP > 1: the TP
    sequence, compile only, no process group: `CompileOnlyTP`), once per machine (a file lock and a
-   done-marker in Triton's cache dir); `bench.benchmark_case` runs it before its first point;
+   done-marker in Triton's cache dir); `bench.candidates` runs it before its first point;
 2. correctness at real shapes: fused vs the fp32 reference (`reference.compare`, bf16 tolerances of
    `reference.TOLERANCES`) at TP8 and TP1 points, NaN-poisoned cache padding;
 3. latency under CUDA graphs, L2 flushed (512 MB write) before every timed replay, median/p10/p90 of N
@@ -142,8 +142,8 @@ def _meta_setup(tp: int, batch: int, context: int) -> tuple[Any, Any, Any]:
     import torch
 
     from baselines.vllm.kimi_k3.config import K3LayerConfig
-    from kimi_k3.layer import DecodeBatch, DecodeMeta, Workspace
     from baselines.vllm.kimi_k3.weights import K3LayerWeights, expected_shapes
+    from kimi_k3.layer import DecodeBatch, DecodeMeta, Workspace
 
     cfg = K3LayerConfig.real(tp=tp)
     meta = torch.device("meta")
@@ -390,8 +390,8 @@ def grid_keys(tp: int) -> list[tuple[int, int, int, str]]:
     contexts plus the context range's ends)."""
     import tomllib
 
-    from kimi_k3 import fused
     from baselines.vllm.kimi_k3.config import K3LayerConfig
+    from kimi_k3 import fused
 
     with open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "fasttrack.toml"), "rb") as f:
         env = tomllib.load(f)["envelope"]
@@ -454,9 +454,9 @@ def check_fused_point(
     import torch
 
     from baselines.vllm.kimi_k3 import reference
+    from baselines.vllm.kimi_k3.config import K3LayerConfig
     from kimi_k3 import fused
     from kimi_k3.bench import cached_weights
-    from baselines.vllm.kimi_k3.config import K3LayerConfig
     from kimi_k3.layer import Workspace, random_batch
 
     cfg = cfg or K3LayerConfig.real(tp)
@@ -548,9 +548,9 @@ def layer_bytes(cfg: Any, w: Any, experts: int, seq_lens: list[int]) -> float:
 def run_sweep(R: Results, flush: Any, a: Any, left: Any) -> None:
     import torch
 
+    from baselines.vllm.kimi_k3.config import K3LayerConfig
     from kimi_k3 import fused, stock
     from kimi_k3.bench import cached_weights
-    from baselines.vllm.kimi_k3.config import K3LayerConfig
     from kimi_k3.layer import Workspace, random_batch
 
     R.data["sweep"] = []
@@ -617,7 +617,7 @@ def main() -> None:
     ap.add_argument("--sweep", action="store_true", help="per-kernel profiles of plan variants instead")
     ap.add_argument("--warm-grid-tp", type=int, default=0,
                     help="only compile every plan of the envelope grid at this TP (warm_keys_once), print "
-                    "the summary as JSON and exit (bench.benchmark_case runs this before its first point)")
+                    "the summary as JSON and exit (bench.candidates runs this before its first point)")
     ap.add_argument("--warm-timeout", type=float, default=None)
     a = ap.parse_args()
     if a.warm_grid_tp:
@@ -664,9 +664,9 @@ def main() -> None:
 
     import torch
 
+    from baselines.vllm.kimi_k3.config import K3LayerConfig
     from kimi_k3 import fused, stock
     from kimi_k3.bench import cached_weights
-    from baselines.vllm.kimi_k3.config import K3LayerConfig
     from kimi_k3.layer import Workspace, random_batch
 
     R.add("torch", torch.__version__)

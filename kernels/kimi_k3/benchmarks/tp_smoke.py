@@ -5,7 +5,8 @@
 Per rank: (1) the symmetric-memory peer buffers of `kimi_k3.tp` (publish + a read of every rank's view),
 eagerly and replayed from a CUDA graph, and the cost of one publish (barrier); (2) at real shapes, stock at
 TP 2 (and fused at TP 2 when it supports it) against the fp32 reference of the full layer; (3) per-layer
-latency of every variant of `bench.K3BenchmarkCase` at TP 2 from CUDA-graph replays, L2 flushed, ranks
+latency of the engine baseline's stock (`baselines.vllm.kimi_k3.case`) and the fused candidate at
+TP 2 from CUDA-graph replays, L2 flushed, ranks
 rendezvoused on the device before each sample, max over ranks. Rank 0 writes DIR/tp_smoke.json.
 """
 
@@ -112,10 +113,10 @@ def check_reference(torch: Any, dist: Any, args: Any, tp: Any, rank: int, world:
                     save: Any) -> None:
     """Stock (and fused with --fused) at TP `world` against the fp32 reference of the full layer."""
     from baselines.vllm.kimi_k3 import reference, stock
-    from kimi_k3.bench import cached_weights
     from baselines.vllm.kimi_k3.config import K3LayerConfig
-    from kimi_k3.layer import Workspace, random_batch
     from baselines.vllm.kimi_k3.tp import shard_weights
+    from kimi_k3.bench import cached_weights
+    from kimi_k3.layer import Workspace, random_batch
 
     full = cached_weights(K3LayerConfig.real(1), "cuda")
     shard = shard_weights(full, rank, world)
@@ -164,9 +165,10 @@ def main() -> None:
     local = int(os.environ["LOCAL_RANK"])
     torch.cuda.set_device(local)
     dist.init_process_group("nccl", device_id=torch.device("cuda", local))
-    from kimi_k3.bench import K3BenchmarkCase, cached_weights
+    from baselines.vllm.kimi_k3.case import K3BaselineCase, build_state, cached_weights
     from baselines.vllm.kimi_k3.config import K3LayerConfig
     from baselines.vllm.kimi_k3.tp import TPGroup
+    from kimi_k3 import bench
 
     rank, world = dist.get_rank(), dist.get_world_size()
     doc: dict[str, Any] = {"world": world, "torch": torch.__version__, "device": torch.cuda.get_device_name()}
@@ -197,11 +199,15 @@ def main() -> None:
         b, c = (int(x) for x in p.split(":"))
         t = time.monotonic()
         try:
-            case = K3BenchmarkCase(cfg, w, b, c, include_compile=p in args.compile_points,
-                                   include_fused=args.fused, tp_group=tp)
+            case = K3BaselineCase(build_state(cfg, w, b, c, "cuda", tp), b, c,
+                                  include_compile=p in args.compile_points)
+            point = {"tp": world, "batch": b, "context": c}
+            case.variants = {  # type: ignore[attr-defined]
+                "stock": case.stock, **case.extra_baselines,
+                **(bench.candidates(case, point) if args.fused else {}),
+            }
             res = time_variants(torch, dist, case, args.iters)
-            res["bytes_stock"] = case.bytes_moved("stock")
-            res["bytes_fused"] = case.bytes_moved("fused")
+            res["bytes_moved"] = case.bytes_moved()
             del case
         except Exception as exc:
             res = {"error": f"{type(exc).__name__}: {exc}"[:600]}

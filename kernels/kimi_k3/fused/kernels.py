@@ -587,7 +587,9 @@ def _merge_role(
             rl = l0 + tl.arange(0, LC)
             lm = rl < KL
             lat = tl.load(
-                opart_ptr + (rb[:, None] * NH + h) * KL + rl[None, :], mask=bm[:, None] & lm[None, :], other=0.0
+                opart_ptr + (rb[:, None] * NH + h) * KL + rl[None, :],
+                mask=bm[:, None] & lm[None, :],
+                other=0.0,
             )
             wuv = tl.load(
                 wkvb_ptr + wrow[None, :] * KL + rl[:, None], mask=lm[:, None] & vm[None, :], other=0.0
@@ -796,7 +798,9 @@ def attn_pack_kernel(
             mask=hm[:, None] & lm[None, :],
             other=0.0,
         )
-    qpe = tl.load(qpe_ptr + b * NH * DR + rh[:, None] * DR + rp[None, :], mask=hm[:, None] & pm[None, :], other=0.0)
+    qpe = tl.load(
+        qpe_ptr + b * NH * DR + rh[:, None] * DR + rp[None, :], mask=hm[:, None] & pm[None, :], other=0.0
+    )
     base = q_ptr + (b * NH + rh[:, None]) * (KL + DR)
     tl.store(base + rl[None, :], ql.to(tl.bfloat16), mask=hm[:, None] & lm[None, :])
     tl.store(base + KL + rp[None, :], qpe.to(tl.bfloat16), mask=hm[:, None] & pm[None, :])

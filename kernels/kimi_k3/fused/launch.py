@@ -10,13 +10,15 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from baselines.vllm.kimi_k3.config import K3LayerConfig
+
 from . import prep
 
 if TYPE_CHECKING:
     import torch
 
-    from ..layer import DecodeBatch
     from baselines.vllm.kimi_k3.weights import K3LayerWeights
+
+    from ..layer import DecodeBatch
 
 NUM_SMS = 132  # H200 SXM; only used to size grids (any value is correct)
 LOG2E = 1.4426950408889634

@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from baselines.vllm.kimi_k3.config import K3LayerConfig
+
 from . import prep
 from .launch import (
     KERNELS_PER_LAYER_TP,
@@ -39,9 +40,10 @@ from .launch import (
 if TYPE_CHECKING:
     import torch
 
-    from ..layer import DecodeBatch
     from baselines.vllm.kimi_k3.tp import PeerBuffer, TPGroup
     from baselines.vllm.kimi_k3.weights import K3LayerWeights
+
+    from ..layer import DecodeBatch
 
 __all__ = ["KERNELS_PER_LAYER_TP", "PUBLISHES_PER_LAYER_TP", "check_tp", "run_planned_tp"]
 

@@ -46,10 +46,13 @@ def test_baseline_case_contract(tiny_cfg: K3LayerConfig, tiny_weights: K3LayerWe
     assert max(float((x.float() - y).abs().max()) for x, y in zip(out1, ref, strict=True)) < 0.1
     # routing near-ties were redrawn: every row has a clear top-k gap under stock's own router logits
     _, _, aux = stock.forward_with_aux(tiny_cfg, tiny_weights, case.state.decode_batch(case.static_inputs))
-    assert bool((route_gap(tiny_cfg, aux["router_logits"], tiny_weights.e_score_correction_bias) >= ROUTE_GAP).all())
+    gap = route_gap(tiny_cfg, aux["router_logits"], tiny_weights.e_score_correction_bias)
+    assert bool((gap >= ROUTE_GAP).all())
 
 
-def test_candidates_build_on_the_baseline_state(tiny_cfg: K3LayerConfig, tiny_weights: K3LayerWeights) -> None:
+def test_candidates_build_on_the_baseline_state(
+    tiny_cfg: K3LayerConfig, tiny_weights: K3LayerWeights
+) -> None:
     """The contribution supplies only its variant: the fused layer on the engine's state, same outputs."""
     from kimi_k3 import bench
 
@@ -62,7 +65,8 @@ def test_candidates_build_on_the_baseline_state(tiny_cfg: K3LayerConfig, tiny_we
 
 
 def test_tiny_point_for_the_collector() -> None:
-    case = baseline_case({"gpu": "cpu", "tp": 1, "batch": 2, "context": 64, "dtype": "bfloat16", "tiny": True})
+    point = {"gpu": "cpu", "tp": 1, "batch": 2, "context": 64, "dtype": "bfloat16", "tiny": True}
+    case = baseline_case(point)
     assert case is not None and case.state.kv_cache.device.type == "cpu"
     assert case.state.attn.backend == "torch"
     assert baseline_case({"gpu": "cpu", "tp": 1, "batch": 2, "context": 64, "dtype": "float16",
@@ -101,7 +105,8 @@ def test_compile_variant_only_at_the_compile_points(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(C, "K3BaselineCase", fake_case)
     for b in (1, 8, 12, 64):
         for c in (4096, 16384, 32768):
-            assert C.baseline_case({"gpu": "g", "tp": 1, "batch": b, "context": c, "dtype": "bfloat16"}) == "case"
+            point = {"gpu": "g", "tp": 1, "batch": b, "context": c, "dtype": "bfloat16"}
+            assert C.baseline_case(point) == "case"
     with pytest.raises(RuntimeError, match="TP 2 point needs 2 processes"):
         C.baseline_case({"gpu": "g", "tp": 2, "batch": 1, "context": 4096, "dtype": "bfloat16"})
     assert {k for k, v in built.items() if v} == set(C.COMPILE_POINTS)

@@ -17,10 +17,10 @@ import pytest
 import torch
 
 from baselines.vllm.kimi_k3 import reference
-from kimi_k3 import fused
 from baselines.vllm.kimi_k3.config import K3LayerConfig
-from kimi_k3.layer import DecodeBatch, Workspace, random_batch
 from baselines.vllm.kimi_k3.weights import K3LayerWeights
+from kimi_k3 import fused
+from kimi_k3.layer import DecodeBatch, Workspace, random_batch
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore::RuntimeWarning"

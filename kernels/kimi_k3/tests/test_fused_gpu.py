@@ -37,7 +37,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from baselines.vllm.kimi_k3 import reference  # noqa: E402
-from kimi_k3 import fused
+from baselines.vllm.kimi_k3.config import K3LayerConfig  # noqa: E402
+from baselines.vllm.kimi_k3.weights import K3LayerWeights  # noqa: E402
+from kimi_k3 import fused  # noqa: E402
 from kimi_k3.bench import cached_weights  # noqa: E402
 from kimi_k3.benchmarks.measure_fused import (  # noqa: E402
     check_fused_point,
@@ -46,11 +48,9 @@ from kimi_k3.benchmarks.measure_fused import (  # noqa: E402
     warm_keys,
     warm_keys_once,
 )
-from baselines.vllm.kimi_k3.config import K3LayerConfig  # noqa: E402
 from kimi_k3.guard import ENVELOPE  # noqa: E402
 from kimi_k3.layer import Workspace, random_batch  # noqa: E402
 from kimi_k3.tests._gpu_points import skip_unless_runnable_here, tp_point_setup  # noqa: E402
-from baselines.vllm.kimi_k3.weights import K3LayerWeights  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 CONTEXT = ENVELOPE.context_min  # context of the non-point tests (inside the envelope: kernels shared)

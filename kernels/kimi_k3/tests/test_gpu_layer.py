@@ -33,12 +33,12 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from baselines.vllm.kimi_k3 import reference, stock  # noqa: E402
-from kimi_k3.bench import cached_weights  # noqa: E402
 from baselines.vllm.kimi_k3.config import K3LayerConfig  # noqa: E402
+from baselines.vllm.kimi_k3.weights import K3LayerWeights  # noqa: E402
+from kimi_k3.bench import cached_weights  # noqa: E402
 from kimi_k3.guard import ENVELOPE  # noqa: E402
 from kimi_k3.layer import DecodeBatch, random_batch  # noqa: E402
 from kimi_k3.tests._gpu_points import skip_unless_runnable_here, tp_point_setup  # noqa: E402
-from baselines.vllm.kimi_k3.weights import K3LayerWeights  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 CONTEXT = ENVELOPE.context_min  # context of the non-point tests (inside the envelope)
@@ -54,7 +54,7 @@ def _lens(batch: int, context: int, seed: int) -> list[int]:
 
 
 def check_stock_point(point: dict[str, Any]) -> reference.Comparison:
-    """Stock vs the fp32 reference at one envelope point (also called by benchmarks/measure.py)."""
+    """Stock vs the fp32 reference at one envelope point."""
     tp = int(point["tp"])
     cfg = K3LayerConfig.real(1)
     tp_group = None

@@ -15,8 +15,8 @@ from kimi_k3.guard import ENVELOPE, MANIFEST_PATH, METRIC_NAME, REASONS, Envelop
 from kimi_k3.layer import DecodeMeta
 
 INSIDE = DecodeMeta(
-    batch=1,
-    max_context=32768,
+    batch=ENVELOPE.batch_min,
+    max_context=ENVELOPE.context_max,
     tp=1,
     dtype="bfloat16",
     graph_mode="full",
@@ -36,17 +36,16 @@ def _count(reg: CollectorRegistry, reason: str) -> float:
 
 
 EDGES = [
-    # (change, expected reason or None for "inside")
-    ({"batch": 1}, None),
-    ({"batch": 64}, None),
+    # (change, expected reason or None for "inside"); the bounds are the manifest's (fasttrack.toml says why)
+    ({"batch": ENVELOPE.batch_min}, None),
+    ({"batch": ENVELOPE.batch_max}, None),
+    ({"batch": ENVELOPE.batch_min - 1}, "batch"),
+    ({"batch": ENVELOPE.batch_max + 1}, "batch"),
     ({"batch": 0}, "batch"),
-    ({"batch": 65}, "batch"),
-    # context 16384..32768 (fasttrack.toml says why: where fused is measured faster than stock)
-    ({"max_context": 16384}, None),
-    ({"max_context": 32768}, None),
-    ({"max_context": 16383}, "context"),
-    ({"max_context": 32769}, "context"),
-    ({"max_context": 4096}, "context"),
+    ({"max_context": ENVELOPE.context_min}, None),
+    ({"max_context": ENVELOPE.context_max}, None),
+    ({"max_context": ENVELOPE.context_min - 1}, "context"),
+    ({"max_context": ENVELOPE.context_max + 1}, "context"),
     ({"max_context": 1}, "context"),
     ({"max_context": 0}, "context"),
     ({"tp": 4}, "tp"),

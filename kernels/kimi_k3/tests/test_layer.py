@@ -11,11 +11,11 @@ torch = pytest.importorskip("torch")
 
 from prometheus_client import CollectorRegistry  # noqa: E402
 
-from kimi_k3 import stock  # noqa: E402
 from baselines.vllm.kimi_k3.config import K3LayerConfig  # noqa: E402
+from baselines.vllm.kimi_k3.weights import K3LayerWeights  # noqa: E402
+from kimi_k3 import stock  # noqa: E402
 from kimi_k3.guard import ENVELOPE, METRIC_NAME, Guard  # noqa: E402
 from kimi_k3.layer import DecodeBatch, KimiK3DecodeLayer, Workspace, random_batch  # noqa: E402
-from baselines.vllm.kimi_k3.weights import K3LayerWeights  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 

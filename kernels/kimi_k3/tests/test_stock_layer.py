@@ -10,8 +10,8 @@ import torch
 
 from baselines.vllm.kimi_k3 import reference, stock
 from baselines.vllm.kimi_k3.config import K3LayerConfig
-from kimi_k3.layer import DecodeBatch, random_batch
 from baselines.vllm.kimi_k3.weights import K3LayerWeights
+from kimi_k3.layer import DecodeBatch, random_batch
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore::RuntimeWarning"

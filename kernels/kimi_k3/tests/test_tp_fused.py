@@ -72,11 +72,11 @@ def _tp_rank(
     import torch
 
     from baselines.vllm.kimi_k3 import reference, stock
-    from kimi_k3 import fused
     from baselines.vllm.kimi_k3.config import K3LayerConfig
-    from kimi_k3.layer import Workspace, random_batch
     from baselines.vllm.kimi_k3.tp import TPGroup, shard_weights
     from baselines.vllm.kimi_k3.weights import K3LayerWeights
+    from kimi_k3 import fused
+    from kimi_k3.layer import Workspace, random_batch
 
     cfg = K3LayerConfig.tiny() if cfg_name == "tiny" else K3LayerConfig.real(1)
     full = K3LayerWeights.random(cfg, device=device, seed=7)
@@ -217,11 +217,11 @@ def test_fused_tp2_matches_stock_tp1_and_reference(name: str, cpu_results: list[
 
 def test_tp_plan_and_counts() -> None:
     """Host only: kernel / publish counts, the plans at real TP 2 shapes, and the TP checks."""
-    from kimi_k3 import fused
     from baselines.vllm.kimi_k3.config import K3LayerConfig
+    from baselines.vllm.kimi_k3.tp import TPGroup
+    from kimi_k3 import fused
     from kimi_k3.fused.launch import KERNELS_PER_LAYER_TP, PUBLISHES_PER_LAYER_TP, _check_plan
     from kimi_k3.fused.tp_launch import check_tp
-    from baselines.vllm.kimi_k3.tp import TPGroup
 
     assert (KERNELS_PER_LAYER_TP, PUBLISHES_PER_LAYER_TP) == (10, 3)
     cfg = K3LayerConfig.real(2)
@@ -281,11 +281,11 @@ def _real_rank(rank: int, world: int, cases: dict[str, list[int]]) -> dict[str, 
     import torch
 
     from baselines.vllm.kimi_k3 import reference, stock
-    from kimi_k3 import fused
     from baselines.vllm.kimi_k3.config import K3LayerConfig
-    from kimi_k3.layer import Workspace, random_batch
     from baselines.vllm.kimi_k3.tp import TPGroup, shard_weights
     from baselines.vllm.kimi_k3.weights import K3LayerWeights
+    from kimi_k3 import fused
+    from kimi_k3.layer import Workspace, random_batch
 
     cfg = K3LayerConfig.real(1)
     full = K3LayerWeights.random(cfg, device="cuda", seed=7)

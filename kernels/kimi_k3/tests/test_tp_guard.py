@@ -23,10 +23,10 @@ def _guard_rank(rank: int, world: int, fail_rank: int | None) -> dict[str, Any]:
     from prometheus_client import CollectorRegistry
 
     from baselines.vllm.kimi_k3.config import K3LayerConfig
-    from kimi_k3.guard import ENVELOPE, METRIC_NAME, REASONS, Guard
-    from kimi_k3.layer import DecodeMeta, KimiK3DecodeLayer, random_batch
     from baselines.vllm.kimi_k3.tp import TPGroup, shard_weights
     from baselines.vllm.kimi_k3.weights import K3LayerWeights
+    from kimi_k3.guard import ENVELOPE, METRIC_NAME, REASONS, Guard
+    from kimi_k3.layer import DecodeMeta, KimiK3DecodeLayer, random_batch
 
     cfg = K3LayerConfig.tiny()
     shard = shard_weights(K3LayerWeights.random(cfg, seed=5), rank, world)
@@ -37,7 +37,7 @@ def _guard_rank(rank: int, world: int, fail_rank: int | None) -> dict[str, Any]:
     layer = KimiK3DecodeLayer(shard.cfg, shard, guard=guard, tp=tp)
     env = guard.envelope
     meta = DecodeMeta(
-        batch=3,
+        batch=env.batch_min,
         max_context=env.context_min,
         tp=world,
         device_capability=(9, 0),
@@ -78,10 +78,10 @@ def test_tp_layer_without_agreement_falls_back() -> None:
     from prometheus_client import CollectorRegistry
 
     from baselines.vllm.kimi_k3.config import K3LayerConfig
-    from kimi_k3.guard import ENVELOPE, METRIC_NAME, Guard
-    from kimi_k3.layer import DecodeMeta, KimiK3DecodeLayer
     from baselines.vllm.kimi_k3.tp import TPGroup
     from baselines.vllm.kimi_k3.weights import K3LayerWeights
+    from kimi_k3.guard import ENVELOPE, METRIC_NAME, Guard
+    from kimi_k3.layer import DecodeMeta, KimiK3DecodeLayer
 
     cfg = K3LayerConfig.tiny(tp=2)
     reg = CollectorRegistry()

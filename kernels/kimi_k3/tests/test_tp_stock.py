@@ -23,9 +23,9 @@ def _stock_rank(rank: int, world: int, seq_lens: list[int]) -> dict[str, Any]:
 
     from baselines.vllm.kimi_k3 import reference, stock
     from baselines.vllm.kimi_k3.config import K3LayerConfig
-    from kimi_k3.layer import random_batch
     from baselines.vllm.kimi_k3.tp import TPGroup, shard_weights
     from baselines.vllm.kimi_k3.weights import K3LayerWeights
+    from kimi_k3.layer import random_batch
 
     cfg = K3LayerConfig.tiny()
     full = K3LayerWeights.random(cfg, seed=7)

@@ -54,11 +54,11 @@ def _real_keys(tp: int, bsz: int, ctx: int, rank: int, layout: str, width_extra:
 
     import torch
 
-    from kimi_k3 import fused
     from baselines.vllm.kimi_k3.config import K3LayerConfig
-    from kimi_k3.layer import DecodeBatch, DecodeMeta, Workspace, random_batch
     from baselines.vllm.kimi_k3.tp import TPGroup
     from baselines.vllm.kimi_k3.weights import K3LayerWeights, expected_shapes
+    from kimi_k3 import fused
+    from kimi_k3.layer import DecodeBatch, DecodeMeta, Workspace, random_batch
 
     class NoCommTP(TPGroup):  # the real "copy" transport's buffers; its all-gather is left out (no group)
         def _make_copy(self, name: str, shape: Any, dtype: Any, device: Any) -> Any:

@@ -35,7 +35,8 @@ def test_layer_dispatches_through_the_guard(tiny_cfg: K3LayerConfig, tiny_weight
     batch = random_batch(tiny_cfg, [3, 9], seed=2)
     # the guard reads host facts only: declare a context inside the envelope (16384..32768) for this step
     inside = dataclasses.replace(
-        batch.meta, max_context=ENVELOPE.context_min, device_capability=(9, 0), device_name="NVIDIA H200"
+        batch.meta, batch=ENVELOPE.batch_min, max_context=ENVELOPE.context_min, device_capability=(9, 0),
+        device_name="NVIDIA H200",
     )
     out, res = layer(batch.hidden, batch.residual, batch.kv_cache, batch.block_table, batch.seq_lens, inside)
     assert layer.last_path == "fused" and calls == ["fused"]

@@ -60,14 +60,16 @@ def test_stock_matches_reference_across_contexts(
 
 
 def test_poison_is_effective(tiny_cfg: K3LayerConfig, tiny_weights: K3LayerWeights) -> None:
-    """The poisoned padding must be able to fail a path: a path that reads one slot too many is caught."""
+    """The poisoned padding must be able to fail a path: a path that reads one slot too many is caught (the
+    slot past a row's length holds the finite 1e4 sentinel: it swamps the softmax, or overflows)."""
     lens = [5, 20]
     batch = random_batch(tiny_cfg, lens, seed=3, poison=True)
+    good, _ = stock.forward(tiny_cfg, tiny_weights, random_batch(tiny_cfg, lens, seed=3, poison=True))
     longer = DecodeBatch(
         batch.hidden, batch.residual, batch.kv_cache, batch.block_table, batch.seq_lens + 1, batch.meta
     )
     out, _ = stock.forward(tiny_cfg, tiny_weights, longer)
-    assert not torch.isfinite(out).all()
+    assert not torch.isfinite(out).all() or float((out.float() - good.float()).abs().max()) > 1.0
 
 
 def test_routing_ambiguity_is_reported_not_hidden(

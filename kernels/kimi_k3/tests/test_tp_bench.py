@@ -2,8 +2,8 @@
 
 The engine baseline's `K3BaselineCase.make_inputs` redraws input rows whose routing is ambiguous, running
 stock (with its all-reduces) once per round. The ranks must agree on every round, or one rank waits in an
-all-reduce its peer never joins: the first TP-2 benchmark runs on two H200s hung exactly there. Here rank 1 sees every row
-as ambiguous and rank 0 none, so only the agreement keeps the ranks in step.
+all-reduce its peer never joins: the first TP-2 benchmark runs on two H200s hung exactly there. Here rank 1
+sees every row as ambiguous and rank 0 none, so only the agreement keeps the ranks in step.
 """
 
 from __future__ import annotations

@@ -90,7 +90,9 @@ def test_tp_layer_without_agreement_falls_back() -> None:
         cfg, K3LayerWeights.random(cfg, seed=1), guard=guard, tp=TPGroup(rank=0, world=2)
     )
     env = guard.envelope
-    meta = DecodeMeta(batch=1, max_context=env.context_min, tp=2, device_name=sorted(env.gpu_names)[0])
+    meta = DecodeMeta(
+        batch=env.batch_min, max_context=env.context_min, tp=2, device_name=sorted(env.gpu_names)[0]
+    )
     decision = guard.check(meta, peers_agree=layer.peers_agree)
     assert decision == (False, "peer_rank")
     assert reg.get_sample_value(METRIC_NAME, {"reason": "peer_rank"}) is None  # check() counts nothing

@@ -201,4 +201,13 @@ def test_warm_keys_once_marks_done(tmp_path: Any) -> None:
 def test_grid_keys_cover_the_tp2_grid() -> None:
     keys = M.grid_keys(2)
     assert all(k[0] == 2 for k in keys)
-    assert {(b, c) for _, b, c, _ in keys} >= {(1, 16384), (64, 16384)}
+    from kimi_k3.guard import ENVELOPE
+
+    from baselines.vllm.kimi_k3.config import K3LayerConfig
+    from kimi_k3 import fused
+
+    cfg = K3LayerConfig.real(2)
+    plans = {fused.make_plan(cfg, b, c) for _, b, c, _ in keys}
+    for b in (ENVELOPE.batch_min, ENVELOPE.batch_max):  # every distinct plan of the envelope's corners
+        for c in (ENVELOPE.context_min, ENVELOPE.context_max):
+            assert fused.make_plan(cfg, b, c) in plans

@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 WORKSPACE_BYTES = 128 * 1024 * 1024
 BACKEND = "fa3"
 # kernel-name patterns by which a captured graph shows FlashInfer's FA3 MLA (policy: FLASHINFER_MLA)
-KERNEL_PATTERNS = ["*BatchMLAPageAttention*", "*flashinfer*mla*", "*MLA*Hopper*", "*mla*"]
+# (seen on the H200: flashinfer::mla::hopper::BatchMLAPageAttentionHopperKernel<...>)
+KERNEL_PATTERNS = ["*BatchMLAPageAttention*", "*flashinfer*mla*"]
 
 _WORKSPACES: dict[str, Any] = {}
 
@@ -70,8 +71,8 @@ class MLADecodeAttention:
         if self.backend == "torch":
             self._wrapper = None
             return
-        from flashinfer.mla import BatchMLAPagedAttentionWrapper
-        from flashinfer.mla._batch_mla._contracts import MLAPlanMetadata
+        from flashinfer.mla import BatchMLAPagedAttentionWrapper  # type: ignore[import-not-found]
+        from flashinfer.mla._batch_mla._contracts import MLAPlanMetadata  # type: ignore[import-not-found]
 
         dev = self.device
         npages = [(n + page_size - 1) // page_size for n in lens]
@@ -118,7 +119,8 @@ class MLADecodeAttention:
         """q [B, H, kv_lora + rope] bf16 -> latent output [B, H, kv_lora] bf16."""
         if self._wrapper is not None:
             if out is None:
-                return self._wrapper.run(query=q, kv_cache=kv_cache)
+                res: torch.Tensor = self._wrapper.run(query=q, kv_cache=kv_cache)
+                return res
             self._wrapper.run(query=q, kv_cache=kv_cache, out=out)
             return out
         return self._torch_run(q, kv_cache, out)

@@ -35,7 +35,7 @@ ROUTE_GAP = 2e-3
 # torch.compile of stock is built only here (max-autotune costs 1-2 minutes of a lease per batch size)
 COMPILE_POINTS = frozenset({(1, 32768), (64, 32768)})
 STAGES: dict[str, list[str]] = {
-    "mla_decode": ["*BatchMLAPageAttention*", "*flashinfer*", "*mla*Kernel*"],
+    "mla_decode": ["*BatchMLAPageAttention*", "*flashinfer*mla*"],  # = attention.KERNEL_PATTERNS
     "norms": ["*rms_norm*"],
     "cache_insert": ["*q_concat_cache_insert*"],
     "routing": ["*grouped_topk*", "*moe_align*"],

@@ -53,7 +53,7 @@ def _attention_eager(attn: Any, q: torch.Tensor, kv_cache: torch.Tensor) -> torc
 
 # FlashInfer's planned wrapper is opaque to Dynamo: the "compile" baseline calls it as an eager op (a graph
 # break), as vLLM's torch.compile integration treats its attention backends (a splitting op).
-_run_attention = _torch.compiler.disable(_attention_eager)
+_run_attention = _torch.compiler.disable(_attention_eager)  # type: ignore[no-untyped-call]
 
 _AUX: dict[str, Any] = {}
 
@@ -63,7 +63,7 @@ def _aux_stream(device: torch.device) -> Any:
 
     key = str(device)
     if key not in _AUX:
-        _AUX[key] = torch.cuda.Stream(device=device)
+        _AUX[key] = torch.cuda.Stream(device=device)  # type: ignore[no-untyped-call]
     return _AUX[key]
 
 

@@ -145,6 +145,8 @@ class TPGroup:
         local = symm_mem.empty(shape, dtype=dtype, device=device)
         local.zero_()
         group = self.group if self.group is not None else dist.group.WORLD
+        if group is None:
+            raise RuntimeError("torch.distributed is not initialised")
         handle = symm_mem.rendezvous(local, group.group_name)
         views = [
             local if r == self.rank else handle.get_buffer(r, tuple(shape), dtype) for r in range(self.world)

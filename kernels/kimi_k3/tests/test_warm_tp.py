@@ -201,10 +201,9 @@ def test_warm_keys_once_marks_done(tmp_path: Any) -> None:
 def test_grid_keys_cover_the_tp2_grid() -> None:
     keys = M.grid_keys(2)
     assert all(k[0] == 2 for k in keys)
-    from kimi_k3.guard import ENVELOPE
-
     from baselines.vllm.kimi_k3.config import K3LayerConfig
     from kimi_k3 import fused
+    from kimi_k3.guard import ENVELOPE
 
     cfg = K3LayerConfig.real(2)
     plans = {fused.make_plan(cfg, b, c) for _, b, c, _ in keys}

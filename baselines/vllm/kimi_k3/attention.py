@@ -9,8 +9,9 @@ One `MLADecodeAttention` is one step's attention metadata: planned once on the h
 sequence lengths (the plan copies them to the host, as vLLM's metadata builder does before the graph
 replays), then `run(q, kv_cache)` launches only device work and is CUDA-graph capturable.
 
-On CPU (CI) the same stage runs a torch reference attention over the same paged cache (fp32 softmax, bf16
-out), so the baseline's plumbing, shapes, TP sharding and the guard's fallback are tested without a GPU.
+On CPU (CI), and at shapes FlashInfer's MLA is not built for (the tiny test config, also on a GPU), the same
+stage runs a torch reference attention over the same paged cache (fp32 softmax, bf16 out), so the baseline's
+plumbing, shapes, TP sharding and the guard's fallback are tested without a GPU.
 `flashinfer` is imported lazily (the `gpu` extra of pyproject).
 """
 
@@ -26,6 +27,8 @@ BACKEND = "fa3"
 # kernel-name patterns by which a captured graph shows FlashInfer's FA3 MLA (policy: FLASHINFER_MLA)
 # (seen on the H200: flashinfer::mla::hopper::BatchMLAPageAttentionHopperKernel<...>)
 KERNEL_PATTERNS = ["*BatchMLAPageAttention*", "*flashinfer*mla*"]
+
+FLASHINFER_SHAPES = frozenset({(512, 64)})  # (head_dim_ckv, head_dim_kpe) FlashInfer's MLA is built for
 
 _WORKSPACES: dict[str, Any] = {}
 
@@ -67,7 +70,10 @@ class MLADecodeAttention:
         self.seq_lens_host = lens
         self.block_table = block_table
         self.seq_lens = seq_lens
-        self.backend = backend if self.device.type == "cuda" else "torch"
+        # FlashInfer's MLA kernels take the DeepSeek/K3 latent shape only (512 + 64); other (tiny test)
+        # shapes run the torch reference attention, on the GPU too
+        fits = (kv_lora_rank, rope_dim) in FLASHINFER_SHAPES
+        self.backend = backend if self.device.type == "cuda" and fits else "torch"
         if self.backend == "torch":
             self._wrapper = None
             return

@@ -469,6 +469,44 @@ def moe_scratch(cfg: K3LayerConfig, batch: DecodeBatch, p: Plan) -> dict[str, to
     }
 
 
+def launch_o_proj(
+    cfg: K3LayerConfig,
+    w: K3LayerWeights,
+    p: Plan,
+    a: dict[str, torch.Tensor],
+    m: dict[str, torch.Tensor],
+    out: torch.Tensor,
+    *,
+    partial: bool,
+) -> None:
+    """Kernel 4 (o_proj; TP 1: + residual add into `out`; TP > 1: this rank's partial into `out`), the same
+    launch at every TP size."""
+    from . import kernels as K
+
+    B = int(a["attn_out"].shape[0])
+    K.o_proj_kernel[(_cdiv(cfg.hidden, p.O_BN) * p.O_KS,)](
+        a["attn_out"],
+        w.w_o,
+        a["resid1"],
+        m["o_part"],
+        out,
+        m["oss"],
+        a["ctr"],
+        B,
+        H=cfg.hidden,
+        K=cfg.local_heads * cfg.v_head_dim,
+        KS=p.O_KS,
+        CTR_OFF=K.CTR_O,
+        BB=p.BB,
+        BN=p.O_BN,
+        BK=p.O_BK,
+        MODE=p.MODE,
+        PARTIAL=partial,
+        num_warps=p.num_warps,
+        num_stages=p.stages,
+    )
+
+
 def launch_expert_up(
     cfg: K3LayerConfig, w: K3LayerWeights, p: Plan, m: dict[str, torch.Tensor], ctr: torch.Tensor
 ) -> None:
@@ -514,12 +552,12 @@ def run_planned(
     _check_plan(cfg, plan)
     p = plan
     a = launch_attention(cfg, w, batch, p)
-    ctr, resid1, attn_out = a["ctr"], a["resid1"], a["attn_out"]
+    ctr = a["ctr"]
     h_in = batch.hidden
     B = int(h_in.shape[0])
     dev = h_in.device
     bf16 = torch.bfloat16
-    H, NH, DV = cfg.hidden, cfg.local_heads, cfg.v_head_dim
+    H = cfg.hidden
     E, TOPK, LAT, NI, SI = cfg.n_routed_experts, cfg.top_k, cfg.latent, cfg.routed_inter, cfg.shared_inter
     eps = float(cfg.rms_norm_eps)
 
@@ -532,27 +570,7 @@ def run_planned(
     hidden_out = torch.empty((B, H), dtype=bf16, device=dev)
     nw, st = p.num_warps, p.stages
     # 4
-    K.o_proj_kernel[(nbo * p.O_KS,)](
-        attn_out,
-        w.w_o,
-        resid1,
-        m["o_part"],
-        resid_out,
-        m["oss"],
-        ctr,
-        B,
-        H=H,
-        K=NH * DV,
-        KS=p.O_KS,
-        CTR_OFF=K.CTR_O,
-        BB=p.BB,
-        BN=p.O_BN,
-        BK=p.O_BK,
-        MODE=p.MODE,
-        PARTIAL=False,
-        num_warps=nw,
-        num_stages=st,
-    )
+    launch_o_proj(cfg, w, p, a, m, resid_out, partial=False)
     # 5
     grid_f = _cdiv(E, p.F_BN) + _cdiv(B, p.TB) + _cdiv(LAT, p.F_BN) + _cdiv(2 * SI, p.F_BN)
     K.moe_front_kernel[(grid_f,)](

@@ -34,6 +34,7 @@ from .launch import (
     _tp_of,
     launch_attention,
     launch_expert_up,
+    launch_o_proj,
     moe_scratch,
 )
 
@@ -71,7 +72,6 @@ def run_planned_tp(
     """The TP > 1 layer (10 kernels, 3 publishes); returns (hidden_out, residual_out, intermediates)."""
     import torch
 
-    from . import kernels as K
     from . import tp_kernels as TK
 
     tp = _tp_of(batch)
@@ -81,12 +81,12 @@ def run_planned_tp(
     p = plan
     W, me = tp.world, tp.rank
     a = launch_attention(cfg, w, batch, p)  # 1-3
-    ctr, resid1, attn_out = a["ctr"], a["resid1"], a["attn_out"]
+    ctr, resid1 = a["ctr"], a["resid1"]
     h_in = batch.hidden
     B = int(h_in.shape[0])
     dev = h_in.device
     f32, bf16 = torch.float32, torch.bfloat16
-    H, NH, DV = cfg.hidden, cfg.local_heads, cfg.v_head_dim
+    H = cfg.hidden
     E, TOPK, LAT, NI, SI = cfg.n_routed_experts, cfg.top_k, cfg.latent, cfg.routed_inter, cfg.shared_inter
     EL, LL = E // W, LAT // W
     eps = float(cfg.rms_norm_eps)
@@ -113,27 +113,7 @@ def run_planned_tp(
     nw, st = p.num_warps, p.stages
 
     # 4 o_proj partial -> ar_o
-    K.o_proj_kernel[(nbo * p.O_KS,)](
-        attn_out,
-        w.w_o,
-        resid1,
-        m["o_part"],
-        ar_o.local,
-        m["oss"],
-        ctr,
-        B,
-        H=H,
-        K=NH * DV,
-        KS=p.O_KS,
-        CTR_OFF=K.CTR_O,
-        BB=p.BB,
-        BN=p.O_BN,
-        BK=p.O_BK,
-        MODE=p.MODE,
-        PARTIAL=True,
-        num_warps=nw,
-        num_stages=st,
-    )
+    launch_o_proj(cfg, w, p, a, m, ar_o.local, partial=True)
     ar_o.publish()
     # 5 all-reduce + residual -> residual_out, oss
     TK.ar_resid_kernel[(nbo,)](

@@ -380,8 +380,10 @@ def usable_benchmarks(st: Statement) -> list[Benchmark]:
 
 
 def candidates(bench: Benchmark) -> list[str]:
-    """Variants that are the contribution's (everything but stock and torch.compile of stock)."""
-    return sorted(v for v in bench.variants if v not in REFERENCE_VARIANTS)
+    """Variants that are the contribution's: recorded as such (`origin`), or, in a statement without
+    origins, everything but stock and torch.compile of stock."""
+    return sorted(n for n, v in bench.variants.items()
+                  if v.origin == "contribution" or (v.origin is None and n not in REFERENCE_VARIANTS))
 
 
 def benchmark_at(st: Statement, key: str) -> Benchmark | None:

@@ -4,7 +4,8 @@ Its benchmark is the engine's row-parallel ``relu(x @ W + b)`` (baselines/selfte
 holds 1/n of W's rows (the K dimension) and the matching columns of x, computes its partial product and
 all-reduces it over the default process group the bench worker initialised (gloo on the CPU backend). The
 engine's stock adds the bias after the all-reduce; the toy's ``fused`` folds ``b / n`` into an ``addmm``
-before it (a different op order, the same result). At tp = 1 the same case runs without a process group. Environment variables make one rank misbehave at the
+before it (a different op order, the same result). At tp = 1 the same case runs without a process group.
+Environment variables make one rank misbehave at the
 points of one batch size (TP_TOY_BAD_BATCH; every batch when unset): TP_TOY_WRONG_ON_RANK (``fused`` is off
 by 1 on that rank only, after the all-reduce) and TP_TOY_TEST_FAIL_ON_RANK (the kernel test records an error
 above its tolerance on that rank only).
@@ -78,7 +79,8 @@ def make_tp_toy(root: Path, tp: str = "[1, 2]") -> Path:
     toy = make_toy(root)
     manifest = toy / "fasttrack.toml"
     text = manifest.read_text(encoding="utf-8").replace("tp = [1]", f"tp = {tp}")
-    text = text.replace("test_toy.py::test_fused_matches_stock", "test_toy.py::test_all_reduce_sums_every_rank")
+    text = text.replace("test_toy.py::test_fused_matches_stock",
+                        "test_toy.py::test_all_reduce_sums_every_rank")
     manifest.write_text(text, encoding="utf-8")
     (toy / "bench.py").write_text(BENCH, encoding="utf-8")
     (toy / "tests" / "test_toy.py").write_text(TESTS, encoding="utf-8")

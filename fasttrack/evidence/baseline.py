@@ -121,11 +121,26 @@ class YardstickGuard:
     watched: set[str] = field(default_factory=set)
 
     def snapshot(self) -> YardstickGuard:
-        self.functions = {name: _callables(vars(mod)) for name, mod in list(sys.modules.items())
-                          if mod is not None and self._watched(name)}
-        self.watched = set(self.functions)
+        self.functions = self._namespaces()
+        self.watched = {name.split("::", 1)[0] for name in self.functions}
         self.switches = self._read_switches()
         return self
+
+    def _namespaces(self) -> dict[str, dict[str, int]]:
+        """module name -> its functions and classes; `module::Class` -> the class's own functions (a method
+        replaced on a class leaves the class object itself unchanged)."""
+        out: dict[str, dict[str, int]] = {}
+        for name, mod in list(sys.modules.items()):
+            if mod is None or not self._watched(name):
+                continue
+            ns = vars(mod)
+            out[name] = _callables(ns)
+            if name in TORCH_NAMESPACES:
+                continue  # torch's own classes are too many to watch; torch.Tensor is (see switches)
+            for attr, value in list(ns.items()):
+                if isinstance(value, type) and getattr(value, "__module__", None) == name:
+                    out[f"{name}::{attr}"] = _callables(vars(value))
+        return out
 
     def _watched(self, name: str) -> bool:
         return any(name == p or name.startswith(p + ".") for p in self.prefixes) or name in TORCH_NAMESPACES
@@ -154,16 +169,17 @@ class YardstickGuard:
     def changed(self) -> list[str]:
         """What differs from the snapshot: replaced or removed functions and classes, changed switches."""
         out: list[str] = []
+        current = self._namespaces()
         for name, before in self.functions.items():
-            mod = sys.modules.get(name)
-            if mod is None:
-                out.append(f"module {name} was removed from sys.modules")
+            now = current.get(name)
+            if now is None:
+                out.append(f"{name.replace('::', '.')} is no longer importable as it was (removed from "
+                           "sys.modules or replaced)")
                 continue
-            now = _callables(vars(mod))
             for attr, ident in before.items():
                 if now.get(attr) != ident:
                     what = "removed" if attr not in now else "replaced"
-                    out.append(f"{name}.{attr} was {what}")
+                    out.append(f"{name.replace('::', '.')}.{attr} was {what}")
         now_switches = self._read_switches()
         for key, value in self.switches.items():
             if key == "Tensor.__dict__":

@@ -189,7 +189,7 @@ def run_bench(spec: dict[str, Any]) -> int:
         dist_info: dict[str, Any] = {"world_size": world, "rank": rank if world > 1 else None}
         if import_problem or candidates_fn is None:
             result = timing.CaseResult(point=point, status="rejected", reasons=import_problem[:50],
-                                       **dist_info)
+                                       not_run_by="contribution", **dist_info)
         else:
             case, why, who = _build_point(baseline_fn, candidates_fn, point, caps, backend, yardstick, world)
             if case is None:

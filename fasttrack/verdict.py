@@ -121,6 +121,23 @@ class ClaimResult(Strict):
     point: dict[str, str | int] = Field(default_factory=dict)
 
 
+class KernelTime(Strict):
+    """One kernel of a profiled replay: its name and device time (us) over one call of the layer."""
+
+    name: str
+    us: float
+
+
+class KernelGain(Strict):
+    """Where a candidate's gain over stock comes from, kernel by kernel (by name; a kernel one side does not
+    run counts as 0 there): `saved_us` = stock's time in it minus the candidate's."""
+
+    name: str
+    stock_us: float
+    candidate_us: float
+    saved_us: float
+
+
 class BenchmarkRow(Strict):
     """One benchmarked point: per-variant medians (us) and ratios against stock with CIs."""
 
@@ -134,6 +151,15 @@ class BenchmarkRow(Strict):
     # median ratio, and its CI. Optional: the dashboard falls back to a ratio of medians (no CI) without it.
     speedup_over: dict[str, dict[str, float]] = Field(default_factory=dict)
     speedup_over_ci: dict[str, dict[str, tuple[float, float]]] = Field(default_factory=dict)
+    # The engine's yardstick (optional: older verdicts have none). Fraction of the roofline measured in the
+    # same run (read bandwidth where measured, else copy); the heaviest kernels of each variant's profiled
+    # replay; per candidate, the kernels that account for most of its difference from stock; the backend
+    # each policy stage of stock ran.
+    roofline_fraction: dict[str, float] = Field(default_factory=dict)
+    top_kernels: dict[str, list[KernelTime]] = Field(default_factory=dict)
+    gain_from: dict[str, list[KernelGain]] = Field(default_factory=dict)
+    backends: dict[str, str | None] = Field(default_factory=dict)
+    claimed: bool = False
 
 
 class EvalResult(Strict):

@@ -188,3 +188,31 @@ def test_a_wide_interval_does_not_excuse_a_slower_median(fx: BundleFixture) -> N
     edit(lambda f: _variant(f, 2, "fused").update(samples_us=samples(101.0, spread=0.08)))(fx)
     found = run_rule("FT310", fx.context())
     assert found and all(f.severity is Severity.ERROR for f in found)
+
+
+def test_verify_outputs_say_where_the_gain_comes_from(fx: BundleFixture) -> None:
+    """The claimed point's stock and candidate kernels side by side, in the verdict's rows, the text and the
+    Markdown report: here the candidate saves stock's GEMM, norm and MoE kernels and spends its own."""
+    from fasttrack.evidence.summary import summarize
+    from fasttrack.render import gain
+    from fasttrack.render.markdown import gain_section
+    from fasttrack.verdict import Verdict
+
+    summary = summarize(fx.context())
+    assert summary is not None
+    [row] = [r for r in summary.benchmarks if r.claimed]
+    assert row.point["batch"] == 1 and row.backends == {"mla_decode": "FLASHINFER_MLA"}
+    saved = {g.name: g.saved_us for g in row.gain_from["fused"]}
+    assert saved["cutlass_80_wmma_tensorop_bf16_s161616gemm"] == 55.0
+    assert saved["demo_fused_gemv"] == -28.0  # the candidate's own kernel counts against it
+    assert saved["flashinfer::mla::hopper::BatchMLAPageAttentionHopperKernel<128>"] == 0.0
+    assert row.roofline_fraction["stock"] == pytest.approx(2e8 / 100e-6 / 4e12, rel=0.05)
+    v = Verdict(tool_version="t", verdict="pass", mode="contribution", evidence=summary,
+                generated_at="2026-12-02T00:00:00Z")
+    lines = gain.text_lines(v)
+    assert lines[0].startswith("tp1 b1 c128 bfloat16: stock") and "mla_decode: FLASHINFER_MLA" in lines[0]
+    assert "+55.0 us  cutlass_80_wmma_tensorop_bf16_s161616gemm" in lines[1]
+    section = gain_section(v)
+    assert section is not None
+    md = "\n".join(section.lines())
+    assert "+55.0 us <code>cutlass\\_80\\_wmma" in md and "FLASHINFER\\_MLA" in md

@@ -14,6 +14,7 @@ import typer
 from fasttrack import __version__
 from fasttrack.commands.verify import verify_command
 from fasttrack.errors import EXIT_INPUT_ERROR, InputError
+from fasttrack.evidence.audit_cli import audit_command
 from fasttrack.evidence.collect_cli import collect_command
 from fasttrack.evidence.sign_cli import sign_command
 from fasttrack.github.cli import github_app
@@ -30,6 +31,7 @@ app = typer.Typer(
 app.command("verify")(verify_command)
 app.command("collect")(collect_command)
 app.command("sign")(sign_command)
+app.command("audit")(audit_command)
 app.command("report")(report_command)
 app.add_typer(github_app, name="github")
 

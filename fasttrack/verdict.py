@@ -205,6 +205,20 @@ class EvidencePart(Strict):
     benchmarks: int = 0  # timed benchmark records in this part (not counting points left to other parts)
 
 
+class AuditSummary(Strict):
+    """One maintainer re-run of the bundle (`fasttrack audit`): who re-ran what, where, and whether it
+    agreed."""
+
+    file: str
+    auditor: str | None = None  # the principal, only when the record's signature verified
+    signature_valid: bool | None = None
+    statement: str | None = None  # the part it audits (None: a statement no longer in the bundle)
+    gpu: str | None = None
+    audited_at: str | None = None
+    points: int = 0
+    agreed: bool | None = None
+
+
 class EvidenceSummary(Strict):
     """What the evidence rules learned, for renderers and the dashboard (no raw samples here)."""
 
@@ -226,6 +240,7 @@ class EvidenceSummary(Strict):
     # Every statement file of the bundle with its own signature, freshness, machine and points (optional:
     # verdicts written before parts existed have none).
     parts: list[EvidencePart] = Field(default_factory=list)
+    audits: list[AuditSummary] = Field(default_factory=list)
 
 
 class Verdict(Strict):

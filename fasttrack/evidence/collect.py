@@ -112,6 +112,9 @@ class CollectOptions:
     # baseline package is imported from. None: the installed fasttrack's own (never the contribution's).
     policy: Path | None = None
     engine_root: Path | None = None
+    # Only these envelope points (keys `gpu|tp<n>|b<batch>|c<context>|dtype`; empty: all). `fasttrack audit`
+    # re-runs a subset this way; the rest are recorded as left out.
+    only_points: tuple[str, ...] = ()
 
 
 def part_suffix(tp: Iterable[int]) -> str:
@@ -951,7 +954,8 @@ def collect(opts: CollectOptions, progress: Progress | None = None) -> CollectRe
     state = {"version": STATE_VERSION, "fasttrack": __version__, "digest": digest.sha256,
              "iterations": opts.iterations, "warmup": opts.warmup, "points_limit": opts.points_limit,
              "flush_bytes": opts.flush_bytes, "hostname": socket.gethostname(), "tp": list(tp_filter),
-             "baseline": yardstick.digest.sha256, "harness": yardstick.harness_digest}
+             "baseline": yardstick.digest.sha256, "harness": yardstick.harness_digest,
+             "only": sorted(opts.only_points)}
     resumed = work.prepare(state, opts.resume, progress)
     if resumed:
         progress.message(f"resuming from {work.root}")
@@ -973,6 +977,11 @@ def collect(opts: CollectOptions, progress: Progress | None = None) -> CollectRe
     hw_count = int(environment.get("gpu_count") or 0)
     grid = build_grid(manifest, environment["gpu_name"], environment["compute_capability"], opts.points_limit,
                       gpu_count=hw_count, tp_filter=tp_filter)
+    if opts.only_points:
+        wanted = set(opts.only_points)
+        grid.elsewhere += [(p, "left out by the point selection: not collected") for p in grid.here
+                           if point_key(p) not in wanted]
+        grid.here = [p for p in grid.here if point_key(p) in wanted]
     if not grid.here:
         progress.message(f"no envelope point is for this machine's hardware ({environment['gpu_name']}, "
                          f"sm {environment['compute_capability']}): every point is recorded as not collected")

@@ -18,6 +18,7 @@ from typing import Any
 import pydantic
 
 from fasttrack.errors import field_path
+from fasttrack.evidence.audit import AUDIT_DIR
 from fasttrack.evidence.bundle import (
     PREDICATE_TYPE,
     REQUIRED_PREDICATE_FIELDS,
@@ -27,7 +28,7 @@ from fasttrack.evidence.bundle import (
     Statement,
 )
 from fasttrack.evidence.digest import sha256_file
-from fasttrack.evidence.loaded import LoadedEvidence, LoadedPart
+from fasttrack.evidence.loaded import LoadedAudit, LoadedEvidence, LoadedPart
 from fasttrack.evidence.signing import MAX_SIGNATURE_BYTES
 from fasttrack.findings import Finding
 
@@ -61,13 +62,15 @@ def load_evidence(bundle_dir: Path) -> LoadedEvidence | None:
     known = {STATEMENT_FILE, SIGNATURE_FILE}
     for part in parts:
         known |= {part.name, part.signature_name, *part.log_digests}
+    audits = _load_audits(bundle_dir)
     unlisted = tuple(sorted(
         p.relative_to(bundle_dir).as_posix() for p in _files_under(bundle_dir)
         if p.relative_to(bundle_dir).as_posix() not in known
+        and not p.relative_to(bundle_dir).as_posix().startswith(AUDIT_DIR + "/")
     ))
     merged, origin = _merge(parts)
     if primary is None:
-        return LoadedEvidence(bundle_dir=bundle_dir, unlisted_files=unlisted)
+        return LoadedEvidence(bundle_dir=bundle_dir, unlisted_files=unlisted, audits=audits)
     return LoadedEvidence(
         bundle_dir=bundle_dir,
         statement=primary.statement,
@@ -82,7 +85,38 @@ def load_evidence(bundle_dir: Path) -> LoadedEvidence | None:
         parts=tuple(parts),
         merged=merged,
         origin=origin,
+        audits=audits,
     )
+
+
+MAX_AUDITS = 50
+MAX_AUDIT_BYTES = 4 << 20
+
+
+def _load_audits(bundle_dir: Path) -> tuple[LoadedAudit, ...]:
+    """The audit records in `audits/` (regular files only, bounded in count and size)."""
+    d = bundle_dir / AUDIT_DIR
+    if not d.is_dir() or d.is_symlink():
+        return ()
+    out: list[LoadedAudit] = []
+    for path in sorted(d.glob("*.json"))[:MAX_AUDITS]:
+        name = f"{AUDIT_DIR}/{path.name}"
+        try:
+            st = path.lstat()
+            if not stat.S_ISREG(st.st_mode):
+                out.append(LoadedAudit(name=name, problem="not a regular file"))
+                continue
+            if st.st_size > MAX_AUDIT_BYTES:
+                out.append(LoadedAudit(name=name, problem=f"larger than {MAX_AUDIT_BYTES} bytes"))
+                continue
+            data = path.read_bytes()
+            sig_path = path.with_name(path.name + ".sig")
+            sig = sig_path.read_bytes()[:65536] if sig_path.is_file() and not sig_path.is_symlink() else None
+        except OSError as exc:
+            out.append(LoadedAudit(name=name, problem=f"unreadable: {exc.strerror}"))
+            continue
+        out.append(LoadedAudit(name=name, data=data, signature=sig))
+    return tuple(out)
 
 
 def load_part(statement_path: Path) -> LoadedPart | None:

@@ -13,6 +13,7 @@ from fasttrack.evidence.loaded import LoadedPart
 from fasttrack.evidence.signing import SignatureResult
 from fasttrack.evidence.stats import median
 from fasttrack.verdict import (
+    AuditSummary,
     BenchmarkRow,
     ClaimResult,
     EvalResult,
@@ -135,6 +136,7 @@ def summarize(ctx: Context) -> EvidenceSummary | None:
         sanitizers=[SanitizerResult(tool=s.tool, ran=s.ran, errors=s.errors, summary=s.summary[:2000])
                     for s in p.sanitizer],
         parts=[_part(ctx, part, *checked.get(part.name, (None, None))) for part in an.parts(ctx)],
+        audits=[_audit(a) for a in yf.audits(ctx)],
     )
 
 
@@ -236,3 +238,12 @@ def _yardstick_facts(row: BenchmarkRow, bench: Benchmark, roof: float | None, cl
         cand = bench.variants[name].kernel_times_us
         if cand:
             row.gain_from[name] = kernel_gains(stock.kernel_times_us, cand)
+
+
+def _audit(a: yf.AuditFacts) -> AuditSummary:
+    rec = a.record
+    env = rec.environment if rec is not None else None
+    return AuditSummary(file=a.name, auditor=a.signer, signature_valid=a.signature_valid,
+                        statement=a.statement_file, gpu=env.gpu_name if env else None,
+                        audited_at=rec.audited_at.isoformat() if rec else None,
+                        points=len(rec.points) if rec else 0, agreed=rec.agreed if rec else None)

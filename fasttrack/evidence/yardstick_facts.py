@@ -3,20 +3,25 @@ digest in the judged tree, the machine's measured roofline, stock's fraction of 
 
 from __future__ import annotations
 
+import hashlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fasttrack.errors import InputError
 from fasttrack.evidence import analysis as an
+from fasttrack.evidence.audit import AuditRecord
 from fasttrack.evidence.bundle import STOCK_VARIANT, Benchmark, Environment
 from fasttrack.evidence.digest import ContentDigest, contribution_digest
+from fasttrack.evidence.signing import verify_bytes
 from fasttrack.policy import BaselineSpec
 
 if TYPE_CHECKING:
     from fasttrack.context import Context
 
 # Why a point was not collected that is the machine's, not the contribution's (fasttrack.evidence.collect).
-MACHINE_REASONS = ("not collected here", "collected in another bundle", "left out by --points-limit")
+MACHINE_REASONS = ("not collected here", "collected in another bundle", "left out by --points-limit",
+                   "left out by the point selection")
 
 
 def baseline_spec(ctx: Context) -> BaselineSpec | None:
@@ -79,3 +84,43 @@ def stock_fraction(ctx: Context, bench: Benchmark) -> float | None:
 
 def machine_only(reasons: list[tuple[str, str]]) -> bool:
     return bool(reasons) and all(any(m in why for m in MACHINE_REASONS) for _, why in reasons)
+
+
+@dataclass(frozen=True)
+class AuditFacts:
+    name: str
+    record: AuditRecord | None
+    problem: str | None
+    signer: str | None
+    signature_valid: bool | None  # None: unsigned
+    statement_file: str | None  # the part it audits, when its sha256 matches one in the bundle
+    signature_reason: str | None = None
+
+
+def audits(ctx: Context) -> list[AuditFacts]:
+    """Every audit record beside the bundle, parsed, its signature checked against the allowed signers,
+    and matched to the statement part (by sha256) it re-ran."""
+    ev = ctx.evidence
+    if ev is None or ctx.manifest is None:
+        return []
+    by_sha = {hashlib.sha256(p.statement_bytes).hexdigest(): p.name for p in ev.parts
+              if p.statement_bytes is not None}
+    signers = an.allowed_signers_path(ctx)
+    out = []
+    for a in ev.audits:
+        if a.data is None:
+            out.append(AuditFacts(a.name, None, a.problem, None, None, None))
+            continue
+        try:
+            rec = AuditRecord.model_validate_json(a.data)
+        except ValueError as exc:
+            out.append(AuditFacts(a.name, None, f"not an audit record: {str(exc).splitlines()[0][:200]}",
+                                  None, None, None))
+            continue
+        valid: bool | None = None
+        signer = reason = None
+        if a.signature is not None:
+            res = verify_bytes(a.data, a.signature, signers, ctx.policy.evidence.namespace)
+            valid, signer, reason = res.valid, res.principal if res.valid else None, res.reason
+        out.append(AuditFacts(a.name, rec, None, signer, valid, by_sha.get(rec.statement.sha256), reason))
+    return out

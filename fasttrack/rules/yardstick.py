@@ -393,3 +393,42 @@ def eval_bounds(ctx: Context) -> Iterator[Finding]:
             yield Finding.error("FT345", f"eval {e.name!r}: threshold {e.threshold:.6g} is below the "
                                          f"policy's min {bound.min}", evidence_file=label,
                                 fix="tighten the eval's threshold to the policy's bound")
+
+
+@rule("FT346", "Signed audits of the evidence must agree with it.")
+def audits(ctx: Context) -> Iterator[Finding]:
+    """A maintainer re-runs points of the bundle with `fasttrack audit` on their own GPU and commits the
+    signed record under `audits/`. A signed audit of a statement in the bundle that did not reproduce its
+    medians, ratios or oracle checks within the policy's `[evidence.audit]` tolerances is an error. An
+    unreadable, unsigned or untrusted record, or one of a statement no longer in the bundle, is a warning
+    (it proves nothing either way); an agreeing one is reported as info."""
+    for a in yf.audits(ctx):
+        label = f"{an.bundle_label(ctx)}/{a.name}"
+        if a.record is None:
+            yield Finding.warning("FT346", f"{a.name}: {a.problem}", evidence_file=label,
+                                  fix="re-run fasttrack audit, or remove the file")
+            continue
+        if a.signature_valid is not True:
+            why = ("unsigned" if a.signature_valid is None
+                   else f"signed, but the signature does not verify ({a.signature_reason})")
+            yield Finding.warning("FT346", f"{a.name} is {why}: it is not counted", evidence_file=label,
+                                  fix="sign it with a key in the policy's allowed signers (fasttrack audit "
+                                      "--sign-key)")
+            continue
+        if a.statement_file is None:
+            yield Finding.warning("FT346", f"{a.name} (by {a.signer}) audits a statement no longer in the "
+                                           "bundle", evidence_file=label,
+                                  fix="audit the current statement again")
+            continue
+        rec = a.record
+        n = len(rec.points)
+        if rec.agreed:
+            yield Finding.info("FT346", f"{a.name}: {a.signer} re-ran {n} point(s) of {a.statement_file} and "
+                                        "they agreed", evidence_file=label)
+            continue
+        bad = [p for p in rec.points if not p.agreed]
+        detail = "; ".join(f"{p.point.key()}: {', '.join(p.reasons[:2])}" for p in bad[:3])
+        yield Finding.error("FT346", f"{a.name}: {a.signer} re-ran {n} point(s) of {a.statement_file} and "
+                                     f"{len(bad)} did not reproduce ({detail[:600]})", evidence_file=label,
+                            fix="find out why the contributor's figures do not reproduce; re-collect the "
+                                "evidence")

@@ -87,6 +87,29 @@ def _recording_only(fx: BundleFixture) -> None:
             t["max_error"] = None
 
 
+def _write_audit(agreed: bool, signed: bool = True) -> Callable[[BundleFixture], None]:
+    """A maintainer's audit record of the fixture's statement (what `fasttrack audit` writes)."""
+    def run(fx: BundleFixture) -> None:
+        import hashlib
+
+        from fasttrack.evidence.audit import AuditedStatement, AuditPoint, AuditRecord, write_record
+        from fasttrack.evidence.bundle import Point
+        from fasttrack.evidence.signing import sign_file
+
+        raw = (fx.bundle / "statement.json").read_bytes()
+        pt = Point.model_validate(_bench(fx, 1)["point"])
+        rec = AuditRecord(
+            statement=AuditedStatement(file="statement.json", sha256=hashlib.sha256(raw).hexdigest()),
+            audited_at="2026-12-02T00:00:00Z", median_tolerance=0.1, ratio_tolerance=0.08,
+            points=[AuditPoint(point=pt, agreed=agreed,
+                               reasons=[] if agreed else ["fused: stock/fused 2x recorded, 0.98x re-run"])],
+            agreed=agreed)
+        path = write_record(fx.bundle, rec, "audit-1")
+        if signed:
+            sign_file(path, fx.key)
+    return run
+
+
 CASES = [
     # FT335: the engine baseline the statement was measured against
     Case("FT335", edit(lambda fx: fx.pred.pop("baseline")), "records no engine baseline"),
@@ -153,6 +176,16 @@ CASES = [
     Case("FT345", edit(lambda fx: fx.pred["evals"].append({"name": "my_metric", "value": 0.0,
                                                            "threshold": 1.0, "direction": "max"})),
          "eval 'my_metric' has no bound in the policy"),
+    # FT346: a maintainer's signed re-run that did not reproduce the contributor's figures
+    Case("FT346", _write_audit(agreed=False), "1 did not reproduce (NVIDIA H200|tp1|b1|c128|bfloat16: fused"),
+    Case("FT346", _write_audit(agreed=False, signed=False), "audit-1.json is unsigned: it is not counted",
+         Severity.WARNING),
+    Case("FT346", lambda fx: (_write_audit(agreed=True)(fx),
+                              edit(lambda f: f.pred["evals"][0].update(value=0.02))(fx)),
+         "audits a statement no longer in the bundle", Severity.WARNING),
+    Case("FT346", lambda fx: ((fx.bundle / "audits").mkdir(),
+                              (fx.bundle / "audits" / "x.json").write_text("{")),
+         "audits/x.json: not an audit record", Severity.WARNING),
 ]
 
 
@@ -216,3 +249,17 @@ def test_verify_outputs_say_where_the_gain_comes_from(fx: BundleFixture) -> None
     assert section is not None
     md = "\n".join(section.lines())
     assert "+55.0 us <code>cutlass\\_80\\_wmma" in md and "FLASHINFER\\_MLA" in md
+
+
+def test_an_agreeing_signed_audit_is_shown(fx: BundleFixture) -> None:
+    from fasttrack.evidence.summary import summarize
+
+    _write_audit(agreed=True)(fx)
+    found = run_rule("FT346", fx.context())
+    assert [(f.severity, f.message) for f in found] == [
+        (Severity.INFO, "audits/audit-1.json: alice@example.com re-ran 1 point(s) of statement.json and they "
+                        "agreed")]
+    summary = summarize(fx.context())
+    assert summary is not None
+    [a] = summary.audits
+    assert a.auditor == "alice@example.com" and a.agreed and a.statement == "statement.json"

@@ -7,7 +7,7 @@ import re
 from enum import StrEnum
 from functools import cached_property
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import pathspec
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -241,6 +241,10 @@ class EvidenceRequirements(Strict):
     peak_bandwidth: dict[str, float] = Field(default_factory=dict)
     sanitizer_not_run: Literal["warning", "error"] = "warning"
     max_age_days: int = Field(default=90, ge=1)
+    # Digests of the evidence harness (`python -m fasttrack.evidence.harness`) whose statements are accepted:
+    # the released fasttrack's. A statement without one of them is FT402 (an empty list accepts none).
+    accepted_harness_digests: list[Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]] = Field(
+        default_factory=list)
 
 
 class Policy(Strict):

@@ -6,7 +6,7 @@ FT4xx integrity (a PR may not edit its own judge).
 
 from __future__ import annotations
 
-from fasttrack.rules import blast, confinement, envelope, escapes, evidence, integrity
+from fasttrack.rules import binding, blast, confinement, envelope, escapes, evidence, integrity
 from fasttrack.rules.base import Catalogue, Rule
 
 CATALOGUES: tuple[Catalogue, ...] = (
@@ -15,6 +15,7 @@ CATALOGUES: tuple[Catalogue, ...] = (
     escapes.catalogue,
     envelope.catalogue,
     evidence.catalogue,
+    binding.catalogue,
     integrity.catalogue,
 )
 

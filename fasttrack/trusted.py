@@ -16,6 +16,7 @@ differ.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import stat
@@ -148,10 +149,8 @@ def _materialise(files: dict[str, bytes]) -> Path:
         target = tmp / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
-    try:
+    with contextlib.suppress(OSError):  # another run made it first
         tmp.rename(dest)
-    except OSError:  # another run made it first
-        pass
     return dest if dest.is_dir() else tmp
 
 

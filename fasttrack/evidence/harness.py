@@ -4,9 +4,9 @@ The harness is the fixed list of modules in `HARNESS_MODULES` (timing, the pytes
 the collector and what they call to rank, count graphs, sanitise, read the environment and check the
 contract), plus the engine-baseline loader `baseline.py` when this fasttrack has one. `harness_digest()` is
 sha256 over `fasttrack-harness-digest-v1\\n` and the lines `<name>\\0<entry hash>\\n` in name order, each
-entry typed as in `fasttrack.evidence.digest` (a file: sha256(`file\\0` + bytes); a symlink: sha256(`symlink\\0`
-+ target); a module of the fixed list that is missing: sha256(`missing\\0`)), so any byte of any harness
-module, a swap of a file for a symlink, or a removed module changes it.
+entry typed as in `fasttrack.evidence.digest` (a file: sha256(`file\\0` + bytes); a symlink:
+sha256(`symlink\\0` + target); a module of the fixed list that is missing: sha256(`missing\\0`)), so any
+byte of any harness module, a swap of a file for a symlink, or a removed module changes it.
 
 The collector records it as `predicate.collector.harness_digest`; verify (FT402) accepts a statement only
 when that digest is one of the policy's `[evidence] accepted_harness_digests` (the released fasttrack's).

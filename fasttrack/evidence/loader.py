@@ -342,10 +342,10 @@ def _report_null_facts(pred: dict[str, Any], problems: _Problems) -> None:
     with it), the number of timed outputs each accuracy entry checked (a default of 1 would stand for a
     check that never ran)."""
     env = pred.get("environment")
-    if isinstance(env, dict) and env.get("compute_capability") not in (None, CPU_CAPABILITY):
-        if env.get("l2_bytes") is None:
-            problems.add("predicate.environment.l2_bytes: must not be null on a GPU (the L2 flush is "
-                         "checked against it)")
+    on_gpu = isinstance(env, dict) and env.get("compute_capability") not in (None, CPU_CAPABILITY)
+    if on_gpu and isinstance(env, dict) and env.get("l2_bytes") is None:
+        problems.add("predicate.environment.l2_bytes: must not be null on a GPU (the L2 flush is "
+                     "checked against it)")
     benches = pred.get("benchmarks")
     if not isinstance(benches, list):
         return

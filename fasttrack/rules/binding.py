@@ -38,11 +38,11 @@ def unbound_importable(ctx: Context) -> Iterator[Finding]:
         path = f"{ctx.contribution_dir}/{item.path}"
         yield Finding.error(
             "FT330",
-            f"{visible(path)}: {item.reason}; the evidence digest does not bind it, so what Python runs is not "
-            "what the statement names",
+            f"{visible(path)}: {item.reason}; the evidence digest does not bind it, so what Python runs is "
+            "not what the statement names",
             path=path,
-            fix=f"delete it (caches: `find {ctx.contribution_dir} -name __pycache__ -prune -exec rm -rf {{}} +`)"
-                "; code belongs in a reviewed .py file of the contribution",
+            fix=f"delete it (caches: `find {ctx.contribution_dir} -name __pycache__ -prune -exec rm -rf {{}} "
+                "+`); code belongs in a reviewed .py file of the contribution",
         )
     if len(digest.unhashed) > MAX_FINDINGS:
         yield Finding.error("FT330", f"and {len(digest.unhashed) - MAX_FINDINGS} more importable files the "

@@ -73,15 +73,16 @@ def edits_judge(ctx: Context) -> Iterator[Finding]:
     for diff in source.differences[:MAX_DIFFERENCES]:
         yield Finding.error(
             "FT401",
-            f"{visible(diff.path)} ({diff.how}) is not the trusted copy from {source.source}; the trusted copy "
-            "judges this contribution, and a PR may not edit its own judge",
+            f"{visible(diff.path)} ({diff.how}) is not the trusted copy from {source.source}; the trusted "
+            "copy judges this contribution, and a PR may not edit its own judge",
             path=diff.path,
-            fix=("revert the change to the judge (git checkout the trusted revision's copy), and propose it in a "
-                 "separate PR that goes through normal review"),
+            fix=("revert the change to the judge (check out the trusted revision's copy), and propose it in "
+                 "a separate PR that goes through normal review"),
         )
     if len(source.differences) > MAX_DIFFERENCES:
-        yield Finding.error("FT401", f"and {len(source.differences) - MAX_DIFFERENCES} more judge files differ "
-                                     f"from the trusted copy from {source.source}",
+        more = len(source.differences) - MAX_DIFFERENCES
+        yield Finding.error("FT401", f"and {more} more judge files differ from the trusted copy from "
+                                     f"{source.source}",
                             fix="revert the changes to the judge")
 
 
@@ -119,6 +120,6 @@ def harness_accepted(ctx: Context) -> Iterator[Finding]:
                                          f"tested it is unknown; the policy accepts {shown}",
                                 evidence_file=label, fix=fix)
         elif got not in accepted:
-            yield Finding.error("FT402", f"{part.name} was collected by harness {_short(got)}, which the policy "
-                                         f"does not accept (it accepts {shown})",
+            yield Finding.error("FT402", f"{part.name} was collected by harness {_short(got)}, which the "
+                                         f"policy does not accept (it accepts {shown})",
                                 evidence_file=label, fix=fix)

@@ -106,15 +106,16 @@ def test_bytecode_planted_in_pycache(tmp_path: Path) -> None:
     found = judge(fx.context())
     assert codes(errors(found)) == {"FT330"}
     [f] = [f for f in found if f.code == "FT330"]
-    assert f.path == f"kernels/demo/__pycache__/kernel.{TAG}.pyc" and "not kernel.py's compiled code" in f.message
+    assert f.path == f"kernels/demo/__pycache__/kernel.{TAG}.pyc"
+    assert "not kernel.py's compiled code" in f.message
 
 
 def test_faithful_bytecode_in_pycache_is_not_a_finding(tmp_path: Path) -> None:
     fx = collected(tmp_path, {})
     src = fx.contrib / "kernel.py"
     for mode in py_compile.PycInvalidationMode:  # what an honest import or compileall writes
-        py_compile.compile(str(src), cfile=str(fx.contrib / "__pycache__" / f"kernel.{TAG}.pyc"), doraise=True,
-                           invalidation_mode=mode)
+        pyc = fx.contrib / "__pycache__" / f"kernel.{TAG}.pyc"
+        py_compile.compile(str(src), cfile=str(pyc), doraise=True, invalidation_mode=mode)
         assert errors(judge(fx.context())) == [], mode
 
 
@@ -195,7 +196,7 @@ def test_sign_refuses_duplicate_keys(tmp_path: Path) -> None:
     fx = new_fixture(tmp_path)
     raw = (json.dumps(fx.data, indent=2, sort_keys=True) + "\n").encode()
     fx.write(raw.replace(b'"hostname": "gpu-box"', b'"hostname": "a", "hostname": "gpu-box"', 1))
-    with pytest.raises(InputError, match="repeats a key .*'hostname'"):
+    with pytest.raises(InputError, match=r"repeats a key .*'hostname'"):
         sign_command(fx.bundle, key=fx.key, principal="alice@example.com")
 
 
@@ -203,7 +204,8 @@ NULLS = {
     "collected_at": ("predicate.collected_at", "must not be null"),
     "manifest_sha256": ("predicate.manifest_sha256", "must not be null"),
     "environment.l2_bytes": ("predicate.environment.l2_bytes", "must not be null on a GPU"),
-    "benchmarks.0.accuracy.fused.checked": ("predicate.benchmarks[0].accuracy.fused.checked", "must not be null"),
+    "benchmarks.0.accuracy.fused.checked": ("predicate.benchmarks[0].accuracy.fused.checked",
+                                            "must not be null"),
 }
 
 

@@ -5,7 +5,8 @@ the trusted revision (`--trusted-ref REV`; by default the merge base of HEAD wit
 `origin/HEAD`'s target, else `main`, else `master`) with `git cat-file blob` (raw bytes: no textconv, no
 filters, no replace objects), and written to a private cache directory laid out like the repository, so the
 signers path the policy names resolves beside the trusted policy. When the checkout is not a git repository
-(or its trusted revision has no policy), the copies shipped with the installed fasttrack are used, unless
+(or no default branch shares history with HEAD: HEAD alone is the tree being judged, never trusted by
+default; or the trusted revision has no policy), the copies shipped with the installed fasttrack are used, unless
 that installation lies inside the tree being judged.
 
 Every judge file whose judged-tree copy differs from the trusted copy (the policy, the allowed signers, every
@@ -28,6 +29,7 @@ import fasttrack
 from fasttrack.cache import cache_root
 from fasttrack.changes.git import run_git
 from fasttrack.errors import InputError
+from fasttrack.evidence.digest import pyc_problem
 
 POLICY_REL = "policies/vllm.toml"
 BASELINES_REL = "baselines"
@@ -85,18 +87,17 @@ def commit_of(repo: Path, rev: str) -> str | None:
 
 
 def merge_base_with_default(repo: Path) -> tuple[str, str] | None:
-    """(commit, description) of the merge base of HEAD with the default branch; HEAD itself when no
-    default branch is known; None outside a git checkout or without a commit."""
-    head = commit_of(repo, "HEAD")
-    if head is None:
+    """(commit, description) of the merge base of HEAD with the default branch; None when there is no
+    default branch, no merge base with it, no commit, or no git checkout."""
+    if commit_of(repo, "HEAD") is None:
         return None
     branch = default_branch(repo)
     if branch is None:
-        return head, "HEAD (no default branch found)"
+        return None
     code, out = _git(repo, "merge-base", "HEAD", branch)
     short = branch.removeprefix("refs/heads/").removeprefix("refs/remotes/")
     if code != 0 or not out.strip():
-        return head, f"HEAD (no merge base with {short})"
+        return None
     return os.fsdecode(out.strip()), f"merge base of HEAD with {short}"
 
 
@@ -208,7 +209,10 @@ def _baseline_differences(root: Path, trusted: dict[str, tuple[str, bytes]]) -> 
     out = []
     for rel in sorted(judged | trusted.keys()):
         if "/__pycache__/" in f"/{rel}" and rel not in trusted and rel.endswith(".pyc"):
-            continue  # bytecode caches of the trusted sources (FT330 judges planted ones in contributions)
+            problem = pyc_problem(root / rel, (root / rel).parent.parent)
+            if problem is not None:
+                out.append(JudgeDifference(rel, problem))
+            continue  # otherwise a faithful (or never loaded) cache of a baseline source
         diff = _judged_difference(root, rel, trusted.get(rel))
         if diff is not None:
             out.append(diff)
@@ -250,8 +254,9 @@ def trusted_judge(root: Path, trusted_ref: str | None = None) -> TrustedJudge:
         source = f"{trusted_ref}@{commit[:12]} (--trusted-ref)"
     else:
         found = merge_base_with_default(root)
-        if found is None:
-            return _from_installed(root, "the checkout has no commit")
+        if found is None:  # HEAD itself would be the tree being judged: never trusted by default
+            return _from_installed(root, "no default branch (origin/HEAD, main, master) shares history with "
+                                         "HEAD")
         commit, how = found
         source = f"{commit[:12]} ({how})"
     policy = _blob(root, commit, POLICY_REL)

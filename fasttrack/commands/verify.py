@@ -523,7 +523,8 @@ def judge(ctx: Context, *, pr: int | None = None) -> Verdict:
         base=ctx.base,
         head=ctx.head,
         pr=pr,
-        policy=str(ctx.policy_path),
+        policy=(str(ctx.policy_path) if ctx.judge_source is None
+                else f"{ctx.policy_path} (trusted: {ctx.judge_source.source})"),
         policy_digest=_digest(ctx.policy_path),
         changed_files=_changed_files(ctx),
         findings=findings,

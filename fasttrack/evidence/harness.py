@@ -78,15 +78,15 @@ def harness_digest(directory: Path | None = None) -> str:
 def engine_base_commit(repo: Path) -> str | None:
     """The merge base of HEAD with the default branch (`origin/HEAD`, `main`, `master`), else HEAD; None when
     `repo` is not a git checkout with a commit."""
-    from fasttrack.trusted import is_git_checkout, merge_base_with_default
+    from fasttrack.trusted import commit_of, is_git_checkout, merge_base_with_default
 
     try:
         if not is_git_checkout(Path(repo)):
             return None
         found = merge_base_with_default(Path(repo))
+        return found[0] if found else commit_of(Path(repo), "HEAD")
     except Exception:  # a missing git binary, an unreadable repository: no commit to record
         return None
-    return found[0] if found else None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -158,6 +158,7 @@ def test_the_honest_toy_passes_on_main(toy: Toy) -> None:
                                       cwd=toy.path))
     assert ctx.judge_source is not None and ctx.judge_source.commit == toy.repo.head()
     assert ctx.policy_path != toy.path / "policies" / "vllm.toml"  # a copy read from git, not the file
+    assert v.policy is not None and "(trusted: " in v.policy and "merge base of HEAD with main" in v.policy
 
 
 def test_a_signer_added_in_the_judged_checkout_cannot_make_a_bundle_verify(toy: Toy) -> None:
@@ -256,6 +257,29 @@ def test_trusted_ref_pins_the_judge(toy: Toy) -> None:
         toy.verify(trusted_ref="no-such-ref")
     with pytest.raises(InputError, match="two different judges"):
         toy.verify(trusted_ref=first, policy=REPO_POLICY)
+
+
+def test_without_a_default_branch_head_is_not_trusted(toy: Toy) -> None:
+    toy.repo.git("branch", "-m", "main", "feature")  # e.g. a shallow clone of the PR branch alone
+    ctx = build_context(VerifyOptions(repo=toy.path, contribution=toy.path / "kernels" / "demo",
+                                      cwd=toy.path))
+    assert ctx.judge_source is not None and ctx.judge_source.commit is None
+    assert ctx.policy_path == installed_root() / "policies" / "vllm.toml"
+
+
+def test_bytecode_planted_in_the_baselines_is_ft401(toy: Toy) -> None:
+    import py_compile
+
+    evil = toy.path.parent / "evil_case.py"
+    evil.write_text("def baseline_case(point):\n    return 'slow'\n")
+    pyc = toy.path / "baselines/vllm/demo/__pycache__" / f"case.{sys.implementation.cache_tag}.pyc"
+    pyc.parent.mkdir(parents=True)
+    py_compile.compile(str(evil), cfile=str(pyc), doraise=True,
+                       invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    found = errors_of(toy.verify())
+    assert set(found) == {"FT401"} and "not case.py's compiled code" in found["FT401"][0]
+    py_compile.compile(str(toy.path / BASELINE), cfile=str(pyc), doraise=True)  # an honest cache
+    assert errors_of(toy.verify()) == {}
 
 
 def test_outside_git_the_installed_copies_judge(toy: Toy, tmp_path: Path) -> None:

@@ -6,8 +6,8 @@ the trusted revision (`--trusted-ref REV`; by default the merge base of HEAD wit
 filters, no replace objects), and written to a private cache directory laid out like the repository, so the
 signers path the policy names resolves beside the trusted policy. When the checkout is not a git repository
 (or no default branch shares history with HEAD: HEAD alone is the tree being judged, never trusted by
-default; or the trusted revision has no policy), the copies shipped with the installed fasttrack are used, unless
-that installation lies inside the tree being judged.
+default; or the trusted revision has no policy), the copies shipped with the installed fasttrack are used,
+unless that installation lies inside the tree being judged.
 
 Every judge file whose judged-tree copy differs from the trusted copy (the policy, the allowed signers, every
 file under `baselines/`) is a `JudgeDifference`; FT401 reports each one. On the default branch itself the

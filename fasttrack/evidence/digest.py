@@ -20,8 +20,9 @@ Nothing Python can import is left out. Not hashed, because they are caches no ho
   source only when its code equals the source's compiled code. A planted one (different code), a
   hash-based one that cannot be checked, or any other file under `__pycache__/` is reported in
   `unhashed`;
-* the evidence bundle when it lies in `evidence/` at the top of the contribution: its files are hashed only
-  when Python could import them (a module there is code like any other).
+* the evidence bundle when it lies in `evidence/` at the top of the contribution: its regular files are
+  hashed only when Python could import them (a module there is code like any other); symlinks and other
+  entries there are always hashed.
 
 Format 1 (fasttrack before issue 12) hashed a file as sha256(bytes) and a symlink as sha256(`symlink:` +
 target), with no header line; `listing_format` recognises a listing of either format so an old statement is
@@ -213,7 +214,9 @@ class _Walk:
                     self.dir(path, hash_all=False)
                 else:
                     self.dir(path, hash_all=hash_all)
-            elif hash_all or is_importable_name(entry.name):
+            elif hash_all or is_importable_name(entry.name) or not stat.S_ISREG(st.st_mode):
+                # In the bundle directory only its regular non-code files are left out: a symlink there
+                # could stand for a package anywhere.
                 self.files[rel] = self._entry(path, st)
 
     def _entries(self, current: Path) -> list[tuple[os.DirEntry[str], os.stat_result]]:

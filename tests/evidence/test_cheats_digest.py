@@ -173,6 +173,17 @@ def test_bundle_files_inside_the_contribution_are_still_not_content(tmp_path: Pa
     assert contribution_digest(fx.contrib).sha256 != before
 
 
+def test_symlinked_package_in_the_evidence_dir(tmp_path: Path) -> None:
+    pkg = tmp_path / "elsewhere" / "impl"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("def fused(x):\n    return x * 2\n")
+    fx = collected(tmp_path, {"kernel.py": "from evidence.impl import fused\n"})
+    (fx.contrib / "evidence").mkdir()
+    os.symlink(pkg, fx.contrib / "evidence" / "impl")  # a name with no code suffix, importable all the same
+    assert run_python(fx.contrib, "import kernel; print(kernel.fused(2))") == "4"
+    assert codes(errors(judge(fx.context()))) == {"FT302"}
+
+
 def _sign_raw(fx: BundleFixture, raw: bytes) -> None:
     fx.write(raw)
     fx.sign()

@@ -290,6 +290,25 @@ def test_outside_git_the_installed_copies_judge(toy: Toy, tmp_path: Path) -> Non
     assert ctx.policy_path == installed_root() / "policies" / "vllm.toml"
 
 
+def test_an_installed_fasttrack_inside_the_judged_tree_is_not_trusted(toy: Toy, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from fasttrack import trusted
+
+    plain = tmp_path / "plain"
+    shutil.copytree(toy.path, plain, ignore=shutil.ignore_patterns(".git"))
+    monkeypatch.setattr(trusted, "installed_root", lambda: plain)  # e.g. `pip install -e .` of this checkout
+    with pytest.raises(InputError, match="lies inside the tree being judged"):
+        build_context(VerifyOptions(repo=plain, contribution=plain / "kernels" / "demo", cwd=plain))
+
+
+def test_the_cli_takes_trusted_ref(toy: Toy) -> None:
+    proc = subprocess.run([sys.executable, "-m", "fasttrack", "verify", "--contribution", "kernels/demo",
+                           "--trusted-ref", "no-such-ref"], cwd=toy.path, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode == 2
+    assert "no-such-ref" in proc.stderr and "Traceback" not in proc.stderr
+
+
 # ------------------------------------------------------------------------------------------ the harness
 
 

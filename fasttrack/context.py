@@ -10,6 +10,7 @@ from fasttrack.changes.model import Change
 from fasttrack.evidence.loaded import LoadedEvidence
 from fasttrack.manifest import Manifest
 from fasttrack.policy import Policy, Zone
+from fasttrack.trusted import TrustedJudge
 from fasttrack.verdict import BlastRadius
 
 
@@ -43,6 +44,9 @@ class Context:
     known_models: tuple[str, ...] = ()
     # Base-side text of the files a rule compares against the head (hook files).
     base_texts: dict[str, str] = field(default_factory=dict)
+    # Contribution mode: where the policy and allowed signers came from (a trusted revision or the installed
+    # fasttrack) and how the judged checkout's copies differ from them (FT401). None: an explicit --policy.
+    judge_source: TrustedJudge | None = None
 
     def engine_path(self, path: str) -> str:
         """Where a changed path sits in the engine tree (the path itself outside contribution mode)."""

@@ -7,7 +7,7 @@ import re
 from enum import StrEnum
 from functools import cached_property
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import pathspec
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -308,6 +308,10 @@ class EvidenceRequirements(Strict):
     # Stock below this fraction anywhere means `bytes_moved` is implausibly small (FT344, an error).
     min_plausible_bandwidth_fraction: float = Field(default=0.01, ge=0.0, le=1.0)
     audit: AuditSettings = Field(default_factory=lambda: AuditSettings())
+    # Digests of the evidence harness (`python -m fasttrack.evidence.harness`) whose statements are accepted:
+    # the released fasttrack's. A statement without one of them is FT402 (an empty list accepts none).
+    accepted_harness_digests: list[Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]] = Field(
+        default_factory=list)
 
 
 class Policy(Strict):

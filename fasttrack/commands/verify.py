@@ -11,8 +11,11 @@ Two modes:
   hand (`--engine-tree`, `$FASTTRACK_ENGINE_TREE`, or `<cache>/<engine>-<version>`) the contribution is laid
   over it: files that already exist there count as modified, and the blast radius is computed on the overlay.
 
-The policy never comes from the PR head: `--policy`, else `policies/vllm.toml` in the current checkout, else
-the copy shipped beside the fasttrack package.
+The policy never comes from the PR head. Range mode: `--policy`, else `policies/vllm.toml` in the current
+checkout, else the copy shipped beside the fasttrack package. Contribution mode: `--policy` (the operator's
+explicit choice), else the policy and allowed signers of the trusted revision (`--trusted-ref REV`, default
+the merge base of HEAD with the default branch; the installed fasttrack's copies outside a git checkout),
+never the working tree being judged; a judged copy that differs is FT401 (`fasttrack.trusted`).
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ from fasttrack.findings import Finding, Severity
 from fasttrack.manifest import MANIFEST_FILE, Manifest, load_manifest
 from fasttrack.policy import MODEL_NAME_RE, Policy, load_policy
 from fasttrack.rules import all_rules
+from fasttrack.trusted import TrustedJudge, trusted_judge
 from fasttrack.verdict import BlastRadius, ChangedFile, ChangeStatus, EvidenceSummary, Verdict, decide
 
 DEFAULT_CONTRIBUTION = Path("kernels/kimi_k3")
@@ -78,6 +82,8 @@ class VerifyOptions:
     output: Path | None = None
     pr: int | None = None
     engine_tree: Path | None = None
+    # Contribution mode: the revision the policy and allowed signers are read from (None: the default).
+    trusted_ref: str | None = None
     # Where relative defaults are looked up (the current directory when None).
     cwd: Path | None = field(default=None, compare=False)
 
@@ -383,7 +389,15 @@ def _build_contribution_context(opts: VerifyOptions, cwd: Path) -> Context:
         raise InputError("the contribution has no manifest", path=manifest_file, field="--contribution",
                          fix=f"write {MANIFEST_FILE} there (`fasttrack schema manifest` prints its schema)")
     manifest = load_manifest(manifest_file)
-    policy_path = resolve_policy_path(opts, root)
+    judge_source: TrustedJudge | None = None
+    if opts.policy is not None:
+        if opts.trusted_ref is not None:
+            raise InputError("--policy and --trusted-ref name two different judges", field="--trusted-ref",
+                             fix="pass one of them")
+        policy_path = opts.policy
+    else:
+        judge_source = trusted_judge(root, opts.trusted_ref)
+        policy_path = judge_source.policy_path
     policy = load_policy(policy_path)
     model = manifest.contribution.model
     given = _check_model(opts.model)
@@ -448,7 +462,7 @@ def _build_contribution_context(opts: VerifyOptions, cwd: Path) -> Context:
         model=model, models_touched=tuple(touched), repo=root, manifest=manifest,
         manifest_path=f"{contrib_rel}/{MANIFEST_FILE}", contribution_dir=contrib_rel, blast_radius=blast,
         evidence=evidence, engine_paths=engine_paths, evidence_dir=evidence_dir,
-        known_models=known, base_texts=base_texts,
+        known_models=known, base_texts=base_texts, judge_source=judge_source,
     )
 
 
@@ -509,7 +523,8 @@ def judge(ctx: Context, *, pr: int | None = None) -> Verdict:
         base=ctx.base,
         head=ctx.head,
         pr=pr,
-        policy=str(ctx.policy_path),
+        policy=(str(ctx.policy_path) if ctx.judge_source is None
+                else f"{ctx.policy_path} (trusted: {ctx.judge_source.source})"),
         policy_digest=_digest(ctx.policy_path),
         changed_files=_changed_files(ctx),
         findings=findings,
@@ -587,6 +602,9 @@ def verify_command(
     output: Annotated[Path | None, typer.Option(
         "--output", help="Write the report here instead of stdout.")] = None,
     pr: Annotated[int | None, typer.Option("--pr", help="PR number, recorded in the verdict.")] = None,
+    trusted_ref: Annotated[str | None, typer.Option(
+        "--trusted-ref", help="Contribution mode: read the policy and allowed signers from this revision "
+                              "(default: the merge base of HEAD with the default branch).")] = None,
 ) -> None:
     """Verify a contribution (default: the reference contribution) or a PR given as a git range."""
     table = renderers()
@@ -597,7 +615,7 @@ def verify_command(
                          fix="create the directory first")
     opts = VerifyOptions(repo=repo, base=base, head=head, policy=policy, model=model,
                          contribution=contribution, evidence=evidence, format=fmt, output=output, pr=pr,
-                         engine_tree=engine_tree)
+                         engine_tree=engine_tree, trusted_ref=trusted_ref)
     verdict = run_verify(opts)
     if output is not None:
         output.write_text(table[fmt](verdict), encoding="utf-8")

@@ -116,9 +116,10 @@ class Collector(Strict):
     fasttrack_version: str = Field(min_length=1, max_length=64)
     command: str = Field(max_length=4096, description="the command line that collected the bundle")
     hostname: str = Field(default="", max_length=256)
-    # sha256 of the harness modules that ran (fasttrack.evidence.harness): the policy lists accepted ones.
+    # The digest of the harness modules that ran (`fasttrack.evidence.harness`; FT402 checks it against the
+    # policy) and the engine commit the collection was based on. None only in statements written before.
     harness_digest: str | None = Field(default=None, pattern=SHA256_HEX)
-    engine_base_commit: str | None = Field(default=None, max_length=64)
+    engine_base_commit: str | None = Field(default=None, pattern=r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 
 
 class BaselineRecord(Strict):

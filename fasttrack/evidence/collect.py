@@ -30,6 +30,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -355,6 +356,9 @@ def _subprocess_env(contribution: Path, engine_root: Path | None = None) -> dict
         paths.append(env["PYTHONPATH"])
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env["PYTHONUNBUFFERED"] = "1"
+    # Bytecode goes to (and is read from) a cache outside the tree: no in-tree __pycache__ can stand in for
+    # the sources the digest binds.
+    env["PYTHONPYCACHEPREFIX"] = str(Path(tempfile.gettempdir()) / "fasttrack-pycache")
     return env
 
 
@@ -946,6 +950,11 @@ def collect(opts: CollectOptions, progress: Progress | None = None) -> CollectRe
         raise InputError("the bundle may not be written inside the contribution (it would change its digest)",
                          field="--out", fix=f"use evidence/{name}/ at the repository root")
     digest = contribution_digest(contribution)
+    if digest.unhashed:
+        first = digest.unhashed[0]
+        raise InputError(f"{len(digest.unhashed)} file(s) Python could import are not bound by the content "
+                         f"digest, e.g. {first.path} ({first.reason})", path=contribution,
+                         fix="delete them (caches, stray bytecode) or move them out of the contribution")
     yardstick = resolve_yardstick(opts, manifest)
     env = _subprocess_env(contribution, yardstick.engine_root)
     work = WorkDir((opts.work_dir or default_work_dir(name, tp_filter)).resolve())

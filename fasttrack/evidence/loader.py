@@ -28,6 +28,7 @@ from fasttrack.evidence.bundle import (
     Statement,
 )
 from fasttrack.evidence.digest import sha256_file
+from fasttrack.evidence.environment import CPU_CAPABILITY
 from fasttrack.evidence.loaded import LoadedAudit, LoadedEvidence, LoadedPart
 from fasttrack.evidence.signing import MAX_SIGNATURE_BYTES
 from fasttrack.findings import Finding
@@ -276,13 +277,30 @@ def _parse_json(raw: bytes, problems: _Problems, name: str = STATEMENT_FILE) -> 
     if depth > MAX_DEPTH:
         problems.add(f"{name} nests {depth} levels deep, over the limit of {MAX_DEPTH}")
         return _INVALID
+    duplicates: list[str] = []
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        data = json.loads(text, parse_constant=_reject_constant,
+                          object_pairs_hook=lambda pairs: _no_duplicates(pairs, duplicates))
     except json.JSONDecodeError as exc:
         problems.add(f"{name} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
     except (ValueError, RecursionError) as exc:  # NaN/Infinity, over-long integers
         problems.add(f"{name} is not valid JSON: {exc}")
+    else:
+        if not duplicates:
+            return data
+        # Two parsers may keep different copies of a repeated key: what was signed would not be what is read.
+        shown = ", ".join(repr(k) for k in list(dict.fromkeys(duplicates))[:10])
+        problems.add(f"{name} repeats a key inside one JSON object ({shown}); every key may appear once")
     return _INVALID
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]], duplicates: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            duplicates.append(key)
+        out[key] = value
+    return out
 
 
 _ESCAPES = re.compile(r"\\.", re.DOTALL)
@@ -348,6 +366,32 @@ def _report_missing(data: dict[str, Any], problems: _Problems) -> None:
         for key in REQUIRED_PREDICATE_FIELDS:
             if key not in pred:
                 problems.add(f"predicate.{key}: missing")
+            elif pred[key] is None:
+                problems.add(f"predicate.{key}: must not be null (a complete bundle records it)")
+        _report_null_facts(pred, problems)
+
+
+def _report_null_facts(pred: dict[str, Any], problems: _Problems) -> None:
+    """Facts the rules rely on that the schema lets default: a GPU's L2 size (the flush check compares
+    with it), the number of timed outputs each accuracy entry checked (a default of 1 would stand for a
+    check that never ran)."""
+    env = pred.get("environment")
+    on_gpu = isinstance(env, dict) and env.get("compute_capability") not in (None, CPU_CAPABILITY)
+    if on_gpu and isinstance(env, dict) and env.get("l2_bytes") is None:
+        problems.add("predicate.environment.l2_bytes: must not be null on a GPU (the L2 flush is "
+                     "checked against it)")
+    benches = pred.get("benchmarks")
+    if not isinstance(benches, list):
+        return
+    for i, bench in enumerate(benches):
+        accuracy = bench.get("accuracy") if isinstance(bench, dict) else None
+        if not isinstance(accuracy, dict):
+            continue
+        for variant, acc in accuracy.items():
+            if isinstance(acc, dict) and acc.get("checked") is None:
+                problems.add(f"predicate.benchmarks[{i}].accuracy.{variant}.checked: "
+                             f"{'missing' if 'checked' not in acc else 'must not be null'} (how many timed "
+                             "outputs were compared)")
 
 
 def _prune_target(loc: tuple[Any, ...], err_type: str) -> tuple[Any, ...]:

@@ -6,7 +6,7 @@ FT4xx integrity (a PR may not edit its own judge).
 
 from __future__ import annotations
 
-from fasttrack.rules import blast, confinement, envelope, escapes, evidence, integrity, yardstick
+from fasttrack.rules import binding, blast, confinement, envelope, escapes, evidence, integrity, yardstick
 from fasttrack.rules.base import Catalogue, Rule
 
 CATALOGUES: tuple[Catalogue, ...] = (
@@ -16,6 +16,7 @@ CATALOGUES: tuple[Catalogue, ...] = (
     envelope.catalogue,
     evidence.catalogue,
     yardstick.catalogue,
+    binding.catalogue,
     integrity.catalogue,
 )
 

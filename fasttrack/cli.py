@@ -14,6 +14,7 @@ import typer
 from fasttrack import __version__
 from fasttrack.commands.verify import verify_command
 from fasttrack.errors import EXIT_INPUT_ERROR, InputError
+from fasttrack.sanitize import log_line
 from fasttrack.evidence.collect_cli import collect_command
 from fasttrack.evidence.sign_cli import sign_command
 from fasttrack.github.cli import github_app
@@ -94,7 +95,8 @@ def main() -> None:
         # Without standalone mode click returns a typer.Exit's code instead of exiting: pass it on.
         rc = app(standalone_mode=False)
     except InputError as exc:
-        typer.echo(f"fasttrack: error: {exc.render()}", err=True)
+        # One line that cannot start a workflow command, whatever the error quotes (sanitize.log_line).
+        typer.echo(log_line(f"fasttrack: error: {exc.render()}"), err=True)
         sys.exit(EXIT_INPUT_ERROR)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)

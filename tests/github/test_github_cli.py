@@ -357,3 +357,25 @@ def test_comment_author_defaults_to_the_token_user_outside_actions(
         outs.append(out)
     assert "created" in outs[0] and "unchanged" in outs[1]
     assert len(fake_github.comments) == 1 and ("GET", "/api/v3/user") in seen(httpserver)
+
+
+def test_a_hostile_artifact_cannot_emit_workflow_commands(
+    fake_github: Any,
+    verdicts: Any,
+    artifact: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    httpserver: Any,
+) -> None:
+    """Attack: stage 1 (the PR's workflow) writes a verdict whose key is `\\n::stop-commands::x`; the error
+    names that key on stderr inside the write-token job, where the runner parses `::` lines."""
+    hostile = json.loads((artifact / "verdict.json").read_text(encoding="utf-8"))
+    hostile["x\n::stop-commands::tok\n::error file=a.py::forged\n##[add-mask]y"] = 1
+    (artifact / "verdict.json").write_text(json.dumps(hostile), encoding="utf-8")
+    monkeypatch.setenv("GITHUB_TOKEN", verdicts.token)
+    code, out, err = _run(monkeypatch, capsys, *_publish_args(fake_github, verdicts, artifact))
+    assert code == 2
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("fasttrack: error: ")
+    assert "::" not in err and "##[" not in err
+    assert "['x\\x0a:\\x3astop-commands" in err  # the key is quoted and shown, not obeyed

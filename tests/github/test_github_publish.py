@@ -328,5 +328,5 @@ def test_untrusted_text_is_inert_in_the_comment(matching_files: Any, verdicts: A
     _publish(matching_files, verdicts.make([evil]), verdicts, check_run=False, labels=False)
     body = matching_files.comments[0]["body"]
     assert "@maintainers" not in body and "<img" not in body and "[click](" not in body
-    assert "\\[click\\](https://evil" in body  # brackets escaped: shown as text, not a link
+    assert "\\[click\\](https:\u200b//evil" in body  # brackets escaped, URL not autolinked
     assert "**now**" not in body and "&lt;img" in body

@@ -23,7 +23,8 @@ from fasttrack.findings import Finding, Severity
 from fasttrack.github import markdown as md
 from fasttrack.github.artifact import PrMeta, RejectedVerdict, check_claims
 from fasttrack.github.client import clock_of, github_errors, split_repo
-from fasttrack.verdict import Verdict
+from fasttrack.sanitize import inert_references
+from fasttrack.verdict import Verdict, decide, inconsistency
 
 ANNOTATIONS_PER_REQUEST = 50  # GitHub's cap per check-run create/update
 MAX_ANNOTATIONS = 1000  # beyond this the summary says how many were left out (20 requests at most)
@@ -64,6 +65,7 @@ class PublishResult:
     check_run_requests: int = 0
     annotations: int = 0
     annotations_dropped: int = 0
+    not_annotated: int = 0  # findings whose path is not in the PR's file list: summary text only
     comment_id: int | None = None
     comment_action: str | None = None  # created | updated | unchanged
     labels_added: list[str] = field(default_factory=list)
@@ -91,30 +93,49 @@ class PublishResult:
         return "; ".join(parts)
 
 
-def build_annotations(findings: Iterable[Finding], limit: int) -> tuple[list[dict[str, Any]], int]:
-    """Check-run annotations for findings that point at a file, errors first; (annotations, dropped).
+def annotation_path(path: str | None, pr_paths: frozenset[str]) -> str | None:
+    """The finding's path when GitHub can anchor an annotation there: exactly a path of the PR's file list as
+    GitHub serves it. `..`, absolute paths and files the PR does not touch give None (summary text only)."""
+    if not path or path.startswith("/") or "\\" in path or ".." in path.split("/"):
+        return None
+    return path if path in pr_paths else None
 
-    Every annotation carries a line (the finding's, else 1 for a file-level finding) so that it shows in
-    the "Files changed" view; findings without a path appear only in the summary.
+
+def build_annotations(findings: Iterable[Finding], limit: int, pr_paths: frozenset[str] | None = None
+                      ) -> tuple[list[dict[str, Any]], int, list[Finding]]:
+    """Check-run annotations for findings on a file of the PR, errors first; (annotations, dropped, elsewhere).
+
+    `pr_paths` is the PR's file list from GitHub (trusted); a finding whose path is not one of them (a `..`
+    path, an absolute one, a file the PR does not touch) is not annotated but returned in `elsewhere`, for
+    the summary. Every annotation carries a line (the finding's, else 1 for a file-level finding) so that it
+    shows in the "Files changed" view; its text goes through `sanitize.inert_references`.
     """
     out: list[dict[str, Any]] = []
-    with_path = [f for f in md.sort_findings(findings) if f.path]
-    for f in with_path[:limit]:
-        assert f.path is not None
-        line = f.line or 1
+    placed: list[tuple[Finding, str]] = []
+    elsewhere: list[Finding] = []
+    for f in md.sort_findings(findings):
+        if not f.path:
+            continue
+        where = annotation_path(f.path, frozenset({f.path}) if pr_paths is None else pr_paths)
+        if where is None:
+            elsewhere.append(f)
+        else:
+            placed.append((f, where))
+    for f, where in placed[:limit]:
+        line = f.line if f.line and f.line > 0 else 1
         message = f.message if f.line else f"{f.message} (file-level finding)"
         note: dict[str, Any] = {
-            "path": f.path[:1000],
+            "path": where,
             "start_line": line,
             "end_line": line,
             "annotation_level": _LEVEL[f.severity],
-            "title": f"{f.code}",
-            "message": message[:4000],
+            "title": inert_references(f.code)[:255],
+            "message": inert_references(message)[:4000],
         }
         if f.fix:
-            note["raw_details"] = f"fix: {f.fix}"[:4000]
+            note["raw_details"] = inert_references(f"fix: {f.fix}")[:4000]
         out.append(note)
-    return out, max(0, len(with_path) - limit)
+    return out, max(0, len(placed) - limit), elsewhere
 
 
 def assess_trust(verdict: Verdict, pr_files: list[dict[str, Any]], pr_changed_files: int | None,
@@ -147,7 +168,9 @@ def assess_trust(verdict: Verdict, pr_files: list[dict[str, Any]], pr_changed_fi
         notes.append(f"**Not trusted:** this PR changes the workflow or action that produced the verdict "
                      f"({shown}); a maintainer must review it the normal way.")
     trusted = not notes
-    return md.Outcome(eligible=trusted and verdict.verdict == "pass", trusted=trusted, notes=tuple(notes))
+    # Recomputed from the findings, never read from the verdict field (publish refuses a mismatch anyway).
+    return md.Outcome(eligible=trusted and decide(verdict.findings) == "pass", trusted=trusted,
+                      notes=tuple(notes))
 
 
 def _now() -> str:
@@ -173,6 +196,7 @@ def publish(gh: Any, verdict: Verdict, opts: PublishOptions,
         return github_errors(action, opts.token_env, clock)
 
     result = PublishResult()
+    refuse_inconsistent(verdict, opts.source)
 
     # ---- read and check (no writes) ----
     with err(f"reading PR #{opts.pr} of {opts.repo}"):
@@ -208,7 +232,7 @@ def publish(gh: Any, verdict: Verdict, opts: PublishOptions,
     if opts.summary_file is not None:
         result.summary_bytes = write_step_summary(opts.summary_file, verdict, outcome, opts.report_url)
     if opts.check_run:
-        publish_check_run(gh, pr, verdict, outcome, head, opts, result)
+        publish_check_run(gh, pr, verdict, outcome, head, opts, result, pr_paths=pr_paths(files))
     if opts.comment and issue is not None:
         author = opts.comment_author or (me() if me else None)
         body = md.render(verdict, outcome, limit=md.COMMENT_LIMIT, report_url=opts.report_url,
@@ -221,16 +245,29 @@ def publish(gh: Any, verdict: Verdict, opts: PublishOptions,
     return result
 
 
+def pr_paths(files: list[dict[str, Any]]) -> frozenset[str]:
+    """The paths of the PR's file list as GitHub serves it (the head side: annotations anchor there)."""
+    return frozenset(str(f["filename"]) for f in files if isinstance(f.get("filename"), str) and f["filename"])
+
+
 def publish_check_run(gh: Any, pr: Any, verdict: Verdict, outcome: md.Outcome, head: str,
-                      opts: PublishOptions, result: PublishResult) -> None:
+                      opts: PublishOptions, result: PublishResult, pr_paths: frozenset[str] | None = None
+                      ) -> None:
     """Create the check run with the first 50 annotations, then add the rest 50 at a time; the last
-    request completes it, so the conclusion only appears once every annotation is in."""
-    notes, dropped = build_annotations(verdict.findings, opts.max_annotations)
+    request completes it, so the conclusion only appears once every annotation is in. Findings on paths
+    outside the PR's file list are listed in the summary as text instead."""
+    notes, dropped, elsewhere = build_annotations(verdict.findings, opts.max_annotations, pr_paths)
     result.annotations, result.annotations_dropped = len(notes), dropped
-    extra = (f"{dropped} more findings with a file were not annotated (cap {opts.max_annotations}); "
-             "they are all in the report." if dropped else None)
+    result.not_annotated = len(elsewhere)
+    extra = [f"{dropped} more findings with a file were not annotated (cap {opts.max_annotations}); "
+             "they are all in the report."] if dropped else []
+    if elsewhere:
+        shown = ", ".join(f"{md.esc(f.code, 10)} on {md.code(f.path, 160)}" for f in elsewhere[:10])
+        more = f" and {len(elsewhere) - 10} more" if len(elsewhere) > 10 else ""
+        extra.append(f"**Not annotated:** {len(elsewhere)} finding(s) name a path that is not in the PR's file "
+                     f"list on GitHub (outside the PR, `..` or absolute): {shown}{more}.")
     summary_outcome = md.Outcome(outcome.eligible, outcome.trusted,
-                                 outcome.notes + ((md.esc(extra),) if extra else ()))
+                                 outcome.notes + tuple(extra))  # safe Markdown: untrusted parts escaped
     output = {"title": check_run_title(verdict, outcome),
               "summary": md.render(verdict, summary_outcome, limit=md.COMMENT_LIMIT,
                                    report_url=opts.report_url)}
@@ -262,6 +299,14 @@ def publish_check_run(gh: Any, pr: Any, verdict: Verdict, outcome: md.Outcome, h
                 kwargs.update(status="completed", conclusion=conclusion, completed_at=_now())
             run.update(**kwargs)
         result.check_run_requests += 1
+
+
+def refuse_inconsistent(verdict: Verdict, source: str | Path) -> None:
+    """Pass/fail is recomputed from the findings; a verdict whose `verdict` field disagrees is refused."""
+    problem = inconsistency(verdict)
+    if problem is not None:
+        raise RejectedVerdict(f"the verdict is inconsistent: {problem}", path=source, field="verdict",
+                              fix="nothing was published; a real verdict's field follows from its findings")
 
 
 def upsert_sticky_comment(issue: Any, body: str, author: str | None, result: PublishResult) -> None:

@@ -180,7 +180,7 @@ def test_malformed_artifacts_are_rejected_before_any_request(
         expect = "over the 4096-byte cap"
     elif kind == "deep":
         vf.write_text(_deep(100_000), encoding="utf-8")
-        expect = "Invalid JSON"
+        expect = "nests deeper than 64 levels"
     elif kind == "symlink":
         target = tmp_path / "elsewhere.json"
         target.write_text(json.dumps(good), encoding="utf-8")

@@ -294,7 +294,9 @@ def test_step_summary_and_bodies_stay_within_limits(
     matching_files: Any, verdicts: Any, tmp_path: Path, httpserver: Any
 ) -> None:
     findings = [
-        Finding.error("FT101", "x" * 3000 + f" {i}", path=f"vllm/p{i}.py", line=1) for i in range(2500)
+        Finding.error("FT101", "x" * 3000 + f" {i}", path="vllm/model_executor/models/kimi_k3/fused_moe.py",
+                      line=i + 1)
+        for i in range(2500)
     ]
     summary = tmp_path / "summary.md"
     summary.write_text("earlier step output\n" * 10, encoding="utf-8")

@@ -16,8 +16,8 @@ Review the diff like code: a new name or version is a new dependency of the writ
 from __future__ import annotations
 
 import importlib.metadata as md
-import subprocess
 import re
+import subprocess
 import sys
 import tomllib
 import urllib.request

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fasttrack.errors import InputError
 from fasttrack.findings import Finding, Severity
 from fasttrack.github import markdown as md
 from fasttrack.github.artifact import PrMeta, RejectedVerdict, check_claims
@@ -40,7 +41,7 @@ _LEVEL = {Severity.ERROR: "failure", Severity.WARNING: "warning", Severity.INFO:
 @dataclass(frozen=True)
 class PublishOptions:
     repo: str  # OWNER/NAME
-    pr: int
+    pr: int | None  # None only for publish_rejection (no PR could be named)
     head_sha: str | None = None  # from the triggering event (trusted); None from a laptop
     meta: PrMeta | None = None
     check_name: str = "fasttrack"
@@ -61,6 +62,7 @@ class PublishResult:
     head_sha: str = ""
     outcome: md.Outcome | None = None
     skipped: str | None = None  # why nothing was published (superseded)
+    rejected: str | None = None  # why no verdict was published (a failing check says so)
     check_run_id: int | None = None
     check_run_requests: int = 0
     annotations: int = 0
@@ -72,7 +74,12 @@ class PublishResult:
     labels_removed: list[str] = field(default_factory=list)
     summary_bytes: int = 0
 
-    def line(self, pr: int) -> str:
+    def line(self, pr: int | None) -> str:
+        if self.rejected:
+            done = [f"failing check run {self.check_run_id}"] if self.check_run_id is not None else []
+            done += [f"-{x}" for x in self.labels_removed]
+            return (f"fasttrack: {self.head_sha[:12]}: no verdict published: "
+                    + (", ".join(done) or "nothing written"))
         if self.skipped:
             return f"fasttrack: PR #{pr}: nothing published: {self.skipped}"
         assert self.outcome is not None
@@ -197,6 +204,8 @@ def publish(gh: Any, verdict: Verdict, opts: PublishOptions,
 
     result = PublishResult()
     refuse_inconsistent(verdict, opts.source)
+    if opts.pr is None:
+        raise RejectedVerdict("no PR number to publish on", path=opts.source, field="pr")
 
     # ---- read and check (no writes) ----
     with err(f"reading PR #{opts.pr} of {opts.repo}"):
@@ -360,3 +369,69 @@ def write_rejection_summary(path: Path, message: str) -> None:
             fh.write(f"### fasttrack: verdict rejected, nothing published\n\n{md.esc(message, 2000)}\n")
     except OSError:
         pass
+
+
+# ---- when no verdict can be published ----
+
+
+def find_pr_at(gh: Any, repo: str, head_sha: str, claimed_pr: int | None, head_label: str | None,
+               token_env: str = "GITHUB_TOKEN") -> Any | None:
+    """The open PR whose head is `head_sha` (trusted, from the event), or None.
+
+    The claimed PR number (from the artifact, untrusted) is only used when GitHub agrees that PR is at
+    `head_sha`; otherwise the PR is looked up by `head_label` (`owner:branch` from the event)."""
+    owner, name = split_repo(repo)
+    sha = head_sha.lower()
+    clock = clock_of(gh)
+    if claimed_pr is not None:
+        try:
+            with github_errors(f"reading PR #{claimed_pr} of {repo}", token_env, clock):
+                pr = gh.pull_request(owner, name, claimed_pr)
+        except InputError:
+            pr = None  # no such PR (a false claim): look it up by the head label
+        if pr is not None and str(pr.head.sha).lower() == sha:
+            return pr
+    if head_label:
+        with github_errors(f"finding the PR of {head_label!r} in {repo}", token_env, clock):
+            repository = gh.repository(owner, name)
+            for short in repository.pull_requests(state="open", head=head_label, number=30):
+                if str(short.head.sha).lower() == sha:
+                    return gh.pull_request(owner, name, int(short.number))
+    return None
+
+
+def publish_rejection(gh: Any, opts: PublishOptions, reason: str, head_label: str | None = None
+                      ) -> PublishResult:
+    """Stage 2 could not publish a verdict for `opts.head_sha`: a failing check run there saying why, and
+    the `fast-track: eligible` label removed from the PR at that head. Nothing else: no comment, no
+    "blocked" label, nothing that reads as a verdict."""
+    if opts.head_sha is None:
+        raise InputError("a failing check needs the head commit", field="--head-sha",
+                         fix="pass github.event.workflow_run.head_sha")
+    head = opts.head_sha.lower()
+    result = PublishResult(head_sha=head, rejected=reason)
+    clock = clock_of(gh)
+    pr = find_pr_at(gh, opts.repo, head, opts.pr, head_label, opts.token_env)
+    owner, name = split_repo(opts.repo)
+    if opts.check_run:
+        summary = (f"### fasttrack: ⛔ no verdict published\n\n{md.esc(reason, 3000)}\n\n"
+                   "This commit has no fasttrack verdict, so it is not eligible for fast-track. Push again or "
+                   "ask a maintainer to re-run the workflows.")
+        output = {"title": "No verdict published", "summary": summary}
+        with github_errors(f"creating the failing {opts.check_name!r} check run", opts.token_env, clock,
+                           "check runs need an App installation token with checks: write (docs/github.md)"):
+            repository = gh.repository(owner, name)
+            run = repository.create_check_run(name=opts.check_name, head_sha=head, details_url=opts.report_url,
+                                              status="completed", conclusion="failure", completed_at=_now(),
+                                              output=output)
+        result.check_run_requests = 1
+        result.check_run_id = int(run.id) if run is not None else None
+    if opts.labels and pr is not None:
+        with github_errors(f"removing {LABEL_ELIGIBLE!r} from PR #{pr.number}", opts.token_env, clock):
+            issue = pr.issue()
+            if LABEL_ELIGIBLE in {str(lbl.name) for lbl in (issue.original_labels or [])}:
+                issue.remove_label(LABEL_ELIGIBLE)
+                result.labels_removed.append(LABEL_ELIGIBLE)
+    return result
+
+

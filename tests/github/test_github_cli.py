@@ -204,7 +204,10 @@ def test_malformed_artifacts_are_rejected_before_any_request(
     )
     assert code == 2, err
     assert expect in err and err.count("\n") == 1 and "Traceback" not in err
-    assert httpserver.log == []  # not even a read
+    # No verdict is published: the only write is the failing check on the trusted head saying why.
+    checks = [req.get_json() for req, _ in httpserver.log if req.method != "GET"]
+    assert [c["conclusion"] for c in checks] == ["failure"] and checks[0]["head_sha"] == verdicts.head
+    assert fake_github.comments == [] and fake_github.labels == []
     assert "verdict rejected, nothing published" in summary.read_text(encoding="utf-8")
 
 
@@ -223,7 +226,8 @@ def test_verdict_for_another_pr_publishes_nothing(
     monkeypatch.setenv("GITHUB_TOKEN", verdicts.token)
     code, _, err = _run(monkeypatch, capsys, *_publish_args(fake_github, verdicts, artifact))
     assert code == 2 and "the verdict is for PR #123, not PR #7" in err
-    assert writes(httpserver) == []
+    assert writes(httpserver) == [("POST", "/api/v3/repos/acme/engine/check-runs")]  # the failing check only
+    assert fake_github.comments == [] and fake_github.labels == []
 
 
 def test_bad_head_sha_option(

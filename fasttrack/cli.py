@@ -14,12 +14,12 @@ import typer
 from fasttrack import __version__
 from fasttrack.commands.verify import verify_command
 from fasttrack.errors import EXIT_INPUT_ERROR, InputError
-from fasttrack.sanitize import log_line
 from fasttrack.evidence.collect_cli import collect_command
 from fasttrack.evidence.sign_cli import sign_command
 from fasttrack.github.cli import github_app
 from fasttrack.report.cli import report_command
 from fasttrack.rules import all_rules
+from fasttrack.sanitize import log_line
 
 app = typer.Typer(
     name="fasttrack",

@@ -70,9 +70,9 @@ def path_text(raw: str | bytes) -> str:
 
 
 # GitHub turns these into links or notifications in comments, summaries and check output: `@user` and
-# `@org/team` mentions, `#N`, `owner/repo#N` and `GH-N` references, and bare URLs (GFM autolinks). A zero-width
-# space after the sigil keeps the text readable and makes it inert. `visible` has already escaped any
-# zero-width space the text itself carried, so every one in the output is ours.
+# `@org/team` mentions, `#N`, `owner/repo#N` and `GH-N` references, and bare URLs (GFM autolinks). A
+# zero-width space after the sigil keeps the text readable and makes it inert. `visible` has already escaped
+# any zero-width space the text itself carried, so every one in the output is ours.
 _ZWSP: Final = "\u200b"
 _REFERENCE: Final = re.compile(r"(@)|(#)(?=\d)|\b(GH-)(?=\d)|(:)(?=//)|\b(www)(?=\.)",
                                re.IGNORECASE)

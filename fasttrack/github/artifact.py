@@ -155,7 +155,8 @@ def inspect_zip(data: bytes, source: str, max_bytes: int = MAX_VERDICT_BYTES) ->
         zf = zipfile.ZipFile(io.BytesIO(data))
         infos = zf.infolist()
     except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, OSError, EOFError) as exc:
-        raise RejectedVerdict(f"the artifact is not a readable zip ({type(exc).__name__})", path=source) from None
+        raise RejectedVerdict(f"the artifact is not a readable zip ({type(exc).__name__})",
+                              path=source) from None
     if len(infos) > MAX_ZIP_ENTRIES:
         raise RejectedVerdict(f"the artifact holds {len(infos)} entries, over the cap of {MAX_ZIP_ENTRIES}",
                               path=source, fix="stage 1 uploads exactly verdict.json and pr.json")

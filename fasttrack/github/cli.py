@@ -27,7 +27,7 @@ _GUARD_HELP = ("Extra path patterns (gitignore syntax) whose change makes the ve
 def publish_command(
     repo: Annotated[str, typer.Option("--repo", help="OWNER/NAME of the repository the PR is in.")],
     verdict: Annotated[Path | None, typer.Option(
-        "--verdict", help="Verdict JSON (from `fasttrack verify --format json`); or --artifact-run-id.")] = None,
+        "--verdict", help="Verdict JSON (`fasttrack verify --format json`); or --artifact-run-id.")] = None,
     pr: Annotated[int | None, typer.Option(
         "--pr", min=1, help="PR number (checked against GitHub and --head-sha); default: the artifact's "
                             "pr.json, a claim GitHub must confirm.")] = None,
@@ -37,8 +37,9 @@ def publish_command(
     meta: Annotated[Path | None, typer.Option(
         "--meta", help="pr.json written by stage 1 (checked too).")] = None,
     artifact_run_id: Annotated[int | None, typer.Option(
-        "--artifact-run-id", min=1, help="Fetch verdict.json and pr.json from this workflow run's artifact "
-                                         "through the API, size-checked before anything is extracted.")] = None,
+        "--artifact-run-id", min=1,
+        help="Fetch verdict.json and pr.json from this workflow run's artifact through the API, "
+             "size-checked before anything is extracted.")] = None,
     artifact_name: Annotated[str, typer.Option(
         "--artifact-name", help="Name of stage 1's artifact.")] = "fasttrack-verdict",
     artifact_token_env: Annotated[str | None, typer.Option(
@@ -69,8 +70,9 @@ def publish_command(
     labels: Annotated[bool, typer.Option(
         "--labels/--no-labels", help="Set fast-track: eligible / blocked.")] = True,
     comment_author: Annotated[str | None, typer.Option(
-        "--comment-author", help="Login whose marker comment is ours (default: github-actions[bot] in "
-                                 "Actions, else the token's user; the App's bot login with an App token).")] = None,
+        "--comment-author",
+        help="Login whose marker comment is ours (the App's bot login with an App token; default: "
+             "github-actions[bot] in Actions, else the token's user).")] = None,
     guard: Annotated[list[str] | None, typer.Option("--guard", help=_GUARD_HELP)] = None,
     max_bytes: Annotated[int, typer.Option(
         "--max-bytes", min=1024, help="Size cap for the verdict.")] = 8 << 20,

@@ -61,7 +61,8 @@ def fetch_artifact(gh: Any, repo: str, run_id: int, head_sha: str | None, name: 
                               path=source, fix="nothing was downloaded")
     run_sha = (art.get("workflow_run") or {}).get("head_sha")
     if head_sha is not None and isinstance(run_sha, str) and run_sha.lower() != head_sha.lower():
-        raise RejectedVerdict(f"the artifact was built from {run_sha[:12]!r}, not {head_sha[:12]}", path=source)
+        raise RejectedVerdict(f"the artifact was built from {run_sha[:12]!r}, not {head_sha[:12]}",
+                              path=source)
     art_id = art.get("id")
     if not isinstance(art_id, int):
         raise RejectedVerdict("the artifact listing has no id", path=source)

@@ -110,7 +110,7 @@ def annotation_path(path: str | None, pr_paths: frozenset[str]) -> str | None:
 
 def build_annotations(findings: Iterable[Finding], limit: int, pr_paths: frozenset[str] | None = None
                       ) -> tuple[list[dict[str, Any]], int, list[Finding]]:
-    """Check-run annotations for findings on a file of the PR, errors first; (annotations, dropped, elsewhere).
+    """Check-run annotations for findings on a PR file, errors first: (annotations, dropped, elsewhere).
 
     `pr_paths` is the PR's file list from GitHub (trusted); a finding whose path is not one of them (a `..`
     path, an absolute one, a file the PR does not touch) is not annotated but returned in `elsewhere`, for
@@ -256,7 +256,8 @@ def publish(gh: Any, verdict: Verdict, opts: PublishOptions,
 
 def pr_paths(files: list[dict[str, Any]]) -> frozenset[str]:
     """The paths of the PR's file list as GitHub serves it (the head side: annotations anchor there)."""
-    return frozenset(str(f["filename"]) for f in files if isinstance(f.get("filename"), str) and f["filename"])
+    return frozenset(str(f["filename"]) for f in files
+                     if isinstance(f.get("filename"), str) and f["filename"])
 
 
 def publish_check_run(gh: Any, pr: Any, verdict: Verdict, outcome: md.Outcome, head: str,
@@ -273,8 +274,8 @@ def publish_check_run(gh: Any, pr: Any, verdict: Verdict, outcome: md.Outcome, h
     if elsewhere:
         shown = ", ".join(f"{md.esc(f.code, 10)} on {md.code(f.path, 160)}" for f in elsewhere[:10])
         more = f" and {len(elsewhere) - 10} more" if len(elsewhere) > 10 else ""
-        extra.append(f"**Not annotated:** {len(elsewhere)} finding(s) name a path that is not in the PR's file "
-                     f"list on GitHub (outside the PR, `..` or absolute): {shown}{more}.")
+        extra.append(f"**Not annotated:** {len(elsewhere)} finding(s) name a path that is not in the PR's "
+                     f"file list on GitHub (outside the PR, `..` or absolute): {shown}{more}.")
     summary_outcome = md.Outcome(outcome.eligible, outcome.trusted,
                                  outcome.notes + tuple(extra))  # safe Markdown: untrusted parts escaped
     output = {"title": check_run_title(verdict, outcome),
@@ -415,15 +416,15 @@ def publish_rejection(gh: Any, opts: PublishOptions, reason: str, head_label: st
     owner, name = split_repo(opts.repo)
     if opts.check_run:
         summary = (f"### fasttrack: ⛔ no verdict published\n\n{md.esc(reason, 3000)}\n\n"
-                   "This commit has no fasttrack verdict, so it is not eligible for fast-track. Push again or "
-                   "ask a maintainer to re-run the workflows.")
+                   "This commit has no fasttrack verdict, so it is not eligible for fast-track. Push again "
+                   "or ask a maintainer to re-run the workflows.")
         output = {"title": "No verdict published", "summary": summary}
         with github_errors(f"creating the failing {opts.check_name!r} check run", opts.token_env, clock,
                            "check runs need an App installation token with checks: write (docs/github.md)"):
             repository = gh.repository(owner, name)
-            run = repository.create_check_run(name=opts.check_name, head_sha=head, details_url=opts.report_url,
-                                              status="completed", conclusion="failure", completed_at=_now(),
-                                              output=output)
+            run = repository.create_check_run(name=opts.check_name, head_sha=head,
+                                              details_url=opts.report_url, status="completed",
+                                              conclusion="failure", completed_at=_now(), output=output)
         result.check_run_requests = 1
         result.check_run_id = int(run.id) if run is not None else None
     if opts.labels and pr is not None:

@@ -115,12 +115,32 @@ def _repo(api: str, web: str, owner: str, name: str) -> dict[str, Any]:
 def _full_repo(api: str, web: str, owner: str, name: str) -> dict[str, Any]:
     """`GET /repos/{owner}/{name}`: the short payload plus what github3's Repository requires."""
     out = _repo(api, web, owner, name)
-    out.update(archived=False, clone_url=f"{web}/{owner}/{name}.git", created_at="2020-01-01T00:00:00Z",
-               default_branch="main", forks_count=0, git_url="", has_downloads=True, has_issues=True,
-               has_pages=False, has_projects=False, has_wiki=False, homepage=None, language="Python",
-               mirror_url=None, network_count=0, open_issues_count=1, pushed_at="2026-01-01T00:00:00Z",
-               size=1, ssh_url="", stargazers_count=0, subscribers_count=0, svn_url="",
-               updated_at="2026-01-01T00:00:00Z", watchers_count=0)
+    out.update(
+        archived=False,
+        clone_url=f"{web}/{owner}/{name}.git",
+        created_at="2020-01-01T00:00:00Z",
+        default_branch="main",
+        forks_count=0,
+        git_url="",
+        has_downloads=True,
+        has_issues=True,
+        has_pages=False,
+        has_projects=False,
+        has_wiki=False,
+        homepage=None,
+        language="Python",
+        mirror_url=None,
+        network_count=0,
+        open_issues_count=1,
+        pushed_at="2026-01-01T00:00:00Z",
+        size=1,
+        ssh_url="",
+        stargazers_count=0,
+        subscribers_count=0,
+        svn_url="",
+        updated_at="2026-01-01T00:00:00Z",
+        watchers_count=0,
+    )
     return out
 
 
@@ -146,14 +166,27 @@ class FakeGitHub:
     download_token: str | None = None  # a second token accepted (e.g. actions: read only)
     _next_id: int = 1000
 
-    def add_artifact(self, run_id: int, data: bytes, *, name: str = "fasttrack-verdict",
-                     size: int | None = None, head_sha: str | None = None) -> int:
+    def add_artifact(
+        self,
+        run_id: int,
+        data: bytes,
+        *,
+        name: str = "fasttrack-verdict",
+        size: int | None = None,
+        head_sha: str | None = None,
+    ) -> int:
         aid = self.new_id()
         self.artifact_zips[aid] = data
-        self.artifacts.setdefault(run_id, []).append({
-            "id": aid, "name": name, "size_in_bytes": len(data) if size is None else size, "expired": False,
-            "archive_download_url": f"{self.api}/repos/{OWNER}/{NAME}/actions/artifacts/{aid}/zip",
-            "workflow_run": {"id": run_id, "head_sha": head_sha or self.head_sha}})
+        self.artifacts.setdefault(run_id, []).append(
+            {
+                "id": aid,
+                "name": name,
+                "size_in_bytes": len(data) if size is None else size,
+                "expired": False,
+                "archive_download_url": f"{self.api}/repos/{OWNER}/{NAME}/actions/artifacts/{aid}/zip",
+                "workflow_run": {"id": run_id, "head_sha": head_sha or self.head_sha},
+            }
+        )
         return aid
 
     def fail_next(
@@ -345,7 +378,9 @@ class FakeGitHub:
             if request.method == method and pattern.search(request.path):
                 del self.failures[i]
                 return response
-        tokens = {f"token {self.token}"} | ({f"token {self.download_token}"} if self.download_token else set())
+        tokens = {f"token {self.token}"} | (
+            {f"token {self.download_token}"} if self.download_token else set()
+        )
         if request.headers.get("Authorization") not in tokens:
             return _json({"message": "Bad credentials"}, 401)
         path = unquote(request.path)
@@ -373,8 +408,11 @@ class FakeGitHub:
             return _json({"message": "Not Found"}, 404)
         rest = path[len(prefix) :]
         if (am := re.fullmatch(r"/actions/runs/(\d+)/artifacts", rest)) and m == "GET":
-            listed = [a for a in self.artifacts.get(int(am.group(1)), [])
-                      if request.args.get("name") in (None, a["name"])]
+            listed = [
+                a
+                for a in self.artifacts.get(int(am.group(1)), [])
+                if request.args.get("name") in (None, a["name"])
+            ]
             return _json({"total_count": len(listed), "artifacts": listed})
         if (zm := re.fullmatch(r"/actions/artifacts/(\d+)/zip", rest)) and m == "GET":
             blob = self.artifact_zips.get(int(zm.group(1)))

@@ -377,7 +377,7 @@ def test_a_hostile_artifact_cannot_emit_workflow_commands(
     hostile["x\n::stop-commands::tok\n::error file=a.py::forged\n##[add-mask]y"] = 1
     (artifact / "verdict.json").write_text(json.dumps(hostile), encoding="utf-8")
     monkeypatch.setenv("GITHUB_TOKEN", verdicts.token)
-    code, out, err = _run(monkeypatch, capsys, *_publish_args(fake_github, verdicts, artifact))
+    code, _, err = _run(monkeypatch, capsys, *_publish_args(fake_github, verdicts, artifact))
     assert code == 2
     lines = err.splitlines()
     assert len(lines) == 1 and lines[0].startswith("fasttrack: error: ")

@@ -15,14 +15,16 @@ import pytest
 
 from fasttrack.cli import main
 from fasttrack.findings import Finding
-from fasttrack.github.publish import LABEL_BLOCKED, LABEL_ELIGIBLE
+from fasttrack.github.publish import LABEL_ELIGIBLE
 
 KIMI = "vllm/model_executor/models/kimi_k3/fused_moe.py"
 RUN_ID = 4242
 APP_TOKEN = "ghs_fasttrack_app_installation"
 
 
-def _run(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+def _run(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str
+) -> tuple[int, str, str]:
     monkeypatch.setattr(sys, "argv", ["fasttrack", *args])
     code = 0
     try:
@@ -43,7 +45,11 @@ def _zip(files: dict[str, bytes], method: int = zipfile.ZIP_DEFLATED) -> bytes:
 
 def _artifact(verdicts: Any, verdict: Any = None, meta: dict[str, Any] | None = None) -> dict[str, bytes]:
     v = verdict if verdict is not None else verdicts.make(verdicts.many(2))
-    m = meta if meta is not None else {"pr": verdicts.pr, "head_sha": verdicts.head, "base_sha": verdicts.base}
+    m = (
+        meta
+        if meta is not None
+        else {"pr": verdicts.pr, "head_sha": verdicts.head, "base_sha": verdicts.base}
+    )
     return {"verdict.json": v.model_dump_json().encode(), "pr.json": json.dumps(m).encode()}
 
 
@@ -61,10 +67,27 @@ def stage2(fake_github: Any, pr_file: Any, verdicts: Any, monkeypatch: pytest.Mo
 
 
 def _args(fake: Any, verdicts: Any, *extra: str) -> list[str]:
-    return ["github", "publish", "--repo", verdicts.repo, "--artifact-run-id", str(RUN_ID),
-            "--head-sha", verdicts.head, "--head-label", fake.head_label, "--base-url", fake.web,
-            "--token-env", "FASTTRACK_APP_TOKEN", "--artifact-token-env", "ACTIONS_TOKEN",
-            "--comment-author", verdicts.bot, *extra]
+    return [
+        "github",
+        "publish",
+        "--repo",
+        verdicts.repo,
+        "--artifact-run-id",
+        str(RUN_ID),
+        "--head-sha",
+        verdicts.head,
+        "--head-label",
+        fake.head_label,
+        "--base-url",
+        fake.web,
+        "--token-env",
+        "FASTTRACK_APP_TOKEN",
+        "--artifact-token-env",
+        "ACTIONS_TOKEN",
+        "--comment-author",
+        verdicts.bot,
+        *extra,
+    ]
 
 
 def _writes(httpserver: Any) -> list[tuple[str, str, Any]]:
@@ -83,7 +106,11 @@ def _only_a_failing_check(fake: Any, httpserver: Any, verdicts: Any, reason: str
         ("DELETE", f"/issues/{verdicts.pr}/labels/{LABEL_ELIGIBLE}"),
     ], w
     body = w[0][2]
-    assert body["head_sha"] == verdicts.head and body["conclusion"] == "failure" and body["status"] == "completed"
+    assert (
+        body["head_sha"] == verdicts.head
+        and body["conclusion"] == "failure"
+        and body["status"] == "completed"
+    )
     assert body["name"] == "fasttrack" and reason in body["output"]["summary"].replace("\\", "")
     assert fake.labels == [] and fake.comments == []  # no "blocked", no comment that reads as a verdict
     for req, _ in httpserver.log:
@@ -96,7 +123,11 @@ def _only_a_failing_check(fake: Any, httpserver: Any, verdicts: Any, reason: str
 
 @pytest.mark.parametrize("conclusion", ["failure", "cancelled", "timed_out", "action_required", "skipped"])
 def test_stage1_not_successful_posts_a_failing_check_and_drops_the_label(
-    conclusion: str, stage2: Any, verdicts: Any, httpserver: Any, monkeypatch: pytest.MonkeyPatch,
+    conclusion: str,
+    stage2: Any,
+    verdicts: Any,
+    httpserver: Any,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Attack: the PR breaks stage 1 (or renames its job) so that no verdict exists; the eligible label of
@@ -109,7 +140,10 @@ def test_stage1_not_successful_posts_a_failing_check_and_drops_the_label(
 
 
 def test_no_artifact_at_all_posts_a_failing_check(
-    stage2: Any, verdicts: Any, httpserver: Any, monkeypatch: pytest.MonkeyPatch,
+    stage2: Any,
+    verdicts: Any,
+    httpserver: Any,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     code, _, _ = _run(monkeypatch, capsys, *_args(stage2, verdicts, "--stage1-conclusion", "success"))
@@ -118,7 +152,10 @@ def test_no_artifact_at_all_posts_a_failing_check(
 
 
 def test_artifact_for_another_head_writes_exactly_the_failing_check(
-    stage2: Any, verdicts: Any, httpserver: Any, monkeypatch: pytest.MonkeyPatch,
+    stage2: Any,
+    verdicts: Any,
+    httpserver: Any,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Attack: replay a passing verdict of an earlier commit; before, nothing was written and the old pass
@@ -131,7 +168,10 @@ def test_artifact_for_another_head_writes_exactly_the_failing_check(
 
 
 def test_a_claim_on_another_pr_cannot_touch_that_pr(
-    stage2: Any, verdicts: Any, httpserver: Any, monkeypatch: pytest.MonkeyPatch,
+    stage2: Any,
+    verdicts: Any,
+    httpserver: Any,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """pr.json names PR #8 (someone else's): GitHub has no PR #8 at this head, so the PR is found from the
@@ -147,7 +187,10 @@ def test_a_claim_on_another_pr_cannot_touch_that_pr(
 
 
 def test_a_pass_holding_errors_is_refused(
-    stage2: Any, verdicts: Any, httpserver: Any, monkeypatch: pytest.MonkeyPatch,
+    stage2: Any,
+    verdicts: Any,
+    httpserver: Any,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Attack: `"verdict": "pass"` next to error findings; before, it was published as eligible."""
@@ -159,7 +202,10 @@ def test_a_pass_holding_errors_is_refused(
 
 
 def test_a_consistent_artifact_publishes_through_the_api_download(
-    stage2: Any, verdicts: Any, httpserver: Any, monkeypatch: pytest.MonkeyPatch,
+    stage2: Any,
+    verdicts: Any,
+    httpserver: Any,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     stage2.add_artifact(RUN_ID, _zip(_artifact(verdicts, verdicts.make([]))))
@@ -169,16 +215,24 @@ def test_a_consistent_artifact_publishes_through_the_api_download(
     (run,) = stage2.check_runs.values()
     assert run["conclusion"] == "success"
     downloads = [req for req, _ in httpserver.log if "/actions/" in req.path]
-    assert len(downloads) == 2 and all(r.headers["Authorization"] == f"token {verdicts.token}" for r in downloads)
-    assert all(req.headers["Authorization"] == f"token {APP_TOKEN}" for req, _ in httpserver.log
-               if req.method != "GET")
+    assert len(downloads) == 2 and all(
+        r.headers["Authorization"] == f"token {verdicts.token}" for r in downloads
+    )
+    assert all(
+        req.headers["Authorization"] == f"token {APP_TOKEN}"
+        for req, _ in httpserver.log
+        if req.method != "GET"
+    )
 
 
 # ---- annotations anywhere ----
 
 
 def test_annotations_only_on_files_github_lists_for_the_pr(
-    stage2: Any, verdicts: Any, httpserver: Any, monkeypatch: pytest.MonkeyPatch,
+    stage2: Any,
+    verdicts: Any,
+    httpserver: Any,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Attack: findings on `..`, absolute and untouched paths, to plant annotations on other files."""
@@ -204,11 +258,17 @@ def test_annotations_only_on_files_github_lists_for_the_pr(
 
 
 def test_bidi_zero_width_controls_and_references_are_shown_inert(
-    stage2: Any, verdicts: Any, httpserver: Any, monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str], tmp_path: Path,
+    stage2: Any,
+    verdicts: Any,
+    httpserver: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
 ) -> None:
-    evil = ("safe\u202e yp.live \u200bhidden\x1b[2J see #12, acme/engine#3, GH-4 and @maintainers; "
-            "https://evil.example\nsecond line")
+    evil = (
+        "safe\u202e yp.live \u200bhidden\x1b[2J see #12, acme/engine#3, GH-4 and @maintainers; "
+        "https://evil.example\nsecond line"
+    )
     findings = [Finding.warning("FT102", evil, path=KIMI, line=1, fix="\u2066fix\u2069 #99")]
     stage2.add_artifact(RUN_ID, _zip(_artifact(verdicts, verdicts.make(findings))))
     summary = tmp_path / "summary.md"
@@ -216,9 +276,12 @@ def test_bidi_zero_width_controls_and_references_are_shown_inert(
     assert code == 0, err
     (rid,) = stage2.check_runs
     (note,) = stage2.annotations[rid]
-    texts = {"comment": stage2.comments[0]["body"], "check summary": stage2.check_runs[rid]["output"]["summary"],
-             "step summary": summary.read_text(encoding="utf-8"),
-             "annotation": note["message"] + " " + note.get("raw_details", "")}
+    texts = {
+        "comment": stage2.comments[0]["body"],
+        "check summary": stage2.check_runs[rid]["output"]["summary"],
+        "step summary": summary.read_text(encoding="utf-8"),
+        "annotation": note["message"] + " " + note.get("raw_details", ""),
+    }
     for where, text in texts.items():
         for raw in ("\u202e", "\u2066", "\u2069", "\x1b", "\nsecond"):
             assert raw not in text, (where, raw)
@@ -246,8 +309,14 @@ def test_bidi_zero_width_controls_and_references_are_shown_inert(
     ],
 )
 def test_hostile_zips_are_refused_before_extraction(
-    case: str, reason: str, stage2: Any, verdicts: Any, httpserver: Any, monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str], tmp_path: Path,
+    case: str,
+    reason: str,
+    stage2: Any,
+    verdicts: Any,
+    httpserver: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
 ) -> None:
     files = _artifact(verdicts)
     size = None

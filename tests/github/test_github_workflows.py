@@ -26,7 +26,7 @@ ACTION = ROOT / "action.yml"
 ALLOW: dict[str, dict[str, str]] = {
     "pull_request": {"contents": "read"},
     "push": {"contents": "read"},
-    # Stage 2 writes with the fasttrack App's token, so its GITHUB_TOKEN only reads (the artifact, the checkout).
+    # Stage 2 writes with the fasttrack App's token: its GITHUB_TOKEN only reads (the artifact, the checkout).
     "workflow_run": {"actions": "read", "contents": "read"},
     "pull_request_target": {"contents": "read", "checks": "write", "pull-requests": "write"},
 }
@@ -314,7 +314,7 @@ def stage2_violations(wf: dict[str, Any]) -> list[str]:
         out.append("actions/download-artifact extracts the artifact before any check")
     app = [s for s in steps if str(s.get("uses", "")).startswith(APP_TOKEN_ACTION)]
     if not app:
-        out.append("no GitHub App token: the check run would be the GitHub Actions app's, forgeable by the PR")
+        out.append("no GitHub App token: the check run would be the Actions app's, forgeable by the PR")
     else:
         w = app[0].get("with") or {}
         if not str(w.get("app-id", "")).startswith("${{ secrets.") or not str(

@@ -364,10 +364,11 @@ def write_step_summary(path: Path, verdict: Verdict, outcome: md.Outcome, report
 
 
 def write_rejection_summary(path: Path, message: str) -> None:
-    """On a rejected artifact, say so in the step summary (nothing is published to the PR)."""
+    """On a rejected artifact, say so in the step summary (no verdict is published to the PR)."""
     try:
         with path.open("a", encoding="utf-8") as fh:
-            fh.write(f"### fasttrack: verdict rejected, nothing published\n\n{md.esc(message, 2000)}\n")
+            fh.write(f"### fasttrack: verdict rejected, no verdict published\n\n{md.esc(message, 2000)}\n\n"
+                     "With the head commit known, a failing `fasttrack` check says why.\n")
     except OSError:
         pass
 

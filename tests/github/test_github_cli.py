@@ -208,7 +208,7 @@ def test_malformed_artifacts_are_rejected_before_any_request(
     checks = [req.get_json() for req, _ in httpserver.log if req.method != "GET"]
     assert [c["conclusion"] for c in checks] == ["failure"] and checks[0]["head_sha"] == verdicts.head
     assert fake_github.comments == [] and fake_github.labels == []
-    assert "verdict rejected, nothing published" in summary.read_text(encoding="utf-8")
+    assert "verdict rejected, no verdict published" in summary.read_text(encoding="utf-8")
 
 
 def test_verdict_for_another_pr_publishes_nothing(

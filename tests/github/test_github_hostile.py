@@ -345,3 +345,51 @@ def test_hostile_zips_are_refused_before_extraction(
     if case == "declared-huge":
         assert not any(req.path.endswith("/zip") for req, _ in httpserver.log)  # not even downloaded
     _only_a_failing_check(stage2, httpserver, verdicts, "")
+
+
+# ---- the workflow's own publish script, run as the runner would ----
+
+
+def _publish_script() -> str:
+    from ruamel.yaml import YAML
+
+    wf = YAML(typ="safe").load((ROOT / ".github/workflows/fasttrack-publish.yml").read_text(encoding="utf-8"))
+    (step,) = [s for s in wf["jobs"]["publish"]["steps"] if "github publish" in str(s.get("run", ""))]
+    return str(step["run"])
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("conclusion", ["success", "failure"])
+def test_the_workflow_script_publishes_and_fails_closed(
+    conclusion: str, stage2: Any, verdicts: Any, httpserver: Any, tmp_path: Path
+) -> None:
+    """The publish step's bash, unchanged, with the env the workflow sets: its options exist, it publishes
+    a good artifact as the App, and on a failed stage 1 it leaves exactly a failing check."""
+    import os
+    import subprocess
+
+    stage2.author = "fasttrack-app[bot]"
+    stage2.add_artifact(RUN_ID, _zip(_artifact(verdicts, verdicts.make([]))))
+    venv_bin = tmp_path / "fasttrack-venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    wrapper = venv_bin / "python"  # stands in for the venv the install step builds from the lock
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n', encoding="utf-8")
+    wrapper.chmod(0o755)
+    env = dict(os.environ, FASTTRACK_APP_TOKEN=APP_TOKEN, ACTIONS_TOKEN=verdicts.token,
+               APP_SLUG="fasttrack-app", REPO=verdicts.repo, RUN_ID=str(RUN_ID), CONCLUSION=conclusion,
+               HEAD_SHA=verdicts.head, HEAD_LABEL=stage2.head_label, RUN_URL="https://example.invalid/run/1",
+               SERVER_URL=stage2.web, PYTHONSAFEPATH="1", PYTHONPATH=str(ROOT), RUNNER_TEMP=str(tmp_path),
+               GITHUB_STEP_SUMMARY=str(tmp_path / "summary.md"), GITHUB_ACTIONS="true")
+    env.pop("GITHUB_TOKEN", None)
+    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", _publish_script()], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    if conclusion == "success":
+        assert proc.returncode == 0, proc.stderr
+        (run,) = stage2.check_runs.values()
+        assert run["conclusion"] == "success" and stage2.labels == [LABEL_ELIGIBLE]
+        assert stage2.comments[0]["user"]["login"] == "fasttrack-app[bot]"
+    else:
+        assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc.stderr
+        _only_a_failing_check(stage2, httpserver, verdicts, "concluded 'failure'")

@@ -377,14 +377,33 @@ def test_the_workflow_script_publishes_and_fails_closed(
     wrapper = venv_bin / "python"  # stands in for the venv the install step builds from the lock
     wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n', encoding="utf-8")
     wrapper.chmod(0o755)
-    env = dict(os.environ, FASTTRACK_APP_TOKEN=APP_TOKEN, ACTIONS_TOKEN=verdicts.token,
-               APP_SLUG="fasttrack-app", REPO=verdicts.repo, RUN_ID=str(RUN_ID), CONCLUSION=conclusion,
-               HEAD_SHA=verdicts.head, HEAD_LABEL=stage2.head_label, RUN_URL="https://example.invalid/run/1",
-               SERVER_URL=stage2.web, PYTHONSAFEPATH="1", PYTHONPATH=str(ROOT), RUNNER_TEMP=str(tmp_path),
-               GITHUB_STEP_SUMMARY=str(tmp_path / "summary.md"), GITHUB_ACTIONS="true")
+    env = dict(
+        os.environ,
+        FASTTRACK_APP_TOKEN=APP_TOKEN,
+        ACTIONS_TOKEN=verdicts.token,
+        APP_SLUG="fasttrack-app",
+        REPO=verdicts.repo,
+        RUN_ID=str(RUN_ID),
+        CONCLUSION=conclusion,
+        HEAD_SHA=verdicts.head,
+        HEAD_LABEL=stage2.head_label,
+        RUN_URL="https://example.invalid/run/1",
+        SERVER_URL=stage2.web,
+        PYTHONSAFEPATH="1",
+        PYTHONPATH=str(ROOT),
+        RUNNER_TEMP=str(tmp_path),
+        GITHUB_STEP_SUMMARY=str(tmp_path / "summary.md"),
+        GITHUB_ACTIONS="true",
+    )
     env.pop("GITHUB_TOKEN", None)
-    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", _publish_script()], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", _publish_script()],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     if conclusion == "success":
         assert proc.returncode == 0, proc.stderr
         (run,) = stage2.check_runs.values()

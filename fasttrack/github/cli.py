@@ -182,6 +182,7 @@ def pr_files_command(
     from fasttrack.changes.file_list import changes_from_file_list
     from fasttrack.github.client import connect, token_from_env
     from fasttrack.github.files import fetch_pr_files
+    from fasttrack.sanitize import log_line
 
     gh = connect(token_from_env(token_env), base_url)
     entries = fetch_pr_files(gh, repo, pr, token_env)
@@ -195,7 +196,7 @@ def pr_files_command(
         typer.echo(text, nl=False)
     else:
         output.write_text(text, encoding="utf-8")
-        typer.echo(f"fasttrack: {len(entries)} files of {repo}#{pr} written to {output}", err=True)
+        typer.echo(log_line(f"fasttrack: {len(entries)} files of {repo}#{pr} written to {output}"), err=True)
 
 
 def _is_sha(text: str) -> bool:

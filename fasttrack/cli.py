@@ -20,6 +20,7 @@ from fasttrack.evidence.sign_cli import sign_command
 from fasttrack.github.cli import github_app
 from fasttrack.report.cli import report_command
 from fasttrack.rules import all_rules
+from fasttrack.sanitize import log_line
 
 app = typer.Typer(
     name="fasttrack",
@@ -96,7 +97,8 @@ def main() -> None:
         # Without standalone mode click returns a typer.Exit's code instead of exiting: pass it on.
         rc = app(standalone_mode=False)
     except InputError as exc:
-        typer.echo(f"fasttrack: error: {exc.render()}", err=True)
+        # One line that cannot start a workflow command, whatever the error quotes (sanitize.log_line).
+        typer.echo(log_line(f"fasttrack: error: {exc.render()}"), err=True)
         sys.exit(EXIT_INPUT_ERROR)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)

@@ -28,6 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from fasttrack.findings import Finding, Severity
+from fasttrack.sanitize import break_references, visible
 from fasttrack.verdict import PartMachine, Verdict, Witness
 
 COMMENT_LIMIT = 65_535  # PR comment bodies and check-run summaries (GitHub counts characters; bytes >= chars)
@@ -48,14 +49,16 @@ def size(text: str) -> int:
 
 
 def _one_line(text: object, limit: int) -> str:
-    s = " ".join(str(text).split())
+    # sanitize.visible first: controls, bidi, zero-width characters show as escapes (so a newline becomes
+    # `\x0a`, never a line break), and only plain spaces are left to fold.
+    s = " ".join(visible(str(text)).split())
     return s[: limit - 1] + "…" if len(s) > limit else s
 
 
 def _inert(s: str) -> str:
     s = html.escape(s, quote=False)
     s = _MD_PUNCT.sub(r"\\\1", s)
-    return s.replace("@", "@\u200b")
+    return break_references(s)
 
 
 def esc(text: object, limit: int = 600) -> str:

@@ -71,6 +71,25 @@ accepted_harness_digests = [{accepted}]
 
 [evidence.peak_bandwidth]
 "NVIDIA H200" = 4.8e12
+
+[evidence.tolerance_caps.bfloat16]
+atol = 0.1
+rtol = 0.05
+record = 0.03
+
+[evidence.eval_bounds]
+"logit_max_abs_diff" = {{ max = 0.1 }}
+"greedy_token_agreement" = {{ min = 0.95 }}
+
+[baselines.demo]
+root = "baselines/demo"
+case = "baselines.demo.case:baseline_case"
+
+[[baselines.demo.stages]]
+stage = "mla_decode"
+compute_capability = "9.0"
+accepted = [{{ name = "FLASHINFER_MLA", kernel_patterns = ["*BatchMLAPageAttention*"] }}]
+rejected = [{{ name = "TRITON_MLA", kernel_patterns = ["*_decode_stage1_kernel*"] }}]
 """
 
 

@@ -6,7 +6,7 @@ FT4xx integrity (a PR may not edit its own judge).
 
 from __future__ import annotations
 
-from fasttrack.rules import blast, confinement, envelope, escapes, evidence, integrity, source
+from fasttrack.rules import blast, confinement, envelope, escapes, evidence, integrity, repo, source
 from fasttrack.rules.base import Catalogue, Rule
 
 CATALOGUES: tuple[Catalogue, ...] = (
@@ -14,6 +14,7 @@ CATALOGUES: tuple[Catalogue, ...] = (
     blast.catalogue,
     escapes.catalogue,
     source.catalogue,
+    repo.catalogue,
     envelope.catalogue,
     evidence.catalogue,
     integrity.catalogue,

@@ -144,3 +144,13 @@ def test_hardening_flags_are_on_every_command(monkeypatch: pytest.MonkeyPatch, m
                      "diff.external="):
             assert flag in joined, (flag, argv)
     assert os.environ.get("GIT_ATTR_NOSYSTEM") is None  # the process's own environment is untouched
+
+
+def test_no_command_asks_git_for_filters_or_textconv() -> None:
+    """`cat-file --filters`/`--textconv` and `diff --textconv` would run drivers the PR's attributes name."""
+    root = Path(fgit.__file__).resolve().parent.parent
+    asked = [f"{p.relative_to(root).as_posix()}:{node.lineno}"
+             for p in root.rglob("*.py") for node in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+             if isinstance(node, ast.Constant) and node.value in ("--filters", "--textconv", "--ext-diff")]
+    assert asked == []
+    assert {"--no-textconv", "--no-ext-diff"} <= set(fgit._DIFF_FLAGS)

@@ -23,7 +23,8 @@ def verify(repo: VllmRepo, head: str, model: str | None = "kimi_k3") -> Verdict:
 
 
 def new(v: Verdict) -> list[tuple[str, str | None]]:
-    return sorted((f.code, f.path) for f in v.findings if f.code in NEW_CODES and f.severity is Severity.ERROR)
+    return sorted((f.code, f.path) for f in v.findings
+                  if f.code in NEW_CODES and f.severity is Severity.ERROR)
 
 
 def registry_with(repo: VllmRepo, line: str) -> str:
@@ -68,7 +69,8 @@ def test_new_model_directories(vllm_repo: VllmRepo) -> None:
     """A new directory under vllm/models/ is a model only with a registry entry: with one, FT141 (new models
     are not fast-track eligible); without, FT143 and its files are shared code."""
     line = '    "NovaForCausalLM": ("vllm.models.nova", "NovaForCausalLM"),\n'
-    files = {"vllm/models/nova/__init__.py": "", "vllm/models/nova/model.py": "class NovaForCausalLM:\n    pass\n"}
+    files = {"vllm/models/nova/__init__.py": "",
+             "vllm/models/nova/model.py": "class NovaForCausalLM:\n    pass\n"}
     v = verify(vllm_repo, vllm_repo.pr(write={**files, REG: registry_with(vllm_repo, line)}), model=None)
     assert v.model == "nova" and new(v) == [("FT141", None)]
     v = verify(vllm_repo, vllm_repo.pr(write=files), model=None)

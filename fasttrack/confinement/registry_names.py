@@ -151,6 +151,10 @@ def captures(base: dict[str, str], head: dict[str, str], package: str) -> list[C
     names: set[str] = set()
     for key in (*base, *head):
         names |= variants(key)
+    # A name resolves to an added key K only as K itself or as K with its suffix swapped (a variant of K),
+    # unless a suffix occurs in it twice (`str.replace` swaps every occurrence): only those are resolved.
+    near = {v for k in added for v in variants(k)}
+    names = {n for n in names if n in near or any(n.count(sfx) > 1 for sfx, _ in SUFFIX_DEFAULTS)}
     found: dict[tuple[str, str], Capture] = {}
     for name in sorted(names):
         for runner, convert in _FILTERS:

@@ -206,3 +206,14 @@ def test_new_architecture_of_this_model_stays_clean(make_repo: MakeRepo) -> None
     line = '    "KimiK3ForCausalLM": ("vllm.models.kimi_k3", "KimiK3ForConditionalGeneration"),\n'
     repo.commit({REG: with_entry(line), f"{K3}/model.py": "class K3:\n    x = 1\n"})
     assert findings(repo, "FT142", "FT104", "FT141", "FT143") == []
+
+
+def test_draft_name_of_another_model_is_captured_and_own_draft_is_clean() -> None:
+    """eagle.py names a draft `Eagle3{arch}`: an Eagle3 key over DeepSeek's architecture is DeepSeek's draft,
+    even though no key served that name before; an Eagle3 key over kimi_k3's own architecture is clean."""
+    base = read_registry(REGISTRY)
+    head = {**base, "Eagle3DeepseekV3ForCausalLM": "vllm.models.kimi_k3",
+            "Eagle3KimiK3ForConditionalGeneration": "vllm.models.kimi_k3"}
+    got = captures(base, head, "vllm.models.kimi_k3")
+    assert [(c.architecture, c.old_key, c.draft) for c in got] == [
+        ("Eagle3DeepseekV3ForCausalLM", "DeepseekV3ForCausalLM", True)]

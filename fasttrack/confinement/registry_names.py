@@ -15,6 +15,10 @@ A checkpoint's `config.json` names its architectures (`"architectures": ["Deepse
 There is no case folding: keys are compared exactly. `_resolve_module_name` turns a relative module name
 (`"llama"`) into `vllm.model_executor.models.llama`, and keeps fully qualified ones (`vllm.models.kimi_k3`).
 
+Speculative drafts are named after their target (vllm/transformers_utils/configs/eagle.py rewrites a draft's
+architectures to `Eagle{arch}`, `Eagle3{arch}`, `DFlash{arch}`), so an added key with such a prefix whose
+rest resolves to another model's key names that model's drafts, whether or not they were served before.
+
 So a new key can capture checkpoints of another model without shadowing any key: adding
 `DeepseekV3ForConditionalGeneration` for kimi_k3 takes every checkpoint that declares that name, which
 resolved to `DeepseekV3ForCausalLM` (deepseek_v2) before. `captures` finds these by resolving, before and
@@ -128,14 +132,20 @@ def variants(arch: str) -> set[str]:
     return out
 
 
+# vllm/transformers_utils/configs/eagle.py: a speculative draft's architectures are the target model's with
+# a method prefix (`Eagle{arch}`, `Eagle3{arch}`, `DFlash{arch}`), longest first.
+DRAFT_PREFIXES = ("Eagle3", "DFlash", "Eagle")
+
+
 @dataclass(frozen=True)
 class Capture:
     """A checkpoint architecture that the edit moves from another model to the target model's new key."""
 
     architecture: str  # what a checkpoint declares
     new_key: str  # the added key that now serves it
-    old_key: str  # the key that served it before
+    old_key: str  # the key that served it before (for a draft: the key serving the model it drafts for)
     old_module: str
+    draft: bool = False  # the new key is a speculative-draft name of another model's architecture
 
 
 def owns(module: str, package: str) -> bool:
@@ -166,6 +176,16 @@ def captures(base: dict[str, str], head: dict[str, str], package: str) -> list[C
                 continue
             assert now is not None
             found.setdefault((name, now), Capture(name, now, before, base[before]))
+    for key in sorted(added):  # `Eagle3DeepseekV3ForCausalLM` names DeepSeek's drafts, served or not before
+        prefix = next((p for p in DRAFT_PREFIXES if key.startswith(p) and len(key) > len(p)), None)
+        if prefix is None or (key, key) in found:
+            continue
+        drafted = key[len(prefix):]
+        for runner, convert in _FILTERS:
+            before = normalize_arch(drafted, base, runner, convert)
+            if before is not None and not owns(base[before], package):
+                found[(key, key)] = Capture(key, key, before, base[before], draft=True)
+                break
     return sorted(found.values(), key=lambda c: (c.new_key, c.architecture))
 
 

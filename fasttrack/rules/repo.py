@@ -88,10 +88,12 @@ def registry_capture(ctx: Context) -> Iterator[Finding]:
     package = ctx.policy.models.package.replace(MODEL_PLACEHOLDER, ctx.model)
     lines = {text.split(":", 1)[0].strip().strip("\"'"): no for h in change.hunks for no, text in h.added}
     for cap in captures(base, head, package):
+        what = (f"names the speculative drafts of {cap.old_key!r} ({cap.old_module}): it captures draft "
+                f"checkpoints that declare {cap.architecture!r}") if cap.draft else (
+            f"captures checkpoints that declare {cap.architecture!r}, which vLLM served with {cap.old_key!r} "
+            f"({cap.old_module}) before")
         yield Finding.error(
-            "FT142",
-            f"added registry key {cap.new_key!r} captures checkpoints that declare {cap.architecture!r}, "
-            f"which vLLM served with {cap.old_key!r} ({cap.old_module}) before",
+            "FT142", f"added registry key {cap.new_key!r} {what}",
             path=change.path, line=lines.get(cap.new_key),
             fix=f"name the architecture {ctx.model}'s checkpoints declare (a key no other model's "
                 "checkpoints resolve to)")

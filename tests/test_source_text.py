@@ -164,3 +164,46 @@ def test_data_files_in_the_model_are_not_loadable_code(make_repo: MakeRepo) -> N
     repo = make_repo(BASE)
     repo.commit({f"{K3}/README.md": "# k3\n", f"{K3}/tuning.json": "{}\n", f"{K3}/fast.py": "x = 1\n"})
     assert findings(repo, "FT136") == []
+
+
+# ------------------------------------------------------------------------------------- contribution mode
+
+CONTRIB_MANIFEST = """schema_version = 1
+[contribution]
+name = "k3"
+model = "kimi_k3"
+target_path = "vllm/models/kimi_k3/nvidia/fast"
+[envelope]
+hardware = [{ name = "NVIDIA H200", compute_capability = "9.0" }]
+tp = [1]
+batch = { min = 1, max = 64 }
+context = { min = 1, max = 4096 }
+dtypes = ["bfloat16"]
+cuda_graph = "full"
+[fallback]
+metric = "k3_fallback_total"
+stock_path = "k3.stock:forward"
+guard = "k3.guard:decide"
+[evidence]
+kernel_tests = ["tests/test_layer.py"]
+"""
+
+
+def contribution_findings(repo: GitRepo, *codes: str) -> list[Finding]:
+    ctx = build_context(VerifyOptions(repo=repo.path, policy=POLICY))
+    return [f for r in all_rules() if r.code in codes for f in r.run(ctx)]
+
+
+def test_contribution_symlink_to_txt_and_ignored_bytecode(make_repo: MakeRepo,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """In contribution mode a `.py` link to a `.txt` is FT137 and its text is analysed; `__pycache__`
+    that git ignores is no change of the contribution, so no FT136."""
+    monkeypatch.delenv("FASTTRACK_ENGINE_TREE", raising=False)
+    repo = make_repo({"kernels/kimi_k3/fasttrack.toml": CONTRIB_MANIFEST,
+                      "kernels/kimi_k3/layer.py": "x = 1\n", ".gitignore": "__pycache__/\n"})
+    (repo.path / "kernels/kimi_k3/__pycache__").mkdir()
+    (repo.path / "kernels/kimi_k3/__pycache__/layer.cpython-311.pyc").write_bytes(b"\0")
+    assert contribution_findings(repo, "FT136", "FT137", "FT135") == []
+    repo.commit({"kernels/kimi_k3/p.txt": PATCH, "kernels/kimi_k3/fast.py": Symlink("p.txt")})
+    got = contribution_findings(repo, "FT136", "FT137")
+    assert [(f.code, f.path) for f in got] == [("FT137", "kernels/kimi_k3/fast.py")]

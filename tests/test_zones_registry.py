@@ -217,3 +217,21 @@ def test_draft_name_of_another_model_is_captured_and_own_draft_is_clean() -> Non
     got = captures(base, head, "vllm.models.kimi_k3")
     assert [(c.architecture, c.old_key, c.draft) for c in got] == [
         ("Eagle3DeepseekV3ForCausalLM", "DeepseekV3ForCausalLM", True)]
+
+
+def test_contribution_for_a_model_the_engine_lacks_is_a_new_model(make_repo: MakeRepo,
+                                                                   tmp_path: Path) -> None:
+    from test_source_text import CONTRIB_MANIFEST
+
+    engine = tmp_path / "engine-tree"
+    for rel, text in ENGINE.items():
+        (engine / rel).parent.mkdir(parents=True, exist_ok=True)
+        (engine / rel).write_text(text)
+    for model, expected in (("kimi_k3", []), ("nova", [("FT141", Severity.ERROR)])):
+        manifest = CONTRIB_MANIFEST.replace("kimi_k3", model)
+        files = {f"kernels/{model}/fasttrack.toml": manifest, f"kernels/{model}/layer.py": "x = 1\n"}
+        repo = make_repo(files, name=f"contrib-{model}")
+        ctx = build_context(VerifyOptions(repo=repo.path, policy=POLICY_PATH, engine_tree=engine,
+                                          contribution=repo.path / f"kernels/{model}"))
+        (rule,) = [r for r in all_rules() if r.code == "FT141"]
+        assert [(f.code, f.severity) for f in rule.run(ctx)] == expected

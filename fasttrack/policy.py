@@ -38,6 +38,9 @@ class ZoneSpec(Strict):
     kind: Literal["forbidden", "ineligible", "judge"]
     description: str = ""
     patterns: list[str] = Field(min_length=1)
+    # Matched before the model's own roots (as judge zones are): for files that change how the PR itself is
+    # read (.gitattributes, .gitmodules), wherever they sit. Other zones yield to the model's roots.
+    wins_over_model_roots: bool = False
 
     @cached_property
     def spec(self) -> pathspec.GitIgnoreSpec:
@@ -95,6 +98,9 @@ class ModelLayout(Strict):
     legacy_shared: list[str] = Field(default_factory=list)
     # The architecture registry file, read statically.
     registry: str | None = None
+    # A new directory under packages_dir is a new model only when the head's registry maps an architecture to
+    # it; may a PR that adds a new model be fast-tracked? (No by default: a new model gets a full review.)
+    new_models_eligible: bool = False
 
     def local_spec(self, model: str) -> pathspec.GitIgnoreSpec:
         return pathspec.GitIgnoreSpec.from_lines(

@@ -48,13 +48,14 @@ from fasttrack.changes.git import (
     run_git,
 )
 from fasttrack.changes.model import Change, Hunk
+from fasttrack.confinement.source_text import SourceProblem, read_python_source, real_relpath
 from fasttrack.confinement.zones import changed_sides, in_model_root, infer_model, models_touched
 from fasttrack.context import Context
 from fasttrack.errors import EXIT_PASS, EXIT_POLICY_FAILURE, InputError
 from fasttrack.evidence.loaded import LoadedEvidence
 from fasttrack.findings import Finding, Severity
 from fasttrack.manifest import MANIFEST_FILE, Manifest, load_manifest
-from fasttrack.policy import MODEL_NAME_RE, Policy, load_policy
+from fasttrack.policy import MODEL_NAME_RE, MODEL_PLACEHOLDER, Policy, load_policy
 from fasttrack.rules import all_rules
 from fasttrack.trusted import TrustedJudge, trusted_judge
 from fasttrack.verdict import BlastRadius, ChangedFile, ChangeStatus, EvidenceSummary, Verdict, decide
@@ -164,6 +165,37 @@ def _known_models(policy: Policy, tree_files: list[str], changed: list[str]) -> 
     return tuple(sorted(names))
 
 
+def registry_models(policy: Policy, tree: Path) -> set[str] | None:
+    """Model package names the architecture registry in `tree` maps some architecture to (None when the
+    policy names no registry; empty when the file is missing or cannot be read as Python)."""
+    from fasttrack.confinement.registry_names import models_mapped, read_registry
+
+    if policy.models.registry is None:
+        return None
+    text = read_python_source(tree, policy.models.registry)
+    if isinstance(text, SourceProblem):
+        return set()
+    try:
+        models = read_registry(text)
+    except SyntaxError:
+        return set()
+    return models_mapped(models, policy.models.package.split(MODEL_PLACEHOLDER, 1)[0].rstrip("."))
+
+
+def _models_of_range(policy: Policy, head_dir: Path, base_files: list[str], head_files: list[str],
+                     changed: list[str]) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """(model units, new models, new directories that are no model): a directory under packages_dir that
+    the base already had is a model; a new one only when the head's registry maps an architecture to it."""
+    existing = set(_known_models(policy, base_files, []))
+    in_head = set(_known_models(policy, head_files, changed))
+    mapped = registry_models(policy, head_dir)
+    if mapped is None:
+        return tuple(sorted(in_head | existing)), (), ()
+    new_dirs = in_head - existing
+    known = existing | (new_dirs & mapped)
+    return tuple(sorted(known)), tuple(sorted(new_dirs & mapped)), tuple(sorted(new_dirs - mapped))
+
+
 def _evidence(bundle_dir: Path | None) -> tuple[Path | None, LoadedEvidence | None]:
     if bundle_dir is None:
         return None, None
@@ -211,7 +243,8 @@ def _build_range_context(opts: VerifyOptions, cwd: Path) -> Context:
     head_dir = materialize_revision(top, head, reuse_checkout=True)  # the checkout itself when it is the head
     tree_files = list_tree_files(top, head.tree)
     changed = sorted({p for c in changes for p, _ in changed_sides(c)})  # a copy's source is unchanged
-    known = _known_models(policy, tree_files, changed)
+    known, new_models, unregistered = _models_of_range(policy, head_dir, list_tree_files(top, base.tree),
+                                                       tree_files, changed)
     touched = models_touched(policy, changed, known)
     model = model_arg or infer_model(touched)
 
@@ -228,6 +261,10 @@ def _build_range_context(opts: VerifyOptions, cwd: Path) -> Context:
             raw = read_blob(top, base.tree, c.old_path or c.path)
             if raw is not None and len(raw) <= MAX_TEXT_BYTES:
                 base_texts[c.path] = raw.decode("utf-8", "replace")
+
+    real_paths = {c.path: real for c in changes
+                  if c.is_symlink and c.status is not ChangeStatus.DELETED
+                  and (real := real_relpath(head_dir, c.path)) is not None}
 
     if opts.evidence is not None:
         evidence_dir: Path | None = opts.evidence
@@ -248,7 +285,8 @@ def _build_range_context(opts: VerifyOptions, cwd: Path) -> Context:
         models_touched=tuple(touched), repo=top, base=base.oid, head=head.oid, manifest=manifest,
         manifest_path=manifest_path, contribution_dir=contribution_dir, blast_radius=blast,
         evidence=evidence, manifest_candidates=tuple(candidates), evidence_dir=evidence_dir,
-        known_models=known, base_texts=base_texts,
+        known_models=known, base_texts=base_texts, real_paths=real_paths, new_models=new_models,
+        unregistered_dirs=unregistered,
     )
 
 
@@ -433,6 +471,9 @@ def _build_contribution_context(opts: VerifyOptions, cwd: Path) -> Context:
     change_set = tuple(changes)
     engine_side = sorted(engine_paths.values())
     known = tuple(sorted({model, *_known_models(policy, [], engine_side)}))
+    packages_dir = engine / policy.models.packages_dir if engine is not None else None
+    new_models = (model,) if packages_dir is not None and packages_dir.is_dir() and \
+        not (packages_dir / model).is_dir() else ()
     touched = models_touched(policy, engine_side, known)
 
     if opts.evidence is not None:
@@ -462,7 +503,7 @@ def _build_contribution_context(opts: VerifyOptions, cwd: Path) -> Context:
         model=model, models_touched=tuple(touched), repo=root, manifest=manifest,
         manifest_path=f"{contrib_rel}/{MANIFEST_FILE}", contribution_dir=contrib_rel, blast_radius=blast,
         evidence=evidence, engine_paths=engine_paths, evidence_dir=evidence_dir,
-        known_models=known, base_texts=base_texts, judge_source=judge_source,
+        known_models=known, base_texts=base_texts, judge_source=judge_source, new_models=new_models,
     )
 
 

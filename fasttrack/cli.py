@@ -14,11 +14,13 @@ import typer
 from fasttrack import __version__
 from fasttrack.commands.verify import verify_command
 from fasttrack.errors import EXIT_INPUT_ERROR, InputError
+from fasttrack.evidence.audit_cli import audit_command
 from fasttrack.evidence.collect_cli import collect_command
 from fasttrack.evidence.sign_cli import sign_command
 from fasttrack.github.cli import github_app
 from fasttrack.report.cli import report_command
 from fasttrack.rules import all_rules
+from fasttrack.sanitize import log_line
 
 app = typer.Typer(
     name="fasttrack",
@@ -30,6 +32,7 @@ app = typer.Typer(
 app.command("verify")(verify_command)
 app.command("collect")(collect_command)
 app.command("sign")(sign_command)
+app.command("audit")(audit_command)
 app.command("report")(report_command)
 app.add_typer(github_app, name="github")
 
@@ -94,7 +97,8 @@ def main() -> None:
         # Without standalone mode click returns a typer.Exit's code instead of exiting: pass it on.
         rc = app(standalone_mode=False)
     except InputError as exc:
-        typer.echo(f"fasttrack: error: {exc.render()}", err=True)
+        # One line that cannot start a workflow command, whatever the error quotes (sanitize.log_line).
+        typer.echo(log_line(f"fasttrack: error: {exc.render()}"), err=True)
         sys.exit(EXIT_INPUT_ERROR)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)

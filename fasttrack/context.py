@@ -10,6 +10,7 @@ from fasttrack.changes.model import Change
 from fasttrack.evidence.loaded import LoadedEvidence
 from fasttrack.manifest import Manifest
 from fasttrack.policy import Policy, Zone
+from fasttrack.trusted import TrustedJudge
 from fasttrack.verdict import BlastRadius
 
 
@@ -43,6 +44,15 @@ class Context:
     known_models: tuple[str, ...] = ()
     # Base-side text of the files a rule compares against the head (hook files).
     base_texts: dict[str, str] = field(default_factory=dict)
+    # Contribution mode: where the policy and allowed signers came from (a trusted revision or the installed
+    # fasttrack) and how the judged checkout's copies differ from them (FT401). None: an explicit --policy.
+    judge_source: TrustedJudge | None = None
+    # Changed symlinks' real locations in the head tree (every link followed on disk), head-relative.
+    real_paths: dict[str, str] = field(default_factory=dict)
+    # Model packages the PR adds (new directories under packages_dir the head's registry maps an
+    # architecture to), and new directories there that no architecture maps to (so they are no model).
+    new_models: tuple[str, ...] = ()
+    unregistered_dirs: tuple[str, ...] = ()
 
     def engine_path(self, path: str) -> str:
         """Where a changed path sits in the engine tree (the path itself outside contribution mode)."""
@@ -50,9 +60,10 @@ class Context:
 
     def zone_of(self, path: str) -> Zone:
         """The policy zone of a changed path (judged on its engine path) for this PR's target model."""
-        from fasttrack.confinement.zones import classify
+        from fasttrack.confinement.zones import classify_real
 
-        return classify(self.policy, self.engine_path(path), self.model, self.known_models or None)
+        return classify_real(self.policy, self.engine_path(path), self.real_paths.get(path), self.model,
+                             self.known_models or None)
 
     def read_head_text(self, path: str) -> str | None:
         """Text of a head-side file, or None if it is absent, a symlink, binary or too large."""

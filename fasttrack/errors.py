@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pydantic
@@ -34,14 +35,23 @@ class InputError(Exception):
         return text
 
 
+_PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,99}$")
+
+
 def field_path(loc: tuple[int | str, ...]) -> str:
-    """Render a pydantic error location as a dotted TOML/JSON path, e.g. envelope.batch.max or claims[0]."""
+    """Render a pydantic error location as a dotted TOML/JSON path, e.g. envelope.batch.max or claims[0].
+
+    A key that is not a plain name (it came from the input: an unknown key may be anything, a newline or a
+    forged `::error` included) is quoted, `findings[0]['a b']`; whatever prints the error escapes it
+    (`sanitize.log_line` on a terminal or log, the Markdown renderer on GitHub)."""
     out = ""
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        else:
+        elif _PLAIN_KEY.match(str(part)):
             out += ("." if out else "") + str(part)
+        else:
+            out += f"['{str(part)[:200]}']"
     return out or "<root>"
 
 

@@ -129,7 +129,11 @@ class EvidenceSuite(Strict):
 
     kernel_tests: list[str] = Field(min_length=1)
     sanitizer_tests: list[str] = Field(default_factory=list)
-    # module:callable returning a benchmark case for an envelope point (see fasttrack.evidence.contract)
+    # Test functions (`tests/test_x.py::test_name`) that must run, pass and record their error at every
+    # envelope point (FT340): the per-point comparisons with the engine's oracle.
+    point_tests: list[str] = Field(default_factory=list)
+    # module:callable `candidates(baseline, point) -> {name: callable}`: the contribution's variants, built
+    # on the engine baseline's state (docs/baseline-contract.md; stock, oracle and inputs are the engine's)
     benchmark: str | None = None
     # module:callable running the model-level evals (see fasttrack.evidence.contract)
     evals: str | None = None

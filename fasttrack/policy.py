@@ -7,7 +7,7 @@ import re
 from enum import StrEnum
 from functools import cached_property
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import pathspec
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -38,6 +38,9 @@ class ZoneSpec(Strict):
     kind: Literal["forbidden", "ineligible", "judge"]
     description: str = ""
     patterns: list[str] = Field(min_length=1)
+    # Matched before the model's own roots (as judge zones are): for files that change how the PR itself is
+    # read (.gitattributes, .gitmodules), wherever they sit. Other zones yield to the model's roots.
+    wins_over_model_roots: bool = False
 
     @cached_property
     def spec(self) -> pathspec.GitIgnoreSpec:
@@ -95,6 +98,9 @@ class ModelLayout(Strict):
     legacy_shared: list[str] = Field(default_factory=list)
     # The architecture registry file, read statically.
     registry: str | None = None
+    # A new directory under packages_dir is a new model only when the head's registry maps an architecture to
+    # it; may a PR that adds a new model be fast-tracked? (No by default: a new model gets a full review.)
+    new_models_eligible: bool = False
 
     def local_spec(self, model: str) -> pathspec.GitIgnoreSpec:
         return pathspec.GitIgnoreSpec.from_lines(
@@ -227,6 +233,57 @@ class EnvelopeBounds(Strict):
     max_grid_points: int = Field(default=4096, ge=1)
 
 
+class ToleranceCap(Strict):
+    """The loosest element-wise check allowed for one dtype: |out - ref| <= atol + rtol * |ref|, and the
+    largest relative error a kernel test may accept (`fasttrack_record(tolerance=...)`)."""
+
+    atol: float = Field(ge=0)
+    rtol: float = Field(ge=0)
+    record: float = Field(ge=0)
+
+
+class EvalBound(Strict):
+    max: float | None = None
+    min: float | None = None
+
+
+class AuditSettings(Strict):
+    """How far a maintainer's re-run (`fasttrack audit`) may land from the contributor's figures."""
+
+    median_tolerance: float = Field(default=0.10, gt=0, lt=1, description="relative, per variant median")
+    ratio_tolerance: float = Field(default=0.08, gt=0, lt=1, description="relative, candidate/stock ratio")
+    max_age_days: int = Field(default=365, ge=1)
+
+
+class BackendSpec(Strict):
+    """One implementation of a stage, recognised by the kernel names a captured graph shows."""
+
+    name: str = Field(min_length=1, max_length=64)
+    kernel_patterns: list[str] = Field(min_length=1)  # fnmatch, case-insensitive, on demangled names
+
+
+class StageBackends(Strict):
+    """For one stage of a layer on one compute capability: the engine's accepted backends, in the engine's
+    order of preference, and backends that are never the engine's choice there."""
+
+    stage: str = Field(min_length=1, max_length=64)
+    compute_capability: str = Field(pattern=r"^\d{1,2}\.\d$")
+    accepted: list[BackendSpec] = Field(min_length=1)
+    rejected: list[BackendSpec] = Field(default_factory=list)
+
+
+class BaselineSpec(Strict):
+    """The engine side's stock path and fp32 oracle for one model (docs/baseline-contract.md)."""
+
+    root: str = Field(min_length=1, description="repository-relative directory of the baseline package")
+    case: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$", description="module:callable")
+    oracle: Literal["fp32"] = "fp32"
+    stages: list[StageBackends] = Field(default_factory=list)
+
+    def stages_for(self, compute_capability: str) -> list[StageBackends]:
+        return [s for s in self.stages if s.compute_capability == compute_capability]
+
+
 class EvidenceRequirements(Strict):
     """What a bundle must show (the evidence rules read these)."""
 
@@ -241,6 +298,26 @@ class EvidenceRequirements(Strict):
     peak_bandwidth: dict[str, float] = Field(default_factory=dict)
     sanitizer_not_run: Literal["warning", "error"] = "warning"
     max_age_days: int = Field(default=90, ge=1)
+    # The engine's yardstick (docs/baseline-contract.md): the largest tolerance any check may use, per dtype
+    # of the compared outputs. A kernel test's `fasttrack_record(tolerance=...)`, the timed accuracy check
+    # and the oracle check are all capped by the row for the point's dtype; a dtype without a row fails.
+    tolerance_caps: dict[str, ToleranceCap] = Field(default_factory=dict)
+    # Bounds on model-level eval thresholds, by eval name: a "max" eval's threshold may not exceed `max`, a
+    # "min" eval's may not fall below `min`. An eval the policy does not bound is a finding (FT345).
+    eval_bounds: dict[str, EvalBound] = Field(default_factory=dict)
+    # A variant's bandwidth may exceed the bandwidth measured on the same machine by at most this factor
+    # (read-dominated kernels beat a copy, which counts a read and a write).
+    bandwidth_margin: float = Field(default=1.10, ge=1.0, le=2.0)
+    # Stock below this fraction of the measured roofline at a claimed point is a slow yardstick (FT343).
+    min_stock_bandwidth_fraction: float = Field(default=0.25, ge=0.0, le=1.0)
+    slow_stock: Literal["warning", "error"] = "warning"
+    # Stock below this fraction anywhere means `bytes_moved` is implausibly small (FT344, an error).
+    min_plausible_bandwidth_fraction: float = Field(default=0.01, ge=0.0, le=1.0)
+    audit: AuditSettings = Field(default_factory=lambda: AuditSettings())
+    # Digests of the evidence harness (`python -m fasttrack.evidence.harness`) whose statements are accepted:
+    # the released fasttrack's. A statement without one of them is FT402 (an empty list accepts none).
+    accepted_harness_digests: list[Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]] = Field(
+        default_factory=list)
 
 
 class Policy(Strict):
@@ -254,6 +331,8 @@ class Policy(Strict):
     envelope: EnvelopeBounds
     evidence: EvidenceRequirements
     escapes: EscapesSpec = Field(default_factory=EscapesSpec)
+    # Per model: the engine-side baseline every claim is measured against (docs/baseline-contract.md).
+    baselines: dict[str, BaselineSpec] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _unique_zone_names(self) -> Policy:

@@ -9,6 +9,7 @@ text is one line, encodable as UTF-8, and reads as what it is.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from typing import Final
 
@@ -66,3 +67,37 @@ def path_text(raw: str | bytes) -> str:
     if isinstance(raw, bytes):
         raw = raw.decode("utf-8", "surrogateescape")
     return visible(raw)
+
+
+# GitHub turns these into links or notifications in comments, summaries and check output: `@user` and
+# `@org/team` mentions, `#N`, `owner/repo#N` and `GH-N` references, and bare URLs (GFM autolinks). A
+# zero-width space after the sigil keeps the text readable and makes it inert. `visible` has already escaped
+# any zero-width space the text itself carried, so every one in the output is ours.
+_ZWSP: Final = "\u200b"
+_REFERENCE: Final = re.compile(r"(@)|(#)(?=\d)|\b(GH-)(?=\d)|(:)(?=//)|\b(www)(?=\.)",
+                               re.IGNORECASE)
+
+
+def break_references(text: str) -> str:
+    """Mentions, issue/PR references (`#N`, `owner/repo#N`, `GH-N`) and bare URLs made inert: a zero-width
+    space follows `@`, `#`, `GH-`, the `:` of `://` and `www`. For text already passed through `visible`
+    (the Markdown renderer escapes in between); otherwise use `inert_references`."""
+    return _REFERENCE.sub(lambda m: m.group(0) + _ZWSP, text)
+
+
+def inert_references(text: str) -> str:
+    """`visible(text)` with its mentions, references and bare URLs made inert (`break_references`): for plain
+    text that GitHub shows (check-run titles and annotations) and for the pieces of Markdown."""
+    return break_references(visible(text))
+
+
+# The Actions runner treats a log line that starts (after leading whitespace) with `::` as a workflow command
+# (`::error`, `::add-mask`, `::stop-commands` ...), and the legacy `##[command]` form anywhere in a line.
+_COMMAND: Final = re.compile(r"::|##\[")
+
+
+def log_line(text: str) -> str:
+    """`text` as one log line that cannot start a workflow command: `visible` (so a newline cannot start a new
+    line), then every `::` written `:\\x3a` and every `##[` written `##\\x5b`. Still unambiguous: a
+    backslash of the text itself is shown doubled."""
+    return _COMMAND.sub(lambda m: ":\\x3a" if m.group(0) == "::" else "##\\x5b", visible(text))

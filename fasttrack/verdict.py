@@ -121,6 +121,23 @@ class ClaimResult(Strict):
     point: dict[str, str | int] = Field(default_factory=dict)
 
 
+class KernelTime(Strict):
+    """One kernel of a profiled replay: its name and device time (us) over one call of the layer."""
+
+    name: str
+    us: float
+
+
+class KernelGain(Strict):
+    """Where a candidate's gain over stock comes from, kernel by kernel (by name; a kernel one side does not
+    run counts as 0 there): `saved_us` = stock's time in it minus the candidate's."""
+
+    name: str
+    stock_us: float
+    candidate_us: float
+    saved_us: float
+
+
 class BenchmarkRow(Strict):
     """One benchmarked point: per-variant medians (us) and ratios against stock with CIs."""
 
@@ -134,6 +151,15 @@ class BenchmarkRow(Strict):
     # median ratio, and its CI. Optional: the dashboard falls back to a ratio of medians (no CI) without it.
     speedup_over: dict[str, dict[str, float]] = Field(default_factory=dict)
     speedup_over_ci: dict[str, dict[str, tuple[float, float]]] = Field(default_factory=dict)
+    # The engine's yardstick (optional: older verdicts have none). Fraction of the roofline measured in the
+    # same run (read bandwidth where measured, else copy); the heaviest kernels of each variant's profiled
+    # replay; per candidate, the kernels that account for most of its difference from stock; the backend
+    # each policy stage of stock ran.
+    roofline_fraction: dict[str, float] = Field(default_factory=dict)
+    top_kernels: dict[str, list[KernelTime]] = Field(default_factory=dict)
+    gain_from: dict[str, list[KernelGain]] = Field(default_factory=dict)
+    backends: dict[str, str | None] = Field(default_factory=dict)
+    claimed: bool = False
 
 
 class EvalResult(Strict):
@@ -179,6 +205,20 @@ class EvidencePart(Strict):
     benchmarks: int = 0  # timed benchmark records in this part (not counting points left to other parts)
 
 
+class AuditSummary(Strict):
+    """One maintainer re-run of the bundle (`fasttrack audit`): who re-ran what, where, and whether it
+    agreed."""
+
+    file: str
+    auditor: str | None = None  # the principal, only when the record's signature verified
+    signature_valid: bool | None = None
+    statement: str | None = None  # the part it audits (None: a statement no longer in the bundle)
+    gpu: str | None = None
+    audited_at: str | None = None
+    points: int = 0
+    agreed: bool | None = None
+
+
 class EvidenceSummary(Strict):
     """What the evidence rules learned, for renderers and the dashboard (no raw samples here)."""
 
@@ -200,6 +240,7 @@ class EvidenceSummary(Strict):
     # Every statement file of the bundle with its own signature, freshness, machine and points (optional:
     # verdicts written before parts existed have none).
     parts: list[EvidencePart] = Field(default_factory=list)
+    audits: list[AuditSummary] = Field(default_factory=list)
 
 
 class Verdict(Strict):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -60,3 +63,80 @@ def test_inconsistency_names_a_pass_that_holds_an_error() -> None:
     msg = inconsistency(_verdict("pass", err))
     assert msg is not None and "FT120" in msg
     assert inconsistency(_verdict("fail")) is not None
+
+
+# ---- references and workflow commands (text leaving for GitHub or a log) ----
+
+
+@pytest.mark.parametrize(
+    ("raw", "live"),
+    [
+        ("ping @maintainers now", "@maintainers"),
+        ("see #123", "#123"),
+        ("fixes vllm-project/vllm#4567", "vllm#4567"),
+        ("like GH-89 did", "GH-89"),
+        ("or gh-89", "gh-89"),
+        ("at https://evil.example/x", "https://"),
+        ("or www.evil.example", "www."),
+        ("team @org/team-a", "@org"),
+    ],
+)
+def test_inert_references_break_every_reference(raw: str, live: str) -> None:
+    from fasttrack.sanitize import inert_references
+
+    out = inert_references(raw)
+    assert live not in out
+    assert out.replace("\u200b", "") == raw  # the same text to a reader, only made inert
+
+
+def test_inert_references_show_the_texts_own_invisible_characters() -> None:
+    from fasttrack.sanitize import inert_references
+
+    out = inert_references("a\u200b#1\u202e")
+    assert out == "a\\u200b#\u200b1\\u202e"  # the text's ZWSP is shown, the one we add is not text
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "::error file=x::forged",
+        "  ::add-mask::secret",
+        "ok\n::stop-commands::tok",
+        "x\r::set-output name=a::b",
+        "##[error]legacy form anywhere",
+        "field 'a\u2028::warning::x'",
+        "\t::group::g",
+    ],
+)
+def test_log_line_cannot_start_a_workflow_command(raw: str) -> None:
+    from fasttrack.sanitize import log_line
+
+    out = log_line(raw)
+    assert "\n" not in out and "\r" not in out and "\u2028" not in out
+    assert "::" not in out and "##[" not in out
+    assert not out.lstrip().startswith("::")
+
+
+@given(st.text())
+def test_log_line_is_one_inert_line_for_any_text(s: str) -> None:
+    from fasttrack.sanitize import log_line
+
+    out = log_line(s)
+    assert len(out.splitlines()) <= 1 and "::" not in out and "##[" not in out
+    out.encode("utf-8")  # no lone surrogates left
+
+
+def test_a_hostile_key_in_an_error_is_quoted_and_escaped(tmp_path: Path) -> None:
+    """An unknown key carrying a newline and `::error` is named quoted and escaped, the error one line."""
+    from fasttrack.errors import InputError
+    from fasttrack.loading import load_json_model
+    from fasttrack.sanitize import log_line
+
+    bad = tmp_path / "v.json"
+    bad.write_text(json.dumps({"tool_version": "1", "verdict": "pass", "mode": "range", "generated_at": "x",
+                               "evil\n::error file=a::forged": 1}), encoding="utf-8")
+    with pytest.raises(InputError) as err:
+        load_json_model(bad, Verdict, "verdict")
+    assert err.value.field == "['evil\n::error file=a::forged']"
+    line = log_line(err.value.render())
+    assert "\n" not in line and "::" not in line

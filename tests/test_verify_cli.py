@@ -127,10 +127,11 @@ def test_json_verdict_validates_and_names_zones(engine: GitRepo, monkeypatch: MP
     assert (v.schema_version, v.verdict, v.mode, v.model, v.pr) == ("1.0", "fail", "range", "kimi_k3", 7)
     zones = {cf.path: (cf.zone, cf.zone_kind, cf.status) for cf in v.changed_files}
     assert zones == {f"{K3}/model.py": ("model-local", "model-local", ChangeStatus.MODIFIED),
-                     f"{K3}/link.py": ("model-local", "model-local", ChangeStatus.ADDED),
+                     # a symlink is classified by its real location on disk (issue 15)
+                     f"{K3}/link.py": ("sampling", "forbidden", ChangeStatus.ADDED),
                      "setup.py": ("build", "ineligible", ChangeStatus.DELETED)}
     codes = {(f.code, f.path) for f in v.findings}
-    assert {("FT101", "setup.py"), ("FT105", f"{K3}/link.py")} <= codes
+    assert {("FT101", "setup.py"), ("FT105", f"{K3}/link.py"), ("FT102", f"{K3}/link.py")} <= codes
     assert v.rules_run == sorted(r.code for r in all_rules())
     assert v.base is not None and len(v.base) == 40
     assert v.policy_digest is not None and v.policy_digest.startswith("sha256:")

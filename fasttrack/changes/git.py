@@ -10,6 +10,13 @@ Renames and copies are detected with `-M -C --find-copies-harder`, so a file cop
 visible as a copy of it. `diff-tree` is plumbing: the user's diff configuration (external diff drivers,
 prefixes, colour) does not change what is parsed here.
 
+No file in a PR and no repository setting changes how fasttrack's git sees the PR: every git command starts
+in `_spawn_git` (attributes file, fsmonitor, hooks, external diff and conversions off; `$GIT_CONFIG_*`,
+`$GIT_EXTERNAL_DIFF`, replace refs and the system attributes file ignored), and the commands that consult
+attributes (`diff-tree`, the `add` behind `WORKTREE`, `checkout-index`) run in a scratch repository that
+borrows the objects, whose own info/attributes outrank every `.gitattributes` (`!diff`: binary is decided by
+content) and where the repository's info/attributes and config are never read.
+
 `materialize_tree` writes a tree's files to `<cache>/trees/<tree-sha>/` with git's own checkout code
 (`read-tree` into a temporary index of a scratch repository that borrows the objects, then
 `checkout-index -a`; not `git archive`, so no export-ignore attribute can hide a file, and the scratch
@@ -57,25 +64,48 @@ _STATUS = {
 }
 
 
+# Settings for every git command fasttrack runs, on top of whatever configuration git reads: attributes from
+# the user's global file off (the PR's own .gitattributes and the repository's info/attributes are out of
+# play because every command that consults attributes runs in a scratch repository, below), no fsmonitor
+# daemon or hook, no hooks, no external diff driver, no conversions on `add`.
+_HARDENING = ("-c", f"core.attributesFile={os.devnull}", "-c", "core.fsmonitor=false",
+              "-c", f"core.hooksPath={os.devnull}", "-c", "diff.external=", "-c", "core.untrackedCache=false",
+              "-c", "core.autocrlf=false", "-c", "core.safecrlf=false", "-c", "core.splitIndex=false")
+# Environment that would point git elsewhere, add configuration or run a program: never inherited.
+_SCRUBBED_ENV = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_COMMON_DIR",
+                 "GIT_NAMESPACE", "GIT_CONFIG", "GIT_CONFIG_PARAMETERS", "GIT_CONFIG_COUNT",
+                 "GIT_ATTR_SOURCE", "GIT_CEILING_DIRECTORIES", "GIT_EXTERNAL_DIFF", "GIT_DIFF_OPTS",
+                 "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_REPLACE_REF_BASE", "GIT_SHALLOW_FILE",
+                 "GIT_GRAFT_FILE", "GIT_ASKPASS", "GIT_EDITOR", "GIT_PAGER", "GIT_SSH", "GIT_SSH_COMMAND",
+                 "GIT_TRACE", "GIT_TRACE2", "GIT_TRACE2_EVENT", "GIT_TRACE2_PERF")
+
+
 def _git_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items()
+           if k not in _SCRUBBED_ENV and not k.startswith(("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_"))}
     env["GIT_TERMINAL_PROMPT"] = "0"
     env["GIT_OPTIONAL_LOCKS"] = "0"  # never refresh the user's index as a side effect of reading
-    env.pop("GIT_DIR", None)
-    env.pop("GIT_WORK_TREE", None)
+    env["GIT_ATTR_NOSYSTEM"] = "1"  # no /etc/gitattributes
+    env["GIT_NO_REPLACE_OBJECTS"] = "1"  # refs/replace/ cannot swap the objects a revision names
     if extra:
         env.update(extra)
     return env
 
 
-def run_git(repo: Path, *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None,
-            check: bool = True) -> subprocess.CompletedProcess[bytes]:
-    """Run git in `repo`; a missing git becomes an InputError, a failing command a RuntimeError (if check)."""
+def _spawn_git(args: Sequence[str], *, cwd: Path | None = None, stdin: bytes | None = None,
+               env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
+    """The one place fasttrack starts git: `_HARDENING` on every command, the environment scrubbed."""
     try:
-        proc = subprocess.run(["git", "-C", str(repo), *args], input=stdin, capture_output=True,
+        return subprocess.run(["git", *_HARDENING, *args], input=stdin, capture_output=True, cwd=cwd,
                               env=_git_env(env), check=False)
     except FileNotFoundError:
         raise InputError("git is not installed or not on PATH", fix="install git (2.28 or newer)") from None
+
+
+def run_git(repo: Path, *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None,
+            check: bool = True) -> subprocess.CompletedProcess[bytes]:
+    """Run git in `repo`; a missing git becomes an InputError, a failing command a RuntimeError (if check)."""
+    proc = _spawn_git(["-C", str(repo), *args], stdin=stdin, env=env)
     if check and proc.returncode != 0:
         err = proc.stderr.decode("utf-8", "replace").strip()
         raise RuntimeError(f"git {' '.join(args[:3])} failed in {repo}: {err}")
@@ -142,13 +172,23 @@ def worktree_tree(repo: Path) -> str:
     index = Path(_decode(index_out).strip())
     if not index.is_absolute():
         index = top / index
+    objects, _ = _object_store(top)
+    exclude = Path(_decode(run_git(top, "rev-parse", "--git-path", "info/exclude").stdout).strip())
+    exclude = exclude if exclude.is_absolute() else top / exclude
     with tempfile.TemporaryDirectory(prefix="fasttrack-index-") as tmp:
-        tmp_index = Path(tmp) / "index"
+        # The files are hashed in a scratch repository over the checkout (its info/attributes switch off
+        # every conversion and filter the checkout's .gitattributes ask for), written to the checkout's own
+        # object store: the tree holds the bytes on disk. Ignore rules are the checkout's .gitignore files and
+        # info/exclude.
+        git_dir = _scratch_repository(top, Path(tmp))
+        tmp_index = git_dir / "index"
         if index.is_file():
             shutil.copyfile(index, tmp_index)
-        env = {"GIT_INDEX_FILE": str(tmp_index)}
-        run_git(top, "add", "-A", "--", ".", env=env)
-        return _decode(run_git(top, "write-tree", env=env).stdout).strip()
+        env = {"GIT_OBJECT_DIRECTORY": str(objects)}
+        excl = ("-c", f"core.excludesFile={exclude}") if exclude.is_file() else ()
+        _run_scratch(git_dir, top, *excl, "add", "-A", "--", ".", env=env)
+        _run_scratch(git_dir, top, *excl, "add", "--renormalize", "--", ".", env=env)  # stale index entries
+        return _decode(_run_scratch(git_dir, top, "write-tree", env=env)).strip()
 
 
 # --------------------------------------------------------------------------- diff parsing
@@ -353,8 +393,12 @@ def _split_diff_output(out: bytes) -> tuple[bytes, bytes, bytes]:
 
 def diff_trees(repo: Path, base_tree: str, head_tree: str) -> tuple[Change, ...]:
     """Every change from `base_tree` to `head_tree` (both sides of renames and copies, modes, symlinks...)."""
-    out = run_git(repo, "diff-tree", "--raw", "--numstat", "-p", "-z", "-U0", "--abbrev=40",
-                  "--src-prefix=a/", "--dst-prefix=b/", *_DIFF_FLAGS, base_tree, head_tree).stdout
+    # In a bare scratch repository that borrows the objects: no work tree, config or info/attributes of the
+    # user's repository (so no .gitattributes of the PR's checkout) decides what is binary or how it diffs.
+    with tempfile.TemporaryDirectory(prefix="fasttrack-diff-") as scratch:
+        git_dir = _scratch_repository(repo, Path(scratch))
+        out = _run_scratch(git_dir, None, "diff-tree", "--raw", "--numstat", "-p", "-z", "-U0", "--abbrev=40",
+                           "--src-prefix=a/", "--dst-prefix=b/", *_DIFF_FLAGS, base_tree, head_tree)
     raw_part, numstat_part, patch_part = _split_diff_output(out)
     raw = _parse_raw(raw_part)
     if not raw:
@@ -429,17 +473,12 @@ def list_tree_files(repo: Path, tree: str) -> list[str]:
 # Written as the scratch repository's info/attributes, which outranks every .gitattributes in the tree: no
 # end-of-line conversion, no $Id$ expansion, no smudge filter, no re-encoding. The files land byte for byte
 # as the blobs hold them, whatever the PR's .gitattributes say.
-_NEUTRAL_ATTRIBUTES = "* -text -eol -crlf -ident -filter -working-tree-encoding\n"
-# Settings for every command run in the scratch repository (on top of its own config file, and with the
-# user's global and system config switched off): no hooks, no fsmonitor daemon, no sparse patterns, no
-# submodule recursion, real symlinks, one checkout worker per core.
-_SCRATCH_CONFIG = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "core.symlinks=true",
-                   "-c", "core.sparseCheckout=false", "-c", "submodule.recurse=false",
-                   "-c", "core.attributesFile=/dev/null", "-c", "checkout.workers=0")
-# Environment that would point git elsewhere or add config: never inherited by the scratch repository.
-_SCRUBBED_ENV = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_COMMON_DIR",
-                 "GIT_NAMESPACE", "GIT_CONFIG", "GIT_CONFIG_PARAMETERS", "GIT_CONFIG_COUNT",
-                 "GIT_ATTR_SOURCE", "GIT_CEILING_DIRECTORIES")
+_NEUTRAL_ATTRIBUTES = "* -text -eol -crlf -ident -filter -working-tree-encoding !diff !merge\n"
+# Settings for every command run in the scratch repository (on top of its own config file and `_HARDENING`,
+# with the user's global and system config switched off): no sparse patterns, no submodule recursion, real
+# symlinks, one checkout worker per core.
+_SCRATCH_CONFIG = ("-c", "core.symlinks=true", "-c", "core.sparseCheckout=false",
+                   "-c", "submodule.recurse=false", "-c", "checkout.workers=0")
 
 
 def _safe_relpath(path: str) -> bool:
@@ -476,19 +515,19 @@ def _scratch_repository(repo: Path, where: Path) -> Path:
     return git_dir
 
 
-def _run_scratch(git_dir: Path, work_tree: Path, *args: str) -> bytes:
-    env = {k: v for k, v in os.environ.items()
-           if k not in _SCRUBBED_ENV and not k.startswith("GIT_CONFIG_KEY_")
-           and not k.startswith("GIT_CONFIG_VALUE_")}
-    env.update({"GIT_DIR": str(git_dir), "GIT_WORK_TREE": str(work_tree),
-                "GIT_INDEX_FILE": str(git_dir / "index"), "GIT_CONFIG_NOSYSTEM": "1",
-                "GIT_CONFIG_GLOBAL": os.devnull, "GIT_ATTR_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0",
-                "GIT_OPTIONAL_LOCKS": "0"})
-    try:
-        proc = subprocess.run(["git", *_SCRATCH_CONFIG, *args], cwd=work_tree, capture_output=True, env=env,
-                              check=False)
-    except FileNotFoundError:
-        raise InputError("git is not installed or not on PATH", fix="install git (2.28 or newer)") from None
+def _run_scratch(git_dir: Path, work_tree: Path | None, *args: str,
+                 env: dict[str, str] | None = None) -> bytes:
+    """Run git in the scratch repository `git_dir`: over `work_tree`, or bare (no work tree, so no
+    attributes from any directory) when it is None."""
+    scratch_env = {"GIT_DIR": str(git_dir), "GIT_INDEX_FILE": str(git_dir / "index"),
+                   "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}
+    bare: tuple[str, ...] = ()
+    if work_tree is not None:
+        scratch_env["GIT_WORK_TREE"] = str(work_tree)
+    else:
+        bare = ("-c", "core.bare=true")
+    scratch_env.update(env or {})
+    proc = _spawn_git([*_SCRATCH_CONFIG, *bare, *args], cwd=work_tree or git_dir, env=scratch_env)
     if proc.returncode != 0:
         err = proc.stderr.decode("utf-8", "replace").strip()
         raise RuntimeError(f"git {args[0]} failed: {err}")

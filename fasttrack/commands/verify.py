@@ -11,8 +11,11 @@ Two modes:
   hand (`--engine-tree`, `$FASTTRACK_ENGINE_TREE`, or `<cache>/<engine>-<version>`) the contribution is laid
   over it: files that already exist there count as modified, and the blast radius is computed on the overlay.
 
-The policy never comes from the PR head: `--policy`, else `policies/vllm.toml` in the current checkout, else
-the copy shipped beside the fasttrack package.
+The policy never comes from the PR head. Range mode: `--policy`, else `policies/vllm.toml` in the current
+checkout, else the copy shipped beside the fasttrack package. Contribution mode: `--policy` (the operator's
+explicit choice), else the policy and allowed signers of the trusted revision (`--trusted-ref REV`, default
+the merge base of HEAD with the default branch; the installed fasttrack's copies outside a git checkout),
+never the working tree being judged; a judged copy that differs is FT401 (`fasttrack.trusted`).
 """
 
 from __future__ import annotations
@@ -45,14 +48,16 @@ from fasttrack.changes.git import (
     run_git,
 )
 from fasttrack.changes.model import Change, Hunk
+from fasttrack.confinement.source_text import SourceProblem, read_python_source, real_relpath
 from fasttrack.confinement.zones import changed_sides, in_model_root, infer_model, models_touched
 from fasttrack.context import Context
 from fasttrack.errors import EXIT_PASS, EXIT_POLICY_FAILURE, InputError
 from fasttrack.evidence.loaded import LoadedEvidence
 from fasttrack.findings import Finding, Severity
 from fasttrack.manifest import MANIFEST_FILE, Manifest, load_manifest
-from fasttrack.policy import MODEL_NAME_RE, Policy, load_policy
+from fasttrack.policy import MODEL_NAME_RE, MODEL_PLACEHOLDER, Policy, load_policy
 from fasttrack.rules import all_rules
+from fasttrack.trusted import TrustedJudge, trusted_judge
 from fasttrack.verdict import BlastRadius, ChangedFile, ChangeStatus, EvidenceSummary, Verdict, decide
 
 DEFAULT_CONTRIBUTION = Path("kernels/kimi_k3")
@@ -78,6 +83,8 @@ class VerifyOptions:
     output: Path | None = None
     pr: int | None = None
     engine_tree: Path | None = None
+    # Contribution mode: the revision the policy and allowed signers are read from (None: the default).
+    trusted_ref: str | None = None
     # Where relative defaults are looked up (the current directory when None).
     cwd: Path | None = field(default=None, compare=False)
 
@@ -158,6 +165,37 @@ def _known_models(policy: Policy, tree_files: list[str], changed: list[str]) -> 
     return tuple(sorted(names))
 
 
+def registry_models(policy: Policy, tree: Path) -> set[str] | None:
+    """Model package names the architecture registry in `tree` maps some architecture to (None when the
+    policy names no registry; empty when the file is missing or cannot be read as Python)."""
+    from fasttrack.confinement.registry_names import models_mapped, read_registry
+
+    if policy.models.registry is None:
+        return None
+    text = read_python_source(tree, policy.models.registry)
+    if isinstance(text, SourceProblem):
+        return set()
+    try:
+        models = read_registry(text)
+    except SyntaxError:
+        return set()
+    return models_mapped(models, policy.models.package.split(MODEL_PLACEHOLDER, 1)[0].rstrip("."))
+
+
+def _models_of_range(policy: Policy, head_dir: Path, base_files: list[str], head_files: list[str],
+                     changed: list[str]) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """(model units, new models, new directories that are no model): a directory under packages_dir that
+    the base already had is a model; a new one only when the head's registry maps an architecture to it."""
+    existing = set(_known_models(policy, base_files, []))
+    in_head = set(_known_models(policy, head_files, changed))
+    mapped = registry_models(policy, head_dir)
+    if mapped is None:
+        return tuple(sorted(in_head | existing)), (), ()
+    new_dirs = in_head - existing
+    known = existing | (new_dirs & mapped)
+    return tuple(sorted(known)), tuple(sorted(new_dirs & mapped)), tuple(sorted(new_dirs - mapped))
+
+
 def _evidence(bundle_dir: Path | None) -> tuple[Path | None, LoadedEvidence | None]:
     if bundle_dir is None:
         return None, None
@@ -205,7 +243,8 @@ def _build_range_context(opts: VerifyOptions, cwd: Path) -> Context:
     head_dir = materialize_revision(top, head, reuse_checkout=True)  # the checkout itself when it is the head
     tree_files = list_tree_files(top, head.tree)
     changed = sorted({p for c in changes for p, _ in changed_sides(c)})  # a copy's source is unchanged
-    known = _known_models(policy, tree_files, changed)
+    known, new_models, unregistered = _models_of_range(policy, head_dir, list_tree_files(top, base.tree),
+                                                       tree_files, changed)
     touched = models_touched(policy, changed, known)
     model = model_arg or infer_model(touched)
 
@@ -222,6 +261,10 @@ def _build_range_context(opts: VerifyOptions, cwd: Path) -> Context:
             raw = read_blob(top, base.tree, c.old_path or c.path)
             if raw is not None and len(raw) <= MAX_TEXT_BYTES:
                 base_texts[c.path] = raw.decode("utf-8", "replace")
+
+    real_paths = {c.path: real for c in changes
+                  if c.is_symlink and c.status is not ChangeStatus.DELETED
+                  and (real := real_relpath(head_dir, c.path)) is not None}
 
     if opts.evidence is not None:
         evidence_dir: Path | None = opts.evidence
@@ -242,7 +285,8 @@ def _build_range_context(opts: VerifyOptions, cwd: Path) -> Context:
         models_touched=tuple(touched), repo=top, base=base.oid, head=head.oid, manifest=manifest,
         manifest_path=manifest_path, contribution_dir=contribution_dir, blast_radius=blast,
         evidence=evidence, manifest_candidates=tuple(candidates), evidence_dir=evidence_dir,
-        known_models=known, base_texts=base_texts,
+        known_models=known, base_texts=base_texts, real_paths=real_paths, new_models=new_models,
+        unregistered_dirs=unregistered,
     )
 
 
@@ -383,7 +427,15 @@ def _build_contribution_context(opts: VerifyOptions, cwd: Path) -> Context:
         raise InputError("the contribution has no manifest", path=manifest_file, field="--contribution",
                          fix=f"write {MANIFEST_FILE} there (`fasttrack schema manifest` prints its schema)")
     manifest = load_manifest(manifest_file)
-    policy_path = resolve_policy_path(opts, root)
+    judge_source: TrustedJudge | None = None
+    if opts.policy is not None:
+        if opts.trusted_ref is not None:
+            raise InputError("--policy and --trusted-ref name two different judges", field="--trusted-ref",
+                             fix="pass one of them")
+        policy_path = opts.policy
+    else:
+        judge_source = trusted_judge(root, opts.trusted_ref)
+        policy_path = judge_source.policy_path
     policy = load_policy(policy_path)
     model = manifest.contribution.model
     given = _check_model(opts.model)
@@ -419,6 +471,9 @@ def _build_contribution_context(opts: VerifyOptions, cwd: Path) -> Context:
     change_set = tuple(changes)
     engine_side = sorted(engine_paths.values())
     known = tuple(sorted({model, *_known_models(policy, [], engine_side)}))
+    packages_dir = engine / policy.models.packages_dir if engine is not None else None
+    new_models = (model,) if packages_dir is not None and packages_dir.is_dir() and \
+        not (packages_dir / model).is_dir() else ()
     touched = models_touched(policy, engine_side, known)
 
     if opts.evidence is not None:
@@ -448,7 +503,7 @@ def _build_contribution_context(opts: VerifyOptions, cwd: Path) -> Context:
         model=model, models_touched=tuple(touched), repo=root, manifest=manifest,
         manifest_path=f"{contrib_rel}/{MANIFEST_FILE}", contribution_dir=contrib_rel, blast_radius=blast,
         evidence=evidence, engine_paths=engine_paths, evidence_dir=evidence_dir,
-        known_models=known, base_texts=base_texts,
+        known_models=known, base_texts=base_texts, judge_source=judge_source, new_models=new_models,
     )
 
 
@@ -509,7 +564,8 @@ def judge(ctx: Context, *, pr: int | None = None) -> Verdict:
         base=ctx.base,
         head=ctx.head,
         pr=pr,
-        policy=str(ctx.policy_path),
+        policy=(str(ctx.policy_path) if ctx.judge_source is None
+                else f"{ctx.policy_path} (trusted: {ctx.judge_source.source})"),
         policy_digest=_digest(ctx.policy_path),
         changed_files=_changed_files(ctx),
         findings=findings,
@@ -587,6 +643,9 @@ def verify_command(
     output: Annotated[Path | None, typer.Option(
         "--output", help="Write the report here instead of stdout.")] = None,
     pr: Annotated[int | None, typer.Option("--pr", help="PR number, recorded in the verdict.")] = None,
+    trusted_ref: Annotated[str | None, typer.Option(
+        "--trusted-ref", help="Contribution mode: read the policy and allowed signers from this revision "
+                              "(default: the merge base of HEAD with the default branch).")] = None,
 ) -> None:
     """Verify a contribution (default: the reference contribution) or a PR given as a git range."""
     table = renderers()
@@ -597,7 +656,7 @@ def verify_command(
                          fix="create the directory first")
     opts = VerifyOptions(repo=repo, base=base, head=head, policy=policy, model=model,
                          contribution=contribution, evidence=evidence, format=fmt, output=output, pr=pr,
-                         engine_tree=engine_tree)
+                         engine_tree=engine_tree, trusted_ref=trusted_ref)
     verdict = run_verify(opts)
     if output is not None:
         output.write_text(table[fmt](verdict), encoding="utf-8")

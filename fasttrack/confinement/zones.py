@@ -1,14 +1,20 @@
 """Path zones: where a changed path sits, as the policy sees it, and which models' local roots it is in.
 
-Classification order (first match wins; it fails closed when a policy's zones overlap):
+Classification order (first match wins):
 
-1. judge zones (the PR may not edit its own judge)
-2. forbidden zones (input preparation, sampling, KV-cache management, scheduler)
-3. hook files (only declared small edits)
-4. the target model's local roots (`model-local`)
-5. another model's local roots (`model-local (<other>)`, still MODEL_LOCAL but for another model)
+1. judge zones (the PR may not edit its own judge), then zones marked `wins_over_model_roots` (the
+   repo-config zone: `.gitattributes` and `.gitmodules` change how git reads the PR, wherever they sit)
+2. hook files (only declared small edits)
+3. the target model's local roots (`model-local`): a model's own file wins over the shared-zone patterns
+   that happen to match its name (`vllm/models/kimi_k3/rejection_sampler_mtp.py` is the model's code, not
+   shared sampling code)
+4. another model's local roots (`model-local (<other>)`, still MODEL_LOCAL but for another model)
+5. forbidden zones (input preparation, sampling, KV-cache management, scheduler)
 6. ineligible zones (shared layers, kernels, build, requirements, CI config)
 7. anything else: `shared`, ineligible.
+
+`classify` judges a path as a string; the Context classifies a changed symlink by its real location on disk
+too (`Context.real_paths`), so a model-root link into `vllm/v1/sample/` is sampling code.
 
 A model is the name in the `{model}` slot of a local root (e.g. `vllm/models/{model}/**`). Names listed in
 `models.shared_packages` (vllm/models/common) are never models; when `known_models` is given, only those
@@ -122,10 +128,12 @@ def infer_model(touched: list[str]) -> str | None:
 def classify(policy: Policy, path: str, model: str | None,
              known_models: Collection[str] | None = None) -> Zone:
     """The zone of `path` for a PR targeting `model` (see the module doc for the order)."""
-    for kind in ("judge", "forbidden"):
-        for zone in policy.zones:
-            if zone.kind == kind and zone.spec.match_file(path):
-                return Zone(name=zone.name, kind=ZoneKind(kind))
+    for zone in policy.zones:
+        if zone.kind == "judge" and zone.spec.match_file(path):
+            return Zone(name=zone.name, kind=ZoneKind.JUDGE)
+    for zone in policy.zones:
+        if zone.wins_over_model_roots and zone.spec.match_file(path):
+            return Zone(name=zone.name, kind=ZoneKind(zone.kind))
     hook = policy.hook_for(path)
     if hook is not None:
         return Zone(name=hook.name, kind=ZoneKind.HOOK, model=model)
@@ -134,10 +142,24 @@ def classify(policy: Policy, path: str, model: str | None,
     other = model_of_path(policy, path, known_models)
     if other is not None:
         return Zone(name=f"{MODEL_LOCAL_ZONE} ({other})", kind=ZoneKind.MODEL_LOCAL, model=other)
-    for zone in policy.zones:
-        if zone.kind == "ineligible" and zone.spec.match_file(path):
-            return Zone(name=zone.name, kind=ZoneKind.INELIGIBLE)
+    for kind in ("forbidden", "ineligible"):
+        for zone in policy.zones:
+            if zone.kind == kind and zone.spec.match_file(path):
+                return Zone(name=zone.name, kind=ZoneKind(kind))
     return Zone(name=SHARED_ZONE, kind=ZoneKind.INELIGIBLE)
+
+
+def classify_real(policy: Policy, path: str, real: str | None, model: str | None,
+                  known_models: Collection[str] | None = None) -> Zone:
+    """`classify` for a path whose real location on disk (symlinks resolved) is `real`: a judge or forbidden
+    zone at the real location wins over what the path's name says."""
+    zone = classify(policy, path, model, known_models)
+    if real is None or real == path or zone.kind in (ZoneKind.JUDGE, ZoneKind.FORBIDDEN):
+        return zone
+    there = classify(policy, real, model, known_models)
+    if there.kind in (ZoneKind.JUDGE, ZoneKind.FORBIDDEN):
+        return Zone(name=there.name, kind=there.kind)
+    return zone
 
 
 def zone_description(policy: Policy, zone: Zone) -> str:

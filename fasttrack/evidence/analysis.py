@@ -33,6 +33,7 @@ from fasttrack.evidence.digest import (
     compare_listings,
     contribution_digest,
     digest_of_listing,
+    listing_format,
 )
 from fasttrack.evidence.loaded import LoadedEvidence, LoadedPart
 from fasttrack.evidence.signing import SignatureResult, verify_bytes
@@ -194,6 +195,9 @@ def freshness(ctx: Context, part: LoadedPart | None = None) -> Freshness:
     subject = st.subject_digest if st else None
     listed = dict(st.predicate.files) if st else {}
     listing_digest = digest_of_listing(listed) if st and st.predicate.files else None
+    fmt = listing_format(listed, subject) if st and subject and st.predicate.files else None
+    if fmt is not None:
+        listing_digest = subject  # a consistent listing of an older format is old (stale), not altered
     path = contribution_path(ctx)
     if path is None:
         return Freshness(None, subject, listing_digest, error="the contribution directory is not known")
@@ -201,7 +205,8 @@ def freshness(ctx: Context, part: LoadedPart | None = None) -> Freshness:
         head = contribution_digest(path)
     except InputError as exc:
         return Freshness(None, subject, listing_digest, error=exc.render())
-    delta = compare_listings(listed, head.files) if subject != head.sha256 else FileDelta()
+    delta = (compare_listings(listed, head.files, collected_format=fmt) if subject != head.sha256
+             else FileDelta())
     return Freshness(head, subject, listing_digest, delta)
 
 
@@ -380,8 +385,10 @@ def usable_benchmarks(st: Statement) -> list[Benchmark]:
 
 
 def candidates(bench: Benchmark) -> list[str]:
-    """Variants that are the contribution's (everything but stock and torch.compile of stock)."""
-    return sorted(v for v in bench.variants if v not in REFERENCE_VARIANTS)
+    """Variants that are the contribution's: recorded as such (`origin`), or, in a statement without
+    origins, everything but stock and torch.compile of stock."""
+    return sorted(n for n, v in bench.variants.items()
+                  if v.origin == "contribution" or (v.origin is None and n not in REFERENCE_VARIANTS))
 
 
 def benchmark_at(st: Statement, key: str) -> Benchmark | None:

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import fasttrack.evidence.baseline as yard
 from fasttrack.evidence.ranks import dist_env, rank_path
 
 PROGRESS_PREFIX = "FTPROGRESS "
@@ -104,25 +105,55 @@ def init_distributed(backend: timing.Backend, guard: timing.TimerGuard, rank: in
     return dist
 
 
-def _case_for(factory: Callable[..., Any], point: dict[str, Any], backend: timing.Backend,
-              world: int) -> tuple[Any, str | None]:
-    """(case, why not) for a point; on several ranks, a case only when every rank built one."""
-    case: Any = None
-    why: str | None = None
-    if int(point.get("tp", 1)) != world:
-        why = f"the point is at tp={point.get('tp')} but this worker runs {world} rank(s)"
-    else:
-        try:
-            case = factory(dict(point))
-        except Exception as exc:
-            why = f"the benchmark entry point raised {type(exc).__name__}: {exc}"
-            print(traceback.format_exc(), file=sys.stderr)
-        else:
-            if case is None:
-                why = "the contribution's benchmark has no case for this point"
+def _agreed(backend: timing.Backend, why: str | None, elsewhere: str) -> str | None:
+    """`why` here, or `elsewhere` when another rank failed (every rank stops at the same step)."""
     if not backend.agree(why is None) and why is None:
-        case, why = None, "the benchmark case could not be built on another rank (see that rank's result)"
-    return case, why
+        return elsewhere
+    return why
+
+
+def _warm_engine_side(case: Any) -> None:
+    """Run stock and every extra engine-side variant once (JIT builds, torch.compile, plan caches) so the
+    engine's own lazy set-up happens before the yardstick guard's snapshot, not after it."""
+    inputs = timing.clone_tree(case.static_inputs)
+    case.stock(inputs)
+    for fn in (getattr(case, "extra_baselines", {}) or {}).values():
+        fn(timing.clone_tree(case.static_inputs))
+
+
+def _build_point(baseline_fn: Callable[..., Any], candidates_fn: Callable[..., Any], point: dict[str, Any],
+                 caps: dict[str, yard.Cap], backend: timing.Backend, guard: yard.YardstickGuard,
+                 world: int) -> tuple[Any, str | None, str]:
+    """(composed case, why not, who): who is "machine" (the baseline has no case here), "engine" (the
+    baseline broke its contract: a harness problem) or "contribution" (its candidates did)."""
+    if int(point.get("tp", 1)) != world:
+        return None, f"the point is at tp={point.get('tp')} but this worker runs {world} rank(s)", "harness"
+    baseline: Any = None
+    why: str | None = None
+    who = "engine"
+    try:
+        baseline = baseline_fn(dict(point))
+        if baseline is None:
+            why, who = "the engine's baseline has no case for this point on this machine", "machine"
+        else:
+            yard.check_baseline(baseline, f"at {point}")
+            _warm_engine_side(baseline)
+    except Exception as exc:
+        why = f"the engine's baseline raised {type(exc).__name__}: {exc}"
+        print(traceback.format_exc(), file=sys.stderr)
+    why = _agreed(backend, why, "the baseline could not be built on another rank (see that rank's result)")
+    if why is not None:
+        return None, why, who
+    guard.snapshot()  # from here on only contribution code may have changed what the snapshot holds
+    case: Any = None
+    try:
+        candidates = candidates_fn(baseline, dict(point))
+        case = yard.compose(baseline, candidates, caps, f"at {point}")
+    except Exception as exc:
+        why = f"the contribution's candidates entry point failed: {type(exc).__name__}: {exc}"
+        print(traceback.format_exc(), file=sys.stderr)
+    why = _agreed(backend, why, "the candidates could not be built on another rank (see that rank's result)")
+    return (case if why is None else None), why, "contribution"
 
 
 def run_bench(spec: dict[str, Any]) -> int:
@@ -134,19 +165,46 @@ def run_bench(spec: dict[str, Any]) -> int:
     guard = timing.TimerGuard().snapshot(backend.guard_targets())
     dist = init_distributed(backend, guard, rank, world, local_rank) if world > 1 else None
     settings = timing.ProtocolSettings(iterations=int(spec["iterations"]), warmup=int(spec["warmup"]))
-    factory = resolve_entry(spec["entry"], Path(spec["search_dir"]))
+    base = spec["baseline"]
+    caps = {str(k): yard.Cap(float(v["atol"]), float(v["rtol"]), float(v["record"]))
+            for k, v in base["caps"].items()}
+    # The engine side first, from the engine root: its modules are imported and snapshotted before any
+    # contribution module is.
+    baseline_fn = yard.resolve(base["case"], Path(base["search_dir"]))
+    yard.import_package_tree(base["case"].split(":", 1)[0])
+    yardstick = yard.YardstickGuard(yard.engine_prefixes(base["case"])).snapshot()
+    import_problem: list[str] = []
+    candidates_fn: Callable[..., Any] | None = None
+    try:
+        candidates_fn = yard.resolve(spec["entry"], Path(spec["search_dir"]))
+    except Exception as exc:
+        import_problem.append(f"the contribution's candidates entry {spec['entry']!r} could not be imported: "
+                              f"{type(exc).__name__}: {exc}")
+        print(traceback.format_exc(), file=sys.stderr)
+    import_problem += [f"importing the contribution: {c}" for c in yardstick.changed()]
     for job in spec["points"]:
         point = job["point"]
         out = rank_path(Path(job["out"]), rank) if world > 1 else Path(job["out"])
         emit(event="point", index=job["index"], point=point)
-        case, why = _case_for(factory, point, backend, world)
-        if case is None:
-            result = timing.CaseResult(point=point, status="not_run", reasons=[why or "not run"],
-                                       world_size=world, rank=rank if world > 1 else None)
+        dist_info: dict[str, Any] = {"world_size": world, "rank": rank if world > 1 else None}
+        if import_problem or candidates_fn is None:
+            result = timing.CaseResult(point=point, status="rejected", reasons=import_problem[:50],
+                                       not_run_by="contribution", **dist_info)
         else:
-            result = timing.run_case(case, backend, settings, point, guard=guard,
-                                     progress=_step_reporter(int(job["index"])), log=_log)
-        del case
+            case, why, who = _build_point(baseline_fn, candidates_fn, point, caps, backend, yardstick, world)
+            if case is None:
+                status = "not_run" if who == "machine" else "rejected"
+                result = timing.CaseResult(point=point, status=status, reasons=[why or "not run"],
+                                           not_run_by=who, **dist_info)
+            else:
+                result = timing.run_case(case, backend, settings, point, guard=guard,
+                                         progress=_step_reporter(int(job["index"])), log=_log)
+                tampered = yardstick.changed()
+                if tampered:
+                    result.reasons = [*result.reasons, *(f"while contribution code ran: {c}"
+                                                         for c in tampered[:50])]
+                    result.status = "rejected"
+            del case
         print(json.dumps({"point": point, "rank": rank, "result": result.model_dump(mode="json")},
                          sort_keys=True), file=sys.stderr)
         write_json_atomic(out, result.model_dump(mode="json"))

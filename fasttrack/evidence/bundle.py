@@ -116,6 +116,20 @@ class Collector(Strict):
     fasttrack_version: str = Field(min_length=1, max_length=64)
     command: str = Field(max_length=4096, description="the command line that collected the bundle")
     hostname: str = Field(default="", max_length=256)
+    # The digest of the harness modules that ran (`fasttrack.evidence.harness`; FT402 checks it against the
+    # policy) and the engine commit the collection was based on. None only in statements written before.
+    harness_digest: str | None = Field(default=None, pattern=SHA256_HEX)
+    engine_base_commit: str | None = Field(default=None, pattern=r"^[0-9a-f]{40}([0-9a-f]{24})?$")
+
+
+class BaselineRecord(Strict):
+    """The engine-side baseline the benchmarks and oracle checks were measured against."""
+
+    model: str = Field(min_length=1, max_length=64)
+    root: RelPath
+    case: str = Field(min_length=1, max_length=512)
+    digest: Sha256Hex
+    files: dict[RelPath, Sha256Hex] = Field(default_factory=dict)
 
 
 class Environment(Strict):
@@ -136,6 +150,8 @@ class Environment(Strict):
     l2_bytes: int | None = Field(default=None, ge=0, le=1 << 40)
     # Device-to-device copy bandwidth the collector measured: the practical roofline.
     copy_bandwidth_bytes_per_s: float | None = Field(default=None, gt=0)
+    # Read-only streaming bandwidth measured in the same run (a read-dominated layer's roofline).
+    read_bandwidth_bytes_per_s: float | None = Field(default=None, gt=0)
     extra: dict[str, Scalar] = Field(default_factory=dict)
 
 
@@ -189,6 +205,11 @@ class Variant(Strict):
     gpus: int = Field(default=1, ge=1, le=4096)
     gpu: str | None = Field(default=None, max_length=128, description="GPU kind if not the point's gpu")
     per_gpu: bool = False
+    # Who supplied the variant: the engine's baseline ("engine": stock, compile) or the contribution.
+    origin: Literal["engine", "contribution"] | None = None
+    # One profiled replay after timing: device time per kernel name (us). None: not profiled.
+    kernel_times_us: dict[Annotated[str, Field(max_length=512)], Annotated[float, Field(ge=0)]] | None = \
+        Field(default=None, max_length=4096)
 
     @field_validator("samples_us")
     @classmethod
@@ -228,6 +249,17 @@ class Accuracy(Strict):
     reason: str | None = Field(default=None, max_length=4096, description="first failed check, if any")
 
 
+class OracleCheck(Strict):
+    """A variant's output on one fresh input against the engine baseline's fp32 oracle (the harness's own
+    comparison, under the policy's tolerance cap for the point's dtype)."""
+
+    max_abs_error: float | None = Field(default=None, ge=0)
+    atol: float = Field(ge=0)
+    rtol: float = Field(ge=0)
+    ok: bool
+    reason: str | None = Field(default=None, max_length=4096)
+
+
 class RankInfo(Strict):
     """One rank's part of a tensor-parallel point. Its raw samples are the variant's `samples_us_rank<r>`."""
 
@@ -256,6 +288,12 @@ class Benchmark(Strict):
     rejected: list[str] = Field(default_factory=list, max_length=256)
     world_size: int | None = Field(default=None, ge=1, le=4096, description="ranks that ran the point")
     ranks: list[RankInfo] = Field(default_factory=list, max_length=4096)
+    oracle: dict[str, OracleCheck] = Field(default_factory=dict)
+    # Who a not-run or rejected point is down to (see timing.CaseResult.not_run_by). "machine" is the only
+    # reason a point inside the envelope may go untimed without failing coverage.
+    not_run_by: Literal["machine", "engine", "contribution", "harness"] | None = None
+    # Stage -> backend the collector read off stock's kernel names (verify recomputes it).
+    backends: dict[str, str | None] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _run_or_reason(self) -> Benchmark:
@@ -310,6 +348,8 @@ class Predicate(Strict):
     sanitizer: list[Sanitizer] = Field(default_factory=list)
     # Raw log files stored beside statement.json: {filename: sha256}.
     logs: dict[RelPath, Sha256Hex] = Field(default_factory=dict)
+    # The engine's baseline the benchmarks ran against (None: a statement from before baselines existed).
+    baseline: BaselineRecord | None = None
 
     @field_validator("collected_at")
     @classmethod

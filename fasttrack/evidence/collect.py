@@ -30,6 +30,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -43,13 +44,17 @@ from pydantic import ValidationError
 from fasttrack import __version__
 from fasttrack.errors import InputError
 from fasttrack.evidence import sanitizer as san
+from fasttrack.evidence.backends import identify
 from fasttrack.evidence.bundle import (
+    STOCK_VARIANT,
     Accuracy,
+    BaselineRecord,
     Benchmark,
     Collector,
     Environment,
     Eval,
     KernelTest,
+    OracleCheck,
     Predicate,
     Protocol,
     RankInfo,
@@ -60,6 +65,7 @@ from fasttrack.evidence.bundle import (
     utc_now_iso,
 )
 from fasttrack.evidence.digest import ContentDigest, contribution_digest, sha256_file
+from fasttrack.evidence.harness import engine_base_commit, harness_digest
 from fasttrack.evidence.ranks import (
     is_rank_path,
     merge_case_results,
@@ -68,6 +74,7 @@ from fasttrack.evidence.ranks import (
     torchrun_argv,
 )
 from fasttrack.manifest import Envelope, EnvelopePoint, Manifest, load_manifest
+from fasttrack.policy import BaselineSpec, Policy, StageBackends, load_policy
 
 PHASES = ("tests", "bench", "evals", "sanitizer")
 LOG_FILES = {"tests": "pytest.log", "bench": "bench.log", "evals": "evals.log", "sanitizer": "sanitizer.log"}
@@ -102,6 +109,13 @@ class CollectOptions:
     # NAME.json, NAME.json.sig and NAME.<log> (None: statement.json and plain log names for a full bundle,
     # statement.tp<sizes> for a --tp part).
     bundle_name: str | None = None
+    # The engine side (docs/baseline-contract.md): the policy naming the model's baseline, and the root the
+    # baseline package is imported from. None: the installed fasttrack's own (never the contribution's).
+    policy: Path | None = None
+    engine_root: Path | None = None
+    # Only these envelope points (keys `gpu|tp<n>|b<batch>|c<context>|dtype`; empty: all). `fasttrack audit`
+    # re-runs a subset this way; the rest are recorded as left out.
+    only_points: tuple[str, ...] = ()
 
 
 def part_suffix(tp: Iterable[int]) -> str:
@@ -323,14 +337,28 @@ def default_work_dir(name: str, tp: Iterable[int] = ()) -> Path:
 
 
 # --------------------------------------------------------------------------------------- subprocesses
-def _subprocess_env(contribution: Path) -> dict[str, str]:
-    env = dict(os.environ)
+def installed_root() -> Path:
+    """The installed fasttrack's checkout: where its policies/ and the engine's baselines/ live."""
+    return Path(__file__).resolve().parents[2]
+
+
+# Environment variables that would change how pytest runs the kernel tests (the harness decides that).
+PYTEST_ENV = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_DISABLE_PLUGIN_AUTOLOAD_EXCEPT")
+
+
+def _subprocess_env(contribution: Path, engine_root: Path | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in PYTEST_ENV}
     fasttrack_root = str(Path(__file__).resolve().parents[2])
     paths = [str(contribution.resolve().parent), fasttrack_root]
+    if engine_root is not None and str(engine_root) != fasttrack_root:
+        paths.insert(1, str(engine_root))
     if env.get("PYTHONPATH"):
         paths.append(env["PYTHONPATH"])
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env["PYTHONUNBUFFERED"] = "1"
+    # Bytecode goes to (and is read from) a cache outside the tree: no in-tree __pycache__ can stand in for
+    # the sources the digest binds.
+    env["PYTHONPYCACHEPREFIX"] = str(Path(tempfile.gettempdir()) / "fasttrack-pycache")
     return env
 
 
@@ -352,10 +380,23 @@ def worker_argv(mode: str, spec_path: Path, nproc: int = 1) -> list[str]:
     return [sys.executable, "-m", WORKER, mode, str(spec_path)]
 
 
-def pytest_argv(tests: list[str], grid_path: Path, results: Path | None, nproc: int = 1) -> list[str]:
+PYTEST_INI = "[pytest]\n# written by fasttrack collect: the kernel tests run under the harness's settings\n"
+
+
+def pytest_argv(tests: list[str], grid_path: Path, results: Path | None, nproc: int = 1,
+                contribution: Path | None = None) -> list[str]:
     """The kernel-test command line. At tp = nproc > 1: pytest under torchrun as nproc ranks, only the tests
-    that take `envelope_point` (the others ran in the tp-1 run); each rank writes its own results file."""
-    args = ["-p", "no:cacheprovider", *plugin_args(), *tests, "--fasttrack-grid", str(grid_path)]
+    that take `envelope_point` (the others ran in the tp-1 run); each rank writes its own results file.
+
+    With `contribution`: `--confcutdir` there and an explicit, empty ini (`-c`, written beside the grid) with
+    the contribution as rootdir, so no conftest.py, pytest.ini, tox.ini, setup.cfg or pyproject.toml
+    elsewhere in the repository can change how the tests run (only the contribution's own, digested files)."""
+    args = ["-p", "no:cacheprovider", *plugin_args()]
+    if contribution is not None:
+        ini = grid_path.with_name("pytest.ini")
+        ini.write_text(PYTEST_INI, encoding="utf-8")
+        args += ["-c", str(ini), "--rootdir", str(contribution), "--confcutdir", str(contribution)]
+    args += [*tests, "--fasttrack-grid", str(grid_path)]
     if results is not None:
         args += ["--fasttrack-results", str(results)]
     if nproc > 1:
@@ -385,6 +426,46 @@ def _run_worker(mode: str, spec: dict[str, Any], spec_path: Path, env: dict[str,
         return proc.wait()
 
 
+# ------------------------------------------------------------------------------------------- yardstick
+@dataclass(frozen=True)
+class Yardstick:
+    """The engine side of a collection: the model's baseline from the policy, its digest, the tolerance
+    caps, the harness that runs (docs/baseline-contract.md)."""
+
+    spec: BaselineSpec
+    engine_root: Path
+    digest: ContentDigest
+    caps: dict[str, dict[str, float]]
+    harness_digest: str
+    engine_base_commit: str | None
+
+    def record(self, model: str) -> BaselineRecord:
+        return BaselineRecord(model=model, root=self.spec.root, case=self.spec.case,
+                              digest=self.digest.sha256, files=self.digest.files)
+
+
+def resolve_yardstick(opts: CollectOptions, manifest: Manifest) -> Yardstick:
+    """The policy's baseline for the manifest's model, from the engine root (never the contribution)."""
+    engine_root = (opts.engine_root or installed_root()).resolve()
+    policy_path = (opts.policy or engine_root / "policies" / "vllm.toml").resolve()
+    policy: Policy = load_policy(policy_path)
+    model = manifest.contribution.model
+    spec = policy.baselines.get(model)
+    if spec is None:
+        raise InputError(f"the policy has no baseline for model {model!r}", path=policy_path,
+                         field=f"baselines.{model}",
+                         fix="the engine side must provide one (baselines/<engine>/<model>/): a contribution "
+                             "is never measured against a stock path of its own")
+    root = (engine_root / spec.root).resolve()
+    if not root.is_dir():
+        raise InputError(f"the baseline directory {spec.root} does not exist under {engine_root}",
+                         path=policy_path, field=f"baselines.{model}.root")
+    caps = {k: {"atol": c.atol, "rtol": c.rtol, "record": c.record}
+            for k, c in policy.evidence.tolerance_caps.items()}
+    return Yardstick(spec=spec, engine_root=engine_root, digest=contribution_digest(root), caps=caps,
+                     harness_digest=harness_digest(), engine_base_commit=engine_base_commit(engine_root))
+
+
 # ---------------------------------------------------------------------------------------------- phases
 @dataclass
 class Run:
@@ -396,6 +477,7 @@ class Run:
     progress: Progress
     backend: str
     grid: Grid
+    yardstick: Yardstick | None = None
     reports: list[PhaseReport] = field(default_factory=list)
 
     def log(self, phase: str) -> Path:
@@ -427,7 +509,8 @@ def phase_tests(run: Run, hw_count: int) -> None:
     if 1 not in run.grid.other_parts_tp:
         grid_path = run.work.path("grid.json")
         _write_grid(grid_path, [p for p in run.grid.here if p["tp"] == 1], run, hw_count)
-        codes[1] = _run_pytest(run, pytest_argv(tests, grid_path, results), results)
+        codes[1] = _run_pytest(run, pytest_argv(tests, grid_path, results, contribution=run.contribution),
+                               results)
     # TP n > 1 (n ranks under torchrun): the envelope tests over the tp-n points; the ranks' files merged.
     for n in sizes:
         grid_n = run.work.path(f"grid.tp{n}.json")
@@ -435,7 +518,8 @@ def phase_tests(run: Run, hw_count: int) -> None:
         raw = run.work.path(f"tests.tp{n}.jsonl")
         for r in range(n):
             rank_path(raw, r).unlink(missing_ok=True)
-        codes[n] = _run_pytest(run, pytest_argv(tests, grid_n, raw, nproc=n), rank_path(raw, 0))
+        codes[n] = _run_pytest(run, pytest_argv(tests, grid_n, raw, nproc=n, contribution=run.contribution),
+                               rank_path(raw, 0))
         merged = merge_test_lines([_read_lines(rank_path(raw, r)) for r in range(n)])
         with results.open("a", encoding="utf-8") as fh:
             for line in merged:
@@ -522,9 +606,12 @@ def phase_bench(run: Run) -> None:
     codes: dict[int, int] = {}
     for n in tp_sizes([j["point"] for j in jobs]):  # one worker (n ranks under torchrun) per TP size
         group = [j for j in jobs if j["point"]["tp"] == n]
+        yard = run.yardstick
+        assert yard is not None  # resolved before any phase runs
         spec = {"backend": run.backend, "entry": entry, "search_dir": str(run.contribution.resolve().parent),
                 "iterations": run.opts.iterations, "warmup": run.opts.warmup, "points": group,
-                "flush_bytes": run.opts.flush_bytes, "world_size": n}
+                "flush_bytes": run.opts.flush_bytes, "world_size": n,
+                "baseline": {"case": yard.spec.case, "search_dir": str(yard.engine_root), "caps": yard.caps}}
         spec_name = "bench.spec.json" if n == 1 else f"bench.tp{n}.spec.json"
         if n > 1:
             for j in group:  # stale rank files of an interrupted run must not mix with this one's
@@ -671,9 +758,9 @@ def benchmark_entry(case: dict[str, Any]) -> Benchmark:
     point = {k: res.point[k] for k in ("gpu", "tp", "batch", "context", "dtype")}
     if res.status == "not_run" or res.protocol is None:
         why = "; ".join(res.reasons) or "not run"
-        if res.status == "rejected":
+        if res.status == "rejected" and res.not_run_by is None:
             why = f"rejected by the timing protocol: {why}"
-        return Benchmark(point=point, not_run=why[:4096],
+        return Benchmark(point=point, not_run=why[:4096], not_run_by=res.not_run_by,
                          world_size=res.world_size if res.world_size > 1 else None)
     pr = res.protocol
     protocol = Protocol(graph_replay=pr.graph_replay, l2_flush_bytes=pr.l2_flush_bytes,
@@ -701,7 +788,9 @@ def benchmark_entry(case: dict[str, Any]) -> Benchmark:
                 collectives = math.ceil(v.graph_nodes.get("collective", 0) / layers)
         variants[name] = Variant(samples_us=samples, kernels_per_step=kernels,
                                  collectives_per_step=collectives, bytes_moved=v.bytes_moved,
-                                 gpus=max(v.gpus, res.world_size), **extra)
+                                 gpus=max(v.gpus, res.world_size), origin=v.origin,
+                                 kernel_times_us=dict(list(v.kernel_times_us.items())[:4096])
+                                 if v.kernel_times_us else None, **extra)
     accuracy = {
         name: Accuracy(max_abs_error=a.max_abs_error or 0.0, atol=a.atol, rtol=a.rtol, ok=a.ok,
                        checked=a.checks, reason=a.reason)
@@ -712,8 +801,21 @@ def benchmark_entry(case: dict[str, Any]) -> Benchmark:
                       collectives_per_step={k: math.ceil(n / layers) for k, n in r.graph_collectives.items()},
                       bytes_moved=r.bytes_moved)
              for r in res.ranks]
+    oracle = {name: OracleCheck(max_abs_error=o.max_abs_error, atol=o.atol, rtol=o.rtol, ok=o.ok,
+                                reason=o.reason) for name, o in res.oracle.items()}
     return Benchmark(point=point, protocol=protocol, variants=variants, accuracy=accuracy,
-                     layers=layers, rejected=rejected, world_size=res.world_size, ranks=ranks)
+                     layers=layers, rejected=rejected, world_size=res.world_size, ranks=ranks, oracle=oracle,
+                     not_run_by=res.not_run_by)
+
+
+def with_backends(bench: Benchmark, stages: list[StageBackends]) -> Benchmark:
+    """`bench` with the backend of each policy stage read off stock's profiled kernel names."""
+    stock = bench.variants.get(STOCK_VARIANT)
+    if bench.not_run is not None or stock is None or not stages:
+        return bench
+    names = list((stock.kernel_times_us or {}).keys())
+    found: dict[str, str | None] = {s.stage: identify(s, names).accepted for s in stages}
+    return bench.model_copy(update={"backends": found})
 
 
 def _eval_entries(path: Path) -> tuple[list[Eval], list[str]]:
@@ -775,8 +877,10 @@ def lm_eval_entries(contribution: Path, files: Iterable[str]) -> list[dict[str, 
 def build_statement(run: Run, digest: ContentDigest, environment: dict[str, Any],
                     logs: dict[str, str]) -> Statement:
     work = run.work
-    benchmarks = [benchmark_entry(d) for d in (_read_json(p) for p in bench_case_files(work.path("bench")))
-                  if d is not None]
+    stages = (run.yardstick.spec.stages_for(str(environment.get("compute_capability")))
+              if run.yardstick else [])
+    benchmarks = [with_backends(benchmark_entry(d), stages)
+                  for d in (_read_json(p) for p in bench_case_files(work.path("bench"))) if d is not None]
     measured = {point_key(b.point.as_dict()) for b in benchmarks}
     for p, why in run.grid.elsewhere:
         if point_key(p) not in measured:
@@ -799,7 +903,9 @@ def build_statement(run: Run, digest: ContentDigest, environment: dict[str, Any]
         manifest_sha256=sha256_file(manifest_path), files=digest.files,
         collected_at=utc_now_iso(),
         collector=Collector(fasttrack_version=__version__, command=run.opts.command[:4096],
-                            hostname=socket.gethostname()[:256]),
+                            hostname=socket.gethostname()[:256],
+                            harness_digest=run.yardstick.harness_digest if run.yardstick else None,
+                            engine_base_commit=run.yardstick.engine_base_commit if run.yardstick else None),
         environment=env_model,
         kernel_tests=_kernel_tests(work.path("tests.jsonl")) if "tests" in run.opts.phases else [],
         benchmarks=benchmarks if "bench" in run.opts.phases else [],
@@ -808,6 +914,7 @@ def build_statement(run: Run, digest: ContentDigest, environment: dict[str, Any]
         if "evals" in run.opts.phases else [],
         sanitizer=sanitizer if "sanitizer" in run.opts.phases else [],
         logs=logs,
+        baseline=run.yardstick.record(run.manifest.contribution.model) if run.yardstick else None,
     )
     return new_statement(contribution=run.manifest.contribution.name, subject_sha256=digest.sha256,
                          predicate=predicate)
@@ -843,13 +950,21 @@ def collect(opts: CollectOptions, progress: Progress | None = None) -> CollectRe
         raise InputError("the bundle may not be written inside the contribution (it would change its digest)",
                          field="--out", fix=f"use evidence/{name}/ at the repository root")
     digest = contribution_digest(contribution)
-    env = _subprocess_env(contribution)
+    if digest.unhashed:
+        first = digest.unhashed[0]
+        raise InputError(f"{len(digest.unhashed)} file(s) Python could import are not bound by the content "
+                         f"digest, e.g. {first.path} ({first.reason})", path=contribution,
+                         fix="delete them (caches, stray bytecode) or move them out of the contribution")
+    yardstick = resolve_yardstick(opts, manifest)
+    env = _subprocess_env(contribution, yardstick.engine_root)
     work = WorkDir((opts.work_dir or default_work_dir(name, tp_filter)).resolve())
     # Results are reused only for the same code, settings, TP filter and machine (the environment is read
     # once).
     state = {"version": STATE_VERSION, "fasttrack": __version__, "digest": digest.sha256,
              "iterations": opts.iterations, "warmup": opts.warmup, "points_limit": opts.points_limit,
-             "flush_bytes": opts.flush_bytes, "hostname": socket.gethostname(), "tp": list(tp_filter)}
+             "flush_bytes": opts.flush_bytes, "hostname": socket.gethostname(), "tp": list(tp_filter),
+             "baseline": yardstick.digest.sha256, "harness": yardstick.harness_digest,
+             "only": sorted(opts.only_points)}
     resumed = work.prepare(state, opts.resume, progress)
     if resumed:
         progress.message(f"resuming from {work.root}")
@@ -871,11 +986,16 @@ def collect(opts: CollectOptions, progress: Progress | None = None) -> CollectRe
     hw_count = int(environment.get("gpu_count") or 0)
     grid = build_grid(manifest, environment["gpu_name"], environment["compute_capability"], opts.points_limit,
                       gpu_count=hw_count, tp_filter=tp_filter)
+    if opts.only_points:
+        wanted = set(opts.only_points)
+        grid.elsewhere += [(p, "left out by the point selection: not collected") for p in grid.here
+                           if point_key(p) not in wanted]
+        grid.here = [p for p in grid.here if point_key(p) in wanted]
     if not grid.here:
         progress.message(f"no envelope point is for this machine's hardware ({environment['gpu_name']}, "
                          f"sm {environment['compute_capability']}): every point is recorded as not collected")
     run = Run(opts=opts, manifest=manifest, contribution=contribution, work=work, env=env, progress=progress,
-              backend=backend_kind, grid=grid)
+              backend=backend_kind, grid=grid, yardstick=yardstick)
     nothing_here = f"no envelope point for this machine's hardware ({environment['gpu_name']})"
     for phase in PHASES:
         if phase not in opts.phases:
@@ -908,6 +1028,11 @@ def write_bundle(run: Run, digest: ContentDigest, environment: dict[str, Any], o
     if again.sha256 != digest.sha256:
         raise InputError("the contribution's files changed while evidence was being collected",
                          path=run.contribution, fix="run collect again on an unchanged tree")
+    if run.yardstick is not None:
+        base_root = run.yardstick.engine_root / run.yardstick.spec.root
+        if redigest(base_root).sha256 != run.yardstick.digest.sha256:
+            raise InputError("the engine's baseline changed while evidence was being collected",
+                             path=base_root, fix="run collect again on an unchanged tree")
     out.mkdir(parents=True, exist_ok=True)
     statement_name, signature_name, log_names = bundle_files(bundle_name)
     # Only this part's own files are replaced; other parts beside it are left alone (and named).

@@ -51,6 +51,12 @@ def collect_command(
     bundle_name: Annotated[str | None, typer.Option(
         "--bundle-name", help="Write NAME.json, NAME.json.sig and NAME.<log> (default: statement.json and "
         "plain log names; statement.tp<N> for a --tp part).")] = None,
+    policy: Annotated[Path | None, typer.Option(
+        "--policy", help="The engine policy naming the model's baseline (default: the installed fasttrack's "
+        "policies/vllm.toml). The baseline is never the contribution's.")] = None,
+    engine_root: Annotated[Path | None, typer.Option(
+        "--engine-root", help="Where the policy's baselines/ are imported from (default: the installed "
+        "fasttrack's checkout).")] = None,
 ) -> None:
     """Collect evidence for a contribution on this machine and write evidence/<name>/."""
     from fasttrack.evidence.collect import CollectOptions, collect
@@ -60,7 +66,7 @@ def collect_command(
         contribution=contribution, out=out, phases=chosen, points_limit=points_limit, iterations=iterations,
         warmup=warmup, sign_key=sign_key, principal=principal, resume=resume, work_dir=work_dir,
         sanitizer_timeout_s=sanitizer_timeout, assemble_only=assemble_only, tp=tuple(tp or ()),
-        bundle_name=bundle_name,
+        bundle_name=bundle_name, policy=policy, engine_root=engine_root,
         command=" ".join(shlex.quote(a) for a in ["fasttrack", *sys.argv[1:]]),
     )
     with RichProgress() as progress:

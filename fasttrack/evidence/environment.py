@@ -53,6 +53,7 @@ class EnvironmentInfo:
     interconnect: str | None = None
     l2_bytes: int | None = None
     copy_bandwidth_bytes_per_s: float | None = None
+    read_bandwidth_bytes_per_s: float | None = None
     extra: dict[str, str | int | float | bool | None] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -104,6 +105,68 @@ def _number(text: str | None) -> int | float | str | None:
     except ValueError:
         return text
     return int(value) if value.is_integer() else value
+
+
+def _read_kernel() -> Any:
+    """A Triton kernel that only streams its input (one partial sum per program): the read roofline."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit  # type: ignore[untyped-decorator]
+    def stream_read(x_ptr: Any, out_ptr: Any, n: Any, BLOCK: tl.constexpr, ITERS: tl.constexpr) -> None:
+        pid = tl.program_id(0)
+        acc = tl.zeros([BLOCK], dtype=tl.float32)
+        base = pid.to(tl.int64) * BLOCK * ITERS
+        for i in range(ITERS):
+            offs = base + i * BLOCK + tl.arange(0, BLOCK)
+            acc += tl.load(x_ptr + offs, mask=offs < n, other=0.0).to(tl.float32)
+        tl.store(out_ptr + pid, tl.sum(acc, axis=0))
+
+    return stream_read
+
+
+def measure_read_bandwidth(nbytes: int = 4 << 30, repeats: int = 10) -> tuple[float | None, str]:
+    """Bytes read per second by a kernel that only reads (median of `repeats`), and how it was measured:
+    a Triton streaming kernel where Triton runs, else torch.sum (which reads a little slower)."""
+    try:
+        import torch
+    except ImportError:
+        return None, "torch is not installed"
+    if not torch.cuda.is_available():
+        return None, "no CUDA device"
+    n = nbytes // 2
+    x = torch.ones(n, dtype=torch.bfloat16, device="cuda")
+    block, iters = 4096, 16
+    grid = (n + block * iters - 1) // (block * iters)
+    out = torch.empty(grid, dtype=torch.float32, device="cuda")
+    how = "triton streaming read (bf16, one partial sum per program)"
+    try:
+        kernel = _read_kernel()
+
+        def run() -> None:
+            kernel[(grid,)](x, out, n, BLOCK=block, ITERS=iters, num_warps=8)
+
+        run()
+    except Exception as exc:  # no Triton here: torch's reduction reads the same bytes
+        how = f"torch.sum (triton unavailable: {type(exc).__name__})"
+
+        def run() -> None:
+            torch.sum(x, dtype=torch.float32)
+
+        run()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        event: Any = torch.cuda.Event
+        start, end = event(enable_timing=True), event(enable_timing=True)
+        start.record()
+        run()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / 1000.0)
+    times.sort()
+    median = times[len(times) // 2]
+    return (2.0 * n / median if median > 0 else None), how
 
 
 def measure_copy_bandwidth(nbytes: int = 1 << 30, repeats: int = 10) -> float | None:
@@ -245,4 +308,8 @@ def capture_environment(measure_bandwidth: bool = True) -> EnvironmentInfo:
                 info.copy_bandwidth_bytes_per_s = measure_copy_bandwidth()
             except RuntimeError as exc:  # out of memory on a busy card: no number rather than a wrong one
                 info.extra["copy_bandwidth"] = f"not measured: {exc}"
+            try:
+                info.read_bandwidth_bytes_per_s, info.extra["read_bandwidth"] = measure_read_bandwidth()
+            except RuntimeError as exc:
+                info.extra["read_bandwidth"] = f"not measured: {exc}"
     return info

@@ -34,6 +34,16 @@ class LoadedPart:
 
 
 @dataclass(frozen=True)
+class LoadedAudit:
+    """One audit record beside the bundle (`audits/<name>.json`, `fasttrack audit`) and its signature."""
+
+    name: str
+    data: bytes | None = None
+    signature: bytes | None = None
+    problem: str | None = None  # why it could not be read
+
+
+@dataclass(frozen=True)
 class LoadedEvidence:
     """A bundle directory as read from disk, before any rule judges it.
 
@@ -65,6 +75,7 @@ class LoadedEvidence:
     merged: Statement | None = None
     # id() of each kernel test, benchmark, eval and sanitizer record in `merged` -> index into `parts`.
     origin: dict[int, int] = field(default_factory=dict)
+    audits: tuple[LoadedAudit, ...] = ()
 
     def part_of(self, item: object) -> LoadedPart | None:
         """The part a record of `merged` comes from (None for an object that is not one of them)."""

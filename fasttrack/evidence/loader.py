@@ -18,6 +18,7 @@ from typing import Any
 import pydantic
 
 from fasttrack.errors import field_path
+from fasttrack.evidence.audit import AUDIT_DIR
 from fasttrack.evidence.bundle import (
     PREDICATE_TYPE,
     REQUIRED_PREDICATE_FIELDS,
@@ -27,7 +28,8 @@ from fasttrack.evidence.bundle import (
     Statement,
 )
 from fasttrack.evidence.digest import sha256_file
-from fasttrack.evidence.loaded import LoadedEvidence, LoadedPart
+from fasttrack.evidence.environment import CPU_CAPABILITY
+from fasttrack.evidence.loaded import LoadedAudit, LoadedEvidence, LoadedPart
 from fasttrack.evidence.signing import MAX_SIGNATURE_BYTES
 from fasttrack.findings import Finding
 
@@ -61,13 +63,15 @@ def load_evidence(bundle_dir: Path) -> LoadedEvidence | None:
     known = {STATEMENT_FILE, SIGNATURE_FILE}
     for part in parts:
         known |= {part.name, part.signature_name, *part.log_digests}
+    audits = _load_audits(bundle_dir)
     unlisted = tuple(sorted(
         p.relative_to(bundle_dir).as_posix() for p in _files_under(bundle_dir)
         if p.relative_to(bundle_dir).as_posix() not in known
+        and not p.relative_to(bundle_dir).as_posix().startswith(AUDIT_DIR + "/")
     ))
     merged, origin = _merge(parts)
     if primary is None:
-        return LoadedEvidence(bundle_dir=bundle_dir, unlisted_files=unlisted)
+        return LoadedEvidence(bundle_dir=bundle_dir, unlisted_files=unlisted, audits=audits)
     return LoadedEvidence(
         bundle_dir=bundle_dir,
         statement=primary.statement,
@@ -82,7 +86,38 @@ def load_evidence(bundle_dir: Path) -> LoadedEvidence | None:
         parts=tuple(parts),
         merged=merged,
         origin=origin,
+        audits=audits,
     )
+
+
+MAX_AUDITS = 50
+MAX_AUDIT_BYTES = 4 << 20
+
+
+def _load_audits(bundle_dir: Path) -> tuple[LoadedAudit, ...]:
+    """The audit records in `audits/` (regular files only, bounded in count and size)."""
+    d = bundle_dir / AUDIT_DIR
+    if not d.is_dir() or d.is_symlink():
+        return ()
+    out: list[LoadedAudit] = []
+    for path in sorted(d.glob("*.json"))[:MAX_AUDITS]:
+        name = f"{AUDIT_DIR}/{path.name}"
+        try:
+            st = path.lstat()
+            if not stat.S_ISREG(st.st_mode):
+                out.append(LoadedAudit(name=name, problem="not a regular file"))
+                continue
+            if st.st_size > MAX_AUDIT_BYTES:
+                out.append(LoadedAudit(name=name, problem=f"larger than {MAX_AUDIT_BYTES} bytes"))
+                continue
+            data = path.read_bytes()
+            sig_path = path.with_name(path.name + ".sig")
+            sig = sig_path.read_bytes()[:65536] if sig_path.is_file() and not sig_path.is_symlink() else None
+        except OSError as exc:
+            out.append(LoadedAudit(name=name, problem=f"unreadable: {exc.strerror}"))
+            continue
+        out.append(LoadedAudit(name=name, data=data, signature=sig))
+    return tuple(out)
 
 
 def load_part(statement_path: Path) -> LoadedPart | None:
@@ -242,13 +277,30 @@ def _parse_json(raw: bytes, problems: _Problems, name: str = STATEMENT_FILE) -> 
     if depth > MAX_DEPTH:
         problems.add(f"{name} nests {depth} levels deep, over the limit of {MAX_DEPTH}")
         return _INVALID
+    duplicates: list[str] = []
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        data = json.loads(text, parse_constant=_reject_constant,
+                          object_pairs_hook=lambda pairs: _no_duplicates(pairs, duplicates))
     except json.JSONDecodeError as exc:
         problems.add(f"{name} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
     except (ValueError, RecursionError) as exc:  # NaN/Infinity, over-long integers
         problems.add(f"{name} is not valid JSON: {exc}")
+    else:
+        if not duplicates:
+            return data
+        # Two parsers may keep different copies of a repeated key: what was signed would not be what is read.
+        shown = ", ".join(repr(k) for k in list(dict.fromkeys(duplicates))[:10])
+        problems.add(f"{name} repeats a key inside one JSON object ({shown}); every key may appear once")
     return _INVALID
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]], duplicates: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            duplicates.append(key)
+        out[key] = value
+    return out
 
 
 _ESCAPES = re.compile(r"\\.", re.DOTALL)
@@ -314,6 +366,32 @@ def _report_missing(data: dict[str, Any], problems: _Problems) -> None:
         for key in REQUIRED_PREDICATE_FIELDS:
             if key not in pred:
                 problems.add(f"predicate.{key}: missing")
+            elif pred[key] is None:
+                problems.add(f"predicate.{key}: must not be null (a complete bundle records it)")
+        _report_null_facts(pred, problems)
+
+
+def _report_null_facts(pred: dict[str, Any], problems: _Problems) -> None:
+    """Facts the rules rely on that the schema lets default: a GPU's L2 size (the flush check compares
+    with it), the number of timed outputs each accuracy entry checked (a default of 1 would stand for a
+    check that never ran)."""
+    env = pred.get("environment")
+    on_gpu = isinstance(env, dict) and env.get("compute_capability") not in (None, CPU_CAPABILITY)
+    if on_gpu and isinstance(env, dict) and env.get("l2_bytes") is None:
+        problems.add("predicate.environment.l2_bytes: must not be null on a GPU (the L2 flush is "
+                     "checked against it)")
+    benches = pred.get("benchmarks")
+    if not isinstance(benches, list):
+        return
+    for i, bench in enumerate(benches):
+        accuracy = bench.get("accuracy") if isinstance(bench, dict) else None
+        if not isinstance(accuracy, dict):
+            continue
+        for variant, acc in accuracy.items():
+            if isinstance(acc, dict) and acc.get("checked") is None:
+                problems.add(f"predicate.benchmarks[{i}].accuracy.{variant}.checked: "
+                             f"{'missing' if 'checked' not in acc else 'must not be null'} (how many timed "
+                             "outputs were compared)")
 
 
 def _prune_target(loc: tuple[Any, ...], err_type: str) -> tuple[Any, ...]:

@@ -107,7 +107,9 @@ def merge_case_results(per_rank: Sequence[Mapping[str, Any] | None],
                if res.get("status") == "not_run" or res.get("protocol") is None]
     if len(not_run) == world:
         reasons = _labelled([(r, list(res.get("reasons") or ["not run"])) for r, res in enumerate(results)])
-        return {"point": pt, "status": "not_run", "reasons": reasons, "world_size": world, "ranks": summaries}
+        by = [res.get("not_run_by") for res in results]
+        return {"point": pt, "status": "not_run", "reasons": reasons, "world_size": world, "ranks": summaries,
+                "not_run_by": by[0] if len(set(by)) == 1 else "harness"}
     if not_run:
         ran = [r for r in range(world) if r not in not_run]
         reasons = _labelled([(r, list(results[r].get("reasons") or ["not run"])) for r in not_run])
@@ -173,6 +175,19 @@ def merge_case_results(per_rank: Sequence[Mapping[str, Any] | None],
                 why = a.get("reason") or ("no accuracy record" if not a else "accuracy check failed")
                 reasons.append(f"rank {r}: variant {name!r}: {why}")
 
+    oracle: dict[str, dict[str, Any]] = {}
+    for name in (base.get("oracle") or {}):
+        per_or = [dict((res.get("oracle") or {}).get(name) or {}) for res in results]
+        errs = [float(o["max_abs_error"]) for o in per_or if isinstance(o.get("max_abs_error"), int | float)]
+        bad_or = [(r, o) for r, o in enumerate(per_or) if not o or not o.get("ok", False)]
+        merged_or: dict[str, Any] = dict(per_or[0])
+        merged_or["ok"] = not bad_or
+        merged_or["max_abs_error"] = max(errs) if errs else None
+        if bad_or:
+            merged_or["reason"] = "; ".join(f"rank {r}: {o.get('reason') or 'no oracle check'}"
+                                            for r, o in bad_or)[:4000]
+        oracle[name] = merged_or
+
     protocol = dict(base["protocol"])
     notes = list(protocol.get("notes") or [])
     notes.append(f"tensor parallel: {world} ranks in lockstep, a device-side rendezvous before every timed "
@@ -185,7 +200,7 @@ def merge_case_results(per_rank: Sequence[Mapping[str, Any] | None],
     return {
         "point": pt, "status": "rejected" if deduped else "ok", "reasons": deduped, "protocol": protocol,
         "variants": variants, "accuracy": accuracy, "layers": base.get("layers"), "world_size": world,
-        "ranks": summaries,
+        "ranks": summaries, "oracle": oracle,
     }
 
 

@@ -7,16 +7,20 @@ import re
 from typing import TYPE_CHECKING
 
 from fasttrack.evidence import analysis as an
-from fasttrack.evidence.bundle import COMPILE_VARIANT, STOCK_VARIANT, Environment, Statement
+from fasttrack.evidence import yardstick_facts as yf
+from fasttrack.evidence.bundle import COMPILE_VARIANT, STOCK_VARIANT, Benchmark, Environment, Statement
 from fasttrack.evidence.loaded import LoadedPart
 from fasttrack.evidence.signing import SignatureResult
 from fasttrack.evidence.stats import median
 from fasttrack.verdict import (
+    AuditSummary,
     BenchmarkRow,
     ClaimResult,
     EvalResult,
     EvidencePart,
     EvidenceSummary,
+    KernelGain,
+    KernelTime,
     PartMachine,
     PointEvidence,
     PointStatus,
@@ -72,6 +76,7 @@ def summarize(ctx: Context) -> EvidenceSummary | None:
                                   point=an.point_dict(check.claim)))
 
     rows = []
+    claimed = {an.point_key(c) for c in ctx.manifest.claims} if ctx.manifest else set()
     for bench in an.timed_benchmarks(st):
         env = an.environment_of(ctx, bench)  # the copy bandwidth of the machine this point was timed on
         copy_bw = env.copy_bandwidth_bytes_per_s if env else None
@@ -96,6 +101,7 @@ def summarize(ctx: Context) -> EvidenceSummary | None:
                 if est is not None:
                     row.speedup_over.setdefault(COMPILE_VARIANT, {})[name] = est.ratio
                     row.speedup_over_ci.setdefault(COMPILE_VARIANT, {})[name] = (est.low, est.high)
+        _yardstick_facts(row, bench, yf.roofline(env), claimed)
         rows.append(row)
 
     environment: dict[str, str | int | float | None] = {}
@@ -130,6 +136,7 @@ def summarize(ctx: Context) -> EvidenceSummary | None:
         sanitizers=[SanitizerResult(tool=s.tool, ran=s.ran, errors=s.errors, summary=s.summary[:2000])
                     for s in p.sanitizer],
         parts=[_part(ctx, part, *checked.get(part.name, (None, None))) for part in an.parts(ctx)],
+        audits=[_audit(a) for a in yf.audits(ctx)],
     )
 
 
@@ -196,3 +203,47 @@ def _part(ctx: Context, part: LoadedPart, fr: an.Freshness | None,
         kernel_tests=len(st.predicate.kernel_tests) if st is not None else 0,
         benchmarks=len(an.timed_benchmarks(st)) if st is not None else 0,
     )
+
+
+TOP_KERNELS = 8
+
+
+def kernel_gains(stock: dict[str, float], candidate: dict[str, float], limit: int = TOP_KERNELS
+                 ) -> list[KernelGain]:
+    """The kernels that account for most of the difference between stock's and a candidate's profiled
+    replays: per kernel name, stock's time minus the candidate's, largest saving first, then the largest
+    losses (a kernel the candidate spends more in) so both directions are shown."""
+    rows = [KernelGain(name=n[:200], stock_us=round(stock.get(n, 0.0), 3),
+                       candidate_us=round(candidate.get(n, 0.0), 3),
+                       saved_us=round(stock.get(n, 0.0) - candidate.get(n, 0.0), 3))
+            for n in set(stock) | set(candidate)]
+    rows.sort(key=lambda g: (-abs(g.saved_us), g.name))
+    return rows[:limit]
+
+
+def _yardstick_facts(row: BenchmarkRow, bench: Benchmark, roof: float | None, claimed: set[str]) -> None:
+    row.claimed = an.point_key(bench.point) in claimed
+    row.backends = dict(bench.backends)
+    stock = bench.variants.get(STOCK_VARIANT)
+    for name, v in bench.variants.items():
+        bw = an.bandwidth(v)
+        if bw is not None and roof:
+            row.roofline_fraction[name] = bw / roof
+        if v.kernel_times_us:
+            top = sorted(v.kernel_times_us.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_KERNELS]
+            row.top_kernels[name] = [KernelTime(name=k[:200], us=round(t, 3)) for k, t in top]
+    if stock is None or not stock.kernel_times_us:
+        return
+    for name in an.candidates(bench):
+        cand = bench.variants[name].kernel_times_us
+        if cand:
+            row.gain_from[name] = kernel_gains(stock.kernel_times_us, cand)
+
+
+def _audit(a: yf.AuditFacts) -> AuditSummary:
+    rec = a.record
+    env = rec.environment if rec is not None else None
+    return AuditSummary(file=a.name, auditor=a.signer, signature_valid=a.signature_valid,
+                        statement=a.statement_file, gpu=env.gpu_name if env else None,
+                        audited_at=rec.audited_at.isoformat() if rec else None,
+                        points=len(rec.points) if rec else 0, agreed=rec.agreed if rec else None)

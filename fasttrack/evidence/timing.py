@@ -85,6 +85,20 @@ class VariantResult(_Model):
     error: str | None = None
     # Tensor parallel (merged result): every rank's own samples; `samples_us` is their element-wise max.
     samples_us_by_rank: list[list[float]] | None = None
+    # One profiled replay after timing: device time per kernel name (us), summed over launches. None: the
+    # backend cannot profile (CPU) or the profiler failed.
+    kernel_times_us: dict[str, float] | None = None
+    origin: Literal["engine", "contribution"] | None = None  # who supplied the variant (None: a bare case)
+
+
+class OracleResult(_Model):
+    """A variant's output on one fresh input against the baseline's fp32 oracle on the same input."""
+
+    max_abs_error: float | None = None
+    atol: float
+    rtol: float
+    ok: bool
+    reason: str | None = None
 
 
 class AccuracyResult(_Model):
@@ -120,6 +134,10 @@ class CaseResult(_Model):
     world_size: int = 1
     rank: int | None = None
     ranks: list[RankSummary] = Field(default_factory=list)
+    oracle: dict[str, OracleResult] = Field(default_factory=dict)
+    # Who a not-run or rejected point is down to: "machine" (the engine's baseline has no case here),
+    # "engine" (the baseline broke its contract), "contribution", or "harness". None: a measured point.
+    not_run_by: Literal["machine", "engine", "contribution", "harness"] | None = None
 
 
 @dataclass(frozen=True)
@@ -359,6 +377,10 @@ class Backend(ABC):
     def final_checks(self) -> list[str]:
         return []
 
+    def profile(self, prepared: Prepared) -> dict[str, float] | None:
+        """Device time per kernel name (us) over one replay, or None where the backend cannot tell."""
+        return None
+
     def release(self, prepared: Prepared) -> None:
         prepared.handle = None
         prepared.output = None
@@ -588,6 +610,27 @@ class CudaBackend(Backend):
                    and "memset" not in e.name.lower()]
         return {"kernel": len(kernels)} if kernels else None
 
+    def profile(self, prepared: Prepared) -> dict[str, float] | None:
+        """One replay under torch.profiler (CUPTI): device time per kernel name, summed over launches. The
+        L2 is flushed first, like a timed replay. Collectives are included under their own names."""
+        from torch.profiler import ProfilerActivity, profile
+
+        self.before_timed()
+        try:
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                self._replay(prepared.handle)
+                self._sync()
+        except Exception:  # a profiler that cannot run here leaves the figure unknown, never made up
+            return None
+        times: dict[str, float] = {}
+        for e in prof.events():
+            if not str(getattr(e, "device_type", "")).endswith("CUDA"):
+                continue
+            us = float(getattr(e, "device_time", None) or getattr(e, "cuda_time", 0.0) or 0.0)
+            key = str(e.name)[:512]
+            times[key] = round(times.get(key, 0.0) + us, 3)
+        return times or None
+
     def final_checks(self) -> list[str]:
         if self._rt is None:
             return []
@@ -722,8 +765,9 @@ def run_case(
         device_sync=backend.device_sync, orders=orders_for(names), iterations=settings.iterations,
         warmup=settings.warmup, seed_base=settings.seed_base, notes=list(backend.notes),
     )
+    origins = getattr(case, "origins", {}) or {}
     result = CaseResult(point=pt, status="ok", protocol=facts, layers=layers, **dist_info,
-                        variants={n: VariantResult() for n in names},
+                        variants={n: VariantResult(origin=origins.get(n)) for n in names},
                         accuracy={n: AccuracyResult(atol=atol, rtol=rtol, ok=True) for n in names})
     seeds = _Seeds(settings.seed_base)
     stock = variants[STOCK]
@@ -735,6 +779,12 @@ def run_case(
             _load_fresh(case, seeds)
 
         _agreed_step(backend, check_and_load)
+        if callable(getattr(case, "oracle", None)):
+            def oracle_step() -> None:
+                _oracle_check(case, variants, seeds, atol, rtol, result)
+
+            _agreed_step(backend, oracle_step)
+            _load_fresh(case, seeds)
         for name in names:
             error: Exception | None = None
             try:
@@ -793,6 +843,9 @@ def run_case(
                     vr.collective_kernels = dict(prep.collectives or {})
             vr.bytes_moved = _bytes_moved(case, name)
             reasons.extend(prep.violations)
+        for name in live:  # every rank profiles the same replays in the same order (they hold collectives)
+            if name in prepared and name not in stopped:
+                result.variants[name].kernel_times_us = backend.profile(prepared[name])
         reasons.extend(backend.final_checks())
     except CaseRejected as exc:
         reasons.append(str(exc))
@@ -813,6 +866,26 @@ def run_case(
     if result.reasons:
         result.status = "rejected"
     return result
+
+
+def _oracle_check(case: Any, variants: Mapping[str, Callable[[Any], Any]], seeds: _Seeds, atol: float,
+                  rtol: float, result: CaseResult) -> None:
+    """Every variant (stock included) on one fresh input, eagerly, against the baseline's fp32 oracle on
+    the same input, under the policy's tolerance. Run by the harness at every point it measures."""
+    pristine = case.make_inputs(seeds())
+    ref = case.oracle(clone_tree(pristine))
+    for name, fn in variants.items():
+        try:
+            out = fn(clone_tree(pristine))
+        except Exception as exc:
+            result.oracle[name] = OracleResult(atol=atol, rtol=rtol, ok=False,
+                                               reason=f"raised {type(exc).__name__}: {exc}"[:2000])
+            continue
+        cmp = compare(out, ref, atol, rtol)
+        err = cmp.max_abs_error if math.isfinite(cmp.max_abs_error) else None
+        result.oracle[name] = OracleResult(max_abs_error=err, atol=atol, rtol=rtol, ok=cmp.ok,
+                                           reason=None if cmp.ok else (cmp.reason or "mismatch")[:2000])
+        poison_tree(out)
 
 
 def _agreed_step(backend: Backend, step: Callable[[], None]) -> None:

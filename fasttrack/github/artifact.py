@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import stat
 from pathlib import Path
+from typing import TypeVar
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
@@ -16,8 +17,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from fasttrack.errors import InputError, from_validation_error
 from fasttrack.verdict import Verdict
 
+M = TypeVar("M", bound=BaseModel)
+
 MAX_VERDICT_BYTES = 8 * 1024 * 1024
 MAX_META_BYTES = 64 * 1024
+MAX_JSON_DEPTH = 64  # the Verdict schema nests about 6 deep; a parser's own recursion limit is not a cap
 SHA_PATTERN = r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$"  # SHA-1 or SHA-256 object names
 
 
@@ -55,28 +59,139 @@ def _read_capped(path: Path, max_bytes: int, what: str) -> bytes:
     return data
 
 
-def load_verdict(path: Path, max_bytes: int = MAX_VERDICT_BYTES) -> Verdict:
-    """Parse and validate a Verdict JSON file against the schema, with a size cap."""
-    data = _read_capped(path, max_bytes, "verdict")
+def json_depth(data: bytes, limit: int = MAX_JSON_DEPTH) -> int:
+    """The nesting depth of JSON text (brackets outside strings), stopping as soon as it passes `limit`:
+    a cheap scan before any parser sees the bytes."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for b in data:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif b == 0x5C:  # backslash
+                escaped = True
+            elif b == 0x22:  # quote
+                in_string = False
+        elif b == 0x22:
+            in_string = True
+        elif b in (0x5B, 0x7B):  # [ {
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > limit:
+                    return deepest
+        elif b in (0x5D, 0x7D):
+            depth -= 1
+    return deepest
+
+
+def parse_bounded(model: type[M], data: bytes, source: str | Path, what: str, fix: str,
+                  max_bytes: int, max_depth: int = MAX_JSON_DEPTH) -> M:
+    """The one loader for everything stage 1 hands to stage 2: a size cap and a nesting cap checked on the
+    raw bytes, then the strict pydantic model (unknown keys forbidden). Every failure is a RejectedVerdict."""
+    if len(data) > max_bytes:
+        raise RejectedVerdict(f"the {what} is {len(data)} bytes, over the {max_bytes}-byte cap", path=source,
+                              fix="a real one is far smaller; this artifact is not trusted")
+    depth = json_depth(data, max_depth)
+    if depth > max_depth:
+        raise RejectedVerdict(f"the {what} nests deeper than {max_depth} levels", path=source,
+                              fix="a real one is shallow; this artifact is not trusted")
     try:
-        return Verdict.model_validate_json(data)
+        return model.model_validate_json(data)
     except pydantic.ValidationError as exc:
-        err = from_validation_error(exc, path, "verdict")
-        raise RejectedVerdict(err.message, path=path, field=err.field,
-                              fix="the artifact does not match the Verdict schema "
-                                  "(`fasttrack schema verdict`)") from None
+        err = from_validation_error(exc, source, what)
+        raise RejectedVerdict(err.message, path=source, field=err.field, fix=fix) from None
     except (ValueError, RecursionError) as exc:
-        raise RejectedVerdict(f"not a verdict: {type(exc).__name__}", path=path) from None
+        raise RejectedVerdict(f"not a {what}: {type(exc).__name__}", path=source) from None
+
+
+_VERDICT_FIX = "the artifact does not match the Verdict schema (`fasttrack schema verdict`)"
+_META_FIX = "stage 1 writes {\"pr\": N, \"head_sha\": \"<40 hex>\"}"
+
+
+def load_verdict(path: Path, max_bytes: int = MAX_VERDICT_BYTES) -> Verdict:
+    """Parse and validate a Verdict JSON file against the schema, with a size and a depth cap."""
+    return parse_bounded(Verdict, _read_capped(path, max_bytes, "verdict"), path, "verdict", _VERDICT_FIX,
+                         max_bytes)
 
 
 def load_meta(path: Path) -> PrMeta:
-    data = _read_capped(path, MAX_META_BYTES, "PR metadata")
+    """`pr.json`, through the same bounded loader as the verdict."""
+    return parse_bounded(PrMeta, _read_capped(path, MAX_META_BYTES, "PR metadata"), path, "PR metadata",
+                         _META_FIX, MAX_META_BYTES)
+
+
+def verdict_from_bytes(data: bytes, source: str, max_bytes: int = MAX_VERDICT_BYTES) -> Verdict:
+    return parse_bounded(Verdict, data, source, "verdict", _VERDICT_FIX, max_bytes)
+
+
+def meta_from_bytes(data: bytes, source: str) -> PrMeta:
+    return parse_bounded(PrMeta, data, source, "PR metadata", _META_FIX, MAX_META_BYTES)
+
+
+# ---- the artifact's zip, inspected before anything is extracted ----
+
+ARTIFACT_FILES = ("verdict.json", "pr.json")
+MAX_ZIP_BYTES = 4 * 1024 * 1024  # the compressed artifact as downloaded
+MAX_ZIP_ENTRIES = 8
+MAX_RATIO = 100  # uncompressed / compressed, per entry: JSON compresses ~10x, a bomb ~1000x
+
+
+def inspect_zip(data: bytes, source: str, max_bytes: int = MAX_VERDICT_BYTES) -> dict[str, bytes]:
+    """The artifact's two files from its zip, read in memory (nothing touches the disk).
+
+    The central directory is checked first: entry count, names (exactly verdict.json and pr.json at the top;
+    no directory, `..`, absolute or duplicate names), declared sizes against the caps, the total, each entry's
+    compression ratio, no encryption. Only then are the two entries decompressed, each read with a cap, so a
+    header that lies about its size still cannot make us inflate more than the cap.
+    """
+    import io
+    import zipfile
+
+    if len(data) > MAX_ZIP_BYTES:
+        raise RejectedVerdict(f"the artifact is {len(data)} bytes, over the {MAX_ZIP_BYTES}-byte cap",
+                              path=source, fix="nothing was extracted; a real artifact is a few kB")
     try:
-        return PrMeta.model_validate_json(data)
-    except pydantic.ValidationError as exc:
-        err = from_validation_error(exc, path, "PR metadata")
-        raise RejectedVerdict(err.message, path=path, field=err.field,
-                              fix="stage 1 writes {\"pr\": N, \"head_sha\": \"<40 hex>\"}") from None
+        zf = zipfile.ZipFile(io.BytesIO(data))
+        infos = zf.infolist()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, OSError, EOFError) as exc:
+        raise RejectedVerdict(f"the artifact is not a readable zip ({type(exc).__name__})",
+                              path=source) from None
+    if len(infos) > MAX_ZIP_ENTRIES:
+        raise RejectedVerdict(f"the artifact holds {len(infos)} entries, over the cap of {MAX_ZIP_ENTRIES}",
+                              path=source, fix="stage 1 uploads exactly verdict.json and pr.json")
+    names = [i.filename for i in infos]
+    if sorted(names) != sorted(ARTIFACT_FILES):
+        shown = ", ".join(repr(n[:80]) for n in names[:MAX_ZIP_ENTRIES])
+        raise RejectedVerdict(f"the artifact holds {shown}, not exactly verdict.json and pr.json",
+                              path=source, fix="nothing was extracted")
+    caps = {"verdict.json": max_bytes, "pr.json": MAX_META_BYTES}
+    total = 0
+    for info in infos:
+        if info.flag_bits & 0x1:
+            raise RejectedVerdict(f"{info.filename} is encrypted", path=source)
+        if info.file_size > caps[info.filename]:
+            raise RejectedVerdict(f"{info.filename} would inflate to {info.file_size} bytes, over the "
+                                  f"{caps[info.filename]}-byte cap", path=source, fix="nothing was extracted")
+        if info.file_size > MAX_RATIO * max(info.compress_size, 1) and info.file_size > 64 * 1024:
+            raise RejectedVerdict(f"{info.filename} inflates {info.file_size // max(info.compress_size, 1)}x "
+                                  f"(cap {MAX_RATIO}x): a zip bomb", path=source, fix="nothing was extracted")
+        total += info.file_size
+    if total > max_bytes + MAX_META_BYTES:
+        raise RejectedVerdict(f"the artifact would inflate to {total} bytes", path=source)
+    out: dict[str, bytes] = {}
+    for info in infos:
+        try:
+            with zf.open(info) as fh:
+                blob = fh.read(caps[info.filename] + 1)
+        except (zipfile.BadZipFile, ValueError, OSError, EOFError, NotImplementedError) as exc:
+            raise RejectedVerdict(f"{info.filename} cannot be read from the zip ({type(exc).__name__})",
+                                  path=source) from None
+        if len(blob) > caps[info.filename]:
+            raise RejectedVerdict(f"{info.filename} inflates past its declared size and the "
+                                  f"{caps[info.filename]}-byte cap", path=source)
+        out[info.filename] = blob
+    return out
 
 
 def check_claims(verdict: Verdict, *, pr: int, head_sha: str | None, meta: PrMeta | None = None,

@@ -19,11 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fasttrack.errors import InputError
 from fasttrack.findings import Finding, Severity
 from fasttrack.github import markdown as md
 from fasttrack.github.artifact import PrMeta, RejectedVerdict, check_claims
 from fasttrack.github.client import clock_of, github_errors, split_repo
-from fasttrack.verdict import Verdict
+from fasttrack.sanitize import inert_references
+from fasttrack.verdict import Verdict, decide, inconsistency
 
 ANNOTATIONS_PER_REQUEST = 50  # GitHub's cap per check-run create/update
 MAX_ANNOTATIONS = 1000  # beyond this the summary says how many were left out (20 requests at most)
@@ -39,7 +41,7 @@ _LEVEL = {Severity.ERROR: "failure", Severity.WARNING: "warning", Severity.INFO:
 @dataclass(frozen=True)
 class PublishOptions:
     repo: str  # OWNER/NAME
-    pr: int
+    pr: int | None  # None only for publish_rejection (no PR could be named)
     head_sha: str | None = None  # from the triggering event (trusted); None from a laptop
     meta: PrMeta | None = None
     check_name: str = "fasttrack"
@@ -60,17 +62,24 @@ class PublishResult:
     head_sha: str = ""
     outcome: md.Outcome | None = None
     skipped: str | None = None  # why nothing was published (superseded)
+    rejected: str | None = None  # why no verdict was published (a failing check says so)
     check_run_id: int | None = None
     check_run_requests: int = 0
     annotations: int = 0
     annotations_dropped: int = 0
+    not_annotated: int = 0  # findings whose path is not in the PR's file list: summary text only
     comment_id: int | None = None
     comment_action: str | None = None  # created | updated | unchanged
     labels_added: list[str] = field(default_factory=list)
     labels_removed: list[str] = field(default_factory=list)
     summary_bytes: int = 0
 
-    def line(self, pr: int) -> str:
+    def line(self, pr: int | None) -> str:
+        if self.rejected:
+            done = [f"failing check run {self.check_run_id}"] if self.check_run_id is not None else []
+            done += [f"-{x}" for x in self.labels_removed]
+            return (f"fasttrack: {self.head_sha[:12]}: no verdict published: "
+                    + (", ".join(done) or "nothing written"))
         if self.skipped:
             return f"fasttrack: PR #{pr}: nothing published: {self.skipped}"
         assert self.outcome is not None
@@ -91,30 +100,49 @@ class PublishResult:
         return "; ".join(parts)
 
 
-def build_annotations(findings: Iterable[Finding], limit: int) -> tuple[list[dict[str, Any]], int]:
-    """Check-run annotations for findings that point at a file, errors first; (annotations, dropped).
+def annotation_path(path: str | None, pr_paths: frozenset[str]) -> str | None:
+    """The finding's path when GitHub can anchor an annotation there: exactly a path of the PR's file list as
+    GitHub serves it. `..`, absolute paths and files the PR does not touch give None (summary text only)."""
+    if not path or path.startswith("/") or "\\" in path or ".." in path.split("/"):
+        return None
+    return path if path in pr_paths else None
 
-    Every annotation carries a line (the finding's, else 1 for a file-level finding) so that it shows in
-    the "Files changed" view; findings without a path appear only in the summary.
+
+def build_annotations(findings: Iterable[Finding], limit: int, pr_paths: frozenset[str] | None = None
+                      ) -> tuple[list[dict[str, Any]], int, list[Finding]]:
+    """Check-run annotations for findings on a PR file, errors first: (annotations, dropped, elsewhere).
+
+    `pr_paths` is the PR's file list from GitHub (trusted); a finding whose path is not one of them (a `..`
+    path, an absolute one, a file the PR does not touch) is not annotated but returned in `elsewhere`, for
+    the summary. Every annotation carries a line (the finding's, else 1 for a file-level finding) so that it
+    shows in the "Files changed" view; its text goes through `sanitize.inert_references`.
     """
     out: list[dict[str, Any]] = []
-    with_path = [f for f in md.sort_findings(findings) if f.path]
-    for f in with_path[:limit]:
-        assert f.path is not None
-        line = f.line or 1
+    placed: list[tuple[Finding, str]] = []
+    elsewhere: list[Finding] = []
+    for f in md.sort_findings(findings):
+        if not f.path:
+            continue
+        where = annotation_path(f.path, frozenset({f.path}) if pr_paths is None else pr_paths)
+        if where is None:
+            elsewhere.append(f)
+        else:
+            placed.append((f, where))
+    for f, where in placed[:limit]:
+        line = f.line if f.line and f.line > 0 else 1
         message = f.message if f.line else f"{f.message} (file-level finding)"
         note: dict[str, Any] = {
-            "path": f.path[:1000],
+            "path": where,
             "start_line": line,
             "end_line": line,
             "annotation_level": _LEVEL[f.severity],
-            "title": f"{f.code}",
-            "message": message[:4000],
+            "title": inert_references(f.code)[:255],
+            "message": inert_references(message)[:4000],
         }
         if f.fix:
-            note["raw_details"] = f"fix: {f.fix}"[:4000]
+            note["raw_details"] = inert_references(f"fix: {f.fix}")[:4000]
         out.append(note)
-    return out, max(0, len(with_path) - limit)
+    return out, max(0, len(placed) - limit), elsewhere
 
 
 def assess_trust(verdict: Verdict, pr_files: list[dict[str, Any]], pr_changed_files: int | None,
@@ -147,7 +175,9 @@ def assess_trust(verdict: Verdict, pr_files: list[dict[str, Any]], pr_changed_fi
         notes.append(f"**Not trusted:** this PR changes the workflow or action that produced the verdict "
                      f"({shown}); a maintainer must review it the normal way.")
     trusted = not notes
-    return md.Outcome(eligible=trusted and verdict.verdict == "pass", trusted=trusted, notes=tuple(notes))
+    # Recomputed from the findings, never read from the verdict field (publish refuses a mismatch anyway).
+    return md.Outcome(eligible=trusted and decide(verdict.findings) == "pass", trusted=trusted,
+                      notes=tuple(notes))
 
 
 def _now() -> str:
@@ -173,6 +203,9 @@ def publish(gh: Any, verdict: Verdict, opts: PublishOptions,
         return github_errors(action, opts.token_env, clock)
 
     result = PublishResult()
+    refuse_inconsistent(verdict, opts.source)
+    if opts.pr is None:
+        raise RejectedVerdict("no PR number to publish on", path=opts.source, field="pr")
 
     # ---- read and check (no writes) ----
     with err(f"reading PR #{opts.pr} of {opts.repo}"):
@@ -208,7 +241,7 @@ def publish(gh: Any, verdict: Verdict, opts: PublishOptions,
     if opts.summary_file is not None:
         result.summary_bytes = write_step_summary(opts.summary_file, verdict, outcome, opts.report_url)
     if opts.check_run:
-        publish_check_run(gh, pr, verdict, outcome, head, opts, result)
+        publish_check_run(gh, pr, verdict, outcome, head, opts, result, pr_paths=pr_paths(files))
     if opts.comment and issue is not None:
         author = opts.comment_author or (me() if me else None)
         body = md.render(verdict, outcome, limit=md.COMMENT_LIMIT, report_url=opts.report_url,
@@ -221,16 +254,30 @@ def publish(gh: Any, verdict: Verdict, opts: PublishOptions,
     return result
 
 
+def pr_paths(files: list[dict[str, Any]]) -> frozenset[str]:
+    """The paths of the PR's file list as GitHub serves it (the head side: annotations anchor there)."""
+    return frozenset(str(f["filename"]) for f in files
+                     if isinstance(f.get("filename"), str) and f["filename"])
+
+
 def publish_check_run(gh: Any, pr: Any, verdict: Verdict, outcome: md.Outcome, head: str,
-                      opts: PublishOptions, result: PublishResult) -> None:
+                      opts: PublishOptions, result: PublishResult, pr_paths: frozenset[str] | None = None
+                      ) -> None:
     """Create the check run with the first 50 annotations, then add the rest 50 at a time; the last
-    request completes it, so the conclusion only appears once every annotation is in."""
-    notes, dropped = build_annotations(verdict.findings, opts.max_annotations)
+    request completes it, so the conclusion only appears once every annotation is in. Findings on paths
+    outside the PR's file list are listed in the summary as text instead."""
+    notes, dropped, elsewhere = build_annotations(verdict.findings, opts.max_annotations, pr_paths)
     result.annotations, result.annotations_dropped = len(notes), dropped
-    extra = (f"{dropped} more findings with a file were not annotated (cap {opts.max_annotations}); "
-             "they are all in the report." if dropped else None)
+    result.not_annotated = len(elsewhere)
+    extra = [f"{dropped} more findings with a file were not annotated (cap {opts.max_annotations}); "
+             "they are all in the report."] if dropped else []
+    if elsewhere:
+        shown = ", ".join(f"{md.esc(f.code, 10)} on {md.code(f.path, 160)}" for f in elsewhere[:10])
+        more = f" and {len(elsewhere) - 10} more" if len(elsewhere) > 10 else ""
+        extra.append(f"**Not annotated:** {len(elsewhere)} finding(s) name a path that is not in the PR's "
+                     f"file list on GitHub (outside the PR, `..` or absolute): {shown}{more}.")
     summary_outcome = md.Outcome(outcome.eligible, outcome.trusted,
-                                 outcome.notes + ((md.esc(extra),) if extra else ()))
+                                 outcome.notes + tuple(extra))  # safe Markdown: untrusted parts escaped
     output = {"title": check_run_title(verdict, outcome),
               "summary": md.render(verdict, summary_outcome, limit=md.COMMENT_LIMIT,
                                    report_url=opts.report_url)}
@@ -262,6 +309,14 @@ def publish_check_run(gh: Any, pr: Any, verdict: Verdict, outcome: md.Outcome, h
                 kwargs.update(status="completed", conclusion=conclusion, completed_at=_now())
             run.update(**kwargs)
         result.check_run_requests += 1
+
+
+def refuse_inconsistent(verdict: Verdict, source: str | Path) -> None:
+    """Pass/fail is recomputed from the findings; a verdict whose `verdict` field disagrees is refused."""
+    problem = inconsistency(verdict)
+    if problem is not None:
+        raise RejectedVerdict(f"the verdict is inconsistent: {problem}", path=source, field="verdict",
+                              fix="nothing was published; a real verdict's field follows from its findings")
 
 
 def upsert_sticky_comment(issue: Any, body: str, author: str | None, result: PublishResult) -> None:
@@ -309,9 +364,76 @@ def write_step_summary(path: Path, verdict: Verdict, outcome: md.Outcome, report
 
 
 def write_rejection_summary(path: Path, message: str) -> None:
-    """On a rejected artifact, say so in the step summary (nothing is published to the PR)."""
+    """On a rejected artifact, say so in the step summary (no verdict is published to the PR)."""
     try:
         with path.open("a", encoding="utf-8") as fh:
-            fh.write(f"### fasttrack: verdict rejected, nothing published\n\n{md.esc(message, 2000)}\n")
+            fh.write(f"### fasttrack: verdict rejected, no verdict published\n\n{md.esc(message, 2000)}\n\n"
+                     "With the head commit known, a failing `fasttrack` check says why.\n")
     except OSError:
         pass
+
+
+# ---- when no verdict can be published ----
+
+
+def find_pr_at(gh: Any, repo: str, head_sha: str, claimed_pr: int | None, head_label: str | None,
+               token_env: str = "GITHUB_TOKEN") -> Any | None:
+    """The open PR whose head is `head_sha` (trusted, from the event), or None.
+
+    The claimed PR number (from the artifact, untrusted) is only used when GitHub agrees that PR is at
+    `head_sha`; otherwise the PR is looked up by `head_label` (`owner:branch` from the event)."""
+    owner, name = split_repo(repo)
+    sha = head_sha.lower()
+    clock = clock_of(gh)
+    if claimed_pr is not None:
+        try:
+            with github_errors(f"reading PR #{claimed_pr} of {repo}", token_env, clock):
+                pr = gh.pull_request(owner, name, claimed_pr)
+        except InputError:
+            pr = None  # no such PR (a false claim): look it up by the head label
+        if pr is not None and str(pr.head.sha).lower() == sha:
+            return pr
+    if head_label:
+        with github_errors(f"finding the PR of {head_label!r} in {repo}", token_env, clock):
+            repository = gh.repository(owner, name)
+            for short in repository.pull_requests(state="open", head=head_label, number=30):
+                if str(short.head.sha).lower() == sha:
+                    return gh.pull_request(owner, name, int(short.number))
+    return None
+
+
+def publish_rejection(gh: Any, opts: PublishOptions, reason: str, head_label: str | None = None
+                      ) -> PublishResult:
+    """Stage 2 could not publish a verdict for `opts.head_sha`: a failing check run there saying why, and
+    the `fast-track: eligible` label removed from the PR at that head. Nothing else: no comment, no
+    "blocked" label, nothing that reads as a verdict."""
+    if opts.head_sha is None:
+        raise InputError("a failing check needs the head commit", field="--head-sha",
+                         fix="pass github.event.workflow_run.head_sha")
+    head = opts.head_sha.lower()
+    result = PublishResult(head_sha=head, rejected=reason)
+    clock = clock_of(gh)
+    pr = find_pr_at(gh, opts.repo, head, opts.pr, head_label, opts.token_env)
+    owner, name = split_repo(opts.repo)
+    if opts.check_run:
+        summary = (f"### fasttrack: ⛔ no verdict published\n\n{md.esc(reason, 3000)}\n\n"
+                   "This commit has no fasttrack verdict, so it is not eligible for fast-track. Push again "
+                   "or ask a maintainer to re-run the workflows.")
+        output = {"title": "No verdict published", "summary": summary}
+        with github_errors(f"creating the failing {opts.check_name!r} check run", opts.token_env, clock,
+                           "check runs need an App installation token with checks: write (docs/github.md)"):
+            repository = gh.repository(owner, name)
+            run = repository.create_check_run(name=opts.check_name, head_sha=head,
+                                              details_url=opts.report_url, status="completed",
+                                              conclusion="failure", completed_at=_now(), output=output)
+        result.check_run_requests = 1
+        result.check_run_id = int(run.id) if run is not None else None
+    if opts.labels and pr is not None:
+        with github_errors(f"removing {LABEL_ELIGIBLE!r} from PR #{pr.number}", opts.token_env, clock):
+            issue = pr.issue()
+            if LABEL_ELIGIBLE in {str(lbl.name) for lbl in (issue.original_labels or [])}:
+                issue.remove_label(LABEL_ELIGIBLE)
+                result.labels_removed.append(LABEL_ELIGIBLE)
+    return result
+
+

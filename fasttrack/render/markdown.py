@@ -28,6 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from fasttrack.findings import Finding, Severity
+from fasttrack.sanitize import break_references, visible
 from fasttrack.verdict import PartMachine, Verdict, Witness
 
 COMMENT_LIMIT = 65_535  # PR comment bodies and check-run summaries (GitHub counts characters; bytes >= chars)
@@ -48,14 +49,16 @@ def size(text: str) -> int:
 
 
 def _one_line(text: object, limit: int) -> str:
-    s = " ".join(str(text).split())
+    # sanitize.visible first: controls, bidi, zero-width characters show as escapes (so a newline becomes
+    # `\x0a`, never a line break), and only plain spaces are left to fold.
+    s = " ".join(visible(str(text)).split())
     return s[: limit - 1] + "…" if len(s) > limit else s
 
 
 def _inert(s: str) -> str:
     s = html.escape(s, quote=False)
     s = _MD_PUNCT.sub(r"\\\1", s)
-    return s.replace("@", "@\u200b")
+    return break_references(s)
 
 
 def esc(text: object, limit: int = 600) -> str:
@@ -299,6 +302,28 @@ def parts_section(v: Verdict) -> Section | None:
                    rows=rows, foot=[""], noun="parts", max_rows=MAX_ROWS)
 
 
+def gain_section(v: Verdict) -> Section | None:
+    """For each claimed point: stock and candidate, their roofline fractions, stock's backends, and the
+    kernels that account for most of the difference (render.gain holds the one model of it)."""
+    from fasttrack.render.gain import views
+
+    rows = []
+    for g in views(v):
+        speed = "–" if g.speedup is None else f"{g.speedup:.3g}x"
+        kernels = "<br>".join(f"{saved:+.1f} us {code(name, 80)}" for name, _s, _c, saved in g.kernels) or "–"
+        stock = "–" if g.stock_us is None else f"{g.stock_us:.1f} us"
+        cand = "–" if g.candidate_us is None else f"{g.candidate_us:.1f} us"
+        frac = "/".join("–" if x is None else f"{x:.0%}" for x in (g.stock_roofline, g.candidate_roofline))
+        rows.append(f"| {esc(g.point, 80)} | {stock} | {esc(g.candidate, 40)} {cand} | {speed} | {frac} | "
+                    f"{esc(g.backends, 120)} | {kernels} |")
+    if not rows:
+        return None
+    return Section(head=["**Where the gain comes from** (claimed points, profiled replays)", "",
+                         "| Point | Stock | Candidate | Speedup | Roofline stock/cand. | Stock backends | "
+                         "Kernels by time saved |", "|---|---|---|---|---|---|---|"],
+                   rows=rows, foot=[""], noun="points", max_rows=MAX_ROWS)
+
+
 def _envelope(v: Verdict) -> Section | None:
     if v.envelope is None:
         return None
@@ -317,6 +342,7 @@ def render(verdict: Verdict, *, limit: int = COMMENT_LIMIT) -> str:
               f"{esc(verdict.generated_at, 40)}</sub>"]
     note = ["_Shortened to fit: some rows or sections are left out; the JSON verdict (`--format json`) has "
             "everything._", ""]
-    sections = [s for s in (_findings(verdict), _fixes(verdict), parts_section(verdict), _files(verdict),
-                            _blast(verdict), _envelope(verdict)) if s is not None]
+    sections = [s for s in (_findings(verdict), _fixes(verdict), parts_section(verdict),
+                            gain_section(verdict), _files(verdict), _blast(verdict), _envelope(verdict))
+                if s is not None]
     return fit(_top(verdict), sections, limit=limit, footer=footer, truncated_note=note)

@@ -109,10 +109,23 @@ def _findings(console: Console, v: Verdict) -> None:
                 console.print(f"        fix: {escape(f.fix)}", style="dim")
 
 
+def _gain(console: Console, v: Verdict) -> None:
+    from fasttrack.render.gain import text_lines
+
+    lines = text_lines(v)
+    if not lines:
+        return
+    console.print()
+    console.print("[bold]Where the gain comes from[/] (claimed points; kernels by time saved against stock)")
+    for line in lines:
+        console.print(f"  {escape(line)}")
+
+
 def print_verdict(verdict: Verdict, console: Console) -> None:
     _header(console, verdict)
     _files(console, verdict)
     _blast(console, verdict.blast_radius)
+    _gain(console, verdict)
     _findings(console, verdict)
     console.print()
     style = "bold green" if verdict.verdict == "pass" else "bold red"

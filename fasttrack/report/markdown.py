@@ -9,7 +9,7 @@ from datetime import datetime
 
 from fasttrack.findings import Severity
 from fasttrack.github.markdown import code, esc
-from fasttrack.render.markdown import parts_section
+from fasttrack.render.markdown import gain_section, parts_section
 from fasttrack.report.facts import where
 from fasttrack.report.model import STATUS_LABEL, STATUS_ORDER, STATUS_SYMBOL, ContributionView
 from fasttrack.report.plot import label
@@ -213,6 +213,9 @@ def _provenance(c: ContributionView) -> list[str]:
     parts = parts_section(v)  # the verify report's table: one row per signed statement file
     if parts is not None:
         out += ["", *parts.lines()]
+    gain = gain_section(v)  # the verify report's attribution table: where each claimed gain comes from
+    if gain is not None:
+        out += ["", *gain.lines()]
     fb = v.fallback or {}
     if fb:
         out.append("")

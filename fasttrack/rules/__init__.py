@@ -6,15 +6,30 @@ FT4xx integrity (a PR may not edit its own judge).
 
 from __future__ import annotations
 
-from fasttrack.rules import blast, confinement, envelope, escapes, evidence, integrity
+from fasttrack.rules import (
+    binding,
+    blast,
+    confinement,
+    envelope,
+    escapes,
+    evidence,
+    integrity,
+    repo,
+    source,
+    yardstick,
+)
 from fasttrack.rules.base import Catalogue, Rule
 
 CATALOGUES: tuple[Catalogue, ...] = (
     confinement.catalogue,
     blast.catalogue,
     escapes.catalogue,
+    source.catalogue,
+    repo.catalogue,
     envelope.catalogue,
     evidence.catalogue,
+    yardstick.catalogue,
+    binding.catalogue,
     integrity.catalogue,
 )
 

@@ -155,6 +155,10 @@ def _link_escapes(ctx: Context, link_path: str, target: str) -> str | None:
         return f"points outside the repository ({target})"
     model = ctx.model
     assert model is not None
+    real = ctx.real_paths.get(link_path)  # on disk, every link of a chain followed (range mode)
+    if real is not None and real != resolved and not (
+            in_model_root(ctx.policy, real, model) or in_model_root(ctx.policy, real + "/x", model)):
+        return f"points to {target}, which is really {real} on disk, outside {model}'s local roots"
     if in_model_root(ctx.policy, resolved, model) or in_model_root(ctx.policy, resolved + "/x", model):
         return None
     return f"points to {resolved}, outside {model}'s local roots"

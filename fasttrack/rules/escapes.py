@@ -23,6 +23,7 @@ from fasttrack.confinement.escapes import (
     analyse_source,
     module_name_for,
 )
+from fasttrack.confinement.source_text import SourceProblem, decode_python_source, read_python_source
 from fasttrack.context import Context
 from fasttrack.errors import InputError
 from fasttrack.findings import Finding, Severity
@@ -149,10 +150,8 @@ def base_text(ctx: Context, change: Change) -> str | None:
         return None
     if raw is None or len(raw) > MAX_BASE_BYTES:
         return None
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
+    text = decode_python_source(raw, old)
+    return None if isinstance(text, SourceProblem) else text
 
 
 def _preexisting(head: list[Escape], base: list[Escape]) -> frozenset[int]:
@@ -195,10 +194,11 @@ class _Ownership:
 
 def _analyse_file(ctx: Context, change: Change, own: _Ownership, is_test: bool) -> FileEscapes:
     module = module_of(ctx, change.path)
-    text = ctx.read_head_text(change.path)
-    if text is None:
-        why = "binary" if change.binary else "unreadable (not UTF-8, missing or over 4 MiB)"
-        cannot = Escape(UNPARSEABLE, 1, f"is {why}, so it cannot be checked for escapes", path=change.path)
+    text = read_python_source(ctx.head_dir, change.path)  # the text Python runs (cookie, symlinks on disk)
+    if isinstance(text, SourceProblem):
+        why = "is binary" if change.binary else text.reason
+        cannot = Escape(UNPARSEABLE, text.line or 1, f"{why}, so it cannot be checked for escapes",
+                        path=change.path)
         return FileEscapes(change.path, module, is_test, (cannot,), frozenset(),
                            import_names(ctx, change.path))
     foreign_ops = set(ctx.known_models) - own.op_namespaces - {ctx.model or ""}
@@ -233,8 +233,8 @@ class _Analysis:
         for change in ctx.changes:
             if change.status not in ANALYSED or not change.path.endswith(".py"):
                 continue
-            if change.is_symlink or change.is_submodule:
-                continue  # the path rules judge symlinks and submodules
+            if change.is_submodule:
+                continue  # the path rules judge submodules; a .py symlink is analysed as its target's text
             is_test = tests.match_file(change.path) or tests.match_file(ctx.engine_paths.get(change.path, ""))
             out.append(_analyse_file(ctx, change, scope, bool(is_test)))
         return out

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from fasttrack.evidence import analysis as an
 from fasttrack.evidence.bundle import STATEMENT_FILE, STOCK_VARIANT, Statement
 from fasttrack.evidence.loaded import LoadedPart
+from fasttrack.evidence.yardstick_facts import roofline
 from fasttrack.findings import Finding, Severity
 from fasttrack.rules.base import Catalogue
 
@@ -467,10 +468,10 @@ def like_with_like(ctx: Context) -> Iterator[Finding]:
 
 @rule("FT310", "The candidate may not be slower than stock at any benchmarked point.")
 def slower(ctx: Context) -> Iterator[Finding]:
-    """At every benchmarked point, each candidate variant is compared with stock from the raw samples.
-    An error when the whole confidence interval of stock/candidate lies below 1 (significantly slower);
-    a warning when the median ratio is below 1 but the interval reaches 1. Where the candidate loses,
-    shrink the envelope so the guard falls back to stock there."""
+    """At every benchmarked point, each candidate variant is compared with stock from the raw samples. A
+    median ratio stock/candidate below 1 is an error, even when the confidence interval is wide enough to
+    reach 1: "not significantly slower" is not "faster", and a noisy run must not let a slower kernel in.
+    Where the candidate loses, shrink the envelope so the guard falls back to stock there."""
     if an.statement(ctx) is None:
         return
     conf = ctx.policy.evidence.confidence
@@ -484,22 +485,21 @@ def slower(ctx: Context) -> Iterator[Finding]:
             fix = ("shrink the envelope to exclude this point (the guard then falls back to stock), or make "
                    "the kernel faster there and re-collect")
             label = an.item_file(ctx, bench)
-            if e.high < 1.0:
-                yield Finding.error("FT310", text, point=an.point_dict(bench.point), evidence_file=label,
-                                    fix=fix)
-            else:
-                yield Finding.warning("FT310", text + " (not significant)", point=an.point_dict(bench.point),
-                                      evidence_file=label, fix=fix)
+            note = "" if e.high < 1.0 else " (the interval reaches 1, but the median is below it)"
+            yield Finding.error("FT310", text + note, point=an.point_dict(bench.point), evidence_file=label,
+                                fix=fix)
 
     yield from _capped("FT310", found())
 
 
 @rule("FT311", "Results must be physically plausible (bandwidth, speedup).")
 def implausible(ctx: Context) -> Iterator[Finding]:
-    """A variant that moves its bytes faster than the GPU's peak memory bandwidth (policy
-    `peak_bandwidth`), or a speedup over stock beyond `max_plausible_speedup`, is a measurement bug or a
+    """A variant that moves its bytes faster than the bandwidth measured on the same machine in the same
+    run (the read bandwidth where measured, else the copy bandwidth, times the policy's
+    `bandwidth_margin`), or a speedup over stock beyond `max_plausible_speedup`, is a measurement bug or a
     cheat (skipped work, reused outputs, a timer that did not wait): Sakana's 150x kernel was 3x slower
-    when measured correctly."""
+    when measured correctly. Only where the run measured no bandwidth is the vendor peak
+    (`peak_bandwidth`) used, with a warning that the check is weaker."""
     st = an.statement(ctx)
     if st is None:
         return
@@ -510,19 +510,28 @@ def implausible(ctx: Context) -> Iterator[Finding]:
 
     def found() -> Iterator[Finding]:
         unknown: set[str] = set()
+        unmeasured: set[str] = set()
         for bench in an.usable_benchmarks(st):
             for name in sorted(bench.variants):
                 bw = an.bandwidth(bench.variants[name])
                 if bw is None:
                     continue
                 gpu = an.variant_gpu(bench, name)
-                peak = ev.peak_bandwidth.get(gpu)
-                if peak is None:
-                    unknown.add(gpu)
-                elif bw > peak:
+                measured = roofline(an.environment_of(ctx, bench))
+                if measured is not None:
+                    limit = measured * ev.bandwidth_margin
+                    what = (f"the {_tbps(measured)} measured on that machine (x{ev.bandwidth_margin:g} "
+                            "margin)")
+                else:
+                    peak = ev.peak_bandwidth.get(gpu)
+                    if peak is None:
+                        unknown.add(gpu)
+                        continue
+                    unmeasured.add(gpu)
+                    limit, what = peak, f"the {gpu} peak of {_tbps(peak)}"
+                if bw > limit:
                     yield Finding.error(
-                        "FT311", f"{name} moves {_tbps(bw)} at {an.point_text(bench.point)}, above the "
-                                 f"{gpu} peak of {_tbps(peak)}",
+                        "FT311", f"{name} moves {_tbps(bw)} at {an.point_text(bench.point)}, above {what}",
                         point=an.point_dict(bench.point), evidence_file=an.item_file(ctx, bench), fix=fix)
         for bench, name, e in an.iter_candidate_ratios(ctx):
             if e.ratio > cap:
@@ -530,6 +539,10 @@ def implausible(ctx: Context) -> Iterator[Finding]:
                     "FT311", f"{name} is {_x(e.ratio)} faster than stock at {an.point_text(bench.point)}, "
                              f"beyond the plausible {_x(cap)}",
                     point=an.point_dict(bench.point), evidence_file=an.item_file(ctx, bench), fix=fix)
+        for gpu in sorted(unmeasured):
+            yield Finding.warning("FT311", f"no bandwidth was measured on the {gpu} machine: plausibility "
+                                           "was checked against the vendor peak only",
+                                  evidence_file=label, fix=an.recollect_fix(ctx, "measure bandwidth"))
         for gpu in sorted(unknown):
             yield Finding.warning("FT311", f"the policy gives no peak bandwidth for {gpu}, so bandwidth "
                                            "plausibility was not checked",

@@ -33,6 +33,7 @@ from fasttrack.findings import Finding, Severity
 from fasttrack.manifest import load_manifest
 from fasttrack.policy import Policy
 from fasttrack.rules import evidence as evidence_rules
+from fasttrack.rules import yardstick as yardstick_rules
 
 GPU = "NVIDIA H200"
 HAVE_SSH_KEYGEN = shutil.which("ssh-keygen") is not None
@@ -62,6 +63,7 @@ guard = "demo.guard:decide"
 
 [evidence]
 kernel_tests = ["tests/test_kernel.py"]
+point_tests = ["tests/test_kernel.py::test_matches"]
 sanitizer_tests = ["tests/test_kernel.py::test_matches"]
 benchmark = "demo.bench:case"
 evals = "demo.evals:run"
@@ -106,8 +108,26 @@ POLICY: dict[str, Any] = {
                  "dtypes": ["bfloat16"], "cuda_graph_modes": ["full", "none"]},
     "evidence": {"allowed_signers": "policies/allowed_signers", "min_samples": 20,
                  "bootstrap_resamples": 400, "confidence": 0.95, "max_plausible_speedup": 10.0,
-                 "peak_bandwidth": {GPU: 4.8e12}, "sanitizer_not_run": "warning", "max_age_days": 90},
+                 "peak_bandwidth": {GPU: 4.8e12}, "sanitizer_not_run": "warning", "max_age_days": 90,
+                 "tolerance_caps": {"bfloat16": {"atol": 0.1, "rtol": 0.05, "record": 0.03}},
+                 "eval_bounds": {"logit_max_abs_diff": {"max": 0.1},
+                                 "greedy_token_agreement": {"min": 0.95}}},
+    # The engine side's baseline for the demo model (head/baselines/demo, written by the fixture).
+    "baselines": {"demo": {
+        "root": "baselines/demo", "case": "baselines.demo.case:baseline_case",
+        "stages": [{"stage": "mla_decode", "compute_capability": "9.0",
+                    "accepted": [{"name": "FLASHINFER_MLA",
+                                  "kernel_patterns": ["*BatchMLAPageAttention*"]}],
+                    "rejected": [{"name": "TRITON_MLA", "kernel_patterns": ["*_decode_stage1_kernel*"]}]}],
+    }},
 }
+BASELINE_CASE = "def baseline_case(point):\n    return None  # the demo engine's stock (not imported here)\n"
+# Profiled kernel names (one replay): stock runs FlashInfer's FA3 MLA, the engine's sm90 choice.
+STOCK_KERNELS = {"flashinfer::mla::hopper::BatchMLAPageAttentionHopperKernel<128>": 20.0,
+                 "cutlass_80_wmma_tensorop_bf16_s161616gemm": 55.0, "rms_norm_kernel": 5.0,
+                 "fused_moe_kernel": 18.0}
+FUSED_KERNELS = {"flashinfer::mla::hopper::BatchMLAPageAttentionHopperKernel<128>": 20.0,
+                 "demo_fused_gemv": 28.0}
 
 GRID_BATCHES = (1, 2, 4)
 GRID_CONTEXTS = (1, 128)
@@ -133,16 +153,21 @@ def benchmark(batch: int, context: int = 128, stock: float = 100.0, fused: float
               compile_: float = 80.0) -> dict[str, Any]:
     acc = {"max_abs_error": 1e-3, "max_rel_error": 1e-2, "atol": 2e-2, "rtol": 2e-2, "ok": True,
            "checked": 30}
+    oracle = {"max_abs_error": 2e-3, "atol": 0.1, "rtol": 0.05, "ok": True}
     return {
         "point": point(batch, context),
         "protocol": protocol(),
         "variants": {
-            "stock": {"samples_us": samples(stock), "kernels_per_step": 12, "bytes_moved": 1.0e8, "gpus": 1},
-            "fused": {"samples_us": samples(fused), "kernels_per_step": 3, "bytes_moved": 1.0e8, "gpus": 1},
-            "compile": {"samples_us": samples(compile_), "kernels_per_step": 6, "bytes_moved": 1.0e8,
-                        "gpus": 1},
+            "stock": {"samples_us": samples(stock), "kernels_per_step": 12, "bytes_moved": 2.0e8, "gpus": 1,
+                      "origin": "engine", "kernel_times_us": dict(STOCK_KERNELS)},
+            "fused": {"samples_us": samples(fused), "kernels_per_step": 3, "bytes_moved": 2.0e8, "gpus": 1,
+                      "origin": "contribution", "kernel_times_us": dict(FUSED_KERNELS)},
+            "compile": {"samples_us": samples(compile_), "kernels_per_step": 6, "bytes_moved": 2.0e8,
+                        "gpus": 1, "origin": "engine"},
         },
         "accuracy": {"fused": dict(acc), "compile": dict(acc)},
+        "oracle": {"stock": dict(oracle), "fused": dict(oracle), "compile": dict(oracle)},
+        "backends": {"mla_decode": "FLASHINFER_MLA"},
         "layers": 1,
     }
 
@@ -164,6 +189,7 @@ class BundleFixture:
         self.contrib = self.head / "kernels" / "demo"
         self.bundle = self.head / "evidence" / "demo"
         self.policies = self.head / "policies"
+        self.baseline = self.head / "baselines" / "demo"
         self.key = key
         self.policy_data: dict[str, Any] = copy.deepcopy(POLICY)
         self._write_contribution()
@@ -177,6 +203,8 @@ class BundleFixture:
         (self.contrib / "fasttrack.toml").write_text(MANIFEST)
         (self.contrib / "kernel.py").write_text("def fused(x):\n    return x * 2\n")
         (self.contrib / "tests" / "test_kernel.py").write_text("def test_matches():\n    assert True\n")
+        self.baseline.mkdir(parents=True, exist_ok=True)
+        (self.baseline / "case.py").write_text(BASELINE_CASE)
 
     def set_manifest(self, text: str) -> None:
         (self.contrib / "fasttrack.toml").write_text(text)
@@ -190,6 +218,7 @@ class BundleFixture:
     # ------------------------------------------------------------------ the statement
     def good_statement(self) -> dict[str, Any]:
         dig = contribution_digest(self.contrib)
+        base = contribution_digest(self.baseline)
         log = b"===== 12 passed in 3.2s =====\n"
         self.bundle.mkdir(parents=True, exist_ok=True)
         (self.bundle / "pytest.log").write_bytes(log)
@@ -222,6 +251,9 @@ class BundleFixture:
                                "tests": ["tests/test_kernel.py::test_matches"]}
                               for t in ("memcheck", "racecheck", "synccheck")],
                 "logs": {"pytest.log": hashlib.sha256(log).hexdigest()},
+                "baseline": {"model": "demo", "root": "baselines/demo",
+                             "case": "baselines.demo.case:baseline_case", "digest": base.sha256,
+                             "files": base.files},
             },
         }
 
@@ -292,7 +324,8 @@ def new_fixture(tmp_path: Path, *, signed: bool = True) -> BundleFixture:
 
 def run_rule(code: str, ctx: Context) -> list[Finding]:
     """Run one evidence rule the way the pipeline does; a crash is a test failure, not a finding."""
-    matches = [r for r in evidence_rules.catalogue.rules if r.code == code]
+    rules = [*evidence_rules.catalogue.rules, *yardstick_rules.catalogue.rules]
+    matches = [r for r in rules if r.code == code]
     assert matches, f"no evidence rule {code}"
     found = matches[0].run(ctx)
     crashed = [f for f in found if "crashed" in f.message]
@@ -302,7 +335,7 @@ def run_rule(code: str, ctx: Context) -> list[Finding]:
 
 def run_all(ctx: Context) -> list[Finding]:
     out: list[Finding] = []
-    for r in evidence_rules.catalogue.rules:
+    for r in [*evidence_rules.catalogue.rules, *yardstick_rules.catalogue.rules]:
         out.extend(run_rule(r.code, ctx))
     return out
 

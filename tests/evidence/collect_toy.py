@@ -39,8 +39,9 @@ guard = "toy.bench:guard"
 
 [evidence]
 kernel_tests = ["tests/test_toy.py"]
+point_tests = ["tests/test_toy.py::test_fused_matches_stock"]
 sanitizer_tests = ["tests/test_toy.py"]
-benchmark = "toy.bench:benchmark_case"
+benchmark = "toy.bench:candidates"
 evals = "toy.evals:run_evals"
 lm_eval_results = ["lm_eval/results.json"]
 """
@@ -51,12 +52,9 @@ from pathlib import Path
 
 import torch
 
-from fasttrack.evidence.selftest import MatmulReluCase
 
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def benchmark_case(point):
+def candidates(baseline, point):
+    """The toy's one candidate, built on the engine baseline's state (baselines/selftest)."""
     log = os.environ.get("TOY_LOG")
     if log:
         with open(log, "a") as fh:
@@ -67,7 +65,13 @@ def benchmark_case(point):
         os._exit(3)  # a kernel that takes the process down
     if point["batch"] == 4 and os.environ.get("TOY_NO_CASE_AT_MAX"):
         return None
-    return MatmulReluCase(device=DEVICE, m=point["batch"], k=point["context"], n=8)
+    s = baseline.state
+
+    def fused(inputs):
+        y = s.reduce(torch.mm(inputs["x"][:, s.lo:s.hi], s.weight))
+        return (y + s.bias).clamp_min_(0)
+
+    return {"fused": fused}
 '''
 
 EVALS = '''\
@@ -127,10 +131,35 @@ def make_toy(root: Path, hw_name: str = "cpu", hw_cc: str = "0.0") -> Path:
     return toy
 
 
+REPO = Path(__file__).resolve().parents[2]
+TOY_BASELINE = """
+[baselines.toy]
+root = "baselines/selftest"
+case = "baselines.selftest.case:baseline_case"
+"""
+
+
+def toy_baseline_spec() -> dict[str, Any]:
+    """The bench worker's `baseline` spec for the toy (what `fasttrack collect` passes it)."""
+    return {"case": "baselines.selftest.case:baseline_case", "search_dir": str(REPO),
+            "caps": {"float32": {"atol": 1e-4, "rtol": 1e-4, "record": 1e-4},
+                     "bfloat16": {"atol": 0.1, "rtol": 0.05, "record": 0.03}}}
+
+
+def toy_policy(tmp: Path, extra: str = "") -> Path:
+    """The vLLM policy plus the engine-side baseline of the toy model (baselines/selftest)."""
+    path = tmp / "policies" / "toy.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = (REPO / "policies" / "vllm.toml").read_text(encoding="utf-8")
+    path.write_text(text + TOY_BASELINE + extra, encoding="utf-8")
+    return path
+
+
 def options(tmp: Path, toy: Path, **kw: Any) -> CollectOptions:
     """CollectOptions for a quick CPU collection of `toy` into tmp (keyword arguments override)."""
     base: dict[str, Any] = {"contribution": toy, "out": tmp / "evidence" / "toy", "work_dir": tmp / "work",
                             "iterations": 4, "warmup": 1, "flush_bytes": 1 << 20, "measure_bandwidth": False,
-                            "command": "fasttrack collect (test)"}
+                            "command": "fasttrack collect (test)", "policy": toy_policy(tmp),
+                            "engine_root": REPO}
     base.update(kw)
     return CollectOptions(**base)

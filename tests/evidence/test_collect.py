@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from collect_toy import make_toy, options
+from collect_toy import make_toy, options, toy_policy
 
 from fasttrack.errors import InputError
 from fasttrack.evidence.bundle import Statement
@@ -127,7 +127,9 @@ def test_an_interrupted_run_resumes_at_the_next_point(tmp_path: Path,
     assert set(calls_before) | set(calls_after) == {f"{b}x{c}" for b in (1, 2, 4) for c in (8, 16)}
     st2 = Statement.model_validate_json(second.statement_path.read_bytes())
     cpu = {(b.point.batch, b.point.context): b for b in st2.predicate.benchmarks if b.point.gpu == "cpu"}
-    assert cpu[(4, 8)].not_run == "the contribution's benchmark has no case for this point"
+    # A candidates entry that returns nothing is the contribution's fault, not the machine's (FT341).
+    assert cpu[(4, 8)].not_run_by == "contribution"
+    assert "candidates entry returned NoneType" in (cpu[(4, 8)].not_run or "")
     assert all(cpu[(b, c)].not_run is None and cpu[(b, c)].variants for b in (1, 2) for c in (8, 16))
     third = collect(options(tmp_path, toy, phases=("bench",)), NullProgress())
     assert [r.status for r in third.reports] == ["resumed"]
@@ -182,7 +184,8 @@ def test_cli_collects_and_signs_with_an_ssh_key(tmp_path: Path) -> None:
     out = tmp_path / "evidence" / "toy"
     proc = subprocess.run(
         [sys.executable, "-m", "fasttrack", "collect", str(toy), "--out", str(out), "--phases", "evals",
-         "--work-dir", str(tmp_path / "work"), "--sign-key", str(key), "--principal", "dev@example.org"],
+         "--work-dir", str(tmp_path / "work"), "--sign-key", str(key), "--principal", "dev@example.org",
+         "--policy", str(toy_policy(tmp_path))],
         capture_output=True, text=True, cwd=tmp_path, check=False)
     assert proc.returncode == 0, proc.stderr
     assert "allowed-signers line" in proc.stderr

@@ -154,8 +154,9 @@ def test_digest_matches_the_documented_formula(tmp_path: Path) -> None:
 
     root = write_tree(tmp_path / "c", {"b.py": b"b", "a/x.py": b"x"})
     want = hashlib.sha256(
-        b"a/x.py\0" + hashlib.sha256(b"x").hexdigest().encode() + b"\n"
-        + b"b.py\0" + hashlib.sha256(b"b").hexdigest().encode() + b"\n"
+        b"fasttrack-content-digest-v2\n"
+        + b"a/x.py\0" + hashlib.sha256(b"file\0x").hexdigest().encode() + b"\n"
+        + b"b.py\0" + hashlib.sha256(b"file\0b").hexdigest().encode() + b"\n"
     ).hexdigest()
     assert contribution_digest(root).sha256 == want
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from collect_toy import make_toy, options
+from collect_toy import make_toy, options, toy_policy
 
 from fasttrack.errors import InputError
 from fasttrack.evidence.collect import (
@@ -163,7 +163,7 @@ def test_cli_collects_a_named_part_and_signs_it(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "fasttrack", "collect", str(toy), "--out", str(out), "--phases", "evals",
          "--tp", "1", "--bundle-name", "part-a", "--work-dir", str(tmp_path / "work"),
-         "--sign-key", str(key), "--principal", "dev@example.org"],
+         "--sign-key", str(key), "--principal", "dev@example.org", "--policy", str(toy_policy(tmp_path))],
         capture_output=True, text=True, cwd=tmp_path, check=False)
     assert proc.returncode == 0, proc.stderr
     line = next(ln for ln in proc.stderr.splitlines() if ln.startswith("dev@example.org "))

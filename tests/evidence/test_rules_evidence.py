@@ -265,15 +265,24 @@ CASES = [
     # FT310 slower
     Case("FT310", edit(lambda fx: variant(fx, 4, "fused").update(samples_us=samples(120.0))),
          "fused is slower than stock at NVIDIA H200 tp=1 batch=4"),
+    # a median below stock is an error even when the noisy interval reaches 1 (the engine-yardstick issue)
     Case("FT310", edit(lambda fx: variant(fx, 4, "fused").update(samples_us=samples(100.5, spread=0.05))),
-         "(not significant)", Severity.WARNING),
+         "the interval reaches 1, but the median is below it"),
     # FT311 implausible
     Case("FT311", edit(lambda fx: variant(fx, 2, "fused").update(bytes_moved=1e12)),
-         "TB/s at NVIDIA H200 tp=1 batch=2 context=128 bfloat16, above the NVIDIA H200 peak of 4.80 TB/s"),
+         "TB/s at NVIDIA H200 tp=1 batch=2 context=128 bfloat16, above the 4.00 TB/s measured on that "
+         "machine"),
     Case("FT311", edit(lambda fx: variant(fx, 2, "stock").update(samples_us=samples(1500.0))),
          "fused is 30x faster than stock"),
-    Case("FT311", policy("evidence", "peak_bandwidth", {}), "no peak bandwidth for NVIDIA H200",
-         Severity.WARNING),
+    Case("FT311", lambda fx: (edit(set_path("predicate.environment.copy_bandwidth_bytes_per_s", None))(fx),
+                              policy("evidence", "peak_bandwidth", {})(fx)),
+         "no peak bandwidth for NVIDIA H200", Severity.WARNING),
+    # with no bandwidth measured in the run, the vendor peak is all there is: a weaker check, said so
+    Case("FT311", edit(set_path("predicate.environment.copy_bandwidth_bytes_per_s", None)),
+         "checked against the vendor peak only", Severity.WARNING),
+    Case("FT311", lambda fx: (edit(set_path("predicate.environment.copy_bandwidth_bytes_per_s", None))(fx),
+                              edit(lambda f: variant(f, 2, "fused").update(bytes_moved=1e12))(fx)),
+         "above the NVIDIA H200 peak of 4.80 TB/s"),
     # FT312 samples
     Case("FT312", edit(lambda fx: variant(fx, 1, "fused").update(samples_us=samples(50.0, n=5))),
          "fused has 5 samples at NVIDIA H200 tp=1 batch=1 context=128 bfloat16; at least 20"),
@@ -422,7 +431,8 @@ def test_salvaged_bundle_still_gets_other_rules(fx: BundleFixture) -> None:
     ctx = fx.context()
     assert ctx.evidence is not None and ctx.evidence.salvaged
     found = run_all(ctx)
-    assert {f.code for f in found} == {"FT301", "FT304"}, [(f.code, f.message) for f in found]
+    # the dropped record was the point's point test, so FT340 says it did not run there
+    assert {f.code for f in found} == {"FT301", "FT304", "FT340"}, [(f.code, f.message) for f in found]
     [cov] = [f for f in found if f.code == "FT304"]
     assert "batch=1 context=1" in cov.message
 
@@ -457,7 +467,7 @@ def test_summary_of_good_bundle(fx: BundleFixture) -> None:
     assert row.speedup["fused"] == pytest.approx(2.0, rel=1e-3)
     assert row.kernels_per_layer == {"compile": 6.0, "fused": 3.0, "stock": 12.0}
     fused_median_s = median(samples(50.0)) * 1e-6
-    assert row.bandwidth_fraction["fused"] == pytest.approx(1e8 / fused_median_s / 4e12, rel=1e-9)
+    assert row.bandwidth_fraction["fused"] == pytest.approx(2e8 / fused_median_s / 4e12, rel=1e-9)
     assert [e.passed for e in s.evals] == [True, True]
     assert [x.tool for x in s.sanitizers] == ["memcheck", "racecheck", "synccheck"]
     assert s.environment["gpu_name"] == GPU and s.environment["clock_sm_mhz"] == 1980

@@ -390,10 +390,10 @@ def tp2_bundle(tmp_path: Path, *, fused_tp2: float = 50.0) -> Any:
         tp2["point"] = point(b, 128, tp=2)
         tp2["world_size"] = 2
         tp2["ranks"] = [{"rank": r, "status": "ok", "kernels_per_step": {"stock": 12, "fused": 3},
-                         "collectives_per_step": {"stock": 2, "fused": 1}, "bytes_moved": {"fused": 5e7}}
+                         "collectives_per_step": {"stock": 2, "fused": 1}, "bytes_moved": {"fused": 1.2e8}}
                         for r in (0, 1)]
         for name, v in tp2["variants"].items():
-            v.update(gpus=2, bytes_moved=5e7, collectives_per_step=2 if name == "stock" else 1,
+            v.update(gpus=2, bytes_moved=1.2e8, collectives_per_step=2 if name == "stock" else 1,
                      samples_us_rank0=samples(100.0 if name == "stock" else fused_tp2, spread=0.01),
                      samples_us_rank1=list(v["samples_us"]))
         pred["benchmarks"].append(tp2)

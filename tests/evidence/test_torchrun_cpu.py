@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from collect_toy import toy_baseline_spec
 from tp_toy import make_tp_toy
 
 from fasttrack.evidence.collect import (
@@ -61,7 +62,7 @@ def test_bench_worker_under_torchrun_writes_rank_files_that_merge(tmp_path: Path
             for i, p in enumerate(points)]
     spec = {"backend": "cpu", "entry": load_manifest(toy).evidence.benchmark,
             "search_dir": str(toy.parent), "iterations": 4, "warmup": 1, "points": jobs,
-            "flush_bytes": 1 << 20, "world_size": 2}
+            "flush_bytes": 1 << 20, "world_size": 2, "baseline": toy_baseline_spec()}
     # fused is wrong on rank 1 only, at batch 2 (rank 0's all-reduced output is right there)
     monkeypatch.setenv("TP_TOY_WRONG_ON_RANK", "1")
     monkeypatch.setenv("TP_TOY_BAD_BATCH", str(BAD_BATCH))

@@ -112,6 +112,38 @@ def _repo(api: str, web: str, owner: str, name: str) -> dict[str, Any]:
     return out
 
 
+def _full_repo(api: str, web: str, owner: str, name: str) -> dict[str, Any]:
+    """`GET /repos/{owner}/{name}`: the short payload plus what github3's Repository requires."""
+    out = _repo(api, web, owner, name)
+    out.update(
+        archived=False,
+        clone_url=f"{web}/{owner}/{name}.git",
+        created_at="2020-01-01T00:00:00Z",
+        default_branch="main",
+        forks_count=0,
+        git_url="",
+        has_downloads=True,
+        has_issues=True,
+        has_pages=False,
+        has_projects=False,
+        has_wiki=False,
+        homepage=None,
+        language="Python",
+        mirror_url=None,
+        network_count=0,
+        open_issues_count=1,
+        pushed_at="2026-01-01T00:00:00Z",
+        size=1,
+        ssh_url="",
+        stargazers_count=0,
+        subscribers_count=0,
+        svn_url="",
+        updated_at="2026-01-01T00:00:00Z",
+        watchers_count=0,
+    )
+    return out
+
+
 @dataclass
 class FakeGitHub:
     api: str
@@ -128,7 +160,34 @@ class FakeGitHub:
     token: str = TOKEN
     me_login: str = "octocat"
     author: str = BOT  # who the token is: new comments are theirs
+    head_label: str = "contributor:kimi-fused-moe"
+    artifacts: dict[int, list[dict[str, Any]]] = field(default_factory=dict)  # run id -> listing entries
+    artifact_zips: dict[int, bytes] = field(default_factory=dict)  # artifact id -> zip bytes
+    download_token: str | None = None  # a second token accepted (e.g. actions: read only)
     _next_id: int = 1000
+
+    def add_artifact(
+        self,
+        run_id: int,
+        data: bytes,
+        *,
+        name: str = "fasttrack-verdict",
+        size: int | None = None,
+        head_sha: str | None = None,
+    ) -> int:
+        aid = self.new_id()
+        self.artifact_zips[aid] = data
+        self.artifacts.setdefault(run_id, []).append(
+            {
+                "id": aid,
+                "name": name,
+                "size_in_bytes": len(data) if size is None else size,
+                "expired": False,
+                "archive_download_url": f"{self.api}/repos/{OWNER}/{NAME}/actions/artifacts/{aid}/zip",
+                "workflow_run": {"id": run_id, "head_sha": head_sha or self.head_sha},
+            }
+        )
+        return aid
 
     def fail_next(
         self,
@@ -319,7 +378,10 @@ class FakeGitHub:
             if request.method == method and pattern.search(request.path):
                 del self.failures[i]
                 return response
-        if request.headers.get("Authorization") != f"token {self.token}":
+        tokens = {f"token {self.token}"} | (
+            {f"token {self.download_token}"} if self.download_token else set()
+        )
+        if request.headers.get("Authorization") not in tokens:
             return _json({"message": "Bad credentials"}, 401)
         path = unquote(request.path)
         prefix = f"/api/v3/repos/{OWNER}/{NAME}"
@@ -345,6 +407,24 @@ class FakeGitHub:
         if not path.startswith(prefix):
             return _json({"message": "Not Found"}, 404)
         rest = path[len(prefix) :]
+        if (am := re.fullmatch(r"/actions/runs/(\d+)/artifacts", rest)) and m == "GET":
+            listed = [
+                a
+                for a in self.artifacts.get(int(am.group(1)), [])
+                if request.args.get("name") in (None, a["name"])
+            ]
+            return _json({"total_count": len(listed), "artifacts": listed})
+        if (zm := re.fullmatch(r"/actions/artifacts/(\d+)/zip", rest)) and m == "GET":
+            blob = self.artifact_zips.get(int(zm.group(1)))
+            if blob is None:
+                return _json({"message": "Not Found"}, 404)
+            return Response(blob, status=200, content_type="application/zip")
+        if rest == "" and m == "GET":
+            return _json(_full_repo(self.api, self.web, OWNER, NAME))
+        if rest == "/pulls" and m == "GET":
+            state_ok = request.args.get("state", "open") in ("open", "all")
+            mine = request.args.get("head") in (None, self.head_label)
+            return self._page(request, [self.pull()] if state_ok and mine else [])
         if rest == f"/pulls/{PR}" and m == "GET":
             return _json(self.pull())
         if rest == f"/pulls/{PR}/files" and m == "GET":

@@ -86,3 +86,43 @@ def test_claims(verdicts: Any) -> None:
         check_claims(verdicts.make([]), pr=7, head_sha=head, meta=PrMeta(pr=8, head_sha=head))
     with pytest.raises(RejectedVerdict, match="metadata claims head"):
         check_claims(verdicts.make([]), pr=7, head_sha=head, meta=PrMeta(pr=7, head_sha="c" * 40))
+
+
+# ---- issue 18: the bounded loader and the zip inspection ----
+
+
+def test_json_depth_counts_brackets_outside_strings_only() -> None:
+    from fasttrack.github.artifact import json_depth
+
+    assert json_depth(b'{"a": [1, {"b": "[[[[{{{{\\"]]]"}]}') == 3
+    assert json_depth(b"[" * 100 + b"]" * 100, limit=10) == 11  # stops as soon as it passes the cap
+
+
+def test_a_zip_whose_header_lies_about_its_size_inflates_no_more_than_declared() -> None:
+    """Attack: the central directory declares 10 bytes for a 5 MiB entry; the read stops at the declared
+    size and the CRC check rejects the entry (nothing past the cap is ever inflated)."""
+    import io
+    import struct
+    import zipfile
+
+    from fasttrack.github.artifact import inspect_zip
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("verdict.json", b"[" + b" " * (5 << 20) + b"]")
+        zf.writestr("pr.json", b"{}")
+    data = bytearray(buf.getvalue())
+    cd = data.rfind(b"PK\x01\x02", 0, data.rfind(b"PK\x01\x02"))  # the first central-directory entry
+    struct.pack_into("<I", data, cd + 24, 10)  # its uncompressed size
+    with pytest.raises(RejectedVerdict, match=r"cannot be read from the zip|inflates"):
+        inspect_zip(bytes(data), "artifact")
+
+
+def test_annotation_paths_are_exactly_the_pr_files() -> None:
+    from fasttrack.github.publish import annotation_path
+
+    files = frozenset({"vllm/a.py", "vllm/b c.py"})
+    assert annotation_path("vllm/a.py", files) == "vllm/a.py"
+    assert annotation_path("vllm/b c.py", files) == "vllm/b c.py"
+    for bad in ("vllm/../vllm/a.py", "/vllm/a.py", "vllm/c.py", "vllm\\a.py", "", None, "./vllm/a.py"):
+        assert annotation_path(bad, files) is None, bad

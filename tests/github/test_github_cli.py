@@ -180,7 +180,7 @@ def test_malformed_artifacts_are_rejected_before_any_request(
         expect = "over the 4096-byte cap"
     elif kind == "deep":
         vf.write_text(_deep(100_000), encoding="utf-8")
-        expect = "Invalid JSON"
+        expect = "nests deeper than 64 levels"
     elif kind == "symlink":
         target = tmp_path / "elsewhere.json"
         target.write_text(json.dumps(good), encoding="utf-8")
@@ -204,8 +204,11 @@ def test_malformed_artifacts_are_rejected_before_any_request(
     )
     assert code == 2, err
     assert expect in err and err.count("\n") == 1 and "Traceback" not in err
-    assert httpserver.log == []  # not even a read
-    assert "verdict rejected, nothing published" in summary.read_text(encoding="utf-8")
+    # No verdict is published: the only write is the failing check on the trusted head saying why.
+    checks = [req.get_json() for req, _ in httpserver.log if req.method != "GET"]
+    assert [c["conclusion"] for c in checks] == ["failure"] and checks[0]["head_sha"] == verdicts.head
+    assert fake_github.comments == [] and fake_github.labels == []
+    assert "verdict rejected, no verdict published" in summary.read_text(encoding="utf-8")
 
 
 def test_verdict_for_another_pr_publishes_nothing(
@@ -223,7 +226,8 @@ def test_verdict_for_another_pr_publishes_nothing(
     monkeypatch.setenv("GITHUB_TOKEN", verdicts.token)
     code, _, err = _run(monkeypatch, capsys, *_publish_args(fake_github, verdicts, artifact))
     assert code == 2 and "the verdict is for PR #123, not PR #7" in err
-    assert writes(httpserver) == []
+    assert writes(httpserver) == [("POST", "/api/v3/repos/acme/engine/check-runs")]  # the failing check only
+    assert fake_github.comments == [] and fake_github.labels == []
 
 
 def test_bad_head_sha_option(
@@ -357,3 +361,25 @@ def test_comment_author_defaults_to_the_token_user_outside_actions(
         outs.append(out)
     assert "created" in outs[0] and "unchanged" in outs[1]
     assert len(fake_github.comments) == 1 and ("GET", "/api/v3/user") in seen(httpserver)
+
+
+def test_a_hostile_artifact_cannot_emit_workflow_commands(
+    fake_github: Any,
+    verdicts: Any,
+    artifact: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    httpserver: Any,
+) -> None:
+    """Attack: stage 1 (the PR's workflow) writes a verdict whose key is `\\n::stop-commands::x`; the error
+    names that key on stderr inside the write-token job, where the runner parses `::` lines."""
+    hostile = json.loads((artifact / "verdict.json").read_text(encoding="utf-8"))
+    hostile["x\n::stop-commands::tok\n::error file=a.py::forged\n##[add-mask]y"] = 1
+    (artifact / "verdict.json").write_text(json.dumps(hostile), encoding="utf-8")
+    monkeypatch.setenv("GITHUB_TOKEN", verdicts.token)
+    code, _, err = _run(monkeypatch, capsys, *_publish_args(fake_github, verdicts, artifact))
+    assert code == 2
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("fasttrack: error: ")
+    assert "::" not in err and "##[" not in err
+    assert "['x\\x0a:\\x3astop-commands" in err  # the key is quoted and shown, not obeyed

@@ -294,7 +294,9 @@ def test_step_summary_and_bodies_stay_within_limits(
     matching_files: Any, verdicts: Any, tmp_path: Path, httpserver: Any
 ) -> None:
     findings = [
-        Finding.error("FT101", "x" * 3000 + f" {i}", path=f"vllm/p{i}.py", line=1) for i in range(2500)
+        Finding.error("FT101", "x" * 3000 + f" {i}", path="vllm/model_executor/models/kimi_k3/fused_moe.py",
+                      line=i + 1)
+        for i in range(2500)
     ]
     summary = tmp_path / "summary.md"
     summary.write_text("earlier step output\n" * 10, encoding="utf-8")
@@ -328,5 +330,5 @@ def test_untrusted_text_is_inert_in_the_comment(matching_files: Any, verdicts: A
     _publish(matching_files, verdicts.make([evil]), verdicts, check_run=False, labels=False)
     body = matching_files.comments[0]["body"]
     assert "@maintainers" not in body and "<img" not in body and "[click](" not in body
-    assert "\\[click\\](https://evil" in body  # brackets escaped: shown as text, not a link
+    assert "\\[click\\](https:\u200b//evil" in body  # brackets escaped, URL not autolinked
     assert "**now**" not in body and "&lt;img" in body

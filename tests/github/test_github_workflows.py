@@ -26,7 +26,8 @@ ACTION = ROOT / "action.yml"
 ALLOW: dict[str, dict[str, str]] = {
     "pull_request": {"contents": "read"},
     "push": {"contents": "read"},
-    "workflow_run": {"actions": "read", "checks": "write", "contents": "read", "pull-requests": "write"},
+    # Stage 2 writes with the fasttrack App's token: its GITHUB_TOKEN only reads (the artifact, the checkout).
+    "workflow_run": {"actions": "read", "contents": "read"},
     "pull_request_target": {"contents": "read", "checks": "write", "pull-requests": "write"},
 }
 DEFAULT_ALLOW = {"contents": "read"}
@@ -273,3 +274,132 @@ def test_action_scripts_pass_shellcheck(tmp_path: Path) -> None:
         assert proc.returncode == 0, proc.stdout
     # inputs reach scripts through env only, never as ${{ }} inside a script (template injection)
     assert not any("${{" in s for s in scripts)
+
+
+# ---- stage 2: the App's check, every conclusion, the pinned install, no PR code ----
+
+PUBLISH = ROOT / ".github/workflows/fasttrack-publish.yml"
+LOCK = ROOT / "requirements/publish.lock"
+DOCS = ROOT / "docs/github.md"
+APP_TOKEN_ACTION = "actions/create-github-app-token@"
+
+
+def stage2_violations(wf: dict[str, Any]) -> list[str]:
+    """What stage 2 must hold to, beyond the generic policy (issue 18)."""
+    out: list[str] = []
+    on = wf.get("on") or {}
+    if (on.get("workflow_run") or {}).get("types") != ["completed"]:
+        out.append("stage 2 must run on workflow_run: completed")
+    for job_name, job in (wf.get("jobs") or {}).items():
+        cond = str(job.get("if", ""))
+        if "conclusion" in cond:
+            out.append(f"job {job_name}: runs only on some conclusions of stage 1 ({cond.strip()})")
+    steps = [s for _, s in _steps(wf)]
+    runs = [str(s.get("run", "")) for s in steps]
+    for script in runs:
+        for cmd in re.findall(r"pip install[^\n]*", script.replace("\\\n", " ")):
+            if not all(flag in cmd for flag in ("--require-hashes", "--no-deps", "-r ")):
+                out.append(f"unpinned install: {' '.join(cmd.split())}")
+            if "_fasttrack" not in cmd and "LOCK" not in cmd:
+                out.append(f"install not from the default branch's lock: {' '.join(cmd.split())}")
+    # No PR code runs: every command a script starts is the runner's python or the venv's (fasttrack from the
+    # default branch's checkout); nothing downloaded is ever executed or even written to disk.
+    trusted_cmds = {"python", '"$RUNNER_TEMP/fasttrack-venv/bin/python"'}
+    for script in runs:
+        for line in script.replace("\\\n", " ").splitlines():
+            words = line.strip().split()
+            if words and not words[0].startswith("#") and words[0] not in trusted_cmds:
+                out.append(f"stage 2 runs {words[0]!r}, not fasttrack from the default branch")
+    if any(str(s.get("uses", "")).startswith("actions/download-artifact@") for s in steps):
+        out.append("actions/download-artifact extracts the artifact before any check")
+    app = [s for s in steps if str(s.get("uses", "")).startswith(APP_TOKEN_ACTION)]
+    if not app:
+        out.append("no GitHub App token: the check run would be the Actions app's, forgeable by the PR")
+    else:
+        w = app[0].get("with") or {}
+        if not str(w.get("app-id", "")).startswith("${{ secrets.") or not str(
+            w.get("private-key", "")
+        ).startswith("${{ secrets."):
+            out.append("the App's id and private key must come from secrets")
+    publish = [s for s in steps if "github publish" in str(s.get("run", ""))]
+    if len(publish) != 1:
+        out.append("exactly one publish step expected")
+    else:
+        env = publish[0].get("env") or {}
+        script = str(publish[0]["run"])
+        app_id = str(app[0].get("id")) if app else "?"
+        if env.get("FASTTRACK_APP_TOKEN") != f"${{{{ steps.{app_id}.outputs.token }}}}":
+            out.append("the publish step does not write with the App's token")
+        if "--token-env FASTTRACK_APP_TOKEN" not in script:
+            out.append("publish does not use the App's token")
+        for flag in ("--artifact-run-id", "--stage1-conclusion", "--head-sha", "--head-label"):
+            if flag not in script:
+                out.append(f"publish is not given {flag}")
+        if env.get("CONCLUSION") != "${{ github.event.workflow_run.conclusion }}":
+            out.append("publish is not told stage 1's conclusion")
+        if "_fasttrack" not in str(env.get("PYTHONPATH", "")):
+            out.append("fasttrack does not run from the default branch's checkout")
+    return out
+
+
+def test_stage2_holds_to_issue_18() -> None:
+    assert stage2_violations(load(PUBLISH)) == []
+
+
+BAD_STAGE2 = """
+on: {workflow_run: {workflows: [fasttrack verify], types: [completed]}}
+permissions: {}
+jobs:
+  publish:
+    if: github.event.workflow_run.conclusion == 'success'
+    runs-on: ubuntu-latest
+    permissions: {actions: read, contents: read}
+    steps:
+      - run: python -m pip install "$SRC"
+      - uses: actions/download-artifact@d3f86a106a0bac45b974a628896c90dbdf5c8093
+      - env: {GITHUB_TOKEN: "${{ github.token }}"}
+        run: fasttrack github publish --verdict v.json --repo o/n --pr 1
+      - run: bash "$RUNNER_TEMP/verdict/post.sh"
+"""
+
+
+def test_stage2_checks_catch_what_they_must() -> None:
+    found = stage2_violations(load(BAD_STAGE2))
+    assert any("runs only on some conclusions" in v for v in found)
+    assert any(v.startswith("unpinned install") for v in found)
+    assert any("download-artifact" in v for v in found)
+    assert any("no GitHub App token" in v for v in found)
+    assert any("--stage1-conclusion" in v for v in found)
+    assert "stage 2 runs 'bash', not fasttrack from the default branch" in found
+    assert "stage 2 runs 'fasttrack', not fasttrack from the default branch" in found
+
+
+def test_the_lock_pins_every_dependency_by_hash() -> None:
+    """requirements/publish.lock: exact versions, sha256 hashes, and it covers pyproject's dependencies."""
+    import tomllib
+
+    text = LOCK.read_text(encoding="utf-8")
+    entries = re.split(r"\n(?=[A-Za-z0-9])", text.split("\n", 2)[2].strip())
+    names = set()
+    for entry in entries:
+        head = entry.split()[0]
+        assert re.fullmatch(r"[a-z0-9][a-z0-9.-]*==[0-9][\w.+-]*", head), head
+        assert re.search(r"--hash=sha256:[0-9a-f]{64}", entry), head
+        names.add(head.split("==")[0])
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["dependencies"]
+    wanted = {re.sub(r"[-_.]+", "-", re.split(r"[<>=!~\[ ;]", d, maxsplit=1)[0]).lower() for d in deps}
+    assert wanted <= names, wanted - names
+
+
+def test_the_docs_say_which_app_the_required_check_must_come_from() -> None:
+    text = DOCS.read_text(encoding="utf-8")
+    for needle in (
+        "expected source",
+        "create-github-app-token",
+        "FASTTRACK_APP_ID",
+        "FASTTRACK_APP_PRIVATE_KEY",
+        "pending",
+        "requirements/publish.lock",
+        "lock_publish.py",
+    ):
+        assert needle in text, needle

@@ -1,0 +1,298 @@
+"""The engine's yardstick at collection time: the policy's baseline, the contribution's candidates, one case.
+
+`fasttrack collect`'s bench worker builds every benchmark point from two sides (docs/baseline-contract.md):
+
+* the **baseline** (`policy.baselines[model].case`, imported from the engine root, never from the
+  contribution): stock, the fp32 oracle, extra engine-side variants (torch.compile of stock), the inputs,
+  the weights and KV cache (`state`), the byte count, the dtype;
+* the **candidates** (`manifest [evidence] benchmark`): `candidates(baseline, point) -> {name: callable}`
+  built on `baseline.state`.
+
+`compose` checks both against the contract and joins them into one case the timing protocol measures, with
+the policy's tolerance cap for the baseline's dtype. `YardstickGuard` snapshots what stock's speed depends on
+(every function and class of the modules the baseline imported, torch's global switches) before any
+contribution code runs; what changed after is a rejection of the point (a contribution that slows stock down
+or changes a switch stock relies on is cheating the yardstick).
+
+This module is part of the harness (its digest is bound into every statement); it imports no torch at import.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import pkgutil
+import sys
+import types
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+STOCK = "stock"
+ORACLE = "oracle"
+RESERVED = frozenset({STOCK, ORACLE})
+NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
+
+# torch's process-wide switches stock's speed or numerics depend on: (label, dotted path from `torch`).
+TORCH_SWITCHES: tuple[str, ...] = (
+    "backends.cuda.matmul.allow_tf32",
+    "backends.cuda.matmul.allow_bf16_reduced_precision_reduction",
+    "backends.cuda.matmul.allow_fp16_reduced_precision_reduction",
+    "backends.cudnn.allow_tf32",
+    "backends.cudnn.benchmark",
+    "backends.cudnn.deterministic",
+    "backends.cudnn.enabled",
+)
+TORCH_CALLS: tuple[str, ...] = (
+    "get_float32_matmul_precision",
+    "are_deterministic_algorithms_enabled",
+    "get_default_dtype",
+    "backends.cuda.flash_sdp_enabled",
+    "backends.cuda.mem_efficient_sdp_enabled",
+    "backends.cuda.math_sdp_enabled",
+    "backends.cuda.preferred_blas_library",
+)
+# torch namespaces whose callables a baseline calls at every step (a replaced one slows stock down).
+TORCH_NAMESPACES: tuple[str, ...] = ("torch", "torch.nn.functional", "torch.distributed")
+
+
+class ContractError(Exception):
+    """The baseline or the candidates do not follow docs/baseline-contract.md (the point is rejected)."""
+
+
+class MachineCannotRun(Exception):
+    """The baseline has no case for this point on this machine (not a fault of the contribution)."""
+
+
+def resolve(entry: str, search_dir: Path) -> Callable[..., Any]:
+    """Import `module:callable` with `search_dir` first on sys.path."""
+    if ":" not in entry:
+        raise ContractError(f"entry point {entry!r} must look like module:callable")
+    module_name, _, attr = entry.partition(":")
+    if str(search_dir) not in sys.path:
+        sys.path.insert(0, str(search_dir))
+    target: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        target = getattr(target, part)
+    if not callable(target):
+        raise ContractError(f"{entry} is not callable")
+    return target  # type: ignore[no-any-return]
+
+
+def import_package_tree(module_name: str) -> list[str]:
+    """Import `module_name`'s package and every submodule under it (so a lazy submodule cannot be patched
+    before the snapshot exists). Returns the names imported; a submodule that fails to import is skipped
+    (e.g. a GPU-only module on a CPU machine) — it is then imported, if at all, after the snapshot and is
+    not watched, which the guard's `unwatched` reports."""
+    top = module_name.split(".")[0]
+    root = importlib.import_module(top)
+    names = [top]
+    for info in pkgutil.walk_packages(getattr(root, "__path__", []), prefix=top + "."):
+        try:
+            importlib.import_module(info.name)
+        except Exception:  # a submodule that cannot import here is not watched (reported)
+            continue
+        names.append(info.name)
+    return names
+
+
+def _lookup(root: Any, dotted: str) -> Any:
+    obj = root
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _callables(namespace: Mapping[str, Any]) -> dict[str, int]:
+    """Identity of the functions and classes in a namespace (other values may change legitimately)."""
+    return {k: id(v) for k, v in list(namespace.items())
+            if isinstance(v, type | types.FunctionType | types.BuiltinFunctionType | types.MethodType
+                          | types.BuiltinMethodType)}
+
+
+@dataclass
+class YardstickGuard:
+    """Identity of every function and class in the watched modules, and torch's switches, at snapshot."""
+
+    prefixes: tuple[str, ...]
+    functions: dict[str, dict[str, int]] = field(default_factory=dict)
+    switches: dict[str, Any] = field(default_factory=dict)
+    watched: set[str] = field(default_factory=set)
+
+    def snapshot(self) -> YardstickGuard:
+        self.functions = self._namespaces()
+        self.watched = {name.split("::", 1)[0] for name in self.functions}
+        self.switches = self._read_switches()
+        return self
+
+    def _namespaces(self) -> dict[str, dict[str, int]]:
+        """module name -> its functions and classes; `module::Class` -> the class's own functions (a method
+        replaced on a class leaves the class object itself unchanged)."""
+        out: dict[str, dict[str, int]] = {}
+        for name, mod in list(sys.modules.items()):
+            if mod is None or not self._watched(name):
+                continue
+            ns = vars(mod)
+            out[name] = _callables(ns)
+            if name in TORCH_NAMESPACES:
+                continue  # torch's own classes are too many to watch; torch.Tensor is (see switches)
+            for attr, value in list(ns.items()):
+                if isinstance(value, type) and getattr(value, "__module__", None) == name:
+                    out[f"{name}::{attr}"] = _callables(vars(value))
+        return out
+
+    def _watched(self, name: str) -> bool:
+        return any(name == p or name.startswith(p + ".") for p in self.prefixes) or name in TORCH_NAMESPACES
+
+    @staticmethod
+    def _read_switches() -> dict[str, Any]:
+        torch = sys.modules.get("torch")
+        out: dict[str, Any] = {}
+        if torch is None:
+            return out
+        for path in TORCH_SWITCHES:
+            try:
+                out[path] = repr(_lookup(torch, path))
+            except Exception:
+                continue
+        for path in TORCH_CALLS:
+            try:
+                out[path + "()"] = repr(_lookup(torch, path)())
+            except Exception:
+                continue
+        tensor = getattr(torch, "Tensor", None)
+        if tensor is not None:
+            out["Tensor.__dict__"] = tuple(sorted(_callables(vars(tensor)).items()))
+        return out
+
+    def changed(self) -> list[str]:
+        """What differs from the snapshot: replaced or removed functions and classes, changed switches."""
+        out: list[str] = []
+        current = self._namespaces()
+        for name, before in self.functions.items():
+            now = current.get(name)
+            if now is None:
+                out.append(f"{name.replace('::', '.')} is no longer importable as it was (removed from "
+                           "sys.modules or replaced)")
+                continue
+            for attr, ident in before.items():
+                if now.get(attr) != ident:
+                    what = "removed" if attr not in now else "replaced"
+                    out.append(f"{name.replace('::', '.')}.{attr} was {what}")
+        now_switches = self._read_switches()
+        for key, value in self.switches.items():
+            if key == "Tensor.__dict__":
+                if now_switches.get(key) != value:
+                    out.append("a method of torch.Tensor was replaced or removed")
+            elif now_switches.get(key) != value:
+                out.append(f"torch.{key} changed from {value} to {now_switches.get(key)}")
+        return out
+
+    def unwatched(self) -> list[str]:
+        """Modules under the watched prefixes imported after the snapshot (not guarded)."""
+        return sorted(name for name in list(sys.modules)
+                      if name not in self.watched and any(name == p or name.startswith(p + ".")
+                                                          for p in self.prefixes))
+
+
+@dataclass
+class Cap:
+    atol: float
+    rtol: float
+    record: float
+
+
+@dataclass
+class ComposedCase:
+    """One benchmark point as the timing protocol measures it: the engine's variants and the candidates,
+    the engine's inputs, tolerance and byte count."""
+
+    baseline: Any
+    variants: dict[str, Callable[[Any], Any]]
+    origins: dict[str, str]  # variant -> "engine" | "contribution"
+    tolerance: tuple[float, float]
+    layers: int
+    dtype: str
+
+    @property
+    def static_inputs(self) -> Any:
+        return self.baseline.static_inputs
+
+    def make_inputs(self, seed: int) -> Any:
+        return self.baseline.make_inputs(seed)
+
+    def load_inputs(self, fresh: Any) -> None:
+        self.baseline.load_inputs(fresh)
+
+    def bytes_moved(self, variant: str) -> float:
+        """The engine's figure for the layer, the same for every variant (a candidate cannot shrink it)."""
+        return float(self.baseline.bytes_moved())
+
+    def oracle(self, inputs: Any) -> Any:
+        return self.baseline.oracle(inputs)
+
+
+def _check_name(name: Any, reserved: Iterable[str]) -> str:
+    if not isinstance(name, str) or not name or len(name) > 64 or not set(name) <= NAME_CHARS:
+        raise ContractError(f"candidate name {name!r} must be 1-64 characters of a-z, 0-9, '_' and '-'")
+    if name in reserved:
+        raise ContractError(f"candidate name {name!r} is reserved for the engine's side")
+    return name
+
+
+def check_baseline(baseline: Any, where: str) -> None:
+    """Raise ContractError naming what `baseline` lacks (the engine side's own bug, reported as such)."""
+    for attr in ("stock", "oracle", "make_inputs", "load_inputs", "bytes_moved"):
+        if not callable(getattr(baseline, attr, None)):
+            raise ContractError(f"the baseline {where} has no callable `{attr}`")
+    for attr in ("static_inputs", "state", "dtype"):
+        if not hasattr(baseline, attr):
+            raise ContractError(f"the baseline {where} has no `{attr}`")
+    layers = getattr(baseline, "layers", 1)
+    if not isinstance(layers, int) or isinstance(layers, bool) or layers < 1:
+        raise ContractError(f"the baseline {where} has layers={layers!r}; it must be a positive integer")
+    extra = getattr(baseline, "extra_baselines", {}) or {}
+    if not isinstance(extra, Mapping) or not all(isinstance(k, str) and callable(v)
+                                                 for k, v in extra.items()):
+        raise ContractError(f"the baseline {where}: extra_baselines must map names to callables")
+
+
+def compose(baseline: Any, candidates: Any, caps: Mapping[str, Cap], where: str) -> ComposedCase:
+    """The case the protocol measures, or ContractError saying which side broke the contract."""
+    check_baseline(baseline, where)
+    extra: Mapping[str, Callable[[Any], Any]] = dict(getattr(baseline, "extra_baselines", {}) or {})
+    dtype = str(baseline.dtype)
+    cap = caps.get(dtype)
+    if cap is None:
+        raise ContractError(f"the policy has no tolerance cap for dtype {dtype!r} "
+                            "([evidence.tolerance_caps]): nothing may be checked without one")
+    if not (math.isfinite(cap.atol) and math.isfinite(cap.rtol)):
+        raise ContractError(f"the policy's tolerance cap for {dtype!r} is not finite")
+    if not isinstance(candidates, Mapping) or not candidates:
+        got = type(candidates).__name__
+        raise ContractError(f"the contribution's candidates entry returned {got}, not a non-empty mapping "
+                            "of name -> callable")
+    reserved = RESERVED | set(extra)
+    variants: dict[str, Callable[[Any], Any]] = {STOCK: baseline.stock}
+    origins = {STOCK: "engine"}
+    for name, fn in extra.items():
+        _check_name(name, RESERVED)
+        variants[name] = fn
+        origins[name] = "engine"
+    for name, fn in candidates.items():
+        _check_name(name, reserved)
+        if not callable(fn):
+            raise ContractError(f"candidate {name!r} is not callable")
+        variants[name] = fn
+        origins[name] = "contribution"
+    return ComposedCase(baseline=baseline, variants=variants, origins=origins,
+                        tolerance=(float(cap.atol), float(cap.rtol)),
+                        layers=int(getattr(baseline, "layers", 1)), dtype=dtype)
+
+
+def engine_prefixes(case_entry: str) -> tuple[str, ...]:
+    """The module prefixes the guard watches for a baseline entry (`baselines.vllm.kimi_k3.case:f` ->
+    `baselines`), plus the third-party kernel libraries engines use."""
+    top = case_entry.split(":", 1)[0].split(".")[0]
+    return (top, "flashinfer")

@@ -1,0 +1,174 @@
+"""FT135-FT137: the text analysed is the code that runs.
+
+Every other FT1xx rule reads a changed file's text; these make sure that text is what the interpreter will
+compile and that nothing else the import system can load sits in the model's directories:
+
+- FT135 a changed Python file whose bytes Python would decode differently from the UTF-8 a reviewer sees
+  (a PEP 263 cookie other than UTF-8, ASCII or Latin-1 over pure ASCII; an unknown codec; a BOM that
+  conflicts with the cookie; bytes that are not UTF-8; a NUL byte);
+- FT136 a changed file in the model's roots that the import system could load and that is not `.py`
+  source: byte code (`.pyc`, `.pyo`, anything under `__pycache__/`), extension modules (`.so`, `.pyd`, every
+  suffix of `importlib.machinery.EXTENSION_SUFFIXES`), `.pth` and `.egg-link` path files, importable
+  archives (`.zip`, `.egg`, `.whl`), `.pyw`, or a `.py` suffix in another case;
+- FT137 a module symlink in the model's roots (a `.py` link, or a link to a directory, i.e. a package)
+  whose real target on disk (every link in the chain followed) is not a `.py` file, or not inside the
+  model's roots, or does not exist. Links already in the tree count too: a PR that edits the `.txt` a `.py`
+  link points to changes code without changing a `.py` file.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import os
+import posixpath
+from collections.abc import Iterator
+from pathlib import Path
+
+from fasttrack.confinement.source_text import SourceProblem, read_python_source, real_relpath
+from fasttrack.confinement.zones import in_model_root
+from fasttrack.context import Context
+from fasttrack.findings import Finding
+from fasttrack.policy import MODEL_PLACEHOLDER
+from fasttrack.rules.base import Catalogue
+from fasttrack.verdict import ChangeStatus
+
+catalogue = Catalogue("source")
+
+PY_SUFFIXES = (".py",)
+_LOADABLE = frozenset({".pyc", ".pyo", ".pyd", ".so", ".pth", ".egg-link", ".pyw", ".zip", ".egg", ".whl",
+                       *(s.lower() for s in importlib.machinery.EXTENSION_SUFFIXES),
+                       *(s.lower() for s in importlib.machinery.BYTECODE_SUFFIXES)})
+_GLOB = frozenset("*?[]!{}")
+
+
+def _head_paths(ctx: Context) -> Iterator[str]:
+    for c in ctx.changes:
+        if c.status is not ChangeStatus.DELETED and not c.is_submodule:
+            yield c.path
+
+
+@catalogue.rule("FT135", "A changed Python file is not plain UTF-8 source: Python would run other text.")
+def source_encoding(ctx: Context) -> Iterator[Finding]:
+    """The interpreter honours a PEP 263 coding cookie (`# coding: utf-7`), a UTF-8 byte-order mark and
+    nothing else; `ast.parse` of decoded text, a diff viewer and a reviewer read UTF-8. A changed `.py` file
+    (symlinks followed on disk) must be UTF-8, with no cookie or one naming UTF-8; an ASCII or Latin-1
+    cookie is accepted only over pure ASCII bytes (the two readings are then the same text). Any other codec,
+    an unknown one, a BOM contradicting the cookie, bytes that do not decode and NUL bytes are errors."""
+    for path in _head_paths(ctx):
+        if not path.endswith(PY_SUFFIXES):
+            continue
+        change = next(c for c in ctx.changes if c.path == path)
+        if change.binary and not change.is_symlink:
+            continue  # FT106 reports binary files; FT128 reports that they cannot be analysed
+        got = read_python_source(ctx.head_dir, path)
+        if isinstance(got, SourceProblem) and got.kind != "unreadable":
+            yield Finding.error("FT135", f"{path} {got.reason}", path=path, line=got.line,
+                                fix="save the file as UTF-8 without a coding declaration (or with "
+                                    "`# coding: utf-8`)")
+
+
+def _suffix_problem(path: str) -> str | None:
+    parts = path.split("/")
+    if "__pycache__" in parts[:-1]:
+        return "is in a __pycache__ directory (byte code the import system prefers over the source)"
+    name = parts[-1].lower()
+    for suffix in sorted(_LOADABLE, key=len, reverse=True):
+        if name.endswith(suffix):
+            return f"is a {suffix} file, which the import system (or site) can load instead of source"
+    if name.endswith(".py") and not parts[-1].endswith(".py"):
+        return "has a .py suffix in another case (a case-insensitive file system imports it)"
+    return None
+
+
+def _in_roots(ctx: Context, path: str) -> bool:
+    return ctx.model is not None and in_model_root(ctx.policy, ctx.engine_path(path), ctx.model)
+
+
+@catalogue.rule("FT136", "A file in the model's roots is loadable code that is not Python source.")
+def loadable_non_source(ctx: Context) -> Iterator[Finding]:
+    """Byte code, extension modules, `.pth` and `.egg-link` files, importable archives, `__pycache__/`
+    entries and `.py` suffixes in another case can be loaded by the import system (or `site`) from the
+    model's directories, and none of them is the reviewed UTF-8 `.py` text the analysis reads. A hash-based
+    `.pyc` with `unchecked-hash` even replaces its `.py` whatever the source says."""
+    for path in _head_paths(ctx):
+        if not _in_roots(ctx, path):
+            continue
+        why = _suffix_problem(path)
+        if why is not None:
+            yield Finding.error("FT136", f"{path} {why}", path=path,
+                                fix="ship Python source only; drop compiled, path and archive files")
+
+
+def _walk_roots(ctx: Context) -> list[str]:
+    """Directories (head-relative) of the model's local roots that exist on disk."""
+    if ctx.model is None:
+        return []
+    if ctx.mode == "contribution":
+        return [ctx.contribution_dir] if ctx.contribution_dir else []
+    out = []
+    for root in ctx.policy.models.local_roots:
+        d = root.replace(MODEL_PLACEHOLDER, ctx.model).lstrip("/")
+        d = d[:-3] if d.endswith("/**") else d
+        if not (_GLOB & set(d)) and (ctx.head_dir / d).is_dir():
+            out.append(d)
+    return out
+
+
+def _module_links(ctx: Context) -> list[str]:
+    """Every symlink (head-relative) in the model's root directories, and every changed symlink."""
+    links = {c.path for c in ctx.changes if c.is_symlink and c.status is not ChangeStatus.DELETED}
+    for d in _walk_roots(ctx):
+        for dirpath, dirnames, filenames in os.walk(ctx.head_dir / d):
+            rel_dir = Path(dirpath).relative_to(ctx.head_dir).as_posix()
+            for name in (*dirnames, *filenames):
+                if os.path.islink(os.path.join(dirpath, name)):
+                    links.add(f"{rel_dir}/{name}")
+    return sorted(links)
+
+
+def _link_problem(ctx: Context, link: str) -> str | None:
+    assert ctx.model is not None
+    name = posixpath.basename(link)
+    real = real_relpath(ctx.head_dir, link)
+    is_module = name.endswith(".py")
+    if real is None:
+        target = (ctx.head_dir / link)
+        return ("is a symlink that does not resolve inside the tree (dangling, looping or leaving it)"
+                if is_module or not target.exists() else None)
+    real_path = ctx.head_dir / real
+    if real_path.is_dir():
+        if in_model_root(ctx.policy, ctx.engine_path(real) + "/x", ctx.model) or \
+                (ctx.mode == "contribution" and _under(real, ctx.contribution_dir)):
+            return None
+        return f"is a package symlinked out of the model's roots, to {real}"
+    if not is_module:
+        return None
+    if not real.endswith(".py"):
+        return f"is a module symlink whose real target {real} is not a .py file"
+    inside = in_model_root(ctx.policy, ctx.engine_path(real), ctx.model) or \
+        (ctx.mode == "contribution" and _under(real, ctx.contribution_dir))
+    if not inside:
+        return f"is a module symlinked out of the model's roots, to {real}"
+    return None
+
+
+def _under(path: str, directory: str | None) -> bool:
+    return directory is not None and path.startswith(directory.rstrip("/") + "/")
+
+
+@catalogue.rule("FT137", "A module symlink in the model's roots does not resolve to model-local .py source.")
+def module_symlink(ctx: Context) -> Iterator[Finding]:
+    """A `.py` symlink is imported as the text it points to; a directory symlink is imported as the package
+    it points to. Resolved on disk (every link of a chain followed, not normalised as a string), the target
+    must be a `.py` file (or a directory) inside the model's roots. A link to a `.txt`, a module or package
+    symlinked out of the model, and a dangling link are errors; links already in the tree count, since a PR
+    can change what they run by editing their target."""
+    if ctx.model is None:
+        return
+    for link in _module_links(ctx):
+        if not (_in_roots(ctx, link) or (ctx.mode == "contribution" and _under(link, ctx.contribution_dir))):
+            continue
+        why = _link_problem(ctx, link)
+        if why is not None:
+            yield Finding.error("FT137", f"{link} {why}", path=link,
+                                fix="replace the symlink with the .py file itself, inside the model's roots")

@@ -136,3 +136,43 @@ def test_fused_matches_stock(envelope_point, fasttrack_record):
     st = _statement(toy, tmp_path, phases=("tests",), points_limit=1)
     outcomes = {t.outcome for t in st.predicate.kernel_tests if t.point is not None}
     assert outcomes == {"failed"}, [json.loads(t.model_dump_json()) for t in st.predicate.kernel_tests]
+
+
+@pytest.mark.slow
+def test_audit_reruns_points_and_catches_a_doctored_statement(tmp_path: Path) -> None:
+    """`fasttrack audit` re-runs the bundle's points with the same harness and baseline: an honest statement
+    reproduces (within the test policy's wide CPU tolerances); one whose fused samples were divided by 10 and
+    re-signed does not, and FT346 reports the signed disagreement."""
+    from bundle_factory import session_key
+
+    from fasttrack.evidence.audit import run_audit, write_record
+    from fasttrack.evidence.signing import sign_file
+
+    toy = make_toy(tmp_path)
+    opts = options(tmp_path, toy, phases=("bench",), points_limit=1, iterations=6)
+    res = collect(opts, NullProgress())
+    policy = opts.policy
+    assert policy is not None  # CPU timings are noisy: wide tolerances, the doctored 10x still stands out
+    text = policy.read_text(encoding="utf-8").replace("median_tolerance = 0.10", "median_tolerance = 0.95")
+    policy.write_text(text.replace("ratio_tolerance = 0.08", "ratio_tolerance = 0.9"), encoding="utf-8")
+    [key] = [b.point.key() for b in Statement.model_validate_json(res.statement_path.read_bytes())
+             .predicate.benchmarks if b.not_run is None]
+    honest = run_audit(res.statement_path, toy, points=[key], sample=0, seed=0, policy=policy,
+                       engine_root=None, iterations=6, command="test", flush_bytes=1 << 20,
+                       measure_bandwidth=False)
+    assert honest.agreed, [p.reasons for p in honest.points]
+    assert honest.points[0].oracle_ok == {"stock": True, "fused": True}
+
+    data = json.loads(res.statement_path.read_text(encoding="utf-8"))
+    for b in data["predicate"]["benchmarks"]:
+        if b.get("variants", {}).get("fused"):
+            b["variants"]["fused"]["samples_us"] = [s / 10 for s in b["variants"]["fused"]["samples_us"]]
+    res.statement_path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    doctored = run_audit(res.statement_path, toy, points=[key], sample=0, seed=0, policy=policy,
+                         engine_root=None, iterations=6, command="test", flush_bytes=1 << 20,
+                         measure_bandwidth=False)
+    assert not doctored.agreed
+    assert any("stock/fused" in r for r in doctored.points[0].reasons)
+    path = write_record(res.statement_path.parent, doctored, "audit-doctored")
+    sign_file(path, session_key())
+    assert path.with_name(path.name + ".sig").is_file()

@@ -27,6 +27,9 @@ class Context:
     models_touched: tuple[str, ...] = ()
     repo: Path | None = None
     base: str | None = None
+    # Range mode: the commit the diff was taken from, the merge base of base and head (differs from `base`
+    # when the base is not an ancestor of the head).
+    merge_base: str | None = None
     head: str | None = None
     manifest: Manifest | None = None
     manifest_path: str | None = None  # head-relative path of fasttrack.toml
@@ -56,10 +59,10 @@ class Context:
 
     def read_head_text(self, path: str) -> str | None:
         """Text of a head-side file, or None if it is absent, a symlink, binary or too large."""
-        p = self.head_dir / path
+        from fasttrack.safe_read import NotRegular, read_regular
+
         try:
-            if p.is_symlink() or not p.is_file() or p.stat().st_size > 4 * 1024 * 1024:
-                return None
-            return p.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
+            data = read_regular(self.head_dir / path, 4 * 1024 * 1024)
+            return None if data is None else data.decode("utf-8")
+        except (OSError, NotRegular, UnicodeDecodeError):
             return None

@@ -132,6 +132,27 @@ def resolve_revision(repo: Path, rev: str, option: str) -> Revision:
     return Revision(name=rev, oid=_decode(oid.stdout).strip(), tree=_decode(tree.stdout).strip())
 
 
+def resolve_commit(repo: Path, rev: str, option: str) -> Revision:
+    """`resolve_revision` for a revision that must name a commit (`rev^{commit}`: a tag is peeled to its
+    commit; a tree or a blob is refused). `WORKTREE` is allowed: the working tree."""
+    resolved = resolve_revision(repo, rev, option)
+    if rev == WORKTREE:
+        return resolved
+    proc = run_git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False)
+    if proc.returncode != 0:
+        kind = _decode(run_git(repo, "cat-file", "-t", resolved.oid, check=False).stdout).strip() or "object"
+        raise InputError(f"{rev!r} names a {kind}, not a commit", field=option,
+                         fix="pass a commit (a sha, branch or tag of the PR)")
+    return Revision(name=rev, oid=_decode(proc.stdout).strip(), tree=resolved.tree)
+
+
+def merge_base(repo: Path, base: str, head: str) -> str | None:
+    """The best common ancestor of two commits (None when their histories are unrelated)."""
+    proc = run_git(repo, "merge-base", "--end-of-options", base, head, check=False)
+    out = _decode(proc.stdout).strip()
+    return out.splitlines()[0] if proc.returncode == 0 and out else None
+
+
 def worktree_tree(repo: Path) -> str:
     """Write the working tree (tracked and untracked files that are not ignored) to a tree object.
 

@@ -135,14 +135,18 @@ def resolve_revision(repo: Path, rev: str, option: str) -> Revision:
 def resolve_commit(repo: Path, rev: str, option: str) -> Revision:
     """`resolve_revision` for a revision that must name a commit (`rev^{commit}`: a tag is peeled to its
     commit; a tree or a blob is refused). `WORKTREE` is allowed: the working tree."""
-    resolved = resolve_revision(repo, rev, option)
-    if rev == WORKTREE:
-        return resolved
+    if rev == WORKTREE or not rev or rev.startswith("-") or any(c in rev for c in "\0\n"):
+        return resolve_revision(repo, rev, option)
     proc = run_git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False)
     if proc.returncode != 0:
-        kind = _decode(run_git(repo, "cat-file", "-t", resolved.oid, check=False).stdout).strip() or "object"
+        obj = run_git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{object}}", check=False)
+        if obj.returncode != 0:
+            return resolve_revision(repo, rev, option)  # raises: it does not exist
+        oid = _decode(obj.stdout).strip()
+        kind = _decode(run_git(repo, "cat-file", "-t", oid, check=False).stdout).strip() or "object"
         raise InputError(f"{rev!r} names a {kind}, not a commit", field=option,
                          fix="pass a commit (a sha, branch or tag of the PR)")
+    resolved = resolve_revision(repo, rev, option)
     return Revision(name=rev, oid=_decode(proc.stdout).strip(), tree=resolved.tree)
 
 

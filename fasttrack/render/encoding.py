@@ -15,9 +15,12 @@ So a JSON verdict is always writable; a consumer recognises a carried name by it
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fasttrack.sanitize import visible
+
+if TYPE_CHECKING:
+    from fasttrack.verdict import Verdict
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -43,3 +46,15 @@ def json_safe(data: Any) -> Any:
     if isinstance(data, dict):
         return {json_safe(k): json_safe(v) for k, v in data.items()}
     return data
+
+
+def safe_verdict(verdict: Verdict) -> Verdict:
+    """The verdict itself when every string in it encodes as UTF-8; else a copy with each string that holds
+    a lone surrogate replaced by its `visible` form, which every renderer can write."""
+    from pydantic_core import PydanticSerializationError
+
+    try:
+        verdict.model_dump_json()
+        return verdict
+    except PydanticSerializationError:
+        return type(verdict).model_validate(json_safe(verdict.model_dump(mode="json")))

@@ -87,7 +87,8 @@ def _section(console: Console, title: str) -> None:
 def _files(console: Console, v: Verdict, verbose: bool) -> None:
     console.print(f"[bold]Changed files[/] ({len(v.changed_files)})")
     shown = v.changed_files if verbose else [cf for cf in v.changed_files if cf.zone_kind != "model-local"
-                                             or cf.binary or cf.submodule or cf.symlink_target is not None]
+                                             or cf.binary or cf.submodule or cf.symlink_target is not None
+                                             or visible(cf.path) != cf.path]  # an odd name is shown
     local = [cf for cf in v.changed_files if cf not in shown]
     if local:
         zones = Counter(cf.zone or "?" for cf in local)

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 from fasttrack.changes.model import Change
 from fasttrack.evidence.loaded import LoadedEvidence
 from fasttrack.manifest import Manifest
 from fasttrack.policy import Policy, Zone
 from fasttrack.verdict import BlastRadius
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,17 @@ class Context:
     known_models: tuple[str, ...] = ()
     # Base-side text of the files a rule compares against the head (hook files).
     base_texts: dict[str, str] = field(default_factory=dict)
+
+    # Values computed once per verify run and read by several rules (the contribution's content digest):
+    # `memo(key, compute)`. Not part of the Context's identity.
+    _memo: dict[str, Any] = field(default_factory=dict, init=False, compare=False, repr=False)
+
+    def memo(self, key: str, compute: Callable[[], T]) -> T:
+        """`compute()` the first time `key` is asked for in this Context, the same value after."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        value: T = self._memo[key]
+        return value
 
     def engine_path(self, path: str) -> str:
         """Where a changed path sits in the engine tree (the path itself outside contribution mode)."""

@@ -30,6 +30,7 @@ import stat
 import subprocess
 import tempfile
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -655,10 +656,16 @@ def checkout_holds_tree(repo: Path, tree: str) -> bool:
             return False
         _, fmt = _object_store(repo)
         base = os.fsencode(repo)
-        for mode, kind, oid, path in entries:
-            if kind != "blob" or mode == SYMLINK_MODE:
+        for mode, kind, _, path in entries:
+            if kind != "blob" or mode == SYMLINK_MODE or not _safe_relpath(path):
                 return False  # submodules and symlinks: the copy drops or empties them, the checkout may not
-            if not _safe_relpath(path) or _blob_id(base + b"/" + os.fsencode(path), fmt) != oid:
+
+        def same(entry: tuple[str, str, str, str]) -> bool:
+            return _blob_id(base + b"/" + os.fsencode(entry[3]), fmt) == entry[2]
+
+        # hashlib and os.read release the GIL: a few threads hash the tree in about 1/cores of the time.
+        with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1))) as pool:
+            if not all(pool.map(same, entries, chunksize=64)):
                 return False
         others = run_git(repo, "ls-files", "-o", "-z", "--directory", "--no-empty-directory").stdout
         return all(_only_bytecode(repo, _decode(o)) for o in others.split(b"\0") if o)

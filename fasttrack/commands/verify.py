@@ -25,6 +25,7 @@ import shutil
 import stat
 import tempfile
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -39,6 +40,7 @@ from fasttrack.changes.git import (
     WORKTREE,
     Revision,
     check_repo,
+    checkout_holds_tree,
     diff_trees,
     list_tree,
     list_tree_files,
@@ -211,6 +213,30 @@ def _load_head_manifest(head_dir: Path, rel: str, head: Revision) -> Manifest:
         raise InputError(exc.message, path=f"{head.name}:{rel}", field=exc.field, fix=exc.fix) from None
 
 
+def _head_dir_async(top: Path, head: Revision) -> Callable[[], Path]:
+    """Where the head tree's files are, decided in a thread: the checkout itself when it holds the head tree
+    byte for byte (`checkout_holds_tree` hashes every file, which runs while the caller diffs), else the
+    tree's copy in the cache. Call the result to wait for it."""
+    if head.name == WORKTREE:
+        if any(e[0] == SYMLINK_MODE for e in list_tree(top, head.tree)):
+            # The checkout may hold links that leave it (to a device, a FIFO): analyse a copy of its tree,
+            # from which every such link is dropped (FT105 reports them), never the links themselves.
+            copy = materialize_revision(top, Revision(name=head.tree, oid=head.tree, tree=head.tree))
+            return lambda: copy
+        return lambda: top
+    cached = cache_root() / "trees" / head.tree
+    if cached.is_dir():
+        return lambda: cached
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fasttrack-hash")
+    holds = pool.submit(checkout_holds_tree, top, head.tree)
+    pool.shutdown(wait=False)
+
+    def wait() -> Path:
+        return top if holds.result() else materialize_revision(top, head)
+
+    return wait
+
+
 def _build_range_context(opts: VerifyOptions, cwd: Path) -> Context:
     if opts.base is None:
         raise InputError("--head needs --base", field="--base", fix="pass --base REV (the PR's merge base)")
@@ -230,13 +256,8 @@ def _build_range_context(opts: VerifyOptions, cwd: Path) -> Context:
                          fix="pass the branch the PR targets (fetch its history: in CI, fetch-depth 0)")
     diff_from = base.tree if mb == base.oid else resolve_commit(top, mb, "--base").tree
 
+    head_dir_of = _head_dir_async(top, head)  # the checkout is hashed while the diff is taken
     changes = diff_trees(top, diff_from, head.tree)
-    if head.name == WORKTREE and any(e[0] == SYMLINK_MODE for e in list_tree(top, head.tree)):
-        # The checkout may hold links that leave it (to a device, a FIFO): analyse a copy of its tree, from
-        # which every such link is dropped (FT105 reports them), never the links themselves.
-        head_dir = materialize_revision(top, Revision(name=head.tree, oid=head.tree, tree=head.tree))
-    else:
-        head_dir = materialize_revision(top, head, reuse_checkout=True)  # the checkout itself when it is it
     tree_files = list_tree_files(top, head.tree)
     changed = sorted({p for c in changes for p, _ in changed_sides(c)})  # a copy's source is unchanged
     known = _known_models(policy, tree_files, changed)
@@ -244,6 +265,7 @@ def _build_range_context(opts: VerifyOptions, cwd: Path) -> Context:
     model = model_arg or infer_model(touched)
 
     candidates = _find_manifest(policy, model, tree_files, changed)
+    head_dir = head_dir_of()
     manifest = manifest_path = contribution_dir = None
     if len(candidates) == 1:
         manifest_path = candidates[0]
@@ -708,7 +730,7 @@ def verify_command(
                          contribution=directory or contribution, evidence=evidence, format=fmt, output=output,
                          pr=pr, engine_tree=engine_tree)
     from fasttrack.render.encoding import safe_verdict
-    from fasttrack.render.text import headline
+    from fasttrack.render.headline import headline
 
     verdict = safe_verdict(run_verify(opts))  # renderable whatever file names it quotes
 

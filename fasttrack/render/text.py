@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from fasttrack.findings import Finding, Severity
+from fasttrack.render.headline import headline as headline
 from fasttrack.sanitize import visible
 from fasttrack.verdict import BlastRadius, EvidenceSummary, Verdict, Witness
 
@@ -55,14 +56,6 @@ def _chain(w: Witness) -> str:
         line = w.lines[i] if i < len(w.lines) else None
         parts.append(f"{mod}:{line}" if line else mod)
     return " → ".join(parts)
-
-
-def headline(verdict: Verdict) -> str:
-    """The one-line verdict."""
-    c = verdict.counts()
-    what = visible(verdict.model or "no model")
-    return (f"{verdict.verdict.upper()}: {what}, {c['error']} error(s), {c['warning']} warning(s), "
-            f"{c['info']} info, {len(verdict.rules_run)} rules run")
 
 
 def _header(console: Console, v: Verdict) -> None:

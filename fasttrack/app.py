@@ -29,12 +29,15 @@ app = typer.Typer(
 )
 app.command("verify", epilog=VERIFY_EPILOG)(verify_command)
 app.command("collect", epilog=COLLECT_EPILOG)(collect_command)
-app.command("sign")(sign_command)
+app.command("sign", epilog="Example: fasttrack sign evidence/kimi_k3 --key ~/.ssh/id_ed25519 --principal "
+            "you@example.com. Exit codes: 0 signed, 2 bad input or an unusable path, 3 a bug in fasttrack.")(
+    sign_command)
 app.command("report", epilog=REPORT_EPILOG)(report_command)
 app.add_typer(github_app, name="github")
 
 
-@app.command("rules")
+@app.command("rules", epilog="Examples: fasttrack rules; fasttrack rules FT105; fasttrack rules --json. "
+             "Exit codes: 0, 2 for an unknown code.")
 def rules_command(
     as_json: bool = typer.Option(False, "--json", help="Print the catalogue as JSON."),
     code: str | None = typer.Argument(None, help="Show one rule's full doc."),
@@ -59,7 +62,8 @@ def rules_command(
         typer.echo(f"{r.code}  {r.summary}")
 
 
-@app.command("schema")
+@app.command("schema", epilog="Example: fasttrack schema verdict > verdict.schema.json. Exit codes: 0, 2 for "
+             "an unknown schema.")
 def schema_command(
     which: str = typer.Argument(..., help="verdict | manifest | policy | evidence"),
 ) -> None:

@@ -71,7 +71,7 @@ def collect_command(
     contribution: Annotated[Path, typer.Argument(
         help="The contribution directory (holds fasttrack.toml).")] = DEFAULT_CONTRIBUTION,
     out: Annotated[Path | None, typer.Option(
-        "--out", help="Bundle directory (default: evidence/<name>/).")] = None,
+        "-o", "--output", "--out", help="Bundle directory (default: evidence/<name>/).")] = None,
     phases: Annotated[str, typer.Option(
         "--phases", help="Comma-separated: tests, bench, evals, sanitizer.")] = "tests,bench,evals,sanitizer",
     points_limit: Annotated[int | None, typer.Option(

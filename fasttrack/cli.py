@@ -9,6 +9,7 @@ that Typer app, loaded on first use.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from typing import Any
@@ -111,6 +112,12 @@ def _run(args: list[str], debug: bool) -> int:
         rc = app(args=args, prog_name="fasttrack", standalone_mode=False)
     except InputError as exc:
         _err(f"error: {exc.render()}")
+        return EXIT_INPUT_ERROR
+    except (BrokenPipeError, SystemExit):
+        # `fasttrack verify | head`: the reader left. click turns that into SystemExit(1) (the only SystemExit
+        # a command raises without standalone mode); exit 1 means a policy failure, so say 2 instead.
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_INPUT_ERROR
     except OSError as exc:  # a path the user named that cannot be read or written
         _err(f"error: {from_os_error(exc).render()}")

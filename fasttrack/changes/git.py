@@ -660,13 +660,19 @@ def checkout_holds_tree(repo: Path, tree: str) -> bool:
             if kind != "blob" or mode == SYMLINK_MODE or not _safe_relpath(path):
                 return False  # submodules and symlinks: the copy drops or empties them, the checkout may not
 
+        from fasttrack.changes.stat_cache import BlobIdCache
+
+        known = BlobIdCache(repo, fmt)  # a file whose stat data did not change since it was hashed is not
+
         def same(entry: tuple[str, str, str, str]) -> bool:
-            return _blob_id(base + b"/" + os.fsencode(entry[3]), fmt) == entry[2]
+            path = base + b"/" + os.fsencode(entry[3])
+            return known.blob_id(entry[3], lambda: _blob_id(path, fmt)) == entry[2]
 
         # hashlib and os.read release the GIL: a few threads hash the tree in about 1/cores of the time.
         with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1))) as pool:
             if not all(pool.map(same, entries, chunksize=64)):
                 return False
+        known.save()
         others = run_git(repo, "ls-files", "-o", "-z", "--directory", "--no-empty-directory").stdout
         return all(_only_bytecode(repo, _decode(o)) for o in others.split(b"\0") if o)
     except (OSError, RuntimeError, ValueError, InputError):

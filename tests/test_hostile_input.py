@@ -363,3 +363,11 @@ def test_verify_takes_the_contribution_positionally_with_short_options(make_repo
     assert code == 1 and stdout.strip().splitlines() == [stdout.strip()] and stdout.startswith("FAIL")
     code, stdout, _ = main(monkeypatch, capsys, "verify", "-h")
     assert code == 0 and "Exit codes" in stdout and "Examples" in stdout
+
+
+def test_a_directory_and_a_range_together_are_refused(make_repo: MakeRepo, monkeypatch: MP,
+                                                      capsys: Cap) -> None:
+    repo = range_repo(make_repo)
+    repo.commit({f"{K3}/model.py": "x = 2\n"})
+    line = one_line(*main(monkeypatch, capsys, "verify", str(repo.path), *range_args(repo)[1:])[::2])
+    assert "DIR" in line and "--base" in line

@@ -720,6 +720,9 @@ def verify_command(
     if directory is not None and contribution is not None and directory != contribution:
         raise InputError("DIR and --contribution name different directories", field="--contribution",
                          fix="pass the contribution once")
+    if (directory or contribution) is not None and (base is not None or head is not None):
+        raise InputError("a contribution directory and a git range were both given", field="DIR",
+                         fix="pass DIR (contribution mode) or --base/--head (range mode), not both")
     if output is not None and not output.parent.is_dir():
         raise InputError("the output directory does not exist", path=output.parent, field="--output",
                          fix="create the directory first")

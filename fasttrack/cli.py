@@ -1,113 +1,160 @@
-"""The `fasttrack` command line. Each command's options live next to its implementation:
+"""The `fasttrack` entry point and its error contract (fasttrack.errors): exit 0 pass, 1 policy failure, 2 bad
+input or an unusable path (one line naming the file, the field and the fix), 3 a bug in fasttrack (one line
+asking for a report; `--debug` shows the traceback).
 
-verify  -> fasttrack.commands.verify      collect -> fasttrack.evidence.collect_cli
-report  -> fasttrack.report.cli           github  -> fasttrack.github.cli
+This module stays light: `fasttrack`, `fasttrack -h` and `fasttrack --version` answer without importing typer,
+pydantic or rich. The commands live in `fasttrack.app` (imported for everything else); `fasttrack.cli.app` is
+that Typer app, loaded on first use.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
+import os
 import sys
-
-import typer
+from typing import Any
 
 from fasttrack import __version__
-from fasttrack.commands.verify import verify_command
-from fasttrack.errors import EXIT_INPUT_ERROR, InputError
-from fasttrack.evidence.audit_cli import audit_command
-from fasttrack.evidence.collect_cli import collect_command
-from fasttrack.evidence.sign_cli import sign_command
-from fasttrack.github.cli import github_app
-from fasttrack.report.cli import report_command
-from fasttrack.rules import all_rules
-from fasttrack.sanitize import log_line
 
-app = typer.Typer(
-    name="fasttrack",
-    help="Gate fast-track kernel contributions: confinement, envelope, evidence.",
-    no_args_is_help=False,
-    add_completion=False,
-    pretty_exceptions_enable=False,
+EXIT_INPUT_ERROR = 2
+EXIT_BUG = 3
+DEBUG_ENV = "FASTTRACK_DEBUG"
+
+# name -> one-line summary, in the order `fasttrack -h` lists them (tests check it against fasttrack.app).
+COMMANDS: tuple[tuple[str, str], ...] = (
+    ("verify", "Verify a contribution directory (default kernels/kimi_k3) or a PR given as a git range."),
+    ("collect", "Collect evidence for a contribution on this machine's GPUs and write evidence/<name>/."),
+    ("sign", "SSH-sign an evidence bundle's statement."),
+    ("audit", "Re-run points of a bundle here with the same harness and baseline; write a signed record."),
+    ("report", "Build the maintainer review dashboard: index.html, a page per contribution, report.md."),
+    ("github", "Publish verdicts to GitHub; fetch a PR's files."),
+    ("rules", "List every rule code with its one-line doc."),
+    ("schema", "Print the JSON schema of the Verdict, the manifest, the policy or the evidence statement."),
 )
-app.command("verify")(verify_command)
-app.command("collect")(collect_command)
-app.command("sign")(sign_command)
-app.command("audit")(audit_command)
-app.command("report")(report_command)
-app.add_typer(github_app, name="github")
+
+ROOT_HELP = """Usage: fasttrack [--version] [--debug] COMMAND [ARGS]...
+
+Gate fast-track kernel contributions: confinement, envelope, evidence.
+
+Commands:
+{commands}
+
+Examples:
+  fasttrack verify                                   the reference contribution, kernels/kimi_k3
+  fasttrack verify kernels/kimi_k3 -f json -o v.json a contribution directory, the verdict as JSON
+  fasttrack verify --repo ../vllm --base origin/main --head HEAD   a PR as a git range
+  fasttrack COMMAND -h                               a command's options, examples and exit codes
+
+Options:
+  --version  Print the version and exit.
+  --debug    On an internal error, show the traceback (also: {debug_env}=1).
+  -h, --help Show this message and exit.
+
+Exit codes: 0 pass, 1 policy failure, 2 bad input or an unusable path, 3 a bug in fasttrack.
+"""
 
 
-@app.command("rules")
-def rules_command(
-    as_json: bool = typer.Option(False, "--json", help="Print the catalogue as JSON."),
-    code: str | None = typer.Argument(None, help="Show one rule's full doc."),
-) -> None:
-    """List every rule code with its one-line doc."""
-    rules = all_rules()
-    if code:
-        match = [r for r in rules if r.code == code.upper()]
-        if not match:
-            raise InputError(f"no rule with code {code!r}", field="CODE",
-                             fix="run `fasttrack rules` for the list")
-        r = match[0]
-        typer.echo(f"{r.code} [{r.family}] {r.summary}\n\n{r.doc}")
-        return
-    if as_json:
-        typer.echo(json.dumps([{"code": r.code, "family": r.family, "summary": r.summary, "doc": r.doc}
-                               for r in rules], indent=2))
-        return
-    for r in rules:
-        typer.echo(f"{r.code}  {r.summary}")
+def root_help() -> str:
+    width = max(len(n) for n, _ in COMMANDS)
+    rows = "\n".join(f"  {name:<{width}}  {summary}" for name, summary in COMMANDS)
+    return ROOT_HELP.format(commands=rows, debug_env=DEBUG_ENV)
 
 
-@app.command("schema")
-def schema_command(
-    which: str = typer.Argument(..., help="verdict | manifest | policy | evidence"),
-) -> None:
-    """Print the JSON schema of the Verdict, the manifest, the policy or the evidence statement."""
-    from pydantic import BaseModel
+def __getattr__(name: str) -> Any:
+    if name == "app":  # `from fasttrack.cli import app`: the Typer app, loaded on first use
+        from fasttrack.app import app
 
-    from fasttrack.evidence.bundle import Statement
-    from fasttrack.manifest import Manifest
-    from fasttrack.policy import Policy
-    from fasttrack.verdict import Verdict
-
-    models: dict[str, type[BaseModel]] = {"verdict": Verdict, "manifest": Manifest, "policy": Policy,
-                                          "evidence": Statement}
-    if which not in models:
-        raise InputError(f"unknown schema {which!r}", field="WHICH", fix=f"use one of {sorted(models)}")
-    typer.echo(json.dumps(models[which].model_json_schema(), indent=2))
+        return app
+    raise AttributeError(name)
 
 
-@app.callback(invoke_without_command=True)
-def _root(
-    ctx: typer.Context,
-    version: bool = typer.Option(False, "--version", help="Print the version and exit."),
-) -> None:
-    if version:
-        typer.echo(__version__)
-        raise typer.Exit(0)
-    if ctx.invoked_subcommand is None:
-        typer.echo(ctx.get_help())
+def _split_debug(args: list[str]) -> tuple[list[str], bool]:
+    """`--debug` anywhere before a `--` separator, removed from the arguments."""
+    out: list[str] = []
+    debug = False
+    for i, a in enumerate(args):
+        if a == "--":
+            out.extend(args[i:])
+            break
+        if a == "--debug":
+            debug = True
+        else:
+            out.append(a)
+    return out, debug
 
 
-def main() -> None:
-    """Entry point: input errors become one line on stderr and exit code 2, never a traceback."""
+def _err(line: str) -> None:
+    from fasttrack.sanitize import log_line
+
+    # One line that cannot start a GitHub workflow command, whatever the error quotes.
+    sys.stderr.write(log_line(f"fasttrack: {line}") + "\n")
+    sys.stderr.flush()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run a command; every outcome is one of the exit codes above, never a traceback (unless --debug)."""
+    args, debug = _split_debug(list(sys.argv[1:] if argv is None else argv))
+    debug = debug or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    if args in ([], ["-h"], ["--help"]):
+        sys.stdout.write(root_help())
+        sys.exit(0)
+    if args == ["--version"]:
+        sys.stdout.write(f"{__version__}\n")
+        sys.exit(0)
+    sys.exit(_run(args, debug))
+
+
+def _run(args: list[str], debug: bool) -> int:
+    from fasttrack.errors import InputError, from_os_error
+
     try:
+        from fasttrack.app import app
+
         # Without standalone mode click returns a typer.Exit's code instead of exiting: pass it on.
-        rc = app(standalone_mode=False)
+        rc = app(args=args, prog_name="fasttrack", standalone_mode=False)
     except InputError as exc:
-        # One line that cannot start a workflow command, whatever the error quotes (sanitize.log_line).
-        typer.echo(log_line(f"fasttrack: error: {exc.render()}"), err=True)
-        sys.exit(EXIT_INPUT_ERROR)
-    except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-    except typer.Abort:
-        typer.echo("fasttrack: aborted", err=True)
-        sys.exit(EXIT_INPUT_ERROR)
-    except Exception as exc:  # usage errors: click's, or the copy of click that newer typer vendors
-        if any(k.__name__ == "ClickException" for k in type(exc).__mro__):
+        _err(f"error: {exc.render()}")
+        return EXIT_INPUT_ERROR
+    except (BrokenPipeError, SystemExit):
+        # `fasttrack verify | head`: the reader left. click turns that into SystemExit(1) (the only SystemExit
+        # a command raises without standalone mode); exit 1 means a policy failure, so say 2 instead.
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_INPUT_ERROR
+    except OSError as exc:  # a path the user named that cannot be read or written
+        _err(f"error: {from_os_error(exc).render()}")
+        return EXIT_INPUT_ERROR
+    except KeyboardInterrupt:
+        _err("interrupted")
+        return 130
+    except Exception as exc:
+        names = {k.__name__ for k in type(exc).__mro__}
+        if "Exit" in names:  # typer.Exit / click.exceptions.Exit
+            code = getattr(exc, "exit_code", 0)
+            return code if isinstance(code, int) else 0
+        if "Abort" in names:
+            _err("aborted")
+            return EXIT_INPUT_ERROR
+        if "ClickException" in names:  # usage errors: click's, or the copy newer typer vendors
             exc.show()  # type: ignore[attr-defined]
-            sys.exit(EXIT_INPUT_ERROR)
-        raise
-    sys.exit(rc if isinstance(rc, int) else 0)
+            return EXIT_INPUT_ERROR
+        return _bug(exc, debug)
+    return rc if isinstance(rc, int) else 0
+
+
+def _bug(exc: BaseException, debug: bool) -> int:
+    if debug:
+        import traceback
+
+        traceback.print_exception(exc, file=sys.stderr)
+    where = ""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is not None:
+        where = f" at {os.path.basename(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno}"
+    detail = str(exc)[:200]
+    hint = "" if debug else "; run the same command with --debug for the traceback"
+    _err(f"internal error: {type(exc).__name__}{where}: {detail} -- this is a bug in fasttrack, please "
+         f"report it{hint}")
+    return EXIT_BUG

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 from fasttrack.changes.model import Change
 from fasttrack.evidence.loaded import LoadedEvidence
@@ -12,6 +13,8 @@ from fasttrack.manifest import Manifest
 from fasttrack.policy import Policy, Zone
 from fasttrack.trusted import TrustedJudge
 from fasttrack.verdict import BlastRadius
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,9 @@ class Context:
     models_touched: tuple[str, ...] = ()
     repo: Path | None = None
     base: str | None = None
+    # Range mode: the commit the diff was taken from, the merge base of base and head (differs from `base`
+    # when the base is not an ancestor of the head).
+    merge_base: str | None = None
     head: str | None = None
     manifest: Manifest | None = None
     manifest_path: str | None = None  # head-relative path of fasttrack.toml
@@ -54,6 +60,17 @@ class Context:
     new_models: tuple[str, ...] = ()
     unregistered_dirs: tuple[str, ...] = ()
 
+    # Values computed once per verify run and read by several rules (the contribution's content digest):
+    # `memo(key, compute)`. Not part of the Context's identity.
+    _memo: dict[str, Any] = field(default_factory=dict, init=False, compare=False, repr=False)
+
+    def memo(self, key: str, compute: Callable[[], T]) -> T:
+        """`compute()` the first time `key` is asked for in this Context, the same value after."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        value: T = self._memo[key]
+        return value
+
     def engine_path(self, path: str) -> str:
         """Where a changed path sits in the engine tree (the path itself outside contribution mode)."""
         return self.engine_paths.get(path, path)
@@ -67,10 +84,10 @@ class Context:
 
     def read_head_text(self, path: str) -> str | None:
         """Text of a head-side file, or None if it is absent, a symlink, binary or too large."""
-        p = self.head_dir / path
+        from fasttrack.safe_read import NotRegular, read_regular
+
         try:
-            if p.is_symlink() or not p.is_file() or p.stat().st_size > 4 * 1024 * 1024:
-                return None
-            return p.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
+            data = read_regular(self.head_dir / path, 4 * 1024 * 1024)
+            return None if data is None else data.decode("utf-8")
+        except (OSError, NotRegular, UnicodeDecodeError):
             return None

@@ -253,6 +253,9 @@ class Verdict(Strict):
     repo: str | None = None
     base: str | None = None
     head: str | None = None
+    # Range mode: the commit the diff was taken from (the merge base of base and head); it differs from
+    # `base` when the base is not an ancestor of the head (the PR is judged on its own commits only).
+    merge_base: str | None = None
     pr: int | None = None
     policy: str | None = None
     policy_digest: str | None = None

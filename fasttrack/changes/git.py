@@ -37,6 +37,7 @@ import stat
 import subprocess
 import tempfile
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -160,6 +161,31 @@ def resolve_revision(repo: Path, rev: str, option: str) -> Revision:
                          fix=f"fetch it first (e.g. `git fetch origin {rev}`; in CI check out with "
                              "fetch-depth 0) or pass an existing commit")
     return Revision(name=rev, oid=_decode(oid.stdout).strip(), tree=_decode(tree.stdout).strip())
+
+
+def resolve_commit(repo: Path, rev: str, option: str) -> Revision:
+    """`resolve_revision` for a revision that must name a commit (`rev^{commit}`: a tag is peeled to its
+    commit; a tree or a blob is refused). `WORKTREE` is allowed: the working tree."""
+    if rev == WORKTREE or not rev or rev.startswith("-") or any(c in rev for c in "\0\n"):
+        return resolve_revision(repo, rev, option)
+    proc = run_git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False)
+    if proc.returncode != 0:
+        obj = run_git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{object}}", check=False)
+        if obj.returncode != 0:
+            return resolve_revision(repo, rev, option)  # raises: it does not exist
+        oid = _decode(obj.stdout).strip()
+        kind = _decode(run_git(repo, "cat-file", "-t", oid, check=False).stdout).strip() or "object"
+        raise InputError(f"{rev!r} names a {kind}, not a commit", field=option,
+                         fix="pass a commit (a sha, branch or tag of the PR)")
+    resolved = resolve_revision(repo, rev, option)
+    return Revision(name=rev, oid=_decode(proc.stdout).strip(), tree=resolved.tree)
+
+
+def merge_base(repo: Path, base: str, head: str) -> str | None:
+    """The best common ancestor of two commits (None when their histories are unrelated)."""
+    proc = run_git(repo, "merge-base", "--end-of-options", base, head, check=False)
+    out = _decode(proc.stdout).strip()
+    return out.splitlines()[0] if proc.returncode == 0 and out else None
 
 
 def worktree_tree(repo: Path) -> str:
@@ -669,11 +695,23 @@ def checkout_holds_tree(repo: Path, tree: str) -> bool:
             return False
         _, fmt = _object_store(repo)
         base = os.fsencode(repo)
-        for mode, kind, oid, path in entries:
-            if kind != "blob" or mode == SYMLINK_MODE:
+        for mode, kind, _, path in entries:
+            if kind != "blob" or mode == SYMLINK_MODE or not _safe_relpath(path):
                 return False  # submodules and symlinks: the copy drops or empties them, the checkout may not
-            if not _safe_relpath(path) or _blob_id(base + b"/" + os.fsencode(path), fmt) != oid:
+
+        from fasttrack.changes.stat_cache import BlobIdCache
+
+        known = BlobIdCache(repo, fmt)  # a file whose stat data did not change since it was hashed is not
+
+        def same(entry: tuple[str, str, str, str]) -> bool:
+            path = base + b"/" + os.fsencode(entry[3])
+            return known.blob_id(entry[3], lambda: _blob_id(path, fmt)) == entry[2]
+
+        # hashlib and os.read release the GIL: a few threads hash the tree in about 1/cores of the time.
+        with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1))) as pool:
+            if not all(pool.map(same, entries, chunksize=64)):
                 return False
+        known.save()
         others = run_git(repo, "ls-files", "-o", "-z", "--directory", "--no-empty-directory").stdout
         return all(_only_bytecode(repo, _decode(o)) for o in others.split(b"\0") if o)
     except (OSError, RuntimeError, ValueError, InputError):

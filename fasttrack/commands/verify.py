@@ -25,8 +25,10 @@ import hashlib
 import os
 import posixpath
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,26 +39,32 @@ import typer
 import fasttrack
 from fasttrack.cache import cache_root
 from fasttrack.changes.git import (
+    SYMLINK_MODE,
     WORKTREE,
     Revision,
     check_repo,
+    checkout_holds_tree,
     diff_trees,
+    list_tree,
     list_tree_files,
     materialize_revision,
+    merge_base,
     read_blob,
-    resolve_revision,
+    resolve_commit,
     run_git,
 )
 from fasttrack.changes.model import Change, Hunk
 from fasttrack.confinement.source_text import SourceProblem, read_python_source, real_relpath
 from fasttrack.confinement.zones import changed_sides, in_model_root, infer_model, models_touched
 from fasttrack.context import Context
-from fasttrack.errors import EXIT_PASS, EXIT_POLICY_FAILURE, InputError
+from fasttrack.errors import EXIT_PASS, EXIT_POLICY_FAILURE, InputError, from_os_error
 from fasttrack.evidence.loaded import LoadedEvidence
 from fasttrack.findings import Finding, Severity
 from fasttrack.manifest import MANIFEST_FILE, Manifest, load_manifest
 from fasttrack.policy import MODEL_NAME_RE, MODEL_PLACEHOLDER, Policy, load_policy
 from fasttrack.rules import all_rules
+from fasttrack.safe_read import NotRegular, hash_regular, read_regular
+from fasttrack.sanitize import path_text
 from fasttrack.trusted import TrustedJudge, trusted_judge
 from fasttrack.verdict import BlastRadius, ChangedFile, ChangeStatus, EvidenceSummary, Verdict, decide
 
@@ -196,6 +204,20 @@ def _models_of_range(policy: Policy, head_dir: Path, base_files: list[str], head
     return tuple(sorted(known)), tuple(sorted(new_dirs & mapped)), tuple(sorted(new_dirs - mapped))
 
 
+def _check_evidence_option(path: Path | None) -> None:
+    """A bundle directory given with --evidence must exist: a mistyped path is bad input, not missing
+    evidence (which would tell the contributor to re-collect)."""
+    if path is None:
+        return
+    if not path.exists():
+        raise InputError("evidence directory not found", path=path, field="--evidence",
+                         fix="pass the bundle directory `fasttrack collect` wrote (e.g. evidence/kimi_k3), "
+                             "or drop --evidence to use the default")
+    if not path.is_dir():
+        raise InputError("not a directory", path=path, field="--evidence",
+                         fix="pass the bundle directory (it holds statement*.json), not a file in it")
+
+
 def _evidence(bundle_dir: Path | None) -> tuple[Path | None, LoadedEvidence | None]:
     if bundle_dir is None:
         return None, None
@@ -229,6 +251,30 @@ def _load_head_manifest(head_dir: Path, rel: str, head: Revision) -> Manifest:
         raise InputError(exc.message, path=f"{head.name}:{rel}", field=exc.field, fix=exc.fix) from None
 
 
+def _head_dir_async(top: Path, head: Revision) -> Callable[[], Path]:
+    """Where the head tree's files are, decided in a thread: the checkout itself when it holds the head tree
+    byte for byte (`checkout_holds_tree` hashes every file, which runs while the caller diffs), else the
+    tree's copy in the cache. Call the result to wait for it."""
+    if head.name == WORKTREE:
+        if any(e[0] == SYMLINK_MODE for e in list_tree(top, head.tree)):
+            # The checkout may hold links that leave it (to a device, a FIFO): analyse a copy of its tree,
+            # from which every such link is dropped (FT105 reports them), never the links themselves.
+            copy = materialize_revision(top, Revision(name=head.tree, oid=head.tree, tree=head.tree))
+            return lambda: copy
+        return lambda: top
+    cached = cache_root() / "trees" / head.tree
+    if cached.is_dir():
+        return lambda: cached
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fasttrack-hash")
+    holds = pool.submit(checkout_holds_tree, top, head.tree)
+    pool.shutdown(wait=False)
+
+    def wait() -> Path:
+        return top if holds.result() else materialize_revision(top, head)
+
+    return wait
+
+
 def _build_range_context(opts: VerifyOptions, cwd: Path) -> Context:
     if opts.base is None:
         raise InputError("--head needs --base", field="--base", fix="pass --base REV (the PR's merge base)")
@@ -236,13 +282,23 @@ def _build_range_context(opts: VerifyOptions, cwd: Path) -> Context:
     policy = load_policy(policy_path)
     model_arg = _check_model(opts.model)
     top = check_repo(opts.repo or cwd)
-    base = resolve_revision(top, opts.base, "--base")
-    head = resolve_revision(top, opts.head or "HEAD", "--head")
+    _check_evidence_option(opts.evidence)
+    base = resolve_commit(top, opts.base, "--base")
+    head = resolve_commit(top, opts.head or "HEAD", "--head")
+    head_commit = resolve_commit(top, "HEAD", "--head").oid if head.name == WORKTREE else head.oid
+    # The diff is taken from the merge base: a base that is not an ancestor of the head (a branch that moved
+    # on) would otherwise count the base's own later commits, reverted, as the PR's changes.
+    mb = merge_base(top, base.oid, head_commit)
+    if mb is None:
+        raise InputError(f"{opts.base!r} and {opts.head or 'HEAD'!r} have no common ancestor", field="--base",
+                         fix="pass the branch the PR targets (fetch its history: in CI, fetch-depth 0)")
+    diff_from = base.tree if mb == base.oid else resolve_commit(top, mb, "--base").tree
 
-    changes = diff_trees(top, base.tree, head.tree)
-    head_dir = materialize_revision(top, head, reuse_checkout=True)  # the checkout itself when it is the head
+    head_dir_of = _head_dir_async(top, head)  # the checkout is hashed while the diff is taken
+    changes = diff_trees(top, diff_from, head.tree)
     tree_files = list_tree_files(top, head.tree)
     changed = sorted({p for c in changes for p, _ in changed_sides(c)})  # a copy's source is unchanged
+    head_dir = head_dir_of()  # the head's registry decides which new directories are models
     known, new_models, unregistered = _models_of_range(policy, head_dir, list_tree_files(top, base.tree),
                                                        tree_files, changed)
     touched = models_touched(policy, changed, known)
@@ -258,7 +314,7 @@ def _build_range_context(opts: VerifyOptions, cwd: Path) -> Context:
     base_texts: dict[str, str] = {}
     for c in changes:
         if c.status is ChangeStatus.MODIFIED and policy.hook_for(c.path) is not None:
-            raw = read_blob(top, base.tree, c.old_path or c.path)
+            raw = read_blob(top, diff_from, c.old_path or c.path)
             if raw is not None and len(raw) <= MAX_TEXT_BYTES:
                 base_texts[c.path] = raw.decode("utf-8", "replace")
 
@@ -282,7 +338,8 @@ def _build_range_context(opts: VerifyOptions, cwd: Path) -> Context:
     blast = compute_blast_radius(policy, head_dir, changes, model, tree_id=tree_id)
     return Context(
         policy=policy, policy_path=policy_path, mode="range", head_dir=head_dir, changes=changes, model=model,
-        models_touched=tuple(touched), repo=top, base=base.oid, head=head.oid, manifest=manifest,
+        models_touched=tuple(touched), repo=top, base=base.oid, head=head.oid, merge_base=mb,
+        manifest=manifest,
         manifest_path=manifest_path, contribution_dir=contribution_dir, blast_radius=blast,
         evidence=evidence, manifest_candidates=tuple(candidates), evidence_dir=evidence_dir,
         known_models=known, base_texts=base_texts, real_paths=real_paths, new_models=new_models,
@@ -313,11 +370,17 @@ def _file_change(path: Path, rel: str, engine_file: Path | None) -> Change:
         return Change(status=ChangeStatus.ADDED, path=rel, new_mode="120000",
                       symlink_target=os.readlink(path), added_lines=1, removed_lines=0)
     mode = "100755" if st.st_mode & 0o111 else "100644"
-    data = path.read_bytes() if st.st_size <= MAX_TEXT_BYTES else b""
-    binary = _is_binary(data)
-    text = "" if binary else data.decode("utf-8", "replace")
-    if engine_file is not None and engine_file.is_file() and not engine_file.is_symlink():
-        old = engine_file.read_bytes()
+    try:
+        data = read_regular(path, MAX_TEXT_BYTES)  # None: too large to be judged as text
+    except NotRegular as exc:
+        raise InputError(f"a {exc.kind} in the contribution", path=path_text(str(path)), field="DIR",
+                         fix="a contribution holds regular files and symlinks only: remove it") from None
+    except OSError as exc:
+        raise from_os_error(exc, what="contribution file", field="DIR", path=path_text(str(path))) from None
+    binary = data is None or _is_binary(data)
+    text = "" if data is None or binary else data.decode("utf-8", "replace")
+    old = _engine_bytes(engine_file) if engine_file is not None else None
+    if engine_file is not None and old is not None:
         old_mode = "100755" if engine_file.stat().st_mode & 0o111 else "100644"
         if binary or _is_binary(old):
             return Change(status=ChangeStatus.MODIFIED, path=rel, old_mode=old_mode, new_mode=mode,
@@ -333,15 +396,20 @@ def _file_change(path: Path, rel: str, engine_file: Path | None) -> Change:
                   added_lines=sum(len(h.added) for h in hunks), removed_lines=0)
 
 
+def _engine_bytes(path: Path) -> bytes | None:
+    """The bytes of an engine file a contribution file replaces (None: absent, not a regular file, or over
+    MAX_TEXT_BYTES, which counts as binary)."""
+    try:
+        data = read_regular(path, MAX_TEXT_BYTES)
+    except (OSError, NotRegular):
+        return None
+    return b"\0" if data is None else data
+
+
 def _engine_text(path: Path) -> str | None:
     """The text of an engine file a contribution file replaces (None when it is not a readable text file)."""
-    try:
-        if path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_TEXT_BYTES:
-            return None
-        data = path.read_bytes()
-    except OSError:
-        return None
-    return None if _is_binary(data) else data.decode("utf-8", "replace")
+    data = _engine_bytes(path)
+    return None if data is None or _is_binary(data) else data.decode("utf-8", "replace")
 
 
 def engine_tree_for(policy: Policy, opts: VerifyOptions) -> Path | None:
@@ -362,10 +430,15 @@ def engine_tree_for(policy: Policy, opts: VerifyOptions) -> Path | None:
 
 def _overlay(engine: Path, files: dict[str, Path]) -> Path:
     """The engine tree with the contribution's files laid over it, cached by content, built atomically."""
-    h = hashlib.sha256(str(engine.resolve()).encode())
+    h = hashlib.sha256(b"overlay/2\0" + os.fsencode(engine.resolve()))
     for engine_path, src in sorted(files.items()):
-        h.update(engine_path.encode() + b"\0")
-        h.update(os.readlink(src).encode() if src.is_symlink() else src.read_bytes())
+        h.update(os.fsencode(engine_path) + b"\0")
+        if src.is_symlink():
+            h.update(b"l" + os.fsencode(os.readlink(src)))
+        elif not engine_path.endswith(".py") and os.lstat(src).st_size > MAX_TEXT_BYTES:
+            h.update(b"p")  # laid over as an empty placeholder: its bytes do not matter to the overlay
+        else:
+            h.update(b"f" + hash_regular(src).digest())  # in chunks: a file of any size, bounded memory
         h.update(b"\0")
     root = cache_root() / "overlays"
     dest = root / h.hexdigest()[:40]
@@ -388,8 +461,11 @@ def _overlay(engine: Path, files: dict[str, Path]) -> Path:
                 target.unlink()  # never write through a hard link into the engine tree
             if src.is_symlink():
                 os.symlink(os.readlink(src), target)
+            elif engine_path.endswith(".py") or os.lstat(src).st_size <= MAX_TEXT_BYTES:
+                shutil.copyfile(src, target, follow_symlinks=False)
             else:
-                shutil.copyfile(src, target)
+                target.touch()  # a large non-Python file: the analysis reads only its name
+        _drop_leaving_links(tmp / "t", [tmp / "t" / p for p, src in files.items() if src.is_symlink()])
         try:
             os.rename(tmp / "t", dest)
         except OSError:
@@ -399,6 +475,22 @@ def _overlay(engine: Path, files: dict[str, Path]) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
     _prune(root, keep=dest)
     return dest
+
+
+def _drop_leaving_links(top: Path, links: list[Path]) -> None:
+    """Remove every contribution symlink of the overlay that leaves it or ends at anything but a regular file
+    or a directory inside it (a device, a FIFO, /proc): the import graph never reads through one, and FT105
+    reports the link itself."""
+    real_top = os.path.realpath(top)
+    for link in links:
+        real = os.path.realpath(link)
+        inside = real == real_top or real.startswith(real_top + os.sep)
+        try:
+            ok = inside and (stat.S_ISREG(os.stat(real).st_mode) or stat.S_ISDIR(os.stat(real).st_mode))
+        except OSError:
+            ok = False
+        if not ok:
+            link.unlink()
 
 
 def _prune(root: Path, keep: Path, most: int = MAX_OVERLAYS) -> None:
@@ -476,6 +568,7 @@ def _build_contribution_context(opts: VerifyOptions, cwd: Path) -> Context:
         not (packages_dir / model).is_dir() else ()
     touched = models_touched(policy, engine_side, known)
 
+    _check_evidence_option(opts.evidence)
     if opts.evidence is not None:
         evidence_dir: Path | None = opts.evidence
     else:
@@ -563,6 +656,7 @@ def judge(ctx: Context, *, pr: int | None = None) -> Verdict:
         repo=str(ctx.repo) if ctx.repo else None,
         base=ctx.base,
         head=ctx.head,
+        merge_base=ctx.merge_base,
         pr=pr,
         policy=(str(ctx.policy_path) if ctx.judge_source is None
                 else f"{ctx.policy_path} (trusted: {ctx.judge_source.source})"),
@@ -586,10 +680,10 @@ def run_verify(opts: VerifyOptions) -> Verdict:
 # ------------------------------------------------------------------------------------------ rendering
 
 
-def _render_text(verdict: Verdict) -> str:
+def _render_text(verdict: Verdict, *, verbose: bool = False) -> str:
     from fasttrack.render.text import render
 
-    return render(verdict)
+    return render(verdict, verbose=verbose)
 
 
 def _render_json(verdict: Verdict) -> str:
@@ -625,50 +719,104 @@ def exit_code(verdict: Verdict) -> int:
     return EXIT_PASS if verdict.verdict == "pass" else EXIT_POLICY_FAILURE
 
 
+VERIFY_EPILOG = """Examples:
+
+  fasttrack verify                                  the reference contribution (kernels/kimi_k3)
+
+  fasttrack verify kernels/kimi_k3 -f json -o verdict.json
+
+  fasttrack verify --repo ../vllm --base origin/main --head HEAD -f markdown
+
+Exit codes: 0 pass, 1 policy failure (a finding is an error), 2 bad input or an unusable path, \
+3 a bug in fasttrack (run with --debug for the traceback)."""
+
+
+def write_report(output: Path, text: str) -> None:
+    """Write a rendered report; an unusable --output (a directory, a full device, no permission) is bad
+    input, and text that cannot be encoded (a lone surrogate) is escaped, never an error."""
+    from fasttrack.render.encoding import encodable
+
+    try:
+        with open(output, "w", encoding="utf-8", newline="") as fh:
+            fh.write(encodable(text))
+    except OSError as exc:
+        raise from_os_error(exc, what="output file", field="--output", path=output) from None
+
+
 def verify_command(
-    repo: Annotated[Path | None, typer.Option("--repo", help="A git checkout of the engine.")] = None,
+    directory: Annotated[Path | None, typer.Argument(
+        metavar="[DIR]", show_default=False,
+        help="Contribution directory (holds fasttrack.toml; default kernels/kimi_k3).")] = None,
+    repo: Annotated[Path | None, typer.Option("--repo", help="A git checkout (a path).")] = None,
     base: Annotated[str | None, typer.Option(
-        "--base", help="Base revision (the PR's merge base); selects range mode.")] = None,
+        "--base", help="Base commit (the PR's target branch); selects range mode. The diff is taken from "
+                       "the merge base of --base and --head.")] = None,
     head: Annotated[str | None, typer.Option(
-        "--head", help=f"Head revision (default HEAD; {WORKTREE} for the working tree).")] = None,
+        "--head", help=f"Head commit (default HEAD; {WORKTREE} for the working tree).")] = None,
     policy: Annotated[Path | None, typer.Option(
         "--policy", help="Policy TOML (default policies/vllm.toml).")] = None,
     model: Annotated[str | None, typer.Option("--model", help="Target model (default: inferred).")] = None,
     contribution: Annotated[Path | None, typer.Option(
-        "--contribution", help="Contribution directory (default kernels/kimi_k3).")] = None,
+        "--contribution", help="Contribution directory (the same as DIR).")] = None,
     evidence: Annotated[Path | None, typer.Option("--evidence", help="Evidence bundle directory.")] = None,
     engine_tree: Annotated[Path | None, typer.Option(
         "--engine-tree", help="Engine source tree for contribution mode's blast radius.")] = None,
-    fmt: Annotated[str, typer.Option("--format", help="text | json | markdown | sarif.")] = "text",
+    fmt: Annotated[str, typer.Option("-f", "--format", help="text | json | markdown | sarif.")] = "text",
     output: Annotated[Path | None, typer.Option(
-        "--output", help="Write the report here instead of stdout.")] = None,
+        "-o", "--output", help="Write the report here instead of stdout.")] = None,
     pr: Annotated[int | None, typer.Option("--pr", help="PR number, recorded in the verdict.")] = None,
     trusted_ref: Annotated[str | None, typer.Option(
         "--trusted-ref", help="Contribution mode: read the policy and allowed signers from this revision "
                               "(default: the merge base of HEAD with the default branch).")] = None,
+    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Print only the one-line verdict.")] = False,
+    verbose: Annotated[bool, typer.Option(
+        "-v", "--verbose", help="Text: every changed file and where it lands, every fix line.")] = False,
 ) -> None:
-    """Verify a contribution (default: the reference contribution) or a PR given as a git range."""
+    """Verify a contribution directory (default kernels/kimi_k3) or a PR given as a git range."""
     table = renderers()
     if fmt not in table:
         raise InputError(f"unknown format {fmt!r}", field="--format", fix=f"use one of {', '.join(table)}")
+    if directory is not None and contribution is not None and directory != contribution:
+        raise InputError("DIR and --contribution name different directories", field="--contribution",
+                         fix="pass the contribution once")
+    if (directory or contribution) is not None and (base is not None or head is not None):
+        raise InputError("a contribution directory and a git range were both given", field="DIR",
+                         fix="pass DIR (contribution mode) or --base/--head (range mode), not both")
     if output is not None and not output.parent.is_dir():
         raise InputError("the output directory does not exist", path=output.parent, field="--output",
                          fix="create the directory first")
+    if output is not None and output.is_dir():
+        raise InputError("is a directory", path=output, field="--output",
+                         fix="pass a file path (e.g. verdict.json), not a directory")
     opts = VerifyOptions(repo=repo, base=base, head=head, policy=policy, model=model,
-                         contribution=contribution, evidence=evidence, format=fmt, output=output, pr=pr,
-                         engine_tree=engine_tree, trusted_ref=trusted_ref)
-    verdict = run_verify(opts)
-    if output is not None:
-        output.write_text(table[fmt](verdict), encoding="utf-8")
-        from fasttrack.render.text import headline
+                         contribution=directory or contribution, evidence=evidence, format=fmt, output=output,
+                         pr=pr, engine_tree=engine_tree, trusted_ref=trusted_ref)
+    from fasttrack.render.encoding import safe_verdict
+    from fasttrack.render.headline import headline
 
-        typer.echo(f"{headline(verdict)} (report: {output})")
+    verdict = safe_verdict(run_verify(opts))  # renderable whatever file names it quotes
+
+    if output is not None:
+        text = table[fmt](verdict) if fmt != "text" else _render_text(verdict, verbose=verbose)
+        write_report(output, text)
+        if not quiet:
+            typer.echo(encodable_line(f"{headline(verdict)} (report: {output})"))
+    elif quiet:
+        typer.echo(headline(verdict))
     elif fmt == "text":
         from rich.console import Console
 
         from fasttrack.render.text import print_verdict
 
-        print_verdict(verdict, Console(highlight=False, soft_wrap=True))
+        print_verdict(verdict, Console(highlight=False, soft_wrap=True), verbose=verbose)
     else:
-        typer.echo(table[fmt](verdict), nl=False)
+        from fasttrack.render.encoding import encodable
+
+        typer.echo(encodable(table[fmt](verdict)), nl=False)
     raise typer.Exit(exit_code(verdict))
+
+
+def encodable_line(text: str) -> str:
+    from fasttrack.render.encoding import encodable
+
+    return encodable(text)

@@ -113,6 +113,7 @@ class UnitIndex:
         return self.unit_of_path(path)
 
 
+MAX_REGISTRY_BYTES = 16 * 1024 * 1024  # the registry is read whole: a file larger than this is refused
 _REGISTRY_CACHE_FORMAT = 1
 
 
@@ -171,7 +172,15 @@ def read_registry(root: Path, layout: ModelLayout, package: str, *,
     if p.is_symlink() or not p.is_file():
         return Registry(path=rel, note=f"{rel} is not in the tree")
     legacy_mod = _dir_module(layout.legacy_dir) if layout.legacy_dir else package
-    raw = p.read_bytes()
+    from fasttrack.safe_read import NotRegular, read_regular
+
+    try:
+        data = read_regular(p, MAX_REGISTRY_BYTES)
+    except NotRegular:
+        return Registry(path=rel, note=f"{rel} is not a regular file")
+    if data is None:
+        raise RegistryError(f"{rel} is over {MAX_REGISTRY_BYTES} bytes: not read")
+    raw = data
     digest = _registry_key(raw, legacy_mod, package)
     cache_file = cache_dir / f"registry-{digest[:40]}.bin" if cache_dir is not None else None
     if cache_file is not None and (hit := _cached_entries(cache_file, digest)) is not None:

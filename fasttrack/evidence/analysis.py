@@ -202,7 +202,8 @@ def freshness(ctx: Context, part: LoadedPart | None = None) -> Freshness:
     if path is None:
         return Freshness(None, subject, listing_digest, error="the contribution directory is not known")
     try:
-        head = contribution_digest(path)
+        # Several rules and the summary ask per part: the contribution's files are read once per run.
+        head = ctx.memo(f"contribution_digest:{path}", lambda: contribution_digest(path))
     except InputError as exc:
         return Freshness(None, subject, listing_digest, error=exc.render())
     delta = (compare_listings(listed, head.files, collected_format=fmt) if subject != head.sha256

@@ -6,6 +6,8 @@ The heavy lifting is in `fasttrack.evidence.collect`, imported only when the com
 
 from __future__ import annotations
 
+import os
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -17,13 +19,59 @@ if TYPE_CHECKING:
     from fasttrack.evidence.collect import CollectResult
 
 DEFAULT_CONTRIBUTION = Path("kernels/kimi_k3")
+NO_GPU_EXIT = 2
+COLLECT_EPILOG = """Examples:
+
+  fasttrack collect kernels/kimi_k3 --out evidence/kimi_k3
+
+  fasttrack collect kernels/kimi_k3 --tp 2 --phases tests,bench --bundle-name statement.tp2
+
+Exit codes: 0 every phase ran, 1 a phase failed, 2 bad input or a machine that cannot produce the \
+evidence (no CUDA device for a GPU envelope: nothing is written), 3 a bug in fasttrack."""
+
+
+def cuda_device_visible() -> bool:
+    """Whether this machine shows a CUDA device, without importing torch: the NVIDIA driver's device
+    nodes or its /proc entries, unless CUDA_VISIBLE_DEVICES hides every device."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1", "none", "NoDevFiles"):
+        return False
+    try:
+        if any(True for _ in os.scandir("/proc/driver/nvidia/gpus")):
+            return True
+    except OSError:
+        pass
+    try:
+        return any(re.fullmatch(r"nvidia\d+", e.name) for e in os.scandir("/dev"))
+    except OSError:
+        return False
+
+
+def cannot_collect_here(contribution: Path) -> str | None:
+    """Why no phase could produce evidence on this machine (None when one can): the envelope names only
+    GPUs and no CUDA device is visible. A manifest that cannot be read is left to the collector to report."""
+    if cuda_device_visible():
+        return None
+    from fasttrack.errors import InputError
+    from fasttrack.evidence.environment import CPU_NAME
+    from fasttrack.manifest import MANIFEST_FILE, load_manifest
+
+    try:
+        manifest = load_manifest(contribution / MANIFEST_FILE)
+    except InputError:
+        return None
+    if any(h.name.lower() == CPU_NAME for h in manifest.envelope.hardware):
+        return None
+    names = ", ".join(sorted({h.name for h in manifest.envelope.hardware}))
+    return (f"this machine has no CUDA device and the envelope needs {names}: no phase can produce evidence "
+            "here, nothing was written")
 
 
 def collect_command(
     contribution: Annotated[Path, typer.Argument(
         help="The contribution directory (holds fasttrack.toml).")] = DEFAULT_CONTRIBUTION,
     out: Annotated[Path | None, typer.Option(
-        "--out", help="Bundle directory (default: evidence/<name>/).")] = None,
+        "-o", "--output", "--out", help="Bundle directory (default: evidence/<name>/).")] = None,
     phases: Annotated[str, typer.Option(
         "--phases", help="Comma-separated: tests, bench, evals, sanitizer.")] = "tests,bench,evals,sanitizer",
     points_limit: Annotated[int | None, typer.Option(
@@ -57,8 +105,18 @@ def collect_command(
     engine_root: Annotated[Path | None, typer.Option(
         "--engine-root", help="Where the policy's baselines/ are imported from (default: the installed "
         "fasttrack's checkout).")] = None,
+    allow_cpu: Annotated[bool, typer.Option(
+        "--allow-cpu", help="Run even without a CUDA device (CPU toy contributions and tests; the GPU points "
+        "are recorded as not collected).")] = False,
 ) -> None:
-    """Collect evidence for a contribution on this machine and write evidence/<name>/."""
+    """Collect evidence for a contribution on this machine's GPUs and write evidence/<name>/."""
+    if not assemble_only and not allow_cpu:
+        why = cannot_collect_here(contribution)
+        if why is not None:
+            from fasttrack.errors import InputError
+
+            raise InputError(why, path=contribution, field="--allow-cpu",
+                             fix="run `fasttrack collect` on the GPU machine the envelope names")
     from fasttrack.evidence.collect import CollectOptions, collect
 
     chosen = tuple(p.strip() for p in phases.split(",") if p.strip())

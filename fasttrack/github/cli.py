@@ -23,9 +23,24 @@ _GUARD_HELP = ("Extra path patterns (gitignore syntax) whose change makes the ve
                ".github/workflows/**, .github/actions/**, /action.yml.")
 
 
-@github_app.command("publish")
+PUBLISH_EPILOG = """Example:
+
+  fasttrack github publish --verdict verdict.json --github-repo vllm-project/vllm --pr 1234 \
+--head-sha "$HEAD_SHA" --summary-file "$GITHUB_STEP_SUMMARY"
+
+Exit codes: 0 published, 2 bad input (a rejected verdict, a bad option, a GitHub error naming the fix), \
+3 a bug in fasttrack (run with --debug for the traceback)."""
+PR_FILES_EPILOG = """Example:
+
+  fasttrack github pr-files --github-repo vllm-project/vllm --pr 1234 -o files.json
+
+Exit codes: 0 written, 2 bad input or a GitHub error, 3 a bug in fasttrack."""
+
+
+@github_app.command("publish", epilog=PUBLISH_EPILOG)
 def publish_command(
-    repo: Annotated[str, typer.Option("--repo", help="OWNER/NAME of the repository the PR is in.")],
+    repo: Annotated[str, typer.Option(
+        "--github-repo", help="OWNER/NAME of the GitHub repository the PR is in.")],
     verdict: Annotated[Path | None, typer.Option(
         "--verdict", help="Verdict JSON (`fasttrack verify --format json`); or --artifact-run-id.")] = None,
     pr: Annotated[int | None, typer.Option(
@@ -166,14 +181,14 @@ def publish_command(
     typer.echo(log_line(result.line(claimed)))
 
 
-@github_app.command("pr-files")
+@github_app.command("pr-files", epilog=PR_FILES_EPILOG)
 def pr_files_command(
-    repo: Annotated[str, typer.Option("--repo", help="OWNER/NAME.")],
+    repo: Annotated[str, typer.Option("--github-repo", help="OWNER/NAME of the GitHub repository.")],
     pr: Annotated[int, typer.Option("--pr", min=1, help="PR number.")],
     base_url: Annotated[str | None, typer.Option("--base-url", help=_BASE_URL_HELP)] = None,
     token_env: Annotated[str, typer.Option("--token-env", help=_TOKEN_HELP)] = "GITHUB_TOKEN",
     output: Annotated[Path | None, typer.Option(
-        "--output", help="Write the JSON here instead of stdout.")] = None,
+        "-o", "--output", help="Write the JSON here instead of stdout.")] = None,
     changes: Annotated[bool, typer.Option(
         "--changes", help="Print the change set the pipeline builds from the list (path, status, line "
                           "counts) instead of GitHub's raw entries.")] = False,
@@ -195,7 +210,9 @@ def pr_files_command(
     if output is None:
         typer.echo(text, nl=False)
     else:
-        output.write_text(text, encoding="utf-8")
+        from fasttrack.commands.verify import write_report
+
+        write_report(output, text)
         typer.echo(log_line(f"fasttrack: {len(entries)} files of {repo}#{pr} written to {output}"), err=True)
 
 

@@ -222,7 +222,8 @@ def clock_of(gh: Any) -> Callable[[], float]:
 
 def split_repo(repo: str) -> tuple[str, str]:
     if not REPO_RE.match(repo) or repo.split("/", 1)[1] in (".", ".."):
-        raise InputError(f"{repo!r} is not OWNER/NAME", field="--repo", fix="e.g. --repo vllm-project/vllm")
+        raise InputError(f"{repo!r} is not OWNER/NAME", field="--github-repo",
+                         fix="e.g. --github-repo vllm-project/vllm")
     owner, name = repo.split("/", 1)
     return owner, name
 
@@ -252,7 +253,8 @@ def github_errors(action: str, token_env: str = "GITHUB_TOKEN", clock: Callable[
         raise InputError(f"GitHub refused {action} (403 {_one_line(exc.msg)})", fix=forbidden_fix) from None
     except gx.NotFoundError as exc:
         raise InputError(f"not found while {action} (404 {_one_line(exc.msg)})",
-                         fix="check --repo and --pr, and that the token can see the repository") from None
+                         fix="check --github-repo and --pr, and that the token can see the repository",
+                         ) from None
     except gx.ServerError as exc:
         raise InputError(f"GitHub kept failing while {action} ({exc.code} {_one_line(exc.msg)}) after "
                          "retries", fix="run again later") from None

@@ -7,11 +7,14 @@ contribution, contribution mode) and reports that, so `make verify` shows the re
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from fasttrack.errors import InputError
+
+if TYPE_CHECKING:
+    from fasttrack.report.site import Source
 
 DEFAULT_OUT = Path("site")
 
@@ -32,6 +35,28 @@ def _max_age_days(policy: Path | None, given: int | None) -> int:
     except InputError:
         return DEFAULT_MAX_AGE_DAYS
     return load_policy(path).evidence.max_age_days
+
+
+REPORT_EPILOG = """Examples:
+
+  fasttrack report                                  verify the reference contribution, build site/
+
+  fasttrack report --verdict verdict.json -o site
+
+Exit codes: 0 the site was written, 2 bad input (a verdict that does not parse, or whose verdict \
+field disagrees with its findings) or an unusable path, 3 a bug in fasttrack."""
+
+
+def refuse_inconsistent(sources: list[Source]) -> None:
+    """A verdict whose `verdict` field disagrees with its findings (a "pass" holding an error: edited or
+    broken) is never shown as ready: the report refuses it, naming the file."""
+    from fasttrack.verdict import inconsistency
+
+    for src in sources:
+        why = inconsistency(src.verdict)
+        if why is not None:
+            raise InputError(why, path=src.origin, field="verdict",
+                             fix="re-run `fasttrack verify --format json` and report its output unedited")
 
 
 def report_command(
@@ -62,7 +87,8 @@ def report_command(
         Path | None,
         typer.Option("--policy", help="Policy for --contribution runs and the evidence age limit."),
     ] = None,
-    out: Annotated[Path, typer.Option("--out", help="Output directory for the site.")] = DEFAULT_OUT,
+    out: Annotated[Path, typer.Option(
+        "-o", "--output", "--out", help="Output directory for the site.")] = DEFAULT_OUT,
     max_age_days: Annotated[
         int | None,
         typer.Option(
@@ -75,6 +101,7 @@ def report_command(
 
     age_limit = _max_age_days(policy, max_age_days)
     sources = load_verdict_files(verdict or [], verdicts_dir or [])
+    refuse_inconsistent(sources)
     targets: list[Path | None] = list(contribution or [])
     if not sources and not targets:
         targets = [None]  # the reference contribution (fasttrack verify's default)

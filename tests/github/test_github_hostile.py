@@ -70,7 +70,7 @@ def _args(fake: Any, verdicts: Any, *extra: str) -> list[str]:
     return [
         "github",
         "publish",
-        "--repo",
+        "--github-repo",
         verdicts.repo,
         "--artifact-run-id",
         str(RUN_ID),

@@ -358,7 +358,7 @@ jobs:
       - run: python -m pip install "$SRC"
       - uses: actions/download-artifact@d3f86a106a0bac45b974a628896c90dbdf5c8093
       - env: {GITHUB_TOKEN: "${{ github.token }}"}
-        run: fasttrack github publish --verdict v.json --repo o/n --pr 1
+        run: fasttrack github publish --verdict v.json --github-repo o/n --pr 1
       - run: bash "$RUNNER_TEMP/verdict/post.sh"
 """
 

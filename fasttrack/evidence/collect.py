@@ -709,11 +709,22 @@ def phase_sanitizer(run: Run, hw_count: int) -> None:
     else:
         grid_path = run.work.path("grid.sanitizer.json")
         _write_grid(grid_path, points, run, hw_count)
-        argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *plugin_args(), "-q", *tests,
-                "--fasttrack-grid", str(grid_path)]
+        # The same isolation as the kernel tests: no conftest or ini outside the contribution takes part.
+        argv = pytest_argv(tests, grid_path, None, contribution=run.contribution)
+        argv = [*argv[:3], "-q", *argv[3:]]
+        # Each tool's result is written as soon as it finishes (a phase cut short keeps what ran, and a
+        # resumed phase runs only the tools still missing); the rest read "not run" until they have run.
+        earlier = _read_json(out) or []
+        done = {str(d.get("tool")): d for d in earlier if isinstance(d, dict) and d.get("ran")}
         results = []
         for i, name in enumerate(san.TOOLS):
             run.progress.advance("sanitizer", i, len(san.TOOLS), name)
+            if name in done:
+                results.append(san.SanitizerRun(**{k: v for k, v in done[name].items() if k != "tp"}))
+                continue
+            pending = san.not_run("the sanitizer phase stopped before this tool finished", tests)
+            _write_json(out, [{**r.__dict__, "tp": 1} for r in
+                              [*results, *[p for p in pending if p.tool not in {r.tool for r in results}]]])
             results.append(san.run_tool(name, tool, argv, tests, run.contribution, run.env,
                                         run.log("sanitizer"), run.opts.sanitizer_timeout_s))
     _write_json(out, [{**r.__dict__, "tp": 1} for r in results])  # compute-sanitizer runs one process: tp 1

@@ -104,3 +104,46 @@ def test_hardware_matches_name_and_capability() -> None:
     assert hw.matches("nvidia h200", "9.0")
     assert not hw.matches("NVIDIA H200", "10.0")
     assert not hw.matches("NVIDIA B200", "9.0")
+
+
+def test_a_sanitizer_phase_cut_short_keeps_what_ran_and_resumes(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """memcheck finishes, racecheck is killed with the phase: memcheck's clean result is kept (the rest read
+    'not run'), and the resumed phase runs only racecheck and synccheck, under the kernel tests' isolation."""
+    import sys as _sys
+
+    sys_path = str(Path(__file__).resolve().parent)
+    if sys_path not in _sys.path:
+        _sys.path.insert(0, sys_path)
+    from collect_toy import make_toy
+
+    from fasttrack.evidence import collect as col
+    from fasttrack.manifest import load_manifest
+
+    toy = make_toy(tmp_path)
+    work = col.WorkDir(tmp_path / "work")
+    work.prepare({"v": 1}, resume=False, progress=col.NullProgress())
+    point = {"gpu": "cpu", "tp": 1, "batch": 1, "context": 8, "dtype": "float32"}
+    run = col.Run(opts=col.CollectOptions(contribution=toy), manifest=load_manifest(toy), contribution=toy,
+                  work=work, env={}, progress=col.NullProgress(), backend="cuda",
+                  grid=col.Grid(here=[point], elsewhere=[]))
+    calls: list[tuple[str, list[str]]] = []
+
+    def fake_tool(name: str, tool: str, argv: list[str], *rest: object) -> san.SanitizerRun:
+        calls.append((name, argv))
+        if name == "racecheck" and len(calls) == 2:
+            raise KeyboardInterrupt  # the phase's time limit (SIGINT) arrives during racecheck
+        return san.SanitizerRun(tool=name, ran=True, errors=0, summary="0 errors")
+
+    monkeypatch.setattr(san, "find_sanitizer", lambda: "/usr/bin/compute-sanitizer")
+    monkeypatch.setattr(san, "run_tool", fake_tool)
+    with pytest.raises(KeyboardInterrupt):
+        col.phase_sanitizer(run, 1)
+    kept = col._read_json(work.path("sanitizer.json"))
+    assert [(d["tool"], d["ran"]) for d in kept] == [("memcheck", True), ("racecheck", False),
+                                                    ("synccheck", False)]
+    assert "--confcutdir" in calls[0][1] and "-c" in calls[0][1]  # no conftest or ini outside the toy
+    col.phase_sanitizer(run, 1)
+    assert [c[0] for c in calls] == ["memcheck", "racecheck", "racecheck", "synccheck"]
+    final = col._read_json(work.path("sanitizer.json"))
+    assert all(d["ran"] and d["errors"] == 0 for d in final)

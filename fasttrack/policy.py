@@ -213,7 +213,8 @@ class EscapesSpec(Strict):
         "torch.cuda.set_*", "torch.cuda.memory.*", "torch.cuda.manual_seed*", "torch.random.*",
         "torch.autograd.set_*", "torch.autograd.*anomaly*", "torch.nn.attention.*", "torch.fx.wrap",
         "torch.multiprocessing.set_*", "torch.distributed.*init_process_group",
-        "signal.*", "subprocess.*", "ctypes.*", "_ctypes.*", "multiprocessing.set_*", "multiprocessing.*.set_*",
+        "signal.*", "subprocess.*", "ctypes.*", "_ctypes.*", "multiprocessing.set_*",
+        "multiprocessing.*.set_*",
         "gc.*", "site.*", "socket.*", "urllib.request.*", "http.client.*", "pty.*", "resource.set*",
         "faulthandler.*", "logging.*", "warnings.*", "threading.*", "shutil.*", "sysconfig.*",
         "importlib.invalidate_caches", "sys.set*", "sys._set*", "sys.remote_exec", "sys.activate_*",
@@ -237,8 +238,8 @@ class EscapesSpec(Strict):
         "shutil.which", "shutil.disk_usage", "shutil.get_terminal_size", "gc.collect", "gc.isenabled",
         "gc.is_tracked", "signal.getsignal", "signal.Signals", "signal.strsignal", "signal.valid_signals",
         "ctypes.sizeof", "ctypes.c_*", "ctypes.POINTER", "ctypes.pointer", "ctypes.byref", "ctypes.addressof",
-        "ctypes.Structure", "ctypes.Union", "ctypes.alignment", "ctypes.util.find_library", "ctypes.get_errno",
-        "ctypes.cast", "ctypes.string_at",
+        "ctypes.Structure", "ctypes.Union", "ctypes.alignment", "ctypes.util.find_library",
+        "ctypes.get_errno", "ctypes.cast", "ctypes.string_at",
         "sysconfig.get_*", "multiprocessing.get_*", "site.get*",
     ])
     scoped_global_calls: list[str] = Field(default_factory=lambda: [

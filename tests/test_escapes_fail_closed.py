@@ -9,10 +9,17 @@ point at with `# <-`.
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
 
+from fasttrack.changes.model import Change
 from fasttrack.confinement.escapes import Escape, analyse_source, find_escapes
+from fasttrack.context import Context
+from fasttrack.findings import Finding, Severity
+from fasttrack.policy import Policy, load_policy
+from fasttrack.rules import escapes as escape_rules
+from fasttrack.verdict import ChangeStatus
 
 MODEL_FILE = "vllm/models/kimi_k3/nvidia/model.py"
 OWN = {"vllm.models.kimi_k3"}
@@ -336,7 +343,7 @@ def test_a_helper_in_another_file_is_judged_across_files() -> None:
     foreign objects to functions of the contribution's own packages (joined in fasttrack.rules.escapes)."""
     helpers = analyse_source("def patch(cls, fn):\n    cls.forward = fn\n",
                              "vllm/models/kimi_k3/helpers.py", OWN)
-    assert helpers.param_writers == {"vllm.models.kimi_k3.helpers.patch": frozenset({0})}
+    assert helpers.param_writers == {"vllm.models.kimi_k3.helpers.patch": frozenset({0, "cls"})}
     caller = analyse_source(SHARED + "from .helpers import patch\npatch(RowParallelLinear, None)\n",
                             MODEL_FILE, OWN)
     assert caller.foreign_calls == [("vllm.models.kimi_k3.nvidia.helpers.patch",
@@ -347,3 +354,114 @@ def test_context_names_the_guard_and_function() -> None:
     src = "import vllm.envs as e\nif e.X:\n    e.Y = 1\ndef f():\n    e.Z = 1\ne.W = 1\n"
     contexts = [e.context for e in find_escapes(src, MODEL_FILE, OWN)]
     assert contexts == ["if e.X", "def f", ""]
+
+
+# ------------------------------------------------------------------------------------------------------
+# The rules: warnings fail closed in shipping code; test leniency follows the import graph; helpers in
+# another changed file; a moved or widened patch is new.
+
+POLICY = Path(__file__).resolve().parents[1] / "policies" / "vllm.toml"
+
+
+@pytest.fixture(scope="module")
+def policy() -> Policy:
+    return load_policy(POLICY)
+
+
+def ctx_for(tmp_path: Path, policy: Policy, files: dict[str, str], *, base: dict[str, str] | None = None,
+            statuses: dict[str, ChangeStatus] | None = None,
+            old_paths: dict[str, str] | None = None) -> Context:
+    for rel, content in files.items():
+        p = tmp_path / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(content)
+    changes = tuple(Change(status=(statuses or {}).get(p, ChangeStatus.ADDED if base is None else
+                                                      ChangeStatus.MODIFIED),
+                           path=p, old_path=(old_paths or {}).get(p), new_mode="100644") for p in files)
+    return Context(policy=policy, policy_path=POLICY, mode="range", head_dir=tmp_path,  # type: ignore[arg-type]
+                   changes=changes, model="kimi_k3", base_texts=base or {})
+
+
+def findings(ctx: Context) -> list[Finding]:
+    return [f for r in escape_rules.catalogue.rules for f in r.run(ctx)]
+
+
+WARNING_FAMILIES = {
+    "exec-computed": "def f(code):\n    exec(code)\n",
+    "import-module-computed": "import importlib\ndef f(n):\n    return importlib.import_module(n)\n",
+    "sys-path": "import sys\nsys.path.insert(0, '/tmp')\n",
+    "environ-in-function": "import os\ndef f():\n    os.environ['A'] = '1'\n",
+    "class-of-object": "def f(x):\n    x.__class__.forward = None\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(WARNING_FAMILIES))
+def test_warning_families_are_errors_in_shipping_code(name: str, tmp_path: Path, policy: Policy) -> None:
+    src = WARNING_FAMILIES[name]
+    shipping = findings(ctx_for(tmp_path / "a", policy, {"vllm/models/kimi_k3/nvidia/k3.py": src}))
+    assert shipping and {f.severity for f in shipping} == {Severity.ERROR}
+    assert all("fails closed" in f.message for f in shipping)
+    test_only = findings(ctx_for(tmp_path / "b", policy, {"tests/models/kimi_k3/test_k3.py": src}))
+    assert test_only and {f.severity for f in test_only} == {Severity.WARNING}
+
+
+def test_a_checked_literal_exec_stays_a_warning(tmp_path: Path, policy: Policy) -> None:
+    found = findings(ctx_for(tmp_path, policy, {"vllm/models/kimi_k3/k3.py": "exec('x = 1')\n"}))
+    assert [(f.code, f.severity) for f in found] == [("FT127", Severity.WARNING)]
+
+
+def test_test_leniency_follows_the_import_graph(tmp_path: Path, policy: Policy) -> None:
+    """A test helper imported by another test helper that shipping code imports ships too; one that only
+    tests import stays lenient."""
+    patch = "import vllm.envs as e\ne.X = 1\n"
+    files = {
+        "vllm/models/kimi_k3/model.py": "from vllm.models.kimi_k3.tests import conftest_helpers\n",
+        "vllm/models/kimi_k3/tests/conftest_helpers.py": "from vllm.models.kimi_k3.tests import deep\n",
+        "vllm/models/kimi_k3/tests/deep.py": patch,
+        "vllm/models/kimi_k3/tests/test_only.py": patch,
+    }
+    found = {f.path: f.severity for f in findings(ctx_for(tmp_path, policy, files))}
+    assert found == {"vllm/models/kimi_k3/tests/deep.py": Severity.ERROR,
+                     "vllm/models/kimi_k3/tests/test_only.py": Severity.WARNING}
+
+
+def test_a_helper_in_another_changed_file(tmp_path: Path, policy: Policy) -> None:
+    files = {
+        "vllm/models/kimi_k3/helpers.py": "def patch(cls, fn):\n    cls.forward = fn\n",
+        "vllm/models/kimi_k3/model.py":
+            SHARED + "from .helpers import patch\npatch(RowParallelLinear, None)\n",
+    }
+    found = [(f.code, f.path, f.line, f.severity) for f in findings(ctx_for(tmp_path, policy, files))]
+    assert found == [("FT120", "vllm/models/kimi_k3/model.py", 3, Severity.ERROR)]
+    honest = dict(files, **{"vllm/models/kimi_k3/model.py": "from .helpers import patch\n"
+                            "class C:\n    pass\npatch(C, None)\n"})
+    assert findings(ctx_for(tmp_path / "b", policy, honest)) == []
+
+
+def test_a_patch_moved_out_of_a_guard_is_new(tmp_path: Path, policy: Policy) -> None:
+    """The base guarded the patch (`if IS_HIP:`); the head runs it at module level: not 'already in base'."""
+    path = "vllm/models/kimi_k3/nvidia/k3.py"
+    before = "import vllm.envs as e\nif e.IS_HIP:\n    e.X = 1\n"
+    after = "import vllm.envs as e\ne.X = 1\n"
+    found = findings(ctx_for(tmp_path, policy, {path: after}, base={path: before}))
+    assert [(f.code, f.line, f.severity) for f in found] == [("FT120", 2, Severity.ERROR)]
+    same = findings(ctx_for(tmp_path / "same", policy, {path: before}, base={path: before}))
+    assert [(f.code, f.severity) for f in same] == [("FT120", Severity.INFO)]
+
+
+def test_a_file_moved_in_from_another_model_brings_its_patches_as_new(tmp_path: Path, policy: Policy) -> None:
+    old, new = "vllm/models/glm5next/nvidia/p.py", "vllm/models/kimi_k3/nvidia/p.py"
+    src = "import vllm.envs as e\ne.X = 1\n"
+    found = findings(ctx_for(tmp_path, policy, {new: src}, base={new: src},
+                             statuses={new: ChangeStatus.RENAMED}, old_paths={new: old}))
+    assert [(f.code, f.severity) for f in found] == [("FT120", Severity.ERROR)]
+
+
+def test_ft146_rule_fails_and_passes(tmp_path: Path, policy: Policy) -> None:
+    rule = next(r for r in escape_rules.catalogue.rules if r.code == "FT146")
+    bad = rule.run(ctx_for(tmp_path / "a", policy, {"vllm/models/kimi_k3/k3.py":
+                                                    "import signal\nsignal.signal(2, None)\n"}))
+    assert [(f.code, f.line, f.severity) for f in bad] == [("FT146", 2, Severity.ERROR)] and bad[0].fix
+    good = rule.run(ctx_for(tmp_path / "b", policy, {"vllm/models/kimi_k3/k3.py":
+                                                     "import signal\nh = signal.getsignal(2)\n"}))
+    assert good == []

@@ -784,8 +784,8 @@ class _Analyser:
         callee = self.resolve(node.func, scope)
         if callee is not None and callee.origin == "own":
             return self._own_return(node, callee.qualname, scope)
-        if callee is not None and callee.origin in ("local", "param") and isinstance(node.func, ast.Attribute) \
-                and node.func.attr in _ELEMENT_METHODS:
+        if callee is not None and callee.origin in ("local", "param") and \
+                isinstance(node.func, ast.Attribute) and node.func.attr in _ELEMENT_METHODS:
             base = self.resolve(node.func.value, scope)
             if base is not None and (base.elements or base.origin == "param"):
                 return base  # d.values() / d.get(k) of a container holding foreign objects
@@ -1028,21 +1028,23 @@ class _Analyser:
                         t = self.tainted(self.resolve(e, scope))
                         if t is not None:
                             shown = key.removeprefix("method:").rsplit(".", 1)[-1]
-                            self.report(MONKEYPATCH, call, f"passes `{t.qualname}` to `{shown}`, which writes "
-                                        f"through its parameter `{name}` (line {getattr(write, 'lineno', '?')}):"
-                                        " a monkeypatch of an object outside the contribution",
+                            at = getattr(write, "lineno", "?")
+                            self.report(MONKEYPATCH, call, f"passes `{t.qualname}` to `{shown}`, which "
+                                        f"writes through its parameter `{name}` (line {at}): a monkeypatch "
+                                        "of an object outside the contribution",
                                         target=t.qualname)
         for key, fns in self.functions.items():
             if key.startswith(("method:", "<lambda>")):
                 continue
-            written = frozenset(self._param_ref(fn, n) for (k, n) in self.param_writes if k == key
-                                for fn in fns)
+            written = frozenset(r for (k, n) in self.param_writes if k == key for fn in fns
+                                for r in self._param_refs(fn, n))
             if written:
                 self.facts.param_writers[key] = written
 
     @staticmethod
-    def _param_ref(fn: _Function, name: str) -> int | str:
-        return fn.positional.index(name) if name in fn.positional else name
+    def _param_refs(fn: _Function, name: str) -> tuple[int | str, ...]:
+        """A written parameter as a caller can fill it: its position (when positional) and its name."""
+        return (fn.positional.index(name), name) if name in fn.positional else (name,)
 
     def _unresolved_write(self, node: ast.AST, what: str, code: str) -> None:
         self.report(code, node, f"{what} on an object the scan cannot resolve: it cannot be shown to be the "
@@ -1232,7 +1234,8 @@ class _Analyser:
             t = self.tainted(obj)
             if t is not None:
                 code = SETATTR if t.qualname.endswith(".__dict__") else MONKEYPATCH
-                self._report_write(node, f"{t.qualname}[...]", "writes", code, import_time, f"operator.{fn}()")
+                self._report_write(node, f"{t.qualname}[...]", "writes", code, import_time,
+                                   f"operator.{fn}()")
 
     def _record_foreign_call(self, node: ast.Call, q: str, scope: _Scope) -> None:
         """A call into another module of the contribution with foreign arguments: judged across files

@@ -474,12 +474,13 @@ def unparseable(ctx: Context) -> Iterator[Finding]:
 def global_state(ctx: Context) -> Iterator[Finding]:
     """Process-wide state is an allow-list (policy `escapes.global_state_calls`, `allowed_global_calls`,
     `scoped_global_calls`): torch's C-level setters (`torch._C._set_*`), backend and SDPA switches
-    (`torch.backends.cuda.enable_flash_sdp`), compiler configs (`torch._dynamo.config.patch(...)` outside a
-    `with`, its `.__enter__()`), native libraries (`ctypes.CDLL(...).setenv`),
-    `multiprocessing.set_start_method`, `signal`, `logging.disable`/`basicConfig`, warnings filters outside `catch_warnings()`, `gc`, sockets,
-    `subprocess`/`os.system`/`os.exec*`, and writing files (`open(..., "w")`, `Path.write_text`, `os.remove`,
-    a `.pth` in site-packages): an error anywhere in shipping code, import time or not. Reads (`is_*`,
-    `get*`, `logging.getLogger`) and context managers that restore what they change are allowed."""
+    (`torch.backends.cuda.enable_flash_sdp`), compiler configs (`torch._dynamo.config.patch(...)` outside
+    a `with`, its `.__enter__()`), native libraries (`ctypes.CDLL(...).setenv`),
+    `multiprocessing.set_start_method`, `signal`, `logging.disable`/`basicConfig`, warnings filters
+    outside `catch_warnings()`, `gc`, sockets, `subprocess`/`os.system`/`os.exec*`, and writing files
+    (`open(..., "w")`, `Path.write_text`, `os.remove`, a `.pth` in site-packages): an error anywhere in
+    shipping code, import time or not. Reads (`is_*`, `get*`, `logging.getLogger`) and context managers
+    that restore what they change are allowed."""
     yield from _findings(ctx, "FT146", "leave process-wide settings to the deployment (or ask for the call "
                          "to be added to the policy's allowed_global_calls in normal review); use a `with` "
                          "block where a scoped switch exists")

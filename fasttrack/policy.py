@@ -124,6 +124,23 @@ class BlastRadiusSpec(Strict):
     include_lazy_imports: bool = True
     exclude_type_checking_imports: bool = True
     max_witnesses: int = Field(default=50, ge=1, le=10_000)
+    # Module-level calls and decorators (fnmatch over the dotted callee as written) that change nothing when a
+    # module is imported: a changed module whose import-time code is only these (and imports, defs, classes,
+    # constants) does not "act at import" (fasttrack.confinement.import_effects), so a unit running it only
+    # through a parent package's __init__ is named in the radius, not an error (FT114).
+    inert_import_calls: list[str] = Field(default_factory=lambda: [
+        "init_logger", "*.init_logger", "logging.getLogger", "getLogger", "TypeVar", "typing.TypeVar",
+        "ParamSpec", "typing.ParamSpec", "NewType", "typing.NewType", "namedtuple", "collections.namedtuple",
+        "os.environ.get", "os.getenv", "field", "dataclasses.field", "dataclass", "dataclasses.dataclass",
+        "frozenset", "set", "dict", "list", "tuple", "int", "float", "str", "bool", "object", "range",
+        "staticmethod", "classmethod", "property", "abstractmethod", "abc.abstractmethod", "overload",
+        "typing.overload", "final", "typing.final", "functools.cache", "functools.lru_cache", "cache",
+        "lru_cache", "functools.wraps", "functools.cached_property", "cached_property", "contextmanager",
+        "contextlib.contextmanager", "enum.auto", "auto", "unique", "enum.unique", "torch.device",
+        "torch.dtype", "triton.jit", "triton.autotune", "triton.heuristics", "triton.Config", "tl.constexpr",
+        "triton.language.constexpr", "torch.compile", "torch.no_grad", "torch.inference_mode",
+        "cute.jit", "cute.kernel", "cute.struct", "cutlass.Constexpr", "cutlass.const_expr",
+    ])
 
 
 class EscapesSpec(Strict):

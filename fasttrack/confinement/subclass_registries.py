@@ -75,7 +75,8 @@ def _root(node: ast.expr) -> str | None:
 
 def _hook_writes(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[bool, str | None]:
     """Whether `__init_subclass__` writes to something other than the class it is given, and the name."""
-    cls = fn.args.posonlyargs[0].arg if fn.args.posonlyargs else fn.args.args[0].arg if fn.args.args else "cls"
+    first = [*fn.args.posonlyargs, *fn.args.args]
+    cls = first[0].arg if first else "cls"
     for node in ast.walk(fn):
         targets: list[ast.expr] = []
         if isinstance(node, ast.Assign):
@@ -177,7 +178,8 @@ def registering_bases(source: str, module: str, is_package: bool, files: Mapping
             continue
         for base in node.bases:
             dotted = _dotted(base, names)
-            if dotted is None or (own_prefix and (dotted == own_prefix or dotted.startswith(own_prefix + "."))):
+            own = own_prefix is not None and (dotted == own_prefix or str(dotted).startswith(own_prefix + "."))
+            if dotted is None or own:
                 continue
             hit = finder.registering(dotted)
             if hit is not None:

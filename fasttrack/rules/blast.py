@@ -186,8 +186,8 @@ def runs_through_parent_package(ctx: Context) -> Iterator[Finding]:
             yield Finding.error("FT114", f"{text}; the changed module does something at import, so that "
                                 "unit's import now runs it", path=changed,
                                 fix=f"keep {w.chain[-1]}'s module-level code to imports, defs, classes and "
-                                    "constants (do the work in a function the model calls), or send the PR to "
-                                    "normal review")
+                                    "constants (do the work in a function the model calls), or send the PR "
+                                    "to normal review")
         else:
             why = "a hub" if hub else "the changed module only defines things at import"
             yield Finding.info("FT114", f"{text}; not an error: {why}", path=changed)

@@ -178,8 +178,8 @@ def registering_bases(source: str, module: str, is_package: bool, files: Mapping
             continue
         for base in node.bases:
             dotted = _dotted(base, names)
-            own = own_prefix is not None and (dotted == own_prefix or str(dotted).startswith(own_prefix + "."))
-            if dotted is None or own:
+            if dotted is None or (own_prefix is not None and (
+                    dotted == own_prefix or dotted.startswith(own_prefix + "."))):
                 continue
             hit = finder.registering(dotted)
             if hit is not None:

@@ -119,6 +119,38 @@ class _Judge:
         return True  # calls, loops, with, del, augmented assignment, attribute or item writes, ...
 
 
+def acting_statements(source: str, inert_calls: Sequence[str] = ()) -> list[str] | None:
+    """The module-level statements of `source` that act at import, as position-free AST dumps (so the same
+    statement moved down a line compares equal); None when it does not parse."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError):
+        return None
+    judge = _Judge(inert_calls)
+    return [ast.dump(s) for s in tree.body if judge.acts(s)]
+
+
+def new_acts(head: str, base: str | None, inert_calls: Sequence[str] = ()) -> bool:
+    """Whether the head's import-time code acts in a way the base's did not: an acting statement added or
+    changed (compared one for one). Without a base (a new file) every acting statement is new; a side that
+    does not parse counts as acting (fail closed)."""
+    now = acting_statements(head, inert_calls)
+    if now is None:
+        return True
+    if base is None:
+        return bool(now)
+    before = acting_statements(base, inert_calls)
+    if before is None:
+        return bool(now)
+    left = list(before)
+    for stmt in now:
+        if stmt in left:
+            left.remove(stmt)
+        else:
+            return True
+    return False
+
+
 def import_effect(source: str, inert_calls: Sequence[str] = ()) -> ImportEffect:
     """Whether `source` does something at import time, and the first statement that does. A file that does
     not parse acts (fail closed)."""

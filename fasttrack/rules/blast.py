@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterator
 
+from fasttrack.confinement.import_effects import new_acts
 from fasttrack.confinement.model_units import UnitIndex
 from fasttrack.confinement.zones import in_model_root
 from fasttrack.context import Context
 from fasttrack.findings import Finding
 from fasttrack.rules.base import Catalogue
-from fasttrack.verdict import AffectedModel, BlastRadius, Witness
+from fasttrack.rules.escapes import base_text
+from fasttrack.verdict import AffectedModel, BlastRadius, ChangeStatus, Witness
 
 catalogue = Catalogue("blast")
 
@@ -159,14 +161,31 @@ def shared_imports_changed_model_code(ctx: Context) -> Iterator[Finding]:
         )
 
 
+def _acts_anew(ctx: Context, path: str) -> bool:
+    """The PR adds or changes import-time code of `path` (FT114): when the base revision of a modified file
+    is at hand and its acting statements are the same, the import does what it did before."""
+    change = next((c for c in ctx.changes if c.path == path), None)
+    head = ctx.read_head_text(path) if change is not None else None
+    if change is None or head is None:
+        return True
+    base = None
+    if change.status in (ChangeStatus.MODIFIED, ChangeStatus.RENAMED):
+        base = base_text(ctx, change)
+        if base is None:
+            return True  # no base to compare with: fail closed
+    return new_acts(head, base, ctx.policy.blast_radius.inert_import_calls)
+
+
 @catalogue.rule("FT114", "A unit runs changed code only through a parent package's __init__.")
 def runs_through_parent_package(ctx: Context) -> Iterator[Finding]:
     """Importing ``a.b.c`` runs ``a/__init__`` and ``a/b/__init__`` first: a unit that imports anything below
     a package whose ``__init__`` (or what it imports at module level) the PR changes runs the changed code
     without using it. It is named in the radius either way; it is an error only when the changed module
     does something at import (``BlastRadius.acts_at_import``: module-level statements other than imports,
-    defs, classes, constant assignments and docstrings; a runtime effect trace may set it), otherwise an
-    info: an honest kernel edit is not blocked because another model imports a sibling module."""
+    defs, classes, constant assignments, docstrings and the policy's ``inert_import_calls``; a runtime
+    effect trace may set it) *and* the PR adds or changes such a statement (compared with the base
+    revision of a modified file; a new file's are all new), otherwise an info: an honest kernel edit is not
+    blocked because another model imports a sibling module."""
     radius = ctx.blast_radius
     if not radius.computed:
         return
@@ -179,7 +198,7 @@ def runs_through_parent_package(ctx: Context) -> Iterator[Finding]:
         changed = _changed_path(w)
         if not _is_model_code(ctx, changed):
             continue  # a change to shared code itself: the zone rules judge it
-        acts = radius.acts_at_import.get(w.chain[-1], True)
+        acts = radius.acts_at_import.get(w.chain[-1], True) and _acts_anew(ctx, changed)
         text = (f"{label} runs {w.chain[-1]}, which this PR changes, only through a parent package's "
                 f"__init__ ({chain_text(w)})")
         if acts and not hub:

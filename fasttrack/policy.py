@@ -141,7 +141,8 @@ class BlastRadiusSpec(Strict):
         "triton.language.constexpr", "torch.compile", "torch.no_grad", "torch.inference_mode",
         "cute.jit", "cute.kernel", "cute.struct", "cutlass.Constexpr", "cutlass.const_expr",
         # queries: platform checks, feature probes
-        "current_platform.is_*", "current_platform.get_*", "current_platform.has_*", "*.current_platform.is_*",
+        "current_platform.is_*", "current_platform.get_*", "current_platform.has_*",
+        "*.current_platform.is_*",
         "importlib.util.find_spec", "find_spec", "hasattr", "isinstance", "issubclass", "callable", "len",
         "is_torch_equal_or_newer", "*.is_torch_equal_or_newer", "has_triton_kernels", "*.has_*",
     ])

@@ -30,6 +30,7 @@ EXTRA: dict[str, str | None] = {
         "    k = importlib.import_module('vllm.models.alpha.kernels')\n"
         "    return m, k\n"
         "TABLE = {\"alpha\": \"vllm.models.alpha.attn:attend\"}\n"
+        "def look():\n    return sys.modules.get(\"vllm.models.alpha.chain_b\")\n"
     ),
     "vllm/model_executor/layers/plugins.py": (
         "_PLUGINS = {}\n\n"
@@ -93,9 +94,12 @@ def test_a_module_named_in_a_string_is_an_edge(tree: Path) -> None:
     assert [s.witness.lines for s in shared(attn, "names-in-string")] == [[8]]
 
 
-def test_a_string_naming_an_unchanged_module_is_no_edge(tree: Path) -> None:
-    r = radius(tree, "vllm/models/alpha/chain_a.py")
-    assert shared(r, "names-in-string") == []
+def test_a_lookup_by_string_links_only_the_module_it_names(tree: Path) -> None:
+    """strings.look() takes chain_b from sys.modules: that runs chain_b's code, not what chain_b imports
+    (chain_a), so a change to chain_a does not reach strings.py; a change to chain_b does."""
+    assert shared(radius(tree, "vllm/models/alpha/chain_a.py"), "names-in-string") == []
+    [s] = shared(radius(tree, "vllm/models/alpha/chain_b.py"), "names-in-string")
+    assert s.module == "vllm.model_executor.warmup.strings" and s.witness.lines == [10]
 
 
 def test_a_registering_base_links_its_registry_and_readers(tree: Path) -> None:

@@ -24,7 +24,9 @@ Semantics in detail:
   (``Witness.links``): ``imports``; ``parent-package`` (importing ``a.b.c`` runs ``a/__init__`` and
   ``a/b/__init__`` first, so a module importing anything below a changed package runs that package's
   ``__init__``); ``names-in-string`` (shared code names the module in a string: ``import_module``,
-  ``sys.modules.get``, a table of module names; found when the graph is built and cached with it); and
+  ``sys.modules.get``, a table of module names; found when the graph is built and cached with it; a string
+  that is not imported on its line, e.g. ``sys.modules.get``, links only to a changed module itself, since
+  looking a module up does not run what it imports); and
   ``registry`` (a changed class subclasses an engine base whose ``__init_subclass__`` or metaclass
   registers it: the module holding the base, and its importers naming the registry, read what the change
   fills). The walk prefers chains without a parent-package step, then the shortest, so a unit reached
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import fnmatch
 import heapq
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -59,6 +62,7 @@ from fasttrack.policy import Policy
 from fasttrack.verdict import AffectedModel, AffectedShared, BlastRadius, ChangeStatus, LinkKind, Witness
 
 _DEFAULT = object()
+_IMPORTING = re.compile(r"\b(import_module|__import__|run_module|load_module|exec_module)\b")
 
 
 @dataclass(frozen=True)
@@ -237,8 +241,13 @@ class _Walk:
         and, for a package, the importers of anything below it (outside it), which run its __init__."""
         out: list[tuple[str, tuple[ImportSite, ...], LinkKind, str | None]] = [
             (i, sites, "imports", None) for i, sites in sorted(self.importers(m).items())]
-        out += [(n, sites, "names-in-string", None) for n, sites in sorted(self.graph.namers(m).items())
-                if not self.is_hub(n)]
+        # A string that imports (import_module, __import__) runs the module and what it imports, like an
+        # import; any other (sys.modules.get, a table of names) reaches the module itself: an edge only to a
+        # changed module.
+        for n, sites in sorted(self.graph.namers(m).items()):
+            imports = any(_IMPORTING.search(x.contents) for x in sites)
+            if not self.is_hub(n) and (m in self.changed or imports):
+                out.append((n, sites, "names-in-string", None))
         if self.is_package(m):
             prefix = m + "."
             for sub in self.below(m):

@@ -331,3 +331,65 @@ def test_every_model_package_radius_on_the_pristine_tree(vllm_tree: Path, vllm_r
         assert got == PACKAGE_RADII.get(pkg, ([], [])), pkg
         if pkg == "kimi_k3":
             assert len(changes) == 133 and r.naive_closure == 2301 and r.graph_modules == 3154
+
+
+# What each model package root (`vllm/models/<m>/__init__.py`) and kimi_k3's nvidia/model.py reach when
+# changed, by link kind (issue 15: what Python runs, not only what is imported). Measured on the extracted
+# tree with `compute_blast_radius` (docs/blast-radius.md, "Links"): a module below a package runs the
+# package's __init__ first, so importers of anything below a root are named "parent-package"; shared code
+# naming the module in a string (deep_gemm_warmup's sys.modules.get) is "names-in-string".
+KIMI_GDN = "vllm.model_executor.layers.mamba.gdn.kimi_gdn_linear_attn"
+ROOT_RADII: dict[str, dict[str, list[str]]] = {
+    "vllm/models/deepseek_v32/__init__.py": {"parent-package": ["dots3_note"]},
+    "vllm/models/deepseek_v4/__init__.py": {
+        "imports": [QUANT],
+        "parent-package": ["deepseek_v41", f"{QUANT}.utils.config_utils",
+                           "vllm.model_executor.warmup.deep_gemm_warmup",
+                           "vllm.v1.attention.backends.mla.sparse_swa",
+                           "vllm.v1.spec_decode.llm_base_proposer", "vllm.v1.worker.gpu.eplb_utils",
+                           "vllm.v1.worker.gpu.spec_decode.dspark.utils"]},
+    "vllm/models/deepseek_v41/__init__.py": {
+        "imports": [QUANT], "parent-package": ["minimax_m3", f"{QUANT}.utils.config_utils"]},
+    "vllm/models/kimi_k3/__init__.py": {
+        "parent-package": ["alice_ai", KIMI_GDN, TRITON_WARMUP]},
+    "vllm/models/minimax_m3/__init__.py": {
+        "parent-package": ["vllm.model_executor.layers.fused_moe.experts.mxfp8_native_moe",
+                           "vllm.model_executor.warmup.minimax_m3_msa_warmup",
+                           "vllm.v1.spec_decode.llm_base_proposer"]},
+    "vllm/models/qwen4_exp/__init__.py": {
+        "parent-package": ["vllm.model_executor.warmup.qwen4_exp_qsa_warmup"]},
+    "vllm/models/step5/__init__.py": {"parent-package": ["vllm.model_executor.warmup.step5_dsa_warmup"]},
+    "vllm/models/kimi_k3/nvidia/model.py": {
+        "names-in-string": ["vllm.model_executor.warmup.deep_gemm_warmup"],
+        "parent-package": ["alice_ai", KIMI_GDN, TRITON_WARMUP]},
+}
+# Roots whose module-level code does something at import beyond imports, defs, classes and constants
+# (glm5next and hy_v4 call into the platform at import; kimi_k3's model.py registers its multimodal
+# processor with a class decorator).
+ACTING = {"vllm/models/glm5next/__init__.py", "vllm/models/hy_v4/__init__.py",
+          "vllm/models/kimi_k3/nvidia/model.py"}
+
+
+def test_radius_of_each_model_package_root_and_of_kimi_k3_model(vllm_tree: Path) -> None:
+    policy = load_policy(POLICY)
+    targets = [f"vllm/models/{pkg}/__init__.py" for pkg in PACKAGES] + ["vllm/models/kimi_k3/nvidia/model.py"]
+    for path in targets:
+        model = path.split("/")[2]
+        r = compute_blast_radius(policy, vllm_tree, (Change(status=ChangeStatus.MODIFIED, path=path),), model)
+        assert r.computed, r.note
+        got: dict[str, list[str]] = {}
+        for a in r.models:
+            got.setdefault(a.link, []).append(a.name)
+        for s in r.shared:
+            got.setdefault(s.link, []).append(s.module)
+        assert {k: sorted(v) for k, v in got.items()} == ROOT_RADII.get(path, {}), path
+        assert all(a.witness is not None and a.witness.link == a.link for a in r.models)
+        assert set(r.acts_at_import.values()) == {path in ACTING}, path
+    # the kimi_k3 root: every chain runs through the package's __init__, with the module imported below it
+    r = compute_blast_radius(policy, vllm_tree, (Change(status=ChangeStatus.MODIFIED,
+                                                       path="vllm/models/kimi_k3/__init__.py"),), "kimi_k3")
+    alice = r.models[0].witness
+    assert alice is not None and alice.chain == [
+        "vllm.model_executor.models.alice_ai", "vllm.models.kimi_k3.nvidia.ops.attn_res",
+        "vllm.models.kimi_k3"]
+    assert alice.links == ["imports", "parent-package"] and alice.lines == [69, None]

@@ -171,8 +171,8 @@ class _Walk:
         self.affected: dict[str, _Step] = {}
         self.hubs_changed: dict[str, int] = {}
         self._model_code: dict[str, bool] = {}
-        # (parent-package steps, length) of the best chain found to each module: the walk's order
-        self.best: dict[str, tuple[int, int]] = {}
+        # (parent-package steps, length, steps that are not imports) of the best chain to each module
+        self.best: dict[str, tuple[int, int, int]] = {}
         self.registry_step: dict[str, _Step] = {}  # a registry-holding module -> the changed module
         self._below: dict[str, list[str]] | None = None
         self.head_dir = head_dir
@@ -262,15 +262,15 @@ class _Walk:
         """A multi-source search upward from the changed modules, through modules inside the root, stopping at
         the first importer outside it. Chains are ranked by how many parent-package steps they take, then by
         length, so each affected module gets the strongest, shortest witness chain."""
-        heap: list[tuple[int, int, str, str]] = []
+        heap: list[tuple[int, int, int, str, str]] = []
         for m in self.starts:
-            self.best[m] = (0, 0)
-            heapq.heappush(heap, (0, 0, m, self.own_root(m) or ""))
-        best_affected: dict[str, tuple[int, int]] = {}
+            self.best[m] = (0, 0, 0)
+            heapq.heappush(heap, (0, 0, 0, m, self.own_root(m) or ""))
+        best_affected: dict[str, tuple[int, int, int]] = {}
         while heap:
-            weak, depth, m, root_name = heapq.heappop(heap)
+            weak, depth, other, m, root_name = heapq.heappop(heap)
             root = root_name or None
-            if self.best.get(m, (weak, depth)) < (weak, depth):
+            if self.best.get(m, (weak, depth, other)) < (weak, depth, other):
                 continue
             if m in self.present and self.is_hub(m) and not self.in_root(m, root):
                 self.hubs_changed[m] = len(self.importers(m))
@@ -280,7 +280,8 @@ class _Walk:
                     continue
                 if not self.spec.include_lazy_imports and self.edge_is_lazy(importer, sites):
                     continue
-                rank = (weak + (kind == "parent-package"), depth + 1)
+                # fewest parent-package steps, then shortest, then an import over any other kind of step
+                rank = (weak + (kind == "parent-package"), depth + 1, other + (kind != "imports"))
                 if self.in_root(importer, root):
                     if importer not in self.best or rank < self.best[importer]:
                         self.best[importer] = rank
@@ -292,10 +293,10 @@ class _Walk:
                     best_affected[importer] = rank
                     self.affected[importer] = _Step(m, sites, kind, via)
         self.add_registries(best_affected)
-        order = sorted(self.affected, key=lambda a: (best_affected.get(a, (0, 1)), a))
+        order = sorted(self.affected, key=lambda a: (best_affected.get(a, (0, 1, 0)), a))
         self.affected = {a: self.affected[a] for a in order}
 
-    def add_registries(self, best_affected: dict[str, tuple[int, int]]) -> None:
+    def add_registries(self, best_affected: dict[str, tuple[int, int, int]]) -> None:
         """Changed classes whose engine base registers its subclasses: the module holding the base reads
         what the change fills (and so do its importers that name the registry)."""
         package = self.spec.root_package
@@ -314,14 +315,14 @@ class _Walk:
                 self.registry_step[holder] = _Step(m, (ImportSite(hit.line, f"class {hit.class_name}"),),
                                                    "registry")
                 self.affected[holder] = self.registry_step[holder]
-                best_affected[holder] = (0, 1)
+                best_affected[holder] = (0, 1, 1)
                 if hit.registry is None:
                     continue
                 for reader, sites in sorted(self.importers(holder).items()):
                     if reader not in self.affected and reader not in self.changed and any(
                             hit.registry in s.contents for s in sites):
                         self.affected[reader] = _Step(holder, sites, "imports")
-                        best_affected[reader] = (0, 2)
+                        best_affected[reader] = (0, 2, 1)
 
     def read(self, rel: str) -> str | None:
         try:

@@ -198,10 +198,17 @@ def runs_through_parent_package(ctx: Context) -> Iterator[Finding]:
         changed = _changed_path(w)
         if not _is_model_code(ctx, changed):
             continue  # a change to shared code itself: the zone rules judge it
-        acts = radius.acts_at_import.get(w.chain[-1], True) and _acts_anew(ctx, changed)
+        gone = w.chain[-1] in radius.removed_modules or any(
+            c.path == changed and c.status is ChangeStatus.DELETED for c in ctx.changes)
+        acts = gone or (radius.acts_at_import.get(w.chain[-1], True) and _acts_anew(ctx, changed))
         text = (f"{label} runs {w.chain[-1]}, which this PR changes, only through a parent package's "
                 f"__init__ ({chain_text(w)})")
-        if acts and not hub:
+        if gone and not hub:
+            yield Finding.error("FT114", f"{text}; it is deleted, so importing it through the package now "
+                                "fails", path=changed,
+                                fix=f"keep {w.chain[-1]} (or the package's import of it), or send the PR to "
+                                    "normal review")
+        elif acts and not hub:
             yield Finding.error("FT114", f"{text}; the changed module does something at import, so that "
                                 "unit's import now runs it", path=changed,
                                 fix=f"keep {w.chain[-1]}'s module-level code to imports, defs, classes and "

@@ -188,8 +188,8 @@ def test_change_hidden_in_sampling_next_to_model_files(vllm_repo: VllmRepo) -> N
     assert confinement(v) == [("FT102", sampler), ("FT110", sampler), ("FT112", None)]
     assert escapes(v) == [] and carried(v) == []
     r = v.blast_radius
-    assert sorted(m.name for m in r.models) == ["hy_v3_mtp", "hy_v4"]
-    assert [(s.module, s.zone) for s in r.shared] == [
+    assert sorted(m.name for m in strong(r.models)) == ["hy_v3_mtp", "hy_v4"]
+    assert [(s.module, s.zone) for s in strong(r.shared)] == [
         ("vllm.v1.sample.rejection_sampler", "sampling"),
         ("vllm.v1.spec_decode.llm_base_proposer", "shared"),
         ("vllm.v1.worker.gpu_model_runner", "input-preparation")]
@@ -202,8 +202,9 @@ def test_change_hidden_in_kv_cache_code_next_to_model_files(vllm_repo: VllmRepo)
     assert confinement(v) == [("FT102", kv), ("FT112", None)]
     assert escapes(v) == [] and carried(v) == []
     r = v.blast_radius
-    assert r.models_total == 0 and r.shared_total == 28
-    assert all(s.witness.chain[-1] == "vllm.v1.core.kv_cache_utils" for s in r.shared)
+    # (the kimi_k3 edit reaches alice_ai and two shared modules through kimi_k3/__init__: FT114 infos)
+    assert (r.models_total, r.models_through_parent, r.shared_total, r.shared_through_parent) == (1, 1, 30, 2)
+    assert all(s.witness.chain[-1] == "vllm.v1.core.kv_cache_utils" for s in strong(r.shared))
 
 
 def test_monkeypatch_from_a_model_file(vllm_repo: VllmRepo) -> None:
@@ -212,10 +213,13 @@ def test_monkeypatch_from_a_model_file(vllm_repo: VllmRepo) -> None:
     patch = "\nimport vllm.v1.sample.sampler as _s\n_s.Sampler.forward = lambda self, *a, **k: None\n"
     base_lines = len(vllm_repo.read(DECODE).splitlines())
     v = verify(vllm_repo, vllm_repo.pr(append={DECODE: patch}))
-    assert confinement(v) == [("FT112", None)]
+    # The patch also makes decode act at import, new in this PR: the three units that run it through
+    # kimi_k3/__init__ (alice_ai, kimi_gdn_linear_attn, the triton warm-up) are FT114 errors now.
+    assert confinement(v) == [("FT114", DECODE)] * 3 + [("FT112", None)]
     assert escapes(v) == [("FT120", DECODE, base_lines + 3)]
     r = v.blast_radius
-    assert r.computed and r.models == [] and r.shared == [] and r.architectures == KIMI_ARCHS
+    assert r.computed and strong(r.models) == [] and strong(r.shared) == [] and r.architectures == KIMI_ARCHS
+    assert r.acts_at_import == {"vllm.models.kimi_k3.nvidia.specialized_decode.runtime.decode": True}
 
 
 def test_renamed_shared_file(vllm_repo: VllmRepo) -> None:
@@ -306,7 +310,9 @@ def test_build_file_edit(vllm_repo: VllmRepo) -> None:
 def test_deleted_model_module_still_imported_elsewhere(vllm_repo: VllmRepo) -> None:
     """Deleting attn_res: named from the base path; alice_ai and the triton warmup still import it."""
     v = verify(vllm_repo, vllm_repo.pr(delete=(ATTN_RES,)))
-    assert confinement(v) == [("FT110", ATTN_RES), ("FT111", ATTN_RES), ("FT112", None)]
+    # kimi_gdn_linear_attn imports kimi_k3.amd...: kimi_k3/__init__ -> ... -> attn_res, which is gone (FT114)
+    assert confinement(v) == [("FT110", ATTN_RES), ("FT111", ATTN_RES), ("FT114", ATTN_RES), ("FT112", None)]
+    assert "is deleted" in message(v, "FT114")
     assert escapes(v) == []
     r = v.blast_radius
     assert r.removed_modules == ["vllm.models.kimi_k3.nvidia.ops.attn_res"]

@@ -130,6 +130,28 @@ class BlastRadiusSpec(Strict):
     include_lazy_imports: bool = True
     exclude_type_checking_imports: bool = True
     max_witnesses: int = Field(default=50, ge=1, le=10_000)
+    # Module-level calls and decorators (fnmatch over the dotted callee as written) that change nothing when a
+    # module is imported: a changed module whose import-time code is only these (and imports, defs, classes,
+    # constants) does not "act at import" (fasttrack.confinement.import_effects), so a unit running it only
+    # through a parent package's __init__ is named in the radius, not an error (FT114).
+    inert_import_calls: list[str] = Field(default_factory=lambda: [
+        "init_logger", "*.init_logger", "logging.getLogger", "getLogger", "TypeVar", "typing.TypeVar",
+        "ParamSpec", "typing.ParamSpec", "NewType", "typing.NewType", "namedtuple", "collections.namedtuple",
+        "os.environ.get", "os.getenv", "field", "dataclasses.field", "dataclass", "dataclasses.dataclass",
+        "frozenset", "set", "dict", "list", "tuple", "int", "float", "str", "bool", "object", "range",
+        "staticmethod", "classmethod", "property", "abstractmethod", "abc.abstractmethod", "overload",
+        "typing.overload", "final", "typing.final", "functools.cache", "functools.lru_cache", "cache",
+        "lru_cache", "functools.wraps", "functools.cached_property", "cached_property", "contextmanager",
+        "contextlib.contextmanager", "enum.auto", "auto", "unique", "enum.unique", "torch.device",
+        "torch.dtype", "triton.jit", "triton.autotune", "triton.heuristics", "triton.Config", "tl.constexpr",
+        "triton.language.constexpr", "torch.compile", "torch.no_grad", "torch.inference_mode",
+        "cute.jit", "cute.kernel", "cute.struct", "cutlass.Constexpr", "cutlass.const_expr",
+        # queries: platform checks, feature probes
+        "current_platform.is_*", "current_platform.get_*", "current_platform.has_*",
+        "*.current_platform.is_*",
+        "importlib.util.find_spec", "find_spec", "hasattr", "isinstance", "issubclass", "callable", "len",
+        "is_torch_equal_or_newer", "*.is_torch_equal_or_newer", "has_triton_kernels", "*.has_*",
+    ])
 
 
 class EscapesSpec(Strict):
@@ -207,6 +229,53 @@ class EscapesSpec(Strict):
         "torch.set_float32_matmul_precision", "torch.use_deterministic_algorithms",
         "torch.set_num_threads", "torch.manual_seed", "torch.cuda.manual_seed_all",
         "random.seed", "numpy.random.seed",
+    ])
+    # Process-wide state is an allow-list (FT146): a call matching `global_state_calls` (the families of
+    # calls that change state every model shares: torch's C-level and backend switches, compiler configs,
+    # signals, subprocesses, native libraries, multiprocessing, logging and warnings configuration, the
+    # garbage collector, sockets, files) is an error unless `allowed_global_calls` lists it;
+    # `scoped_global_calls` are context managers that restore what they change, allowed as `with` items.
+    global_state_calls: list[str] = Field(default_factory=lambda: [
+        "torch._C.*", "torch.backends.*", "torch._dynamo.*", "torch._inductor.*", "torch._functorch.*",
+        "torch._logging.*", "torch.set_*", "torch.use_deterministic_algorithms", "torch.seed",
+        "torch.cuda.set_*", "torch.cuda.memory.*", "torch.cuda.manual_seed*", "torch.random.*",
+        "torch.autograd.set_*", "torch.autograd.*anomaly*", "torch.nn.attention.*", "torch.fx.wrap",
+        "torch.multiprocessing.set_*", "torch.distributed.*init_process_group",
+        "signal.*", "subprocess.*", "ctypes.*", "_ctypes.*", "multiprocessing.set_*",
+        "multiprocessing.*.set_*",
+        "gc.*", "site.*", "socket.*", "urllib.request.*", "http.client.*", "pty.*", "resource.set*",
+        "faulthandler.*", "logging.*", "warnings.*", "threading.*", "shutil.*", "sysconfig.*",
+        "importlib.invalidate_caches", "sys.set*", "sys._set*", "sys.remote_exec", "sys.activate_*",
+        "os.system", "os.popen", "os.exec*", "os.spawn*", "os.posix_spawn*", "os.fork*", "os.kill*",
+        "os.remove", "os.unlink", "os.rename", "os.renames", "os.replace", "os.symlink", "os.link",
+        "os.mkdir", "os.makedirs", "os.rmdir", "os.removedirs", "os.chmod", "os.chown", "os.truncate",
+        "os.umask", "os.set*", "os.nice", "os.sched_set*", "os.register_at_fork", "os.open", "os.write",
+        "os.mkfifo", "os.startfile",
+    ])
+    allowed_global_calls: list[str] = Field(default_factory=lambda: [
+        "torch._C.*_get*", "torch._C.*_is_*", "torch._C._has_*", "torch.backends.*.is_*",
+        "torch.backends.*_enabled", "torch.backends.*.get_*", "torch.backends.*.version",
+        "torch._dynamo.is_compiling", "torch._dynamo.disable", "torch._dynamo.mark_*",
+        "torch._dynamo.maybe_mark_*", "torch._dynamo.graph_break", "torch._dynamo.*.mark_*",
+        "torch._dynamo.*.maybe_mark_*", "torch._dynamo.*.disable", "torch.nn.attention.SDPBackend*",
+        "torch.cuda.memory.memory_*", "torch.cuda.memory.max_memory_*", "torch.cuda.memory.mem_get_info",
+        "logging.getLogger", "logging.get*", "logging.Logger*", "logging.Handler*", "logging.Formatter*",
+        "warnings.warn", "warnings.warn_explicit", "warnings.catch_warnings",
+        "threading.Thread", "threading.Lock", "threading.RLock", "threading.Event", "threading.Condition",
+        "threading.Semaphore", "threading.BoundedSemaphore", "threading.local", "threading.current_thread",
+        "threading.get_ident", "threading.get_native_id", "threading.main_thread", "threading.active_count",
+        "shutil.which", "shutil.disk_usage", "shutil.get_terminal_size", "gc.collect", "gc.isenabled",
+        "gc.is_tracked", "signal.getsignal", "signal.Signals", "signal.strsignal", "signal.valid_signals",
+        "ctypes.sizeof", "ctypes.c_*", "ctypes.POINTER", "ctypes.pointer", "ctypes.byref", "ctypes.addressof",
+        "ctypes.Structure", "ctypes.Union", "ctypes.alignment", "ctypes.util.find_library",
+        "ctypes.get_errno", "ctypes.cast", "ctypes.string_at",
+        "sysconfig.get_*", "multiprocessing.get_*", "site.get*",
+    ])
+    scoped_global_calls: list[str] = Field(default_factory=lambda: [
+        "torch._dynamo.config.patch", "torch._inductor.config.patch", "torch._functorch.config.patch",
+        "torch.nn.attention.sdpa_kernel", "torch.backends.cuda.sdp_kernel", "torch.backends.*.flags",
+        "torch.set_grad_enabled", "torch.autograd.set_grad_enabled", "torch._dynamo.config.*patch*",
+        "warnings.catch_warnings", "torch.autograd.detect_anomaly", "torch.autograd.set_detect_anomaly",
     ])
     # gitwildmatch patterns of code that does not run when the engine serves (tests, benchmarks): their
     # escapes are warnings, unless a non-test changed file imports them.

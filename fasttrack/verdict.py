@@ -45,17 +45,28 @@ class ChangedFile(Strict):
     engine_path: str | None = None  # contribution mode: where the file lands in the engine tree
 
 
-class Witness(Strict):
-    """An import chain from an affected module to a changed module: chain[0] imports chain[1] ...
+# How an affected module reaches changed code (docs/blast-radius.md): it imports it; it imports a module
+# below a changed package, so Python runs the package's __init__ first; it names it in a string
+# (import_module, sys.modules.get, a table of module names); it reads a registry the changed code fills
+# (a class whose engine base registers subclasses in __init_subclass__ or a metaclass).
+LinkKind = Literal["imports", "parent-package", "names-in-string", "registry"]
 
-    lines[i] is the line of chain[i] that imports chain[i+1]; function_level[i] says that import sits inside a
-    function body (a lazy import: it runs when the function is called, not when the module is imported).
+
+class Witness(Strict):
+    """A chain from an affected module to a changed module: chain[0] reaches chain[1] ...
+
+    lines[i] is the line of chain[i] that imports (or names) chain[i+1]; function_level[i] says that line sits
+    inside a function body (a lazy import: it runs when the function is called, not when the module is
+    imported). links[i] is how chain[i] reaches chain[i+1] (empty: every step imports); `link` is the
+    chain's kind: parent-package when any step is one, else the first step that is not an import.
     """
 
     chain: list[str] = Field(min_length=2)
     lines: list[int | None] = Field(default_factory=list)
     function_level: list[bool] = Field(default_factory=list)
     changed_path: str | None = None  # head path (base path if deleted) of chain[-1], the changed module
+    links: list[LinkKind] = Field(default_factory=list)
+    link: LinkKind = "imports"
 
 
 class AffectedModel(Strict):
@@ -65,6 +76,7 @@ class AffectedModel(Strict):
     witness: Witness | None = None
     architectures: list[str] = Field(default_factory=list)
     path: str | None = None  # head path of `module`
+    link: LinkKind = "imports"  # how `module` reaches the changed code (its witness's kind)
 
 
 class AffectedShared(Strict):
@@ -75,6 +87,7 @@ class AffectedShared(Strict):
     path: str | None = None
     # A policy hub module (registry-like call-in point): reported, its importers not followed.
     hub: bool = False
+    link: LinkKind = "imports"
 
 
 class BlastRadius(Strict):
@@ -94,6 +107,14 @@ class BlastRadius(Strict):
     hubs_changed: dict[str, int] = Field(default_factory=dict)  # changed hub module -> importers not followed
     naive_closure: int | None = None  # modules the naive transitive closure of the changed modules reaches
     graph_cached: bool | None = None
+    # Changed module -> does it do something when imported (module-level statements other than imports,
+    # defs, classes, constant assignments and docstrings; fasttrack.confinement.import_effects). A unit that
+    # runs a changed module only through a parent package is an error only when this is true. The static
+    # facts set it; a runtime effect trace may set it from what the import did.
+    acts_at_import: dict[str, bool] = Field(default_factory=dict)
+    # Of models_total/shared_total: those reached only through a parent package's __init__ (FT114's).
+    models_through_parent: int = 0
+    shared_through_parent: int = 0
 
 
 class PointStatus(StrEnum):

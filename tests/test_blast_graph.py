@@ -89,11 +89,14 @@ def test_a_cache_file_of_the_wrong_shape_is_rebuilt(tree: Path, tmp_path: Path) 
     cache = tmp_path / "graphs"
     cold = load_module_graph(tree, "vllm", exclude_type_checking=True, cache_dir=cache)
     assert cold.cache_file is not None and cold.cache_file.suffix == ".graph"
-    fmt, key, package, modules, files, imports = marshal.loads(cold.cache_file.read_bytes())
+    fmt, key, package, modules, files, imports, names = marshal.loads(cold.cache_file.read_bytes())
     bad_rows = (("vllm.a", "vllm.b", (("1", "import b"),)),)  # a line number that is not an int
-    for bad in ((fmt, key, package, (1, 2), files, imports), (fmt, key, package, modules, files, bad_rows),
-                (fmt, key, package, modules, files, (("vllm.a",),)), (fmt + 1, key, package, modules, files,
-                                                                        imports)):
+    for bad in ((fmt, key, package, (1, 2), files, imports, names),
+                (fmt, key, package, modules, files, bad_rows, names),
+                (fmt, key, package, modules, files, imports, bad_rows),
+                (fmt, key, package, modules, files, (("vllm.a",),), names),
+                (fmt, key, package, modules, files, imports),
+                (fmt + 1, key, package, modules, files, imports, names)):
         cold.cache_file.write_bytes(marshal.dumps(bad))
         again = load_module_graph(tree, "vllm", exclude_type_checking=True, cache_dir=cache)
         assert not again.from_cache and again.graph.importers_of == cold.graph.importers_of

@@ -24,6 +24,16 @@ def mod(path: str) -> Change:
     return Change(status=M, path=path)
 
 
+def strong(units: list[Any]) -> list[Any]:
+    """The affected units that import (or name) the changed code, without those that run it only through
+    a parent package's __init__ (issue 15: named in the radius, judged by FT114)."""
+    return [u for u in units if u.link != "parent-package"]
+
+
+def through_parent(units: list[Any]) -> list[str]:
+    return sorted(getattr(u, "name", None) or u.module for u in units if u.link == "parent-package")
+
+
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
     return write_tree(tmp_path / "head")
@@ -33,7 +43,16 @@ def test_model_local_change_reaches_nothing_outside(tree: Path) -> None:
     r = radius(tree, mod("vllm/models/alpha/private.py"))
     assert r.computed, r.note
     assert r.changed_modules == ["vllm.models.alpha.private"]
-    assert r.models == [] and r.shared == []
+    assert strong(r.models) == [] and strong(r.shared) == []
+    # alpha/__init__ imports .model, which imports private: whoever imports anything below alpha runs it.
+    assert through_parent(r.models) == ["beta", "gamma"]
+    beta = next(m for m in r.models if m.name == "beta")
+    assert beta.witness is not None and beta.witness.chain == [
+        "vllm.models.beta.model", "vllm.models.alpha.chain_b", "vllm.models.alpha", "vllm.models.alpha.model",
+        "vllm.models.alpha.private"]
+    assert beta.witness.links == ["imports", "parent-package", "imports", "imports"]
+    assert beta.witness.lines == [2, None, 1, 3]
+    assert r.acts_at_import == {"vllm.models.alpha.private": False}
     # private <- model <- alpha/__init__, which the registry names for AlphaForCausalLM.
     assert r.architectures == ["AlphaForCausalLM"]
     assert r.graph_modules is not None and r.graph_modules > 30
@@ -41,23 +60,25 @@ def test_model_local_change_reaches_nothing_outside(tree: Path) -> None:
 
 def test_legacy_model_importing_changed_kernel_is_affected_with_its_architectures(tree: Path) -> None:
     r = radius(tree, mod("vllm/models/alpha/kernels.py"))
-    assert [(m.name, m.kind) for m in r.models] == [("gamma", "legacy")]
+    assert [(m.name, m.kind, m.link) for m in r.models] == [("gamma", "legacy", "imports"),
+                                                           ("beta", "package", "parent-package")]
     gamma = r.models[0]
     assert gamma.witness is not None
     assert gamma.witness.chain == ["vllm.model_executor.models.gamma", "vllm.models.alpha.kernels"]
     assert gamma.witness.lines == [1]
     assert gamma.witness.function_level == [False]
     assert gamma.witness.changed_path == "vllm/models/alpha/kernels.py"
+    assert gamma.witness.link == "imports" and gamma.witness.links == []
     # delta imports gamma, so DeltaForCausalLM runs through gamma's file too.
     assert gamma.architectures == ["DeltaForCausalLM", "GammaForCausalLM", "GammaV2ForCausalLM"]
-    assert r.shared == []
+    assert strong(r.shared) == []
     assert set(r.architectures) == {"AlphaForCausalLM", "GammaForCausalLM", "GammaV2ForCausalLM",
                                     "DeltaForCausalLM"}
 
 
 def test_chain_through_the_model_root_reaches_another_package(tree: Path) -> None:
     r = radius(tree, mod("vllm/models/alpha/chain_a.py"))
-    assert [m.name for m in r.models] == ["beta"]
+    assert [m.name for m in strong(r.models)] == ["beta"] and through_parent(r.models) == ["gamma"]
     w = r.models[0].witness
     assert w is not None
     assert w.chain == ["vllm.models.beta.model", "vllm.models.alpha.chain_b", "vllm.models.alpha.chain_a"]
@@ -106,20 +127,22 @@ def test_changed_hub_counts_importers_without_listing_them(tree: Path) -> None:
 def test_changed_modules_are_not_listed_as_affected(tree: Path) -> None:
     r = radius(tree, mod("vllm/models/alpha/kernels.py"), mod("vllm/model_executor/models/gamma.py"))
     # gamma imports the changed kernel but is changed itself: walked from, not reported (delta imports it).
-    assert [m.name for m in r.models] == ["delta"]
+    assert [m.name for m in strong(r.models)] == ["delta"]
 
 
 def test_shared_change_lists_its_first_importers_only(tree: Path) -> None:
     r = radius(tree, mod("vllm/model_executor/layers/linear.py"))
-    # alpha.model is inside the root: walked through (alpha/__init__), not reported.
-    assert sorted(m.name for m in r.models) == ["delta", "gamma"]
-    assert r.shared == []
-    assert r.models_total == 2
+    # alpha.model is inside the root: walked through (alpha/__init__), not reported; beta imports a module
+    # below alpha, so it runs alpha/__init__ -> alpha.model -> linear: named, through the parent package.
+    assert sorted(m.name for m in strong(r.models)) == ["delta", "gamma"]
+    assert through_parent(r.models) == ["beta"]
+    assert strong(r.shared) == []
+    assert r.models_total == 3
 
 
 def test_witness_cap_keeps_counts(tree: Path) -> None:
     r = radius(tree, mod("vllm/model_executor/layers/linear.py"), max_witnesses=1)
-    assert len(r.models) == 1 and r.models_total == 2
+    assert len(r.models) == 1 and r.models_total == 3
 
 
 def test_deleted_module_uses_base_path_and_head_importers(tree: Path) -> None:
@@ -128,7 +151,7 @@ def test_deleted_module_uses_base_path_and_head_importers(tree: Path) -> None:
     assert r.computed, r.note
     assert r.removed_modules == ["vllm.models.alpha.kernels"]
     # gamma still imports it (a broken import now); alpha.model does too, and is inside the root.
-    assert [m.name for m in r.models] == ["gamma"]
+    assert [m.name for m in strong(r.models)] == ["gamma"]
     assert r.models[0].witness is not None and r.models[0].witness.lines == [1]
 
 
@@ -140,7 +163,7 @@ def test_rename_counts_both_sides(tree: Path) -> None:
     r = radius(tree, ch)
     assert r.changed_modules == ["vllm.model_executor.layers.linear", "vllm.model_executor.layers.linear2"]
     assert r.removed_modules == ["vllm.model_executor.layers.linear"]
-    assert sorted(m.name for m in r.models) == ["delta", "gamma"]
+    assert sorted(m.name for m in strong(r.models)) == ["delta", "gamma"]
 
 
 def test_changed_modules_from_changes() -> None:
@@ -166,7 +189,7 @@ def test_without_a_target_model_each_change_walks_its_own_package(tree: Path) ->
     # Several models touched (no target): alpha's change still walks through alpha to reach beta, and beta's
     # own change reports what imports it outside beta (nothing here).
     r = radius(tree, mod("vllm/models/alpha/chain_a.py"), mod("vllm/models/beta/__init__.py"), model=None)
-    assert [m.name for m in r.models] == ["beta"]
+    assert [m.name for m in strong(r.models)] == ["beta"]
     assert r.models[0].witness is not None
     assert r.models[0].witness.chain[-1] == "vllm.models.alpha.chain_a"
     # A changed shared module has no root: its direct importers are the radius.

@@ -20,13 +20,25 @@ Semantics in detail:
 - Hub modules (policy ``hub_modules``, fnmatch patterns over module names: the registry and its package) are
   call-in points that exist to reach every model: when a hub imports changed model code it is listed (marked
   hub) but not treated as a leak; when a hub is itself changed its importers are counted, not listed.
+- What Python runs, not only what is imported (issue 15). Each step of a witness has a kind
+  (``Witness.links``): ``imports``; ``parent-package`` (importing ``a.b.c`` runs ``a/__init__`` and
+  ``a/b/__init__`` first, so a module importing anything below a changed package runs that package's
+  ``__init__``); ``names-in-string`` (shared code names the module in a string: ``import_module``,
+  ``sys.modules.get``, a table of module names; found when the graph is built and cached with it; a string
+  that is not imported on its line, e.g. ``sys.modules.get``, links only to a changed module itself, since
+  looking a module up does not run what it imports); and
+  ``registry`` (a changed class subclasses an engine base whose ``__init_subclass__`` or metaclass
+  registers it: the module holding the base, and its importers naming the registry, read what the change
+  fills). The walk prefers chains without a parent-package step, then the shortest, so a unit reached
+  only through a parent package is marked so (FT114 judges it with ``acts_at_import``).
 """
 
 from __future__ import annotations
 
 import fnmatch
+import heapq
+import re
 import time
-from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,20 +54,26 @@ from fasttrack.confinement.graph import (
     load_module_graph,
     module_name,
 )
+from fasttrack.confinement.import_effects import import_effect
 from fasttrack.confinement.model_units import RegistryError, UnitIndex, architectures_through, read_registry
+from fasttrack.confinement.subclass_registries import registering_bases
 from fasttrack.confinement.zones import classify, in_model_root
 from fasttrack.policy import Policy
-from fasttrack.verdict import AffectedModel, AffectedShared, BlastRadius, ChangeStatus, Witness
+from fasttrack.verdict import AffectedModel, AffectedShared, BlastRadius, ChangeStatus, LinkKind, Witness
 
 _DEFAULT = object()
+_IMPORTING = re.compile(r"\b(import_module|__import__|run_module|load_module|exec_module)\b")
 
 
 @dataclass(frozen=True)
 class _Step:
-    """How a module reaches a changed module: it imports `target` at `sites`."""
+    """How a module reaches a changed module: it imports (or names) `target` at `sites`; for a
+    parent-package step it imports `via`, a module below the package `target`."""
 
     target: str
     sites: tuple[ImportSite, ...]
+    kind: LinkKind = "imports"
+    via: str | None = None
 
 
 def changed_module_paths(changes: tuple[Change, ...], package: str) -> tuple[dict[str, str], dict[str, str]]:
@@ -153,6 +171,11 @@ class _Walk:
         self.affected: dict[str, _Step] = {}
         self.hubs_changed: dict[str, int] = {}
         self._model_code: dict[str, bool] = {}
+        # (parent-package steps, length, steps that are not imports) of the best chain to each module
+        self.best: dict[str, tuple[int, int, int]] = {}
+        self.registry_step: dict[str, _Step] = {}  # a registry-holding module -> the changed module
+        self._below: dict[str, list[str]] | None = None
+        self.head_dir = head_dir
 
     # ---------------------------------------------------------------------------------------- lookups
 
@@ -199,46 +222,152 @@ class _Walk:
         return bool(sites) and all((importer, s.line) in self.lazy_sites
                                    or self.scopes.function_level(path, s.line) for s in sites)
 
+    def below(self, package: str) -> list[str]:
+        """Graph modules below `package` (its submodules, at any depth)."""
+        if self._below is None:
+            index: dict[str, list[str]] = {}
+            for mod in sorted(self.graph.modules):
+                parts = mod.split(".")
+                for i in range(1, len(parts)):
+                    index.setdefault(".".join(parts[:i]), []).append(mod)
+            self._below = index
+        return self._below.get(package, [])
+
+    def is_package(self, m: str) -> bool:
+        return self.path_of(m).endswith("/__init__.py")
+
+    def links(self, m: str) -> list[tuple[str, tuple[ImportSite, ...], LinkKind, str | None]]:
+        """Every module that runs `m` one step away: its importers, the shared modules naming it in a string,
+        and, for a package, the importers of anything below it (outside it), which run its __init__."""
+        out: list[tuple[str, tuple[ImportSite, ...], LinkKind, str | None]] = [
+            (i, sites, "imports", None) for i, sites in sorted(self.importers(m).items())]
+        # A string that imports (import_module, __import__) runs the module and what it imports, like an
+        # import; any other (sys.modules.get, a table of names) reaches the module itself: an edge only to a
+        # changed module.
+        for n, sites in sorted(self.graph.namers(m).items()):
+            imports = any(_IMPORTING.search(x.contents) for x in sites)
+            if not self.is_hub(n) and (m in self.changed or imports):
+                out.append((n, sites, "names-in-string", None))
+        if self.is_package(m):
+            prefix = m + "."
+            for sub in self.below(m):
+                for importer, sites in sorted(self.graph.importers(sub).items()):
+                    if importer != m and not importer.startswith(prefix):
+                        out.append((importer, sites, "parent-package", sub))
+        return out
+
     # ------------------------------------------------------------------------------------------- walk
 
     def run(self) -> None:
-        """Multi-source BFS upward from the changed modules, through modules inside the root, stopping at the
-        first importer outside it. BFS order gives each affected module a shortest witness chain."""
-        visited = set(self.starts)
-        queue = deque((m, self.own_root(m)) for m in self.starts)
-        while queue:
-            m, root = queue.popleft()
+        """A multi-source search upward from the changed modules, through modules inside the root, stopping at
+        the first importer outside it. Chains are ranked by how many parent-package steps they take, then by
+        length, so each affected module gets the strongest, shortest witness chain."""
+        heap: list[tuple[int, int, int, str, str]] = []
+        for m in self.starts:
+            self.best[m] = (0, 0, 0)
+            heapq.heappush(heap, (0, 0, 0, m, self.own_root(m) or ""))
+        best_affected: dict[str, tuple[int, int, int]] = {}
+        while heap:
+            weak, depth, other, m, root_name = heapq.heappop(heap)
+            root = root_name or None
+            if self.best.get(m, (weak, depth, other)) < (weak, depth, other):
+                continue
             if m in self.present and self.is_hub(m) and not self.in_root(m, root):
                 self.hubs_changed[m] = len(self.importers(m))
                 continue
-            for importer, sites in sorted(self.importers(m).items()):
+            for importer, sites, kind, via in self.links(m):
                 if importer == m:
                     continue
                 if not self.spec.include_lazy_imports and self.edge_is_lazy(importer, sites):
                     continue
+                # fewest parent-package steps, then shortest, then an import over any other kind of step
+                rank = (weak + (kind == "parent-package"), depth + 1, other + (kind != "imports"))
                 if self.in_root(importer, root):
-                    if importer not in visited:
-                        visited.add(importer)
-                        self.step[importer] = _Step(m, sites)
-                        queue.append((importer, root))
-                elif importer not in self.affected and importer not in self.changed:
+                    if importer not in self.best or rank < self.best[importer]:
+                        self.best[importer] = rank
+                        self.step[importer] = _Step(m, sites, kind, via)
+                        heapq.heappush(heap, (*rank, importer, root_name))
+                elif importer not in self.changed and (importer not in best_affected
+                                                       or rank < best_affected[importer]):
                     # (a changed module is walked from on its own; it is not "affected" by another change)
-                    self.affected[importer] = _Step(m, sites)
+                    best_affected[importer] = rank
+                    self.affected[importer] = _Step(m, sites, kind, via)
+        self.add_registries(best_affected)
+        order = sorted(self.affected, key=lambda a: (best_affected.get(a, (0, 1, 0)), a))
+        self.affected = {a: self.affected[a] for a in order}
+
+    def add_registries(self, best_affected: dict[str, tuple[int, int, int]]) -> None:
+        """Changed classes whose engine base registers its subclasses: the module holding the base reads
+        what the change fills (and so do its importers that name the registry)."""
+        package = self.spec.root_package
+        for m, path in sorted(self.present.items()):
+            if not self.is_model_code(m):
+                continue
+            text = self.read(path)
+            if text is None:
+                continue
+            unit = self.units.unit_of_module(m, path)
+            for hit in registering_bases(text, m, path.endswith("/__init__.py"), self.graph.files, self.read,
+                                         package, unit.module if unit is not None else None):
+                holder = hit.module
+                if holder in self.changed or holder in self.affected:
+                    continue
+                self.registry_step[holder] = _Step(m, (ImportSite(hit.line, f"class {hit.class_name}"),),
+                                                   "registry")
+                self.affected[holder] = self.registry_step[holder]
+                best_affected[holder] = (0, 1, 1)
+                if hit.registry is None:
+                    continue
+                for reader, sites in sorted(self.importers(holder).items()):
+                    if reader not in self.affected and reader not in self.changed and any(
+                            hit.registry in s.contents for s in sites):
+                        self.affected[reader] = _Step(holder, sites, "imports")
+                        best_affected[reader] = (0, 2, 1)
+
+    def read(self, rel: str) -> str | None:
+        try:
+            return (self.head_dir / rel).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    def acts_at_import(self) -> dict[str, bool]:
+        """Per changed module of the head: does its module-level code do something (import_effects)?"""
+        out: dict[str, bool] = {}
+        for m, path in sorted(self.present.items()):
+            text = self.read(path)
+            out[m] = True if text is None else import_effect(text, self.spec.inert_import_calls).acts
+        return out
 
     def witness(self, start: str) -> Witness:
         chain = [start]
         lines: list[int | None] = []
         lazy: list[bool] = []
+        links: list[LinkKind] = []
         cur, link = start, self.affected[start]
         while True:
-            chain.append(link.target)
-            lines.append(link.sites[0].line if link.sites else None)
-            lazy.append(self.edge_is_lazy(cur, link.sites))
+            if link.kind == "parent-package" and link.via is not None:
+                chain.append(link.via)
+                lines.append(link.sites[0].line if link.sites else None)
+                lazy.append(self.edge_is_lazy(cur, link.sites))
+                links.append("imports")
+                chain.append(link.target)
+                lines.append(None)
+                lazy.append(False)
+                links.append("parent-package")
+            else:
+                chain.append(link.target)
+                lines.append(link.sites[0].line if link.sites else None)
+                lazy.append(link.kind != "registry" and self.edge_is_lazy(cur, link.sites))
+                links.append(link.kind)
             cur = link.target
-            if cur not in self.step:  # a changed module (the walk's sources have no step)
+            nxt = self.step.get(cur) or self.registry_step.get(cur)
+            if nxt is None:  # a changed module (the walk's sources have no step)
                 break
-            link = self.step[cur]
-        return Witness(chain=chain, lines=lines, function_level=lazy, changed_path=self.path_of(chain[-1]))
+            link = nxt
+        kind: LinkKind = "parent-package" if "parent-package" in links else next(
+            (k for k in links if k != "imports"), "imports")
+        return Witness(chain=chain, lines=lines, function_level=lazy, changed_path=self.path_of(chain[-1]),
+                       links=links if kind != "imports" else [], link=kind)
 
     # --------------------------------------------------------------------------------------- results
 
@@ -255,18 +384,20 @@ class _Walk:
                 if unit.name not in models:
                     archs = architectures_through(self.graph, [mod], self.is_model_code, self.by_module)
                     models[unit.name] = AffectedModel(name=unit.name, kind=unit.kind, module=mod, witness=w,
-                                                      architectures=archs, path=path)
+                                                      architectures=archs, path=path, link=w.link)
             else:
                 zone, zone_kind = zone_of(self.policy, path, self.model)
                 shared.append(AffectedShared(module=mod, zone=zone, zone_kind=zone_kind, witness=w, path=path,
-                                             hub=self.is_hub(mod)))
+                                             hub=self.is_hub(mod), link=w.link))
 
-        def order(chain: list[str], name: str) -> tuple[int, int, str]:
-            leak = self.in_root(chain[-1], self.own_root(chain[-1]))
-            return (0 if leak else 1, len(chain), name)
+        def order(w: Witness | None, name: str) -> tuple[int, int, int, str]:
+            chain = w.chain if w is not None else []
+            leak = bool(chain) and self.in_root(chain[-1], self.own_root(chain[-1]))
+            weak = w is not None and w.link == "parent-package"
+            return (int(weak), 0 if leak else 1, len(chain), name)
 
-        return (sorted(models.values(), key=lambda a: order(a.witness.chain if a.witness else [], a.name)),
-                sorted(shared, key=lambda s: order(s.witness.chain, s.module)))
+        return (sorted(models.values(), key=lambda a: order(a.witness, a.name)),
+                sorted(shared, key=lambda s: order(s.witness, s.module)))
 
     def served(self, changes: tuple[Change, ...]) -> tuple[list[str], set[str]]:
         """Architectures running through the changed code, and the graph modules the changes start from
@@ -325,11 +456,14 @@ class _Walk:
             graph_modules=len(self.graph.modules),
             models_total=len(models),
             shared_total=len(shared),
+            models_through_parent=sum(1 for a in models if a.link == "parent-package"),
+            shared_through_parent=sum(1 for s in shared if s.link == "parent-package"),
             changed_paths={m: self.path_of(m) for m in self.starts},
             removed_modules=sorted(m for m in self.removed if m not in self.graph.modules),
             hubs_changed=self.hubs_changed,
             naive_closure=len(naive),
             graph_cached=load.from_cache,
+            acts_at_import=self.acts_at_import(),
         )
 
 

@@ -37,6 +37,8 @@ TORCH_LIBRARY = "FT125"
 IMPORTLIB = "FT126"
 DYNAMIC_CODE = "FT127"
 UNPARSEABLE = "FT128"
+GLOBAL_STATE = "FT146"
+HELPER_WRITE = "FT147"
 
 _BUILTIN_NAMES = frozenset(dir(builtins))
 # In-place container methods: called on foreign state they mutate it.
@@ -85,6 +87,12 @@ class Escape:
     target: str | None = None  # the dotted name written, called or loaded, when known
     path: str = ""
     col: int = 0
+    # Where it sits: the enclosing defs, classes and guards (`def f > if X`), so a patch moved out of a
+    # guard or into another function is not matched with the base revision's copy.
+    context: str = ""
+    # A warning that stays a warning in shipping code (its content was checked some other way); every
+    # other warning is raised to an error in shipping code (fasttrack.rules.escapes).
+    lenient: bool = False
 
 
 @dataclass
@@ -93,6 +101,12 @@ class FileFacts:
 
     escapes: list[Escape] = field(default_factory=list)
     imports: set[str] = field(default_factory=set)
+    # Own functions (dotted name) and the parameters (position or name) they write through: a helper that
+    # patches whatever it is given. Another changed file passing a foreign object there is an escape.
+    param_writers: dict[str, frozenset[int | str]] = field(default_factory=dict)
+    # Calls to functions of the contribution's own packages with foreign arguments:
+    # (callee dotted name, {position or keyword: foreign target}, line).
+    foreign_calls: list[tuple[str, dict[int | str, str], int]] = field(default_factory=list)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -120,7 +134,23 @@ class _Local:
     pass
 
 
-_Binding = _Import | _Own | _Alias | _Local
+@dataclass(frozen=True)
+class _Param:
+    """A parameter of a function defined in this file: what it is depends on the caller."""
+
+    function: str  # the function's key in _Analyser.functions
+    name: str
+
+
+@dataclass(frozen=True, eq=False)
+class _Elem:
+    """A name bound to an element of a container (loop target, unpacking, `*rest`)."""
+
+    value: ast.expr
+    scope: _Scope
+
+
+_Binding = _Import | _Own | _Alias | _Local | _Param | _Elem
 _LOCAL = _Local()
 
 
@@ -136,16 +166,74 @@ class _Scope:
         self.bindings.setdefault(name, []).append(binding)
 
 
+@dataclass(frozen=True, eq=False)
+class _Function:
+    node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
+    scope: _Scope
+    positional: tuple[str, ...]  # positional parameters a caller fills, in order (self/cls left out)
+    keyword_only: frozenset[str]
+
+    def returns(self) -> list[ast.expr]:
+        """The expressions the function returns (nested defs and lambdas left out)."""
+        if isinstance(self.node, ast.Lambda):
+            return [self.node.body]
+        out: list[ast.expr] = []
+        todo: list[ast.AST] = list(self.node.body)
+        while todo:
+            n = todo.pop()
+            if isinstance(n, ast.Return) and n.value is not None:
+                out.append(n.value)
+            if not isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
+                todo.extend(ast.iter_child_nodes(n))
+        return out
+
+
 @dataclass(frozen=True)
 class _Ref:
     """What an expression refers to: an imported (dotted) name, the file's own thing, a local object,
     or the class of a local object (`type(x)`, `x.__class__`)."""
 
-    origin: Literal["import", "own", "local", "classof"]
+    origin: Literal["import", "own", "local", "classof", "param"]
     qualname: str = ""
+    # A local container: the foreign objects it holds (an element, a value, an unpacked item).
+    elements: tuple[_Ref, ...] = ()
 
 
 _LOCAL_REF = _Ref("local")
+_SEP = "\x1f"  # between a function key and a parameter name in a "param" _Ref
+# Attributes that lead from any object to objects it does not own (its bases, every subclass, the
+# globals of a function's module, the interpreter's builtins): what is reached through them is foreign.
+_REACH_ATTRS = frozenset({
+    "__bases__", "__base__", "__mro__", "__subclasses__", "mro", "__globals__", "__builtins__",
+    "__closure__", "f_globals", "f_locals", "f_back", "f_builtins", "gi_frame", "cr_frame", "tb_frame",
+    "__self__", "__objclass__",
+})
+# Calls returning every object, module or subclass in the interpreter.
+_EVERYTHING_CALLS = frozenset({
+    "gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._getframe", "inspect.currentframe",
+    "inspect.stack",
+})
+# Builtins that return (an iterator over) their argument's elements.
+_ELEMENT_CALLS = frozenset({
+    "builtins.list", "builtins.tuple", "builtins.set", "builtins.frozenset", "builtins.iter", "builtins.next",
+    "builtins.reversed", "builtins.sorted", "builtins.dict", "builtins.enumerate", "builtins.zip",
+    "builtins.filter", "builtins.min", "builtins.max", "copy.copy", "itertools.chain", "itertools.cycle",
+})
+# Methods of a container returning its elements (or a view of them).
+_ELEMENT_METHODS = frozenset({"values", "items", "keys", "get", "pop", "copy", "setdefault", "popitem",
+                              "__getitem__", "__iter__", "__next__"})
+# Callables that write to their first argument, called directly or handed on as a value.
+_WRITERS = frozenset({
+    "builtins.setattr", "builtins.delattr", "builtins.object.__setattr__", "builtins.object.__delattr__",
+    "builtins.type.__setattr__", "builtins.type.__delattr__", "operator.setitem", "operator.delitem",
+    "operator.__setitem__", "operator.__delitem__", "builtins.dict.__setitem__", "builtins.dict.update",
+    "builtins.dict.setdefault", "builtins.vars",
+})
+_ITEM_WRITERS = frozenset({"operator.setitem", "operator.delitem", "operator.__setitem__",
+                           "operator.__delitem__"})
+# Methods that write files (pathlib and friends) whatever the receiver.
+_FILE_WRITE_METHODS = frozenset({"write_text", "write_bytes", "symlink_to", "hardlink_to", "touch",
+                                 "mkdir", "rmdir", "unlink", "chmod", "lchmod"})
 _Handler = Callable[[ast.AST, "_Scope", bool], None]
 
 
@@ -224,6 +312,13 @@ class _Analyser:
         self._stack: list[tuple[ast.AST, _Scope, bool]] = []
         self.candidates: list[tuple[ast.AST, _Scope, bool]] = []
         self._binders = self._make_binders()
+        self.functions: dict[str, list[_Function]] = {}
+        # Parameters written through ((function key, parameter) -> the write), and calls to own functions.
+        self.param_writes: dict[tuple[str, str], ast.AST] = {}
+        self.own_calls: list[tuple[ast.Call, _Scope, str]] = []
+        self.with_items: set[int] = set()
+        self.module_imports: set[str] = set()  # names bound by `import x.y`: modules, not containers
+        self._parents: dict[int, ast.AST] | None = None
 
     # ---------------------------------------------------------------- ownership
 
@@ -273,40 +368,74 @@ class _Analyser:
         self._push(list(ast.iter_child_nodes(node)), scope, import_time)
 
     def _bind_target(self, target: ast.expr, scope: _Scope, value: ast.expr | None,
-                     import_time: bool) -> None:
+                     import_time: bool, element_of: ast.expr | None = None) -> None:
+        """Bind `target = value`; `element_of`: the target takes an element of that container (unpacking,
+        loop targets), so `a, b = pair` keeps a foreign object in `pair` foreign in `a` and `b`."""
         if isinstance(target, ast.Name):
             home = self.module_scope if target.id in scope.globals_ else scope
-            home.bind(target.id, _Alias(value, scope) if value is not None else _LOCAL)
+            if value is not None:
+                home.bind(target.id, _Alias(value, scope))
+            elif element_of is not None:
+                home.bind(target.id, _Elem(element_of, scope))
+            else:
+                home.bind(target.id, _LOCAL)
         elif isinstance(target, ast.Starred):
-            self._bind_target(target.value, scope, None, import_time)
+            self._bind_target(target.value, scope, None, import_time, element_of or value)
         elif isinstance(target, ast.Tuple | ast.List):
             values: list[ast.expr] | None = None
-            if isinstance(value, ast.Tuple | ast.List) and len(value.elts) == len(target.elts):
+            if isinstance(value, ast.Tuple | ast.List) and len(value.elts) == len(target.elts) and not any(
+                    isinstance(e, ast.Starred) for e in [*value.elts, *target.elts]):
                 values = list(value.elts)
             for i, elt in enumerate(target.elts):
-                self._bind_target(elt, scope, values[i] if values else None, import_time)
+                if values:
+                    self._bind_target(elt, scope, values[i], import_time)
+                else:
+                    self._bind_target(elt, scope, None, import_time, element_of or value)
         else:
             self._push([target], scope, import_time)
 
     def _bind_loop_target(self, target: ast.expr, iterable: ast.expr, scope: _Scope,
                           import_time: bool) -> None:
         """`for m in (a, b)` binds m to each element (so `m.x = 1` is judged for a and b)."""
-        if isinstance(target, ast.Name) and isinstance(iterable, ast.Tuple | ast.List | ast.Set):
+        if isinstance(target, ast.Name) and isinstance(iterable, ast.Tuple | ast.List | ast.Set) and not any(
+                isinstance(e, ast.Starred) for e in iterable.elts):
             for elt in iterable.elts:
                 scope.bind(target.id, _Alias(elt, scope))
             if not iterable.elts:
                 scope.bind(target.id, _LOCAL)
         else:
-            self._bind_target(target, scope, None, import_time)
+            self._bind_target(target, scope, None, import_time, iterable)
 
-    @staticmethod
-    def _bind_args(args: ast.arguments, scope: _Scope) -> None:
-        for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]:
-            scope.bind(a.arg, _LOCAL)
+    def _function_key(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda, scope: _Scope) -> str:
+        if isinstance(node, ast.Lambda):
+            return f"<lambda>@{node.lineno}:{node.col_offset}"
+        if scope.kind == "class":
+            return f"method:{node.name}"
+        return f"{self.module or '<file>'}.{node.name}"
+
+    def _bind_args(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda, scope: _Scope,
+                   outer: _Scope, key: str) -> None:
+        """Parameters are `_Param`s (what they are depends on the caller), except a method's first one
+        (self/cls: an instance or subclass of the contribution's own class)."""
+        args = node.args
+        positional = [*args.posonlyargs, *args.args]
+        is_method = outer.kind == "class" and not any(
+            isinstance(d, ast.Name) and d.id == "staticmethod" for d in getattr(node, "decorator_list", []))
+        names: list[str] = []
+        for i, a in enumerate(positional):
+            if i == 0 and is_method:
+                scope.bind(a.arg, _LOCAL)
+                continue
+            names.append(a.arg)
+            scope.bind(a.arg, _Param(key, a.arg))
+        for a in args.kwonlyargs:
+            scope.bind(a.arg, _Param(key, a.arg))
         if args.vararg:
-            scope.bind(args.vararg.arg, _LOCAL)
+            scope.bind(args.vararg.arg, _Param(key, "*"))
         if args.kwarg:
-            scope.bind(args.kwarg.arg, _LOCAL)
+            scope.bind(args.kwarg.arg, _Param(key, "**"))
+        self.functions.setdefault(key, []).append(_Function(node, scope, tuple(names),
+                                                            frozenset(a.arg for a in args.kwonlyargs)))
 
     def _b_function(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
         assert isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
@@ -316,7 +445,7 @@ class _Analyser:
                 self.candidates.append((node, scope, import_time))
         child = _Scope("function", scope)
         self.scopes[node] = child
-        self._bind_args(node.args, child)
+        self._bind_args(node, child, scope, self._function_key(node, scope))
         body = node.body if isinstance(node.body, list) else [node.body]
         self._push(body, child, False)
         self._push([*getattr(node, "decorator_list", []), *node.args.defaults, *node.args.kw_defaults,
@@ -352,9 +481,12 @@ class _Analyser:
             self.facts.imports.add(alias.name)
             if alias.asname:
                 scope.bind(alias.asname, _Import(alias.name))
+                self.module_imports.add(alias.name)
             else:
                 top = alias.name.split(".")[0]
                 scope.bind(top, _Import(top))
+                self.module_imports.update(".".join(alias.name.split(".")[:i + 1])
+                                           for i in range(alias.name.count(".") + 1))
 
     def _b_import_from(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
         assert isinstance(node, ast.ImportFrom)
@@ -405,6 +537,7 @@ class _Analyser:
     def _b_with(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
         assert isinstance(node, ast.With | ast.AsyncWith)
         for item in node.items:
+            self.with_items.add(id(item.context_expr))
             if item.optional_vars is not None:
                 self._bind_target(item.optional_vars, scope, None, import_time)
         self._push([*(i.context_expr for i in node.items), *node.body], scope, import_time)
@@ -529,17 +662,58 @@ class _Analyser:
             elif isinstance(b, _Alias):
                 r = self.resolve(b.value, b.scope)
                 refs.append(r if r is not None else _LOCAL_REF)
+            elif isinstance(b, _Param):
+                refs.append(_Ref("param", f"{b.function}{_SEP}{b.name}"))
+            elif isinstance(b, _Elem):
+                refs.append(self._element(self.resolve(b.value, b.scope)) or _LOCAL_REF)
             else:
                 refs.append(_LOCAL_REF)
         # Conservative: if any binding of the name reaches a foreign object, judge it as that object.
         for r in refs:
             if self.foreign(r):
                 return r
-        for origin in ("import", "own", "classof"):
+        for r in refs:
+            if r.elements:
+                return r
+        for origin in ("param", "import", "own", "classof"):
             for r in refs:
                 if r.origin == origin:
                     return r
         return _LOCAL_REF
+
+    def tainted(self, ref: _Ref | None) -> _Ref | None:
+        """The foreign object `ref` is or holds (a container's foreign element), or None."""
+        if ref is None:
+            return None
+        if self.foreign(ref):
+            return ref
+        return next((e for e in ref.elements if self.foreign(e)), None)
+
+    def _element(self, ref: _Ref | None) -> _Ref | None:
+        """What an element of `ref` (iterated, indexed, unpacked) is: a foreign container's elements are
+        foreign, a local container's are what it holds, a parameter's are the parameter."""
+        if ref is None:
+            return None
+        if self.foreign(ref):
+            return _Ref("import", f"{ref.qualname}[*]")
+        if ref.elements:
+            return ref.elements[0]
+        if ref.origin == "param":
+            return ref
+        return None
+
+    def _container(self, elts: Sequence[ast.expr | None], scope: _Scope) -> _Ref:
+        held: list[_Ref] = []
+        for e in elts:
+            if e is None:
+                continue
+            r = self.resolve(e.value if isinstance(e, ast.Starred) else e, scope)
+            t = self.tainted(r)
+            if t is not None:
+                held.append(t)
+            elif r is not None and r.origin == "param":
+                held.append(r)
+        return _Ref("local", "<container>", tuple(held)) if held else _LOCAL_REF
 
     def _resolve(self, node: ast.expr, scope: _Scope) -> _Ref | None:
         if isinstance(node, ast.Name):
@@ -548,6 +722,12 @@ class _Analyser:
             base = self.resolve(node.value, scope)
             if base is None:
                 return None
+            if node.attr in _REACH_ATTRS:
+                return _Ref("import", f"<{node.attr} of {base.qualname or 'a local object'}>")
+            if node.attr == "__class__" and base.origin == "param":
+                return _Ref("classof", "<class of a parameter>")
+            if base.origin == "param":
+                return base
             if node.attr == "__class__" and base.origin == "local":
                 if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
                     return _Ref("own", "<own class>")
@@ -566,25 +746,73 @@ class _Analyser:
                 if key is not None:
                     return _Ref("import", key)
                 return _Ref("import", "sys.modules[*]")
+            if base.origin == "param":
+                return base
             if base.origin == "local":
+                if base.elements:
+                    return base.elements[0]
                 return _LOCAL_REF
             return _Ref(base.origin, f"{base.qualname}[{key!r}]" if key else f"{base.qualname}[...]")
         if isinstance(node, ast.Call):
             return self._resolve_call(node, scope)
         if isinstance(node, ast.NamedExpr):
             return self.resolve(node.value, scope)
+        if isinstance(node, ast.List | ast.Tuple | ast.Set):
+            return self._container(node.elts, scope)
+        if isinstance(node, ast.Dict):
+            # `{**other}` merges other's values; keys are not what a write would reach
+            return self._container(node.values, scope)
+        if isinstance(node, ast.IfExp | ast.BoolOp):
+            options = [node.body, node.orelse] if isinstance(node, ast.IfExp) else list(node.values)
+            refs = [self.resolve(o, scope) for o in options]
+            for r in refs:
+                if self.tainted(r) is not None or (r is not None and r.origin == "param"):
+                    return r
+            return next((r for r in refs if r is not None), None)
+        if isinstance(node, ast.Starred):
+            return self.resolve(node.value, scope)
+        if isinstance(node, ast.Lambda):
+            return _Ref("own", self._function_key(node, scope))
+        if isinstance(node, ast.Constant | ast.JoinedStr | ast.BinOp | ast.UnaryOp | ast.Compare):
+            return _LOCAL_REF  # a value built here: nothing shared
         return None
 
     def _resolve_call(self, node: ast.Call, scope: _Scope) -> _Ref:
+        getter = self._getter_call(node, scope)
+        if getter is not None:
+            return getter
         callee = self.resolve(node.func, scope)
+        if callee is not None and callee.origin == "own":
+            return self._own_return(node, callee.qualname, scope)
+        if callee is not None and callee.origin in ("local", "param") and \
+                isinstance(node.func, ast.Attribute) and node.func.attr in _ELEMENT_METHODS:
+            base = self.resolve(node.func.value, scope)
+            if base is not None and (base.elements or base.origin == "param"):
+                return base  # d.values() / d.get(k) of a container holding foreign objects
         if callee is None or callee.origin != "import":
             return _LOCAL_REF
         q = callee.qualname
         first = _arg(node, 0, "name", "o", "object")
+        if q.startswith("<"):
+            return _Ref("import", f"{q}()")  # called through __subclasses__, __globals__, ...
+        if q in _EVERYTHING_CALLS or q.rsplit(".", 1)[-1] in ("__subclasses__", "mro"):
+            return _Ref("import", f"{q}()")
+        if q in _ELEMENT_CALLS:
+            held = self._container(list(node.args), scope)
+            return held
+        receiver, _, method = q.rpartition(".")
+        if receiver and method in _ELEMENT_METHODS and not self.is_own(receiver) and (
+                receiver.startswith(("sys.modules", "builtins.")) or receiver.endswith("__dict__")
+                or _matches(receiver, ["vllm.*", "torch.*", "transformers.*"])):
+            return _Ref("import", f"{receiver}[*]")
         if q in ("importlib.import_module", "builtins.__import__"):
             loaded = self._loaded_module(node, q)
             # a relative load we cannot place is the file's own package; a placed one is judged by name
             return _Ref("own", "<relative>") if loaded is None else _Ref("import", loaded)
+        if q in ("builtins.getattr", "builtins.vars", "builtins.type") and first is not None:
+            base = self.resolve(first, scope)
+            if base is not None and base.origin == "param":
+                return _Ref("classof", "<class of a parameter>") if q == "builtins.type" else base
         if q == "builtins.getattr" and first is not None:
             base = self.resolve(first, scope)
             attr = _dotted_literal(_arg(node, 1))
@@ -609,6 +837,73 @@ class _Analyser:
             key = _dotted_literal(first)
             return _Ref("import", key) if key else _Ref("import", "sys.modules[*]")
         return _LOCAL_REF
+
+    def _getter_call(self, node: ast.Call, scope: _Scope) -> _Ref | None:
+        """`operator.attrgetter("a.b")(obj)` / `itemgetter(k)(obj)`: the attribute or item of obj."""
+        if not isinstance(node.func, ast.Call) or not node.args:
+            return None
+        maker = self.resolve(node.func.func, scope)
+        if maker is None or maker.qualname not in ("operator.attrgetter", "operator.itemgetter"):
+            return None
+        base = self.resolve(node.args[0], scope)
+        if base is None or base.origin == "local":
+            return self._element(base) if base is not None and base.elements else base
+        if base.origin == "param":
+            return base
+        attr = _dotted_literal(_arg(node.func, 0)) or "*"
+        return _Ref(base.origin, f"{base.qualname}.{attr}")
+
+    def _call_arguments(self, node: ast.Call, fn: _Function) -> dict[str, list[ast.expr]]:
+        """Which argument expressions of a call land in which parameter of `fn` (a starred argument in every
+        parameter from its position on, `**kw` in every keyword one)."""
+        out: dict[str, list[ast.expr]] = {}
+        pos = list(fn.positional)
+        i = 0
+        for a in node.args:
+            if isinstance(a, ast.Starred):
+                for name in [*pos[i:], "*"]:
+                    out.setdefault(name, []).append(a.value)
+                continue
+            out.setdefault(pos[i] if i < len(pos) else "*", []).append(a)
+            i += 1
+        for kw in node.keywords:
+            if kw.arg is None:
+                for name in [*pos, *fn.keyword_only, "**"]:
+                    out.setdefault(name, []).append(kw.value)
+            else:
+                known = kw.arg in pos or kw.arg in fn.keyword_only
+                out.setdefault(kw.arg if known else "**", []).append(kw.value)
+        return out
+
+    def _callee_key(self, node: ast.Call, scope: _Scope) -> str | None:
+        """The key of the own function a call reaches (a def or lambda of this file, `self.method`)."""
+        if isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name) and \
+                node.func.value.id in ("self", "cls") and f"method:{node.func.attr}" in self.functions:
+            return f"method:{node.func.attr}"
+        callee = self.resolve(node.func, scope)
+        if callee is not None and callee.origin == "own" and callee.qualname in self.functions:
+            return callee.qualname
+        return None
+
+    def _own_return(self, node: ast.Call, key: str, scope: _Scope) -> _Ref:
+        """What a call to an own function returns: a foreign object it returns (or the foreign argument
+        it hands back), else a local value."""
+        local: _Ref = _LOCAL_REF
+        for fn in self.functions.get(key, []):
+            args = self._call_arguments(node, fn)
+            for value in fn.returns():
+                r = self.resolve(value, fn.scope)
+                if r is not None and r.origin == "param" and r.qualname.startswith(key + _SEP):
+                    name = r.qualname.rpartition(_SEP)[2]
+                    for a in args.get(name, []):
+                        t = self.tainted(self.resolve(a, scope))
+                        if t is not None:
+                            return t
+                    continue
+                t = self.tainted(r)
+                if t is not None:
+                    return t
+        return local
 
     def _is_relative_load(self, node: ast.Call) -> bool:
         first = _arg(node, 0, "name")
@@ -644,7 +939,7 @@ class _Analyser:
     # ---------------------------------------------------------------- reporting
 
     def report(self, code: str, node: ast.AST, message: str, *, severity: EscapeSeverity = "error",
-               target: str | None = None) -> None:
+               target: str | None = None, lenient: bool = False) -> None:
         line = getattr(node, "lineno", 1) or 1
         col = getattr(node, "col_offset", 0) or 0
         key = (code, line, col, target or message)
@@ -652,7 +947,36 @@ class _Analyser:
             return
         self._found.add(key)
         self.facts.escapes.append(Escape(code=code, line=line, col=col, message=message,
-                                         severity=severity, target=target, path=self.path))
+                                         severity=severity, target=target, path=self.path,
+                                         context=self._context(node), lenient=lenient))
+
+    def _context(self, node: ast.AST) -> str:
+        """The defs, classes and guards around `node`, outermost first (`def f > if X > else`)."""
+        if self._parents is None:
+            self._parents = {id(c): p for p in ast.walk(self.tree) for c in ast.iter_child_nodes(p)}
+        parts: list[str] = []
+        child, parent = node, self._parents.get(id(node))
+        while parent is not None:
+            if isinstance(parent, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                parts.append(f"{'class' if isinstance(parent, ast.ClassDef) else 'def'} {parent.name}")
+            elif isinstance(parent, ast.Lambda):
+                parts.append("lambda")
+            elif isinstance(parent, ast.If | ast.While):
+                branch = " else" if child in parent.orelse else ""
+                parts.append(f"{type(parent).__name__.lower()} {ast.unparse(parent.test)[:80]}{branch}")
+            elif isinstance(parent, ast.For | ast.AsyncFor):
+                parts.append(f"for {ast.unparse(parent.iter)[:80]}")
+            elif isinstance(parent, ast.Try | ast.TryStar):
+                parts.append("try" if child in parent.body else "try-else" if child in parent.orelse else
+                             "finally" if child in parent.finalbody else "except")
+            elif isinstance(parent, ast.ExceptHandler):
+                parts.append(f"except {ast.unparse(parent.type)[:60] if parent.type else ''}".rstrip())
+            elif isinstance(parent, ast.With | ast.AsyncWith):
+                parts.append("with " + ", ".join(ast.unparse(i.context_expr)[:60] for i in parent.items))
+            elif isinstance(parent, ast.match_case):
+                parts.append(f"case {ast.unparse(parent.pattern)[:60]}")
+            child, parent = parent, self._parents.get(id(parent))
+        return " > ".join(reversed(parts))
 
     # ---------------------------------------------------------------- check pass
 
@@ -666,6 +990,65 @@ class _Analyser:
                 self._check_call(node, scope, import_time)
             elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
                 self._check_bare_decorators(node, scope)
+        self._check_helper_calls()
+
+    # helpers that write through a parameter -------------------------------------------------------
+
+    def _record_param_write(self, ref: _Ref, node: ast.AST) -> None:
+        key, _, name = ref.qualname.rpartition(_SEP)
+        self.param_writes.setdefault((key, name), node)
+
+    def _check_helper_calls(self) -> None:
+        """A call handing a foreign object to an own function that writes through that parameter (directly
+        or through further own calls: propagated to a fixpoint) is the write itself."""
+        changed = True
+        while changed:
+            changed = False
+            for call, scope, key in self.own_calls:
+                for fn in self.functions.get(key, []):
+                    for name, exprs in self._call_arguments(call, fn).items():
+                        if (key, name) not in self.param_writes:
+                            continue
+                        for e in exprs:
+                            r = self.resolve(e, scope)
+                            held = [r] if r is not None and r.origin == "param" else [
+                                x for x in (r.elements if r is not None else ()) if x.origin == "param"]
+                            for p in held:
+                                k2, _, n2 = p.qualname.rpartition(_SEP)
+                                if (k2, n2) not in self.param_writes:
+                                    self.param_writes[(k2, n2)] = self.param_writes[(key, name)]
+                                    changed = True
+        for call, scope, key in self.own_calls:
+            for fn in self.functions.get(key, []):
+                for name, exprs in self._call_arguments(call, fn).items():
+                    write = self.param_writes.get((key, name))
+                    if write is None:
+                        continue
+                    for e in exprs:
+                        t = self.tainted(self.resolve(e, scope))
+                        if t is not None:
+                            shown = key.removeprefix("method:").rsplit(".", 1)[-1]
+                            at = getattr(write, "lineno", "?")
+                            self.report(MONKEYPATCH, call, f"passes `{t.qualname}` to `{shown}`, which "
+                                        f"writes through its parameter `{name}` (line {at}): a monkeypatch "
+                                        "of an object outside the contribution",
+                                        target=t.qualname)
+        for key, fns in self.functions.items():
+            if key.startswith(("method:", "<lambda>")):
+                continue
+            written = frozenset(r for (k, n) in self.param_writes if k == key for fn in fns
+                                for r in self._param_refs(fn, n))
+            if written:
+                self.facts.param_writers[key] = written
+
+    @staticmethod
+    def _param_refs(fn: _Function, name: str) -> tuple[int | str, ...]:
+        """A written parameter as a caller can fill it: its position (when positional) and its name."""
+        return (fn.positional.index(name), name) if name in fn.positional else (name,)
+
+    def _unresolved_write(self, node: ast.AST, what: str, code: str) -> None:
+        self.report(code, node, f"{what} on an object the scan cannot resolve: it cannot be shown to be the "
+                    "contribution's own", severity="warning", target="<unresolved>")
 
 
     def _classify(self, target: str) -> str | None:
@@ -711,7 +1094,13 @@ class _Analyser:
         base = self.resolve(node.value, scope)
         verb = "deletes" if isinstance(node.ctx, ast.Del) else "assigns"
         if base is None:
+            self._unresolved_write(node, f"{verb} `{node.attr}`", MONKEYPATCH)
             return
+        if base.origin == "param":
+            self._record_param_write(base, node)
+            return
+        if base.elements and not self.foreign(base):
+            base = base.elements[0]
         if base.origin == "classof":
             self.report(MONKEYPATCH, node, f"{verb} `{node.attr}` on the class of an object "
                         "(`type(x)`/`x.__class__`): a class-wide patch whose class cannot be checked "
@@ -724,7 +1113,13 @@ class _Analyser:
 
     def _check_subscript_write(self, node: ast.Subscript, scope: _Scope, import_time: bool) -> None:
         base = self.resolve(node.value, scope)
-        if not self.foreign(base) or base is None:
+        if base is None:
+            self._unresolved_write(node, "writes an item", MONKEYPATCH)
+            return
+        if base.origin == "param":
+            self._record_param_write(base, node)
+            return
+        if not self.foreign(base):
             return
         key = _dotted_literal(node.slice)
         target = f"{base.qualname}[{key!r}]" if key else f"{base.qualname}[...]"
@@ -747,12 +1142,32 @@ class _Analyser:
     def _check_call(self, node: ast.Call, scope: _Scope, import_time: bool) -> None:
         if isinstance(node.func, ast.Call):
             self._check_decorator_application(node, scope)
+        key = self._callee_key(node, scope)
+        if key is not None:
+            self.own_calls.append((node, scope, key))
+        self._check_writer_values(node, scope)
         callee = self.resolve(node.func, scope)
+        if callee is not None and callee.origin == "param" and isinstance(node.func, ast.Attribute) \
+                and node.func.attr in _MUTATORS:
+            self._record_param_write(callee, node)
+        if isinstance(node.func, ast.Attribute) and node.func.attr in _FILE_WRITE_METHODS and (
+                callee is None or callee.origin != "import"):
+            self.report(GLOBAL_STATE, node, f"calls `.{node.func.attr}()`: writes to the file system, "
+                        "outside the contribution (a `.pth` or a module file changes every process)",
+                        target=f".{node.func.attr}")
         if callee is None or callee.origin != "import" or self.is_own(callee.qualname):
             self._check_library_method_on_local(node, scope)
+            if callee is not None and callee.origin == "import" and key is None:
+                self._record_foreign_call(node, callee.qualname, scope)
             return
         q = callee.qualname
         receiver, _, method = q.rpartition(".")
+        if q == "functools.partial" and node.args:
+            self._check_partial(node, scope, import_time)
+            return
+        if q in _ITEM_WRITERS:
+            self._check_item_writer(node, q, scope, import_time)
+            return
         if q in ("builtins.exec", "builtins.eval", "builtins.compile"):
             self._check_dynamic_code(node, q, scope)
             return
@@ -780,8 +1195,86 @@ class _Analyser:
             return
         if self._check_importlib(node, q, scope):
             return
+        if self._check_global_state(node, q, scope, import_time):
+            return
         self._check_registration(node, q, registered=None,
                                  first_arg_local=self._first_arg_local(node, scope), scope=scope)
+
+    def _check_writer_values(self, node: ast.Call, scope: _Scope) -> None:
+        """`functools.reduce(setattr, ...)`, `map(setattr, mods, ...)`: a writer handed on as a value writes
+        to objects the scan cannot follow."""
+        callee = self.resolve(node.func, scope)
+        skip_first = callee is not None and callee.qualname == "functools.partial"
+        values = [*node.args, *(k.value for k in node.keywords)]
+        for i, v in enumerate(values):
+            if skip_first and i == 0:
+                continue
+            r = self.resolve(v.value if isinstance(v, ast.Starred) else v, scope)
+            if r is not None and r.origin == "import" and r.qualname in _WRITERS - {"builtins.vars"}:
+                to = callee.qualname if callee is not None and callee.qualname else "a call"
+                self.report(SETATTR, v, f"passes `{r.qualname.removeprefix('builtins.')}` as a value to "
+                            f"`{to.removeprefix('builtins.')}`: what it writes to cannot be checked",
+                            target=r.qualname)
+
+    def _check_partial(self, node: ast.Call, scope: _Scope, import_time: bool) -> None:
+        """`functools.partial(f, *a, **kw)` is judged as the call `f(*a, **kw)` it prepares."""
+        fake = ast.Call(func=node.args[0], args=list(node.args[1:]), keywords=list(node.keywords))
+        ast.copy_location(fake, node)
+        self._check_call(fake, scope, import_time)
+
+    def _check_item_writer(self, node: ast.Call, q: str, scope: _Scope, import_time: bool) -> None:
+        first = _arg(node, 0)
+        obj = self.resolve(first, scope) if first is not None else None
+        fn = q.rsplit(".", 1)[-1]
+        if obj is None:
+            self._unresolved_write(node, f"`{q}`", MONKEYPATCH)
+        elif obj.origin == "param":
+            self._record_param_write(obj, node)
+        else:
+            t = self.tainted(obj)
+            if t is not None:
+                code = SETATTR if t.qualname.endswith(".__dict__") else MONKEYPATCH
+                self._report_write(node, f"{t.qualname}[...]", "writes", code, import_time,
+                                   f"operator.{fn}()")
+
+    def _record_foreign_call(self, node: ast.Call, q: str, scope: _Scope) -> None:
+        """A call into another module of the contribution with foreign arguments: judged across files
+        against that module's `param_writers` (fasttrack.rules.escapes)."""
+        held: dict[int | str, str] = {}
+        for i, a in enumerate(node.args):
+            t = self.tainted(self.resolve(a.value if isinstance(a, ast.Starred) else a, scope))
+            if t is not None:
+                held["*" if isinstance(a, ast.Starred) else i] = t.qualname
+        for kw in node.keywords:
+            t = self.tainted(self.resolve(kw.value, scope))
+            if t is not None:
+                held[kw.arg or "**"] = t.qualname
+        if held:
+            self.facts.foreign_calls.append((q, held, getattr(node, "lineno", 1)))
+
+    def _check_global_state(self, node: ast.Call, q: str, scope: _Scope, import_time: bool) -> bool:
+        """Process-wide state is an allow-list: a call the policy's `global_state_calls` recognises (torch
+        switches, signals, subprocesses, native libraries, ...) is FT146 unless `allowed_global_calls`
+        lists it, or it is a `scoped_global_calls` context manager used as a `with` item."""
+        s = self.settings
+        if q in ("builtins.open", "io.open", "codecs.open", "os.fdopen"):
+            mode = _arg(node, 1, "mode")
+            lit = "r" if mode is None else _dotted_literal(mode)
+            if lit is None or any(c in lit for c in "wax+"):
+                self.report(GLOBAL_STATE, node, f"opens a file for writing (`{q.removeprefix('builtins.')}`, "
+                            f"mode {lit or '<computed>'!r}): model code may not write files (a `.pth` in "
+                            "site-packages or a module file changes every process)", target=q)
+            return True
+        if _matches(q, s.allowed_global_calls) or not _matches(q, s.global_state_calls):
+            return False
+        if id(node) in self.with_items and _matches(q, s.scoped_global_calls):
+            return True
+        if q.startswith("warnings.") and "with warnings.catch_warnings(" in self._context(node):
+            return True  # a filter inside catch_warnings() is restored when the block ends
+        scoped = " (allowed only as a `with` item)" if _matches(q, s.scoped_global_calls) else ""
+        self.report(GLOBAL_STATE, node, f"calls `{q}`{scoped}: changes process-wide state that every model "
+                    "shares, which the policy's allow-list does not grant model code", target=q)
+        return True
 
     def _first_arg_local(self, node: ast.Call, scope: _Scope) -> bool:
         if not node.args or isinstance(node.args[0], ast.Starred):
@@ -794,7 +1287,7 @@ class _Analyser:
         src = _dotted_literal(_arg(node, 0, "source"))
         self.report(DYNAMIC_CODE, node, f"calls `{fn}()`: code built from strings cannot be checked for "
                     "escapes" + ("; its literal source was checked too" if src is not None else ""),
-                    severity="warning", target=q)
+                    severity="warning", target=q, lenient=src is not None)
         if src is not None and self.exec_depth < _MAX_EXEC_DEPTH:
             inner = _analyse(src, self.path, self.own_packages, self.module, self.is_package,
                              self.own_ops, self.settings, self.exec_depth + 1, self.foreign_ops)
@@ -805,13 +1298,32 @@ class _Analyser:
                             severity=esc.severity, target=esc.target)
 
     def _check_setattr(self, node: ast.Call, q: str, scope: _Scope, import_time: bool) -> None:
+        fn = q.split(".")[-1]
+        verb = "deletes" if fn == "delattr" else "sets"
         first = _arg(node, 0)
         if first is None:
+            star = next((a for a in node.args if isinstance(a, ast.Starred)), None)
+            if star is None:
+                return
+            held = self.resolve(star.value, scope)
+            t = self.tainted(held)
+            if t is not None:
+                self._report_write(node, f"{t.qualname}.*", verb, SETATTR, import_time, f"{fn}(*args)")
+            elif held is not None and held.origin == "param":
+                self._record_param_write(held, node)
+            else:
+                self._unresolved_write(node, f"{fn}(*args)", SETATTR)
             return
         obj = self.resolve(first, scope)
         name = _dotted_literal(_arg(node, 1)) or "*"
-        fn = q.split(".")[-1]
-        verb = "deletes" if fn == "delattr" else "sets"
+        if obj is None:
+            self._unresolved_write(node, f"{fn}()", SETATTR)
+            return
+        if obj.origin == "param":
+            self._record_param_write(obj, node)
+            return
+        if obj.elements and not self.foreign(obj):
+            obj = obj.elements[0]
         if obj is not None and obj.origin == "classof":
             self.report(SETATTR, node, f"{fn}() on the class of an object (`type(x)`/`x.__class__`): a "
                         "class-wide patch whose class cannot be checked statically", severity="warning",
@@ -876,7 +1388,12 @@ class _Analyser:
             self._report_write(node, receiver, "mutates", SETATTR, import_time, how)
             return True
         # Only state-like receivers: a module function named `add`/`remove` (torch.add, os.remove) is not
-        # a container. Constants, classes and private names of a foreign module are.
+        # a container. Constants, classes and private names of a foreign module are, and in the engine's
+        # packages anything that is not a module imported as such (lower-case registries too).
+        if receiver not in self.module_imports and any(
+                receiver.startswith(r + ".") for r in self.settings.hidden_import_roots):
+            self._report_write(node, receiver, "mutates", MONKEYPATCH, import_time, how)
+            return True
         parts = receiver.replace("[", ".[").split(".")
         if len(parts) > 1 and any(p[:1].isupper() or p.startswith(("_", "[")) for p in parts[1:]):
             self._report_write(node, receiver, "mutates", MONKEYPATCH, import_time, how)
@@ -1083,7 +1600,8 @@ class _Analyser:
             elif not self.is_own(loaded) and any(
                     loaded == r or loaded.startswith(r + ".") for r in self.settings.hidden_import_roots):
                 self.report(IMPORTLIB, node, f"`{fn}({loaded!r})` loads a module outside the contribution by "
-                            "string, hidden from the import graph", severity="warning", target=loaded)
+                            "string, hidden from the import graph", severity="warning", target=loaded,
+                            lenient=True)
             return True
         if q == "importlib.reload":
             first = _arg(node, 0, "module")
@@ -1128,6 +1646,12 @@ class _Analyser:
             return  # what a decorator registers is judged where it is applied (_check_decorator_application)
         if not explicit and first_arg_local:
             return  # registering onto a local object (a hook on an own module instance), not a registry
+        if not explicit and scope is not None and isinstance(node, ast.Call) and node.args and \
+                not isinstance(node.args[0], ast.Starred):
+            first = self.resolve(node.args[0], scope)
+            if first is not None and first.origin == "param":
+                self._record_param_write(first, node)  # onto the caller's object: judged at the call
+                return
         what = f" `{registered.qualname}`" if registered is not None else ""
         self.report(REGISTRY, node, f"calls `{q}`{what}: a registration into a registry outside the "
                     "contribution, which changes what other models get", target=q)

@@ -29,11 +29,11 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from fasttrack.cache import cache_root as cache_root  # re-exported (engine_tree imports it from here)
 
-GRAPH_FORMAT = 2  # 2: marshal (1 was JSON)
+GRAPH_FORMAT = 3  # 3: with string references; 2: marshal (1 was JSON)
 MAX_CACHED_GRAPHS = 24
 _SYS_PATH_LOCK = threading.Lock()
 
@@ -61,6 +61,9 @@ class ModuleGraph:
     files: dict[str, str]  # module -> path relative to the tree root, for every .py file (grimp's or not)
     importers_of: dict[str, dict[str, tuple[ImportSite, ...]]]  # imported -> importer -> sites
     modules: frozenset[str] = field(default_factory=frozenset)
+    # Modules named in string literals (`import_module("vllm.a.b")`, `sys.modules.get("vllm.a.b")`, a
+    # table of module names): named -> namer -> sites. grimp sees no edge there, but the code runs it.
+    namers_of: dict[str, dict[str, tuple[ImportSite, ...]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.modules:
@@ -79,6 +82,9 @@ class ModuleGraph:
 
     def path_of(self, module: str) -> str | None:
         return self.files.get(module)
+
+    def namers(self, module: str) -> Mapping[str, tuple[ImportSite, ...]]:
+        return self.namers_of.get(module, {})
 
     def upstream(self, modules: Iterable[str], *, skip: frozenset[str] = frozenset()) -> set[str]:
         """The naive transitive closure: every module that imports any of `modules`, however indirectly.
@@ -228,7 +234,49 @@ def build_module_graph(root: Path, package: str, *, exclude_type_checking: bool,
             sites = tuple(sorted(found, key=lambda s: s.line))
             importers_of.setdefault(imported, {})[importer] = sites
     modules = frozenset(g.modules)
-    return ModuleGraph(package=package, files=dict(files), importers_of=importers_of, modules=modules)
+    namers = find_string_references(root, files, package, modules)
+    return ModuleGraph(package=package, files=dict(files), importers_of=importers_of, modules=modules,
+                       namers_of=namers)
+
+
+_STRING_NAME = re.compile(
+    rb"""["']([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+)(?::[A-Za-z_][\w.]*)?["']""")
+
+
+def find_string_references(root: Path, files: Mapping[str, str], package: str,
+                           modules: frozenset[str]) -> dict[str, dict[str, tuple[ImportSite, ...]]]:
+    """Modules of the package that other modules name in a string literal: `"pkg.a.b"`, `"pkg.a.b:Cls"`
+    or `"pkg.a.b.Cls"` (the longest prefix that is a module). Read as bytes with one pattern (only files
+    holding a quoted `pkg.` are searched), never parsed: a module name in a string is there to be loaded
+    (`import_module`, `__import__`, `sys.modules.get`, a table of module names); a name in a comment or
+    docstring is kept too (fail closed: a false edge is named in the radius, a missed one is not)."""
+    prefix = package.encode() + b"."
+    quoted = (b'"' + prefix, b"'" + prefix)
+    out: dict[str, dict[str, tuple[ImportSite, ...]]] = {}
+    for namer, rel in sorted(files.items()):
+        try:
+            raw = (root / rel).read_bytes()
+        except OSError:
+            continue
+        if quoted[0] not in raw and quoted[1] not in raw:
+            continue
+        lines: list[bytes] | None = None
+        for m in _STRING_NAME.finditer(raw):
+            name = m.group(1).decode()
+            if not name.startswith(package + "."):
+                continue
+            while name and name not in modules:
+                name = name.rpartition(".")[0]
+            if not name or name in (package, namer):
+                continue
+            if lines is None:
+                lines = raw.splitlines()
+            line = raw.count(b"\n", 0, m.start()) + 1
+            text = lines[line - 1].decode("utf-8", "replace").strip() if line <= len(lines) else ""
+            sites = out.setdefault(name, {}).get(namer, ())
+            if all(s.line != line for s in sites):
+                out[name][namer] = (*sites, ImportSite(line, text[:200]))
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ the cache
@@ -239,7 +287,8 @@ def build_module_graph(root: Path, package: str, *, exclude_type_checking: bool,
 # Its shape is checked while it is turned back into a ModuleGraph; anything else (a truncated file, another
 # format, another key) is a miss: the graph is rebuilt and the file overwritten.
 #   (GRAPH_FORMAT, key, package, modules: tuple[str], files: dict[str, str],
-#    imports: tuple[(importer, imported, ((line, contents), ...)), ...])
+#    imports: tuple[(importer, imported, ((line, contents), ...)), ...],
+#    names: tuple[(namer, named, ((line, contents), ...)), ...])
 _CACHE_SUFFIX = ".graph"
 
 
@@ -249,11 +298,13 @@ class _BadCache(Exception):
 
 def _to_bytes(graph: ModuleGraph, key: str) -> bytes:
     """The cache file's bytes (the shape described above, checked by `_from_bytes`)."""
-    imports = tuple((importer, imported, tuple((s.line, s.contents) for s in sites))
-                    for imported, importers in sorted(graph.importers_of.items())
-                    for importer, sites in sorted(importers.items()))
+    def rows(edges: dict[str, dict[str, tuple[ImportSite, ...]]]) -> tuple[
+            tuple[str, str, tuple[tuple[int, str], ...]], ...]:
+        return tuple((src, dst, tuple((s.line, s.contents) for s in sites))
+                     for dst, srcs in sorted(edges.items()) for src, sites in sorted(srcs.items()))
+
     return marshal.dumps((GRAPH_FORMAT, key, graph.package, tuple(sorted(graph.modules)), dict(graph.files),
-                          imports))
+                          rows(graph.importers_of), rows(graph.namers_of)))
 
 
 def _str_seq(value: object) -> bool:
@@ -265,27 +316,35 @@ def _from_bytes(raw: bytes, key: str) -> ModuleGraph:
         data = marshal.loads(raw)
     except (EOFError, ValueError, TypeError) as exc:
         raise _BadCache(str(exc)) from None
-    if not (isinstance(data, tuple) and len(data) == 6 and data[0] == GRAPH_FORMAT and data[1] == key):
+    if not (isinstance(data, tuple) and len(data) == 7 and data[0] == GRAPH_FORMAT and data[1] == key):
         raise _BadCache("another format or key")
-    _, _, package, modules, files, imports = data
+    _, _, package, modules, files, imports, names = data
     if not (type(package) is str and _str_seq(modules) and isinstance(files, dict)
             and all(type(k) is str and type(v) is str for k, v in files.items())
-            and isinstance(imports, tuple)):
+            and isinstance(imports, tuple) and isinstance(names, tuple)):
         raise _BadCache("malformed header")
-    importers_of: dict[str, dict[str, tuple[ImportSite, ...]]] = {}
+    return ModuleGraph(package=package, files=files, importers_of=_edges(imports),
+                       modules=frozenset(modules), namers_of=_edges(names))
+
+
+def _edges(rows: tuple[Any, ...]) -> dict[str, dict[str, tuple[ImportSite, ...]]]:
+    edges: dict[str, dict[str, tuple[ImportSite, ...]]] = {}
     make = ImportSite._make
+    src: Any
+    dst: Any
+    sites: Any
     try:
-        for importer, imported, sites in imports:
-            if not (type(importer) is str and type(imported) is str and isinstance(sites, tuple)):
+        for src, dst, sites in rows:
+            if not (type(src) is str and type(dst) is str and isinstance(sites, tuple)):
                 raise _BadCache("malformed import")
             row = tuple(map(make, sites))
             for site in row:
                 if type(site.line) is not int or type(site.contents) is not str:
                     raise _BadCache("malformed import site")
-            importers_of.setdefault(imported, {})[importer] = row
+            edges.setdefault(dst, {})[src] = row
     except (TypeError, ValueError) as exc:  # a row or site of the wrong length
         raise _BadCache(str(exc)) from None
-    return ModuleGraph(package=package, files=files, importers_of=importers_of, modules=frozenset(modules))
+    return edges
 
 
 def _read_cache(path: Path, key: str) -> ModuleGraph | None:

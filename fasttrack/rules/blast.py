@@ -5,34 +5,54 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterator
 
+from fasttrack.confinement.import_effects import new_acts
 from fasttrack.confinement.model_units import UnitIndex
 from fasttrack.confinement.zones import in_model_root
 from fasttrack.context import Context
 from fasttrack.findings import Finding
 from fasttrack.rules.base import Catalogue
-from fasttrack.verdict import AffectedModel, BlastRadius, Witness
+from fasttrack.rules.escapes import base_text
+from fasttrack.verdict import AffectedModel, BlastRadius, ChangeStatus, Witness
 
 catalogue = Catalogue("blast")
 
 _LISTED = 5  # names spelled out in one aggregated message
 
 
+_ARROWS = {"imports": " -> ", "parent-package": " -> (runs its parent package) ",
+           "names-in-string": " -> (names in a string) ", "registry": " -> (a registry filled by) "}
+
+
 def chain_text(w: Witness) -> str:
-    """``a:12 -> b:7 (in a function) -> c``: each hop with the importer's line, lazy hops marked."""
-    parts = []
+    """``a:12 -> b:7 (in a function) -> c``: each hop with the importer's line, lazy hops marked, and hops
+    that are not imports named (``-> (runs its parent package) p``, ``-> (names in a string) m``)."""
+    out = ""
     for i, mod in enumerate(w.chain):
+        if i:
+            kind = w.links[i - 1] if i - 1 < len(w.links) else "imports"
+            out += _ARROWS.get(kind, " -> ")
         if i < len(w.lines):
             line = w.lines[i]
             lazy = i < len(w.function_level) and w.function_level[i]
-            parts.append(f"{mod}{f':{line}' if line else ''}{' (in a function)' if lazy else ''}")
+            out += f"{mod}{f':{line}' if line else ''}{' (in a function)' if lazy else ''}"
         else:
-            parts.append(mod)
-    return " -> ".join(parts)
+            out += mod
+    return out
 
 
 def _verb(w: Witness) -> str:
     """"imports" for a direct import of the changed module, "reaches" for a chain through the model's code."""
+    if w.link == "names-in-string" and len(w.chain) == 2:
+        return "names in a string"
+    if w.link == "registry" and len(w.chain) == 2:
+        return "holds the registry filled by"
     return "imports" if len(w.chain) == 2 else "reaches"
+
+
+def _runs_only_through_parent(w: Witness | None) -> bool:
+    """The unit runs the changed code only because it imports something below a changed-code package:
+    FT114 judges it (with acts_at_import), not FT110/FT111."""
+    return w is not None and w.link == "parent-package"
 
 
 def _changed_path(w: Witness) -> str:
@@ -73,7 +93,7 @@ def other_model_affected(ctx: Context) -> Iterator[Finding]:
         return
     by_shared_change: dict[str, list[AffectedModel]] = defaultdict(list)
     for a in radius.models:
-        if a.witness is None:
+        if a.witness is None or _runs_only_through_parent(a.witness):
             continue
         changed = _changed_path(a.witness)
         if ctx.model is not None and not _in_target_root(ctx, changed):
@@ -100,11 +120,12 @@ def other_model_affected(ctx: Context) -> Iterator[Finding]:
             fix="keep the change inside the model's own package; a change to code other models import goes "
                 "to normal review",
         )
-    listed = len(radius.models)
-    if radius.models_total > listed:
+    listed = sum(1 for a in radius.models if not _runs_only_through_parent(a.witness))
+    unlisted = radius.models_total - radius.models_through_parent - listed
+    if unlisted > 0:
         yield Finding.error(
             "FT110",
-            f"{radius.models_total - listed} more affected model unit(s) are not listed (the policy's "
+            f"{unlisted} more affected model unit(s) are not listed (the policy's "
             f"max_witnesses is {ctx.policy.blast_radius.max_witnesses})",
             fix="narrow the PR to the model's own package",
         )
@@ -122,7 +143,7 @@ def shared_imports_changed_model_code(ctx: Context) -> Iterator[Finding]:
     if not radius.computed:
         return
     for s in radius.shared:
-        if s.hub:
+        if s.hub or _runs_only_through_parent(s.witness):
             continue
         changed = _changed_path(s.witness)
         if not _is_model_code(ctx, changed):
@@ -140,14 +161,74 @@ def shared_imports_changed_model_code(ctx: Context) -> Iterator[Finding]:
         )
 
 
+def _acts_anew(ctx: Context, path: str) -> bool:
+    """The PR adds or changes import-time code of `path` (FT114): when the base revision of a modified file
+    is at hand and its acting statements are the same, the import does what it did before."""
+    change = next((c for c in ctx.changes if c.path == path), None)
+    head = ctx.read_head_text(path) if change is not None else None
+    if change is None or head is None:
+        return True
+    base = None
+    if change.status in (ChangeStatus.MODIFIED, ChangeStatus.RENAMED):
+        base = base_text(ctx, change)
+        if base is None:
+            return True  # no base to compare with: fail closed
+    return new_acts(head, base, ctx.policy.blast_radius.inert_import_calls)
+
+
+@catalogue.rule("FT114", "A unit runs changed code only through a parent package's __init__.")
+def runs_through_parent_package(ctx: Context) -> Iterator[Finding]:
+    """Importing ``a.b.c`` runs ``a/__init__`` and ``a/b/__init__`` first: a unit that imports anything below
+    a package whose ``__init__`` (or what it imports at module level) the PR changes runs the changed code
+    without using it. It is named in the radius either way; it is an error only when the changed module
+    does something at import (``BlastRadius.acts_at_import``: module-level statements other than imports,
+    defs, classes, constant assignments, docstrings and the policy's ``inert_import_calls``; a runtime
+    effect trace may set it) *and* the PR adds or changes such a statement (compared with the base
+    revision of a modified file; a new file's are all new), otherwise an info: an honest kernel edit is not
+    blocked because another model imports a sibling module."""
+    radius = ctx.blast_radius
+    if not radius.computed:
+        return
+    rows: list[tuple[str, Witness, bool]] = [
+        (_unit_label(a), a.witness, False) for a in radius.models
+        if a.witness is not None and _runs_only_through_parent(a.witness)]
+    rows += [(f"shared module {s.module}", s.witness, s.hub) for s in radius.shared
+             if _runs_only_through_parent(s.witness)]
+    for label, w, hub in rows:
+        changed = _changed_path(w)
+        if not _is_model_code(ctx, changed):
+            continue  # a change to shared code itself: the zone rules judge it
+        gone = w.chain[-1] in radius.removed_modules or any(
+            c.path == changed and c.status is ChangeStatus.DELETED for c in ctx.changes)
+        acts = gone or (radius.acts_at_import.get(w.chain[-1], True) and _acts_anew(ctx, changed))
+        text = (f"{label} runs {w.chain[-1]}, which this PR changes, only through a parent package's "
+                f"__init__ ({chain_text(w)})")
+        if gone and not hub:
+            yield Finding.error("FT114", f"{text}; it is deleted, so importing it through the package now "
+                                "fails", path=changed,
+                                fix=f"keep {w.chain[-1]} (or the package's import of it), or send the PR to "
+                                    "normal review")
+        elif acts and not hub:
+            yield Finding.error("FT114", f"{text}; the changed module does something at import, so that "
+                                "unit's import now runs it", path=changed,
+                                fix=f"keep {w.chain[-1]}'s module-level code to imports, defs, classes and "
+                                    "constants (do the work in a function the model calls), or send the PR "
+                                    "to normal review")
+        else:
+            why = "a hub" if hub else "the changed module only defines things at import"
+            yield Finding.info("FT114", f"{text}; not an error: {why}", path=changed)
+
+
 def _summary(ctx: Context, r: BlastRadius) -> str:
     other = sorted({a for m in r.models for a in m.architectures})
     own = [a for a in r.architectures if a not in other]
     hubs = [s.module for s in r.shared if s.hub]
     hub_text = f" ({len(hubs)} of them hubs: {', '.join(hubs)})" if hubs else ""
+    weak = r.models_through_parent + r.shared_through_parent
+    weak_text = f"; {weak} of them only through a parent package's __init__" if weak else ""
     parts = [
         f"{len(r.changed_modules)} changed module(s) reach {r.models_total} other model unit(s) and "
-        f"{r.shared_total} shared module(s){hub_text}",
+        f"{r.shared_total} shared module(s){hub_text}{weak_text}",
         f"architectures served by the changed code: {_archs(own, 8)}"
         + (f"; through other model units: {_archs(other, 8)}" if other else ""),
     ]

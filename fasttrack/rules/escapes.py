@@ -7,6 +7,7 @@ analysed once per Context, whichever rule asks first.
 
 from __future__ import annotations
 
+import dataclasses
 import posixpath
 import weakref
 from collections.abc import Iterator
@@ -128,10 +129,16 @@ class FileEscapes:
     # Escapes the base revision of this (modified or renamed) file already had: the PR did not add them.
     preexisting: frozenset[int] = frozenset()  # indices into `escapes`
     base_lines: tuple[tuple[int, int], ...] = ()  # (index into `escapes`, its line in the base revision)
+    # Own functions writing through parameters (key, positions/names) and calls into the contribution with
+    # foreign arguments (callee, ((position or keyword, foreign target), ...), line): see _helper_escapes.
+    param_writers: tuple[tuple[str, tuple[int | str, ...]], ...] = ()
+    foreign_calls: tuple[tuple[str, tuple[tuple[int | str, str], ...], int], ...] = ()
 
 
-def _key(esc: Escape) -> tuple[str, str, str | None, str]:
-    return (esc.code, esc.severity, esc.target, esc.message)
+def _key(esc: Escape) -> tuple[str, str, str | None, str, str]:
+    """What makes two escapes the same: also where they sit (`Escape.context`), so a patch moved out of
+    a guard, into module level or into another function is new, not "already in the base"."""
+    return (esc.code, esc.severity, esc.target, esc.message, esc.context)
 
 
 def base_text(ctx: Context, change: Change) -> str | None:
@@ -163,7 +170,7 @@ def _preexisting(head: list[Escape], base: list[Escape]) -> frozenset[int]:
 def _match_base(head: list[Escape], base: list[Escape]) -> dict[int, int]:
     """`_preexisting` with the base line each carried-over escape came from (head index -> base line).
     Both lists are in line order, so the n-th copy in the head is matched with the n-th in the base."""
-    queues: dict[tuple[str, str, str | None, str], list[int]] = {}
+    queues: dict[tuple[str, str, str | None, str, str], list[int]] = {}
     for e in base:
         if e.code != UNPARSEABLE:
             queues.setdefault(_key(e), []).append(e.line)
@@ -210,12 +217,54 @@ def _analyse_file(ctx: Context, change: Change, own: _Ownership, is_test: bool) 
 
     facts = analyse(text)
     old: dict[int, int] = {}
-    if facts.escapes and change.status in (ChangeStatus.MODIFIED, ChangeStatus.RENAMED):
+    if facts.escapes and change.status in (ChangeStatus.MODIFIED, ChangeStatus.RENAMED) and \
+            _same_home(ctx, change.old_path or change.path, change.path):
         before = base_text(ctx, change)
         if before is not None:  # judged with the head's module name and ownership: what the text meant
             old = _match_base(facts.escapes, analyse(before).escapes)
     return FileEscapes(change.path, module, is_test, tuple(facts.escapes), frozenset(facts.imports),
-                       import_names(ctx, change.path), frozenset(old), tuple(sorted(old.items())))
+                       import_names(ctx, change.path), frozenset(old), tuple(sorted(old.items())),
+                       tuple(sorted((k, tuple(sorted(v, key=str))) for k, v in facts.param_writers.items())),
+                       tuple((q, tuple(sorted(held.items(), key=lambda kv: str(kv[0]))), line)
+                             for q, held, line in facts.foreign_calls))
+
+
+def _same_home(ctx: Context, old: str, new: str) -> bool:
+    """Whether a renamed file stays where its base escapes were judged: the same directory, or the same
+    model package. A file moved in from another model brings its patches as new."""
+    if posixpath.dirname(old) == posixpath.dirname(new):
+        return True
+    root = ctx.policy.models.packages_dir.strip("/") + "/"
+    if old.startswith(root) and new.startswith(root):
+        return old[len(root):].split("/")[0] == new[len(root):].split("/")[0]
+    return False
+
+
+def _helper_escapes(files: list[FileEscapes]) -> dict[str, list[Escape]]:
+    """Calls handing a foreign object to a function of another changed file that writes through that
+    parameter: FT120 at the call (the analysis of one file sees only its own helpers)."""
+    writers: dict[str, tuple[FileEscapes, frozenset[int | str]]] = {}
+    for f in files:
+        for key, refs in f.param_writers:
+            func = key[len(f.module) + 1:] if f.module and key.startswith(f.module + ".") else None
+            if func:
+                for name in f.names:
+                    writers[f"{name}.{func}"] = (f, frozenset(refs))
+    out: dict[str, list[Escape]] = {}
+    for f in files:
+        for callee, held, line in f.foreign_calls:
+            hit = writers.get(callee)
+            if hit is None:
+                continue
+            helper, written = hit
+            for where, target in held:
+                if where in written or where in ("*", "**"):
+                    out.setdefault(f.path, []).append(Escape(
+                        "FT120", line, f"passes `{target}` to `{callee}` ({helper.path}), which writes "
+                        "through that parameter: a monkeypatch of an object outside the contribution",
+                        target=target, path=f.path))
+                    break
+    return out
 
 
 class _Analysis:
@@ -237,12 +286,30 @@ class _Analysis:
                 continue  # the path rules judge submodules; a .py symlink is analysed as its target's text
             is_test = tests.match_file(change.path) or tests.match_file(ctx.engine_paths.get(change.path, ""))
             out.append(_analyse_file(ctx, change, scope, bool(is_test)))
-        return out
+        extra = _helper_escapes(out)
+        return [dataclasses.replace(f, escapes=f.escapes + tuple(extra[f.path])) if f.path in extra else f
+                for f in out]
 
     @cached_property
     def imported_by_shipping_code(self) -> frozenset[str]:
-        """Modules imported by changed files that are not tests (a test file they import ships too)."""
-        return frozenset(m for f in self.files if not f.is_test for m in f.imports)
+        """Modules shipping code reaches through the import graph of the changed files: what non-test
+        files import, what those import in turn (a test helper importing another ships it too), and the
+        parent packages of each (importing a.b.c runs a/__init__ and a/b/__init__)."""
+        reached: set[str] = set()
+        todo = [m for f in self.files if not f.is_test for m in f.imports]
+        by_name = {n: f for f in self.files for n in f.names}
+        while todo:
+            m = todo.pop()
+            parts = m.split(".")
+            for i in range(1, len(parts) + 1):
+                name = ".".join(parts[:i])
+                if name in reached:
+                    continue
+                reached.add(name)
+                f = by_name.get(name)
+                if f is not None:
+                    todo.extend(f.imports)
+        return frozenset(reached)
 
     def escapes(self, code: str) -> Iterator[tuple[FileEscapes, Escape, Downgrade | None]]:
         """(file, escape, how and why it is downgraded, or None) for every escape with this code.
@@ -251,7 +318,11 @@ class _Analysis:
           one-for-one, see `_match_base`) is not the PR's: an info, whatever its own severity, so that a PR
           touching a shared file that already patches, registers or loads by string is not blamed (or
           flooded with warnings) for lines it did not write. It stays in the verdict, marked.
-        - An escape in a test file that no shipping file imports is a warning.
+        - An escape in a test file that no shipping file reaches (through the changed files' imports) is a
+          warning.
+        - In shipping code every escape is an error (fail closed: a warning never stops a PR), except the
+          few the analysis marks `lenient` (an `exec` whose literal text was checked like the file, a
+          literal `import_module` of an engine module): those stay warnings.
         - FT128 (cannot be checked) is never downgraded."""
         shipped = self.imported_by_shipping_code
         for f in self.files:
@@ -289,7 +360,13 @@ def analysis(ctx: Context) -> _Analysis:
 
 def _findings(ctx: Context, code: str, fix: str) -> Iterator[Finding]:
     for f, esc, why in analysis(ctx).escapes(code):
-        own = Severity.WARNING if esc.severity == "warning" else Severity.ERROR
+        # A warning in shipping code fails closed; a test-only file is lowered below (why).
+        own = Severity.WARNING if esc.severity == "warning" and esc.lenient else Severity.ERROR
+        if esc.severity == "warning" and not esc.lenient and why is None:
+            yield Finding(code=code, severity=Severity.ERROR, path=f.path, line=esc.line, fix=fix,
+                          message=f"{esc.message} (an error in shipping code: what cannot be checked fails "
+                          "closed)")
+            continue
         if why is None:
             severity, message = own, esc.message
         else:
@@ -391,3 +468,19 @@ def unparseable(ctx: Context) -> Iterator[Finding]:
     """A changed `.py` file that does not parse (with the Python running fasttrack, 3.11+), is binary, not
     UTF-8 or over 4 MiB cannot be checked for escapes: it fails closed."""
     yield from _findings(ctx, "FT128", "fix the file so it parses (Python 3.11 syntax) as UTF-8 text")
+
+
+@catalogue.rule("FT146", "A changed file changes process-wide state the policy does not allow model code.")
+def global_state(ctx: Context) -> Iterator[Finding]:
+    """Process-wide state is an allow-list (policy `escapes.global_state_calls`, `allowed_global_calls`,
+    `scoped_global_calls`): torch's C-level setters (`torch._C._set_*`), backend and SDPA switches
+    (`torch.backends.cuda.enable_flash_sdp`), compiler configs (`torch._dynamo.config.patch(...)` outside
+    a `with`, its `.__enter__()`), native libraries (`ctypes.CDLL(...).setenv`),
+    `multiprocessing.set_start_method`, `signal`, `logging.disable`/`basicConfig`, warnings filters
+    outside `catch_warnings()`, `gc`, sockets, `subprocess`/`os.system`/`os.exec*`, and writing files
+    (`open(..., "w")`, `Path.write_text`, `os.remove`, a `.pth` in site-packages): an error anywhere in
+    shipping code, import time or not. Reads (`is_*`, `get*`, `logging.getLogger`) and context managers
+    that restore what they change are allowed."""
+    yield from _findings(ctx, "FT146", "leave process-wide settings to the deployment (or ask for the call "
+                         "to be added to the policy's allowed_global_calls in normal review); use a `with` "
+                         "block where a scoped switch exists")

@@ -30,6 +30,7 @@ session set-up, 45 s for the whole file when the machine is quiet (66-170 s with
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from vllm_repo_support import POLICY, VllmRepo
@@ -59,6 +60,7 @@ KIMI_ARCHS = ["K3DSparkModel", "KimiK3ForConditionalGeneration", "KimiK3MTPModel
 DECODE = "vllm/models/kimi_k3/nvidia/specialized_decode/runtime/decode.py"
 ATTN_RES = "vllm/models/kimi_k3/nvidia/ops/attn_res.py"
 TRITON_WARMUP = "vllm.model_executor.warmup.kimi_k3_triton_warmup"
+KIMI_GDN = "vllm.model_executor.layers.mamba.gdn.kimi_gdn_linear_attn"
 
 
 def verify(repo: VllmRepo, head: str, model: str | None = "kimi_k3") -> Verdict:
@@ -66,8 +68,20 @@ def verify(repo: VllmRepo, head: str, model: str | None = "kimi_k3") -> Verdict:
 
 
 def confinement(v: Verdict) -> list[tuple[str, str | None]]:
-    """The FT10x/FT11x findings (zones, hooks, blast radius) as (code, path), in verdict order."""
-    return [(f.code, f.path) for f in v.findings if f.code in CONFINEMENT_CODES]
+    """The FT10x/FT11x findings (zones, hooks, blast radius) as (code, path), in verdict order, without the
+    FT114 infos (units that run the change only through a parent package's __init__: `through_parent`)."""
+    return [(f.code, f.path) for f in v.findings if f.code in CONFINEMENT_CODES
+            and not (f.code == "FT114" and f.severity is Severity.INFO)]
+
+
+def through_parent(v: Verdict) -> list[str]:
+    """What FT114 names (as infos): the units and shared modules reached only through a parent package."""
+    return sorted(f.message.split(" runs ")[0].split(" (")[0].split(" ")[-1] for f in v.findings
+                  if f.code == "FT114" and f.severity is Severity.INFO)
+
+
+def strong(units: list[Any]) -> list[Any]:
+    return [u for u in units if u.link != "parent-package"]
 
 
 def escapes(v: Verdict) -> list[tuple[str, str | None, int | None]]:
@@ -100,7 +114,11 @@ def test_model_local_change(vllm_repo: VllmRepo) -> None:
     assert v.model == "kimi_k3"
     assert confinement(v) == [("FT112", None)] and escapes(v) == []
     r = v.blast_radius
-    assert r.computed and r.models == [] and r.shared == []
+    assert r.computed and strong(r.models) == [] and strong(r.shared) == []
+    # kimi_k3/__init__ imports nvidia.model, which imports the decode runtime (in a function): whoever
+    # imports anything below kimi_k3 runs it. Named (FT114 infos), not blocked: decode only defines things.
+    assert through_parent(v) == ["alice_ai", KIMI_GDN, TRITON_WARMUP]
+    assert r.acts_at_import == {m: False for m in r.changed_modules}
     assert r.changed_modules == ["vllm.models.kimi_k3.nvidia.specialized_decode.fused_new",
                                  "vllm.models.kimi_k3.nvidia.specialized_decode.runtime.decode"]
     assert r.architectures == KIMI_ARCHS
@@ -114,13 +132,14 @@ def test_change_to_a_module_another_model_imports(vllm_repo: VllmRepo) -> None:
     assert confinement(v) == [("FT110", ATTN_RES), ("FT111", ATTN_RES), ("FT112", None)]
     assert escapes(v) == []
     r = v.blast_radius
-    assert [(m.name, m.kind, m.architectures) for m in r.models] == [
+    assert [(m.name, m.kind, m.architectures) for m in strong(r.models)] == [
         ("alice_ai", "legacy", ["AliceAIForCausalLM"])]
+    assert through_parent(v) == [KIMI_GDN]  # imports kimi_k3.amd...: runs kimi_k3/__init__ -> ... -> attn_res
     w = r.models[0].witness
     assert w is not None and w.chain == ["vllm.model_executor.models.alice_ai",
                                          "vllm.models.kimi_k3.nvidia.ops.attn_res"]
     assert w.lines == [69] and w.function_level == [False]
-    assert [(s.module, s.zone, s.witness.lines, s.witness.function_level) for s in r.shared] == [
+    assert [(s.module, s.zone, s.witness.lines, s.witness.function_level) for s in strong(r.shared)] == [
         (TRITON_WARMUP, "shared", [49], [True])]
     assert r.architectures == sorted(["AliceAIForCausalLM", *KIMI_ARCHS])
     assert r.naive_closure == 2352  # of 3,154: what a plain transitive closure would have reported
@@ -153,8 +172,11 @@ def test_change_to_the_shared_models_common_package(vllm_repo: VllmRepo) -> None
     v = verify(vllm_repo, vllm_repo.pr(append={path: "\n_X = 1\n"}))
     assert confinement(v) == [("FT101", path), ("FT110", path), ("FT112", None)]
     assert escapes(v) == []
-    assert sorted(m.name for m in v.blast_radius.models) == [
+    assert sorted(m.name for m in strong(v.blast_radius.models)) == [
         "deepseek_v32", "deepseek_v4", "deepseek_v41", "glm5next", "muse_spark", "qwen4_exp", "step5"]
+    # kimi_k3 (walked through) imports it from its own modules, which kimi_k3/__init__ imports: alice_ai
+    # runs it through that parent package (no FT114 here: the changed file is shared code, FT101's)
+    assert [m.name for m in v.blast_radius.models if m.link == "parent-package"] == ["alice_ai"]
 
 
 def test_change_hidden_in_sampling_next_to_model_files(vllm_repo: VllmRepo) -> None:
@@ -166,8 +188,8 @@ def test_change_hidden_in_sampling_next_to_model_files(vllm_repo: VllmRepo) -> N
     assert confinement(v) == [("FT102", sampler), ("FT110", sampler), ("FT112", None)]
     assert escapes(v) == [] and carried(v) == []
     r = v.blast_radius
-    assert sorted(m.name for m in r.models) == ["hy_v3_mtp", "hy_v4"]
-    assert [(s.module, s.zone) for s in r.shared] == [
+    assert sorted(m.name for m in strong(r.models)) == ["hy_v3_mtp", "hy_v4"]
+    assert [(s.module, s.zone) for s in strong(r.shared)] == [
         ("vllm.v1.sample.rejection_sampler", "sampling"),
         ("vllm.v1.spec_decode.llm_base_proposer", "shared"),
         ("vllm.v1.worker.gpu_model_runner", "input-preparation")]
@@ -180,8 +202,9 @@ def test_change_hidden_in_kv_cache_code_next_to_model_files(vllm_repo: VllmRepo)
     assert confinement(v) == [("FT102", kv), ("FT112", None)]
     assert escapes(v) == [] and carried(v) == []
     r = v.blast_radius
-    assert r.models_total == 0 and r.shared_total == 28
-    assert all(s.witness.chain[-1] == "vllm.v1.core.kv_cache_utils" for s in r.shared)
+    # (the kimi_k3 edit reaches alice_ai and two shared modules through kimi_k3/__init__: FT114 infos)
+    assert (r.models_total, r.models_through_parent, r.shared_total, r.shared_through_parent) == (1, 1, 30, 2)
+    assert all(s.witness.chain[-1] == "vllm.v1.core.kv_cache_utils" for s in strong(r.shared))
 
 
 def test_monkeypatch_from_a_model_file(vllm_repo: VllmRepo) -> None:
@@ -190,10 +213,13 @@ def test_monkeypatch_from_a_model_file(vllm_repo: VllmRepo) -> None:
     patch = "\nimport vllm.v1.sample.sampler as _s\n_s.Sampler.forward = lambda self, *a, **k: None\n"
     base_lines = len(vllm_repo.read(DECODE).splitlines())
     v = verify(vllm_repo, vllm_repo.pr(append={DECODE: patch}))
-    assert confinement(v) == [("FT112", None)]
+    # The patch also makes decode act at import, new in this PR: the three units that run it through
+    # kimi_k3/__init__ (alice_ai, kimi_gdn_linear_attn, the triton warm-up) are FT114 errors now.
+    assert confinement(v) == [("FT114", DECODE)] * 3 + [("FT112", None)]
     assert escapes(v) == [("FT120", DECODE, base_lines + 3)]
     r = v.blast_radius
-    assert r.computed and r.models == [] and r.shared == [] and r.architectures == KIMI_ARCHS
+    assert r.computed and strong(r.models) == [] and strong(r.shared) == [] and r.architectures == KIMI_ARCHS
+    assert r.acts_at_import == {"vllm.models.kimi_k3.nvidia.specialized_decode.runtime.decode": True}
 
 
 def test_renamed_shared_file(vllm_repo: VllmRepo) -> None:
@@ -223,6 +249,12 @@ def test_out_of_root_symlink(vllm_repo: VllmRepo) -> None:
     assert r.models == [] and r.shared == []
 
 
+REGISTRY_CARRIED = [("FT126", "vllm/model_executor/models/registry.py", 1138),
+                    ("FT146", "vllm/model_executor/models/registry.py", 1081),
+                    ("FT146", "vllm/model_executor/models/registry.py", 1608),
+                    ("FT146", "vllm/model_executor/models/registry.py", 1635)]
+
+
 def test_registry_hook_edit(vllm_repo: VllmRepo) -> None:
     """One allowed registry line: no FT104; the registry is a hub (its one importer, the legacy models
     package, is counted, not listed) and the edit serves exactly the architecture it adds."""
@@ -235,7 +267,9 @@ def test_registry_hook_edit(vllm_repo: VllmRepo) -> None:
     assert confinement(v) == [("FT112", None)]
     # The registry's own computed import_module (base line 1137) is not the edit's: an info. The only
     # error is the missing manifest (FT200): this PR carries no contribution.
-    assert escapes(v) == [] and carried(v) == [("FT126", reg, 1138)]
+    # So are its cache directory, model-inspection subprocess and result file (FT146, fail closed since
+    # issue 15: errors in a PR that adds them).
+    assert escapes(v) == [] and sorted(carried(v)) == REGISTRY_CARRIED
     assert [f.code for f in v.findings if f.severity is Severity.ERROR] == ["FT200"]
     r = v.blast_radius
     assert r.hubs_changed == {"vllm.model_executor.models.registry": 1}
@@ -253,7 +287,7 @@ def test_new_escapes_in_modified_shared_files_are_errors(vllm_repo: VllmRepo) ->
     added = anchor + '    "KimiK3FastMTPModel": ("vllm.models.kimi_k3", "KimiK3MTP"),\n'
     v = verify(vllm_repo, vllm_repo.pr(write={reg: text.replace(anchor, added) + patch}))
     last = len(text.splitlines()) + 1 + 3  # one registry line, then the blank line, import and assignment
-    assert escapes(v) == [("FT120", reg, last)] and carried(v) == [("FT126", reg, 1138)]
+    assert escapes(v) == [("FT120", reg, last)] and sorted(carried(v)) == REGISTRY_CARRIED
     assert ("FT104", reg) in confinement(v)
     ds2 = "vllm/model_executor/models/deepseek_v2.py"
     op = ("\nfrom vllm.utils.torch_utils import direct_register_custom_op\n\n\n"
@@ -277,11 +311,14 @@ def test_build_file_edit(vllm_repo: VllmRepo) -> None:
 def test_deleted_model_module_still_imported_elsewhere(vllm_repo: VllmRepo) -> None:
     """Deleting attn_res: named from the base path; alice_ai and the triton warmup still import it."""
     v = verify(vllm_repo, vllm_repo.pr(delete=(ATTN_RES,)))
-    assert confinement(v) == [("FT110", ATTN_RES), ("FT111", ATTN_RES), ("FT112", None)]
+    # kimi_gdn_linear_attn imports kimi_k3.amd...: kimi_k3/__init__ -> ... -> attn_res, which is gone (FT114)
+    assert confinement(v) == [("FT110", ATTN_RES), ("FT111", ATTN_RES), ("FT114", ATTN_RES), ("FT112", None)]
+    assert "is deleted" in message(v, "FT114")
     assert escapes(v) == []
     r = v.blast_radius
     assert r.removed_modules == ["vllm.models.kimi_k3.nvidia.ops.attn_res"]
-    assert [m.name for m in r.models] == ["alice_ai"] and [s.module for s in r.shared] == [TRITON_WARMUP]
+    assert [m.name for m in strong(r.models)] == ["alice_ai"]
+    assert [s.module for s in strong(r.shared)] == [TRITON_WARMUP]
 
 
 def test_second_run_uses_the_content_cache(vllm_repo: VllmRepo) -> None:
@@ -296,21 +333,35 @@ def test_second_run_uses_the_content_cache(vllm_repo: VllmRepo) -> None:
 # What each model package reaches when all of its modules change (policy defaults: lazy imports followed,
 # TYPE_CHECKING ignored). Measured on vLLM 0.33.0; packages not listed reach nothing outside themselves.
 QUANT = "vllm.model_executor.layers.quantization"
+ATTN_REGISTRY = "vllm.v1.attention.backends.registry"
 PACKAGE_RADII: dict[str, tuple[list[str], list[str]]] = {
-    "deepseek_v32": (["dots3_note"], []),
-    "deepseek_v4": (["deepseek_v41"], [
+    "deepseek_v32": (["dots3_note"], ["vllm.config.model"]),
+    "deepseek_v4": (["deepseek_v41"], [ATTN_REGISTRY,
         QUANT, f"{QUANT}.utils.config_utils", "vllm.model_executor.warmup.deep_gemm_warmup",
         "vllm.v1.attention.backends.mla.sparse_swa",
         "vllm.v1.spec_decode.llm_base_proposer", "vllm.v1.worker.gpu.eplb_utils",
         "vllm.v1.worker.gpu.spec_decode.dspark.utils"]),
     "deepseek_v41": (["minimax_m3"], [
-        QUANT, f"{QUANT}.utils.config_utils"]),
-    "kimi_k3": (["alice_ai"], ["vllm.model_executor.layers.mamba.gdn.kimi_gdn_linear_attn", TRITON_WARMUP]),
+        QUANT, f"{QUANT}.utils.config_utils", ATTN_REGISTRY]),
+    "flint": ([], ["vllm.transformers_utils.configs"]),
+    "inkling": ([], ["vllm.transformers_utils.configs"]),
+    "kimi_k3": (["alice_ai"], ["vllm.model_executor.layers.mamba.gdn.kimi_gdn_linear_attn",
+                               "vllm.model_executor.warmup.deep_gemm_warmup",
+                               "vllm.model_executor.warmup.kernel_warmup", TRITON_WARMUP]),
     "minimax_m3": ([], ["vllm.model_executor.layers.fused_moe.experts.mxfp8_native_moe",
                         "vllm.model_executor.warmup.minimax_m3_msa_warmup",
-                        "vllm.v1.spec_decode.llm_base_proposer"]),
+                        "vllm.v1.spec_decode.llm_base_proposer", ATTN_REGISTRY]),
     "qwen4_exp": ([], ["vllm.model_executor.warmup.qwen4_exp_qsa_warmup"]),
-    "step5": ([], ["vllm.model_executor.warmup.step5_dsa_warmup"]),
+    "step5": ([], ["vllm.model_executor.warmup.step5_dsa_warmup", ATTN_REGISTRY]),
+}
+# Of those, named in a string (issue 15): vLLM's attention-backend registry maps backend names to model
+# modules, transformers_utils.configs and config.model name model config modules, and the kimi_k3 warm-ups
+# look modules up in sys.modules (kernel_warmup: low_latency_gemm; deep_gemm_warmup: nvidia.model).
+NAMED_IN_STRINGS = {
+    "deepseek_v32": ["vllm.config.model"], "deepseek_v4": [ATTN_REGISTRY], "deepseek_v41": [ATTN_REGISTRY],
+    "flint": ["vllm.transformers_utils.configs"], "inkling": ["vllm.transformers_utils.configs"],
+    "kimi_k3": ["vllm.model_executor.warmup.deep_gemm_warmup", "vllm.model_executor.warmup.kernel_warmup"],
+    "minimax_m3": [ATTN_REGISTRY], "qwen4_exp": [], "step5": [ATTN_REGISTRY],
 }
 PACKAGES = ["beam", "deepseek_v32", "deepseek_v4", "deepseek_v41", "dots3_note", "flint", "glm5next", "hy_v4",
             "inkling", "kimi_k3", "minimax_m3", "muse_spark", "qwen4_exp", "step5"]
@@ -329,6 +380,71 @@ def test_every_model_package_radius_on_the_pristine_tree(vllm_tree: Path, vllm_r
         r = compute_blast_radius(policy, vllm_tree, changes, pkg)
         assert r.computed, r.note
         got = (sorted(m.name for m in r.models), sorted(s.module for s in r.shared))
-        assert got == PACKAGE_RADII.get(pkg, ([], [])), pkg
+        want = PACKAGE_RADII.get(pkg, ([], []))
+        assert got == (sorted(want[0]), sorted(want[1])), pkg
+        assert sorted(s.module for s in r.shared if s.link == "names-in-string") == \
+            NAMED_IN_STRINGS.get(pkg, []), pkg
+        assert all(a.link != "parent-package" for a in [*r.models, *r.shared]), pkg  # every module changed
         if pkg == "kimi_k3":
             assert len(changes) == 133 and r.naive_closure == 2301 and r.graph_modules == 3154
+
+
+# What each model package root (`vllm/models/<m>/__init__.py`) and kimi_k3's nvidia/model.py reach when
+# changed, by link kind (issue 15: what Python runs, not only what is imported). Measured on the extracted
+# tree with `compute_blast_radius` (docs/blast-radius.md, "Links"): a module below a package runs the
+# package's __init__ first, so importers of anything below a root are named "parent-package"; shared code
+# naming the module in a string (deep_gemm_warmup's sys.modules.get) is "names-in-string".
+ROOT_RADII: dict[str, dict[str, list[str]]] = {
+    "vllm/models/deepseek_v32/__init__.py": {"parent-package": ["dots3_note"]},
+    "vllm/models/deepseek_v4/__init__.py": {
+        "imports": [QUANT],
+        "parent-package": ["deepseek_v41", f"{QUANT}.utils.config_utils",
+                           "vllm.model_executor.warmup.deep_gemm_warmup",
+                           "vllm.v1.attention.backends.mla.sparse_swa",
+                           "vllm.v1.spec_decode.llm_base_proposer", "vllm.v1.worker.gpu.eplb_utils",
+                           "vllm.v1.worker.gpu.spec_decode.dspark.utils"]},
+    "vllm/models/deepseek_v41/__init__.py": {
+        "imports": [QUANT], "parent-package": ["minimax_m3", f"{QUANT}.utils.config_utils"]},
+    "vllm/models/kimi_k3/__init__.py": {
+        "parent-package": ["alice_ai", KIMI_GDN, TRITON_WARMUP]},
+    "vllm/models/minimax_m3/__init__.py": {
+        "parent-package": ["vllm.model_executor.layers.fused_moe.experts.mxfp8_native_moe",
+                           "vllm.model_executor.warmup.minimax_m3_msa_warmup",
+                           "vllm.v1.spec_decode.llm_base_proposer"]},
+    "vllm/models/qwen4_exp/__init__.py": {
+        "parent-package": ["vllm.model_executor.warmup.qwen4_exp_qsa_warmup"]},
+    "vllm/models/step5/__init__.py": {"parent-package": ["vllm.model_executor.warmup.step5_dsa_warmup"]},
+    "vllm/models/kimi_k3/nvidia/model.py": {
+        "names-in-string": ["vllm.model_executor.warmup.deep_gemm_warmup"],
+        "parent-package": ["alice_ai", KIMI_GDN, TRITON_WARMUP]},
+}
+# Roots whose module-level code does something at import beyond imports, defs, classes and constants
+# (glm5next and hy_v4 call into the platform at import; kimi_k3's model.py registers its multimodal
+# processor with a class decorator).
+ACTING = {"vllm/models/glm5next/__init__.py", "vllm/models/hy_v4/__init__.py",
+          "vllm/models/kimi_k3/nvidia/model.py"}
+
+
+def test_radius_of_each_model_package_root_and_of_kimi_k3_model(vllm_tree: Path) -> None:
+    policy = load_policy(POLICY)
+    targets = [f"vllm/models/{pkg}/__init__.py" for pkg in PACKAGES] + ["vllm/models/kimi_k3/nvidia/model.py"]
+    for path in targets:
+        model = path.split("/")[2]
+        r = compute_blast_radius(policy, vllm_tree, (Change(status=ChangeStatus.MODIFIED, path=path),), model)
+        assert r.computed, r.note
+        got: dict[str, list[str]] = {}
+        for a in r.models:
+            got.setdefault(a.link, []).append(a.name)
+        for s in r.shared:
+            got.setdefault(s.link, []).append(s.module)
+        assert {k: sorted(v) for k, v in got.items()} == ROOT_RADII.get(path, {}), path
+        assert all(a.witness is not None and a.witness.link == a.link for a in r.models)
+        assert set(r.acts_at_import.values()) == {path in ACTING}, path
+    # the kimi_k3 root: every chain runs through the package's __init__, with the module imported below it
+    r = compute_blast_radius(policy, vllm_tree, (Change(status=ChangeStatus.MODIFIED,
+                                                       path="vllm/models/kimi_k3/__init__.py"),), "kimi_k3")
+    alice = r.models[0].witness
+    assert alice is not None and alice.chain == [
+        "vllm.model_executor.models.alice_ai", "vllm.models.kimi_k3.nvidia.ops.attn_res",
+        "vllm.models.kimi_k3"]
+    assert alice.links == ["imports", "parent-package"] and alice.lines == [69, None]

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Literal
 
 from fasttrack.changes.model import Change
+from fasttrack.confinement.trace.facts import TraceFacts
 from fasttrack.evidence.loaded import LoadedEvidence
 from fasttrack.manifest import Manifest
 from fasttrack.policy import Policy, Zone
@@ -43,6 +44,8 @@ class Context:
     known_models: tuple[str, ...] = ()
     # Base-side text of the files a rule compares against the head (hook files).
     base_texts: dict[str, str] = field(default_factory=dict)
+    # What the effect trace saw (fasttrack.confinement.trace); None when it was not asked for.
+    trace: TraceFacts | None = None
 
     def engine_path(self, path: str) -> str:
         """Where a changed path sits in the engine tree (the path itself outside contribution mode)."""

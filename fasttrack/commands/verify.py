@@ -17,6 +17,7 @@ the copy shipped beside the fasttrack package.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import hashlib
 import os
@@ -78,6 +79,8 @@ class VerifyOptions:
     output: Path | None = None
     pr: int | None = None
     engine_tree: Path | None = None
+    # Run the effect trace (imports the PR's changed model modules in a sandboxed subprocess).
+    trace: bool = True
     # Where relative defaults are looked up (the current directory when None).
     cwd: Path | None = field(default=None, compare=False)
 
@@ -456,8 +459,15 @@ def build_context(opts: VerifyOptions) -> Context:
     """Load every input into the immutable Context the rules read (InputError on bad input)."""
     cwd = (opts.cwd or Path.cwd()).resolve()
     if opts.base is not None or opts.head is not None:
-        return _build_range_context(opts, cwd)
-    return _build_contribution_context(opts, cwd)
+        ctx = _build_range_context(opts, cwd)
+    else:
+        ctx = _build_contribution_context(opts, cwd)
+    if not opts.trace:
+        return ctx
+    from fasttrack.confinement.trace.gather import gather_trace
+
+    # The effect trace runs the PR's code (sandboxed): it is a fact gathered here, before any rule runs.
+    return dataclasses.replace(ctx, trace=gather_trace(ctx))
 
 
 # ---------------------------------------------------------------------------------------------- verdict

@@ -6,13 +6,14 @@ FT4xx integrity (a PR may not edit its own judge).
 
 from __future__ import annotations
 
-from fasttrack.rules import blast, confinement, envelope, escapes, evidence, integrity
+from fasttrack.rules import blast, confinement, envelope, escapes, evidence, integrity, trace
 from fasttrack.rules.base import Catalogue, Rule
 
 CATALOGUES: tuple[Catalogue, ...] = (
     confinement.catalogue,
     blast.catalogue,
     escapes.catalogue,
+    trace.catalogue,
     envelope.catalogue,
     evidence.catalogue,
     integrity.catalogue,

@@ -233,12 +233,23 @@ class Tracer:
             self.busy = busy
 
     # --------------------------------------------------------------------------- the locate pass
+    def ours(self, frame: types.FrameType | None) -> bool:
+        """A frame of the contribution, or of code it made from text (`exec`: `<string>`) it runs."""
+        while frame is not None:
+            name = frame.f_code.co_filename
+            if name in self.files:
+                return True
+            if not (name.startswith("<") and not name.startswith("<frozen")):
+                return False
+            frame = frame.f_back
+        return False
+
     def trace_global(self, frame: types.FrameType, event: str, arg: Any) -> Any:
-        if frame.f_code.co_filename in self.files:
+        if self.ours(frame):
             self.check()
             return self.trace_local
         caller = frame.f_back
-        if self.depth == 0 and caller is not None and caller.f_code.co_filename in self.files:
+        if self.depth == 0 and self.ours(caller):
             # A foreign function called by the PR: what changed before it ran is the PR's own doing;
             # what changes while it runs is "indirect" (checked when it returns).
             self.check()

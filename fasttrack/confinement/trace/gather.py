@@ -58,6 +58,13 @@ def _state_effect(event: dict[str, Any], plan: TracePlan) -> str | None:
         foreign += [e for e in added if isinstance(e, list) and e and not _own_name(str(e[0]), plan)
                     and (e[1:] != [0, False, True, 0] or any(r[0] == e[0] for r in removed))]
         return f"logger configuration changed: {foreign[:3]}" if foreign else None
+    if key.startswith("box:") and (added or removed) and isinstance((added + removed)[0], list):
+        # A dict registry: new entries under the contribution's own names (its op namespace, its package)
+        # are its own; a replaced, removed or foreign-named entry is an effect.
+        foreign = [str(e[0]) for e in removed] + [str(e[0]) for e in added
+                                                   if not (_own_op(str(e[0]), plan.own_op_namespaces)
+                                                           or _own_name(str(e[0]), plan))]
+        return f"entries changed: {', '.join(sorted(set(foreign))[:5])}" if foreign else None
     if key == "state:threading.threads":
         return "a thread started at import is still running" if added else None
     return f"{event.get('before', '?')} -> {event.get('after', '?')}"
@@ -68,6 +75,9 @@ def _target(key: str) -> str:
     if kind == "mod":
         mod, _, attr = rest.rpartition(":")
         return f"{mod}.{attr}"
+    if kind == "box":
+        mod, _, attr = rest.rpartition(":")
+        return f"{mod}.{attr} (its contents)"
     if kind == "cls":
         mod, cls, attr = rest.split(":", 2)
         return f"{mod}.{cls}.{attr}"

@@ -195,7 +195,10 @@ def build_plan(ctx: Context) -> TracePlan:
         return not (name in own_files or name in own_dirs or top in engine_roots
                     or any(name == p or name.startswith(p + ".") for p in prefixes))
 
-    preimport = list(ALWAYS_PREIMPORT) + sorted(n for n in named if external(n) and n not in ALWAYS_PREIMPORT)
+    # The engine's stack is pre-imported when the PR's files name torch (a PR that reaches torch only by a
+    # computed name gets it imported under trace: its import-time work is absorbed as torch's own).
+    stack = list(ALWAYS_PREIMPORT) if any(n.split(".")[0] in ("torch", "triton") for n in named) else []
+    preimport = stack + sorted(n for n in named if external(n) and n not in stack)
     namespaces = {ctx.manifest.contribution.own_op_namespace} if ctx.manifest is not None else set()
     if ctx.model:
         namespaces.add(ctx.model)

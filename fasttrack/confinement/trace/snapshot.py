@@ -232,6 +232,30 @@ def _skip(name: str, module: Any, skip: Callable[[str], bool]) -> bool:
     return not isinstance(module, types.ModuleType) or skip(name)
 
 
+MAX_BOX = 5000
+
+
+def _bookkeeping(value: Any) -> bool:
+    """The interpreter's own tables (sys.modules has its own keys; the rest are caches)."""
+    lc = sys.modules.get("linecache")
+    return value is sys.modules or value is sys.path_importer_cache or value is sys.path or (
+        lc is not None and value is getattr(lc, "cache", None))
+
+
+def _box(value: Any) -> Any:
+    """A public module-level dict, list or set (a registry) by content identity: an in-place update
+    (`operator.setitem(table, k, v)`, `.update`, `.append`) changes it."""
+    try:
+        if len(value) > MAX_BOX:
+            return None
+        if isinstance(value, dict):  # (key text, value identity): what was added or replaced can be named
+            return frozenset((k if isinstance(k, str) else f"<{type(k).__name__} {id(k)}>", id(v))
+                             for k, v in value.items())
+        return (len(value), hash(tuple(map(id, value))))
+    except Exception:
+        return None
+
+
 def module_state(name: str, module: types.ModuleType) -> Snapshot:
     """The attributes of one foreign module and of the classes it defines."""
     out: Snapshot = {}
@@ -243,6 +267,10 @@ def module_state(name: str, module: types.ModuleType) -> Snapshot:
         if attr == "__warningregistry__":
             continue
         out[f"mod:{name}:{attr}"] = value
+        if not attr.startswith("_") and type(value) in (dict, list, set) and not _bookkeeping(value):
+            box = _box(value)
+            if box is not None:
+                out[f"box:{name}:{attr}"] = box
         if isinstance(value, type) and value.__dict__.get("__module__") == name and attr == value.__name__:
             for cattr, cvalue in list(value.__dict__.items()):
                 if cattr not in ("__dict__", "__weakref__", "_abc_impl", "__abstractmethods__"):
@@ -277,10 +305,11 @@ def value_of(key: str) -> Any:
         return get() if get is not None else MISSING
     if kind == "sysmod":
         return sys.modules.get(rest, MISSING)
-    if kind == "mod":
+    if kind in ("mod", "box"):
         name, _, attr = rest.rpartition(":")
         module = sys.modules.get(name)
-        return vars(module).get(attr, MISSING) if module is not None else MISSING
+        value = vars(module).get(attr, MISSING) if module is not None else MISSING
+        return value if kind == "mod" or value is MISSING else _box(value)
     if kind == "cls":
         name, cls_name, attr = rest.split(":", 2)
         module = sys.modules.get(name)
@@ -292,7 +321,7 @@ def value_of(key: str) -> Any:
 def same(key: str, before: Any, after: Any) -> bool:
     if before is after:
         return True
-    if key.startswith("state:"):
+    if key.startswith(("state:", "box:")):
         try:
             return bool(before == after)
         except Exception:

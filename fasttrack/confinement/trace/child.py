@@ -43,6 +43,11 @@ INTROSPECTION = ("gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys.
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 
 
+# Bound before any code under trace runs: a PR that patches `json.dumps` or `os.write` cannot silence us.
+_ENCODE = json.JSONEncoder(default=repr).encode
+_WRITE = os.write
+
+
 class Sandboxed(PermissionError):
     """What the hook raises for a blocked operation."""
 
@@ -70,14 +75,15 @@ class Tracer:
         self.imports_absorbed = 0
         self.indirect: dict[str, str] = {}
         self.calling = ""
-        self.in_foreign = 0  # locate: key -> the foreign function that changed it
+        self.in_foreign = 0
+        self.seen: set[tuple[types.CodeType, int]] = set()  # locate: key -> the foreign function that changed it
         self.preexisting: set[int] = set()  # ids of the objects of the "before" snapshot (kept alive by it)
 
     # ------------------------------------------------------------------------------------ reporting
     def send(self, event: dict[str, Any]) -> None:
-        data = (json.dumps(event, default=repr) + "\n").encode("utf-8", "replace")
+        data = (_ENCODE(event) + "\n").encode("utf-8", "replace")
         while data:
-            n = os.write(self.fd, data)
+            n = _WRITE(self.fd, data)
             data = data[n:]
 
     def where(self) -> tuple[str | None, int | None, bool]:
@@ -157,6 +163,8 @@ class Tracer:
             raise Sandboxed(f"fasttrack trace: {event} is not allowed")
         if event.startswith(INTERPRETER):
             self.record("interpreter", event, _args(args))
+            if event in ("sys.settrace", "sys.setprofile", "sys.addaudithook"):
+                raise Sandboxed(f"fasttrack trace: {event} is not allowed")  # it would blind the trace
             return
         if event.startswith(INTROSPECTION):
             if event != "sys.setrecursionlimit" and not self.direct_caller_is_contribution():
@@ -267,7 +275,12 @@ class Tracer:
         return None
 
     def trace_local(self, frame: types.FrameType, event: str, arg: Any) -> Any:
-        self.check(cheap_only=event == "line")
+        # On a line seen before (a loop), only the cheap keys: the dearer ones are re-read on new lines
+        # and at call boundaries, so a loop over gc.get_objects() stays fast.
+        where = (frame.f_code, frame.f_lineno)
+        repeat = event == "line" and where in self.seen
+        self.seen.add(where)
+        self.check(cheap_only=repeat)
         if event == "line":
             path = self.files.get(frame.f_code.co_filename)
             if path is not None:
@@ -282,8 +295,8 @@ class Tracer:
         self.busy = True
         try:
             for key in list(self.watch):
-                if cheap_only and key in snapshot.EXPENSIVE:
-                    continue  # changed only through a call: checked when a foreign call starts and returns
+                if cheap_only and not snapshot.cheap(key):
+                    continue  # re-read on new lines and when a foreign call starts and returns
                 now = snapshot.value_of(key)
                 base = self.watch[key]
                 if not snapshot.same(key, base, now):
@@ -407,6 +420,10 @@ def main(spec_path: str) -> None:
         sys.settrace(tracer.trace_global)
     tracer.active = True
     for name in spec["targets"]:
+        if locate:
+            tracer.active = False
+            sys.settrace(tracer.trace_global)  # again: a module before this one may have cleared it
+            tracer.active = True
         try:
             importlib.import_module(name)
         except BaseException as exc:  # SystemExit and KeyboardInterrupt from the code under trace too

@@ -12,6 +12,8 @@ Keys:
 
 from __future__ import annotations
 
+import atexit
+import ctypes
 import gc
 import os
 import signal
@@ -73,8 +75,6 @@ def _signals() -> Any:
 def _c_environ() -> Any:
     """The C library's environment (what `ctypes` `setenv` changes behind os.environ's back)."""
     try:
-        import ctypes
-
         env = ctypes.POINTER(ctypes.c_char_p).in_dll(ctypes.CDLL(None), "environ")
     except (ImportError, OSError, ValueError):
         return MISSING
@@ -93,8 +93,6 @@ def _umask() -> Any:
 
 
 def _atexit() -> Any:
-    import atexit
-
     return atexit._ncallbacks()
 
 
@@ -204,9 +202,18 @@ STATE: dict[str, Callable[[], Any]] = {
 }
 
 
-# Keys that cost more than a dictionary look-up to read: the locate pass reads them at call boundaries only
-# (op registrations go through torch.library's Python functions).
-EXPENSIVE = frozenset({"state:torch.ops", "state:torch.library"})
+CHEAP_STATE = frozenset({"state:sys.path", "state:sys.meta_path", "state:sys.path_hooks", "state:sys.gettrace",
+                         "state:sys.getprofile", "state:sys.recursionlimit", "state:sys.switchinterval",
+                         "state:sys.dlopenflags", "state:os.environ", "state:os.cwd", "state:logging.root",
+                         "state:gc.enabled", "state:gc.threshold", "state:multiprocessing.start_method",
+                         "state:socket.default_timeout", "state:faulthandler"})
+
+
+def cheap(key: str) -> bool:
+    """A key that costs a dictionary look-up or two to re-read (the locate pass reads it on every line)."""
+    return key.startswith(("mod:", "cls:", "sysmod:")) or key in CHEAP_STATE or (
+        key.startswith("state:torch.") and not key.endswith("()") and key not in ("state:torch.ops",
+                                                                                   "state:torch.library"))
 
 
 def _config_modules() -> Iterable[tuple[str, Any]]:

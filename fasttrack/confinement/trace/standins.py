@@ -23,6 +23,7 @@ Recorder = Callable[[str, str, str], None]  # (kind, target, detail)
 REGISTERING = ("register", "add", "update", "setdefault", "append", "extend", "insert", "set", "patch",
                "override", "install", "enable", "disable", "push", "put", "__setitem__")
 _ENGINE = "_ft_engine"  # in a class's own __dict__: the dotted name of the engine object it stands for
+_ABC_BOOKKEEPING = frozenset({"__abstractmethods__", "_abc_impl"})  # what ABCMeta writes on a new class
 _RECORDERS: list[Recorder] = []  # the one recorder of this child process (installed once by `install`)
 
 
@@ -62,7 +63,7 @@ class _Meta(abc.ABCMeta):
         return child
 
     def __setattr__(cls, name: str, value: Any) -> None:
-        if _is_standin(cls):
+        if _is_standin(cls) and name not in _ABC_BOOKKEEPING:
             _record("engine-write", f"{cls.__dict__[_ENGINE]}.{name}", "attribute write")
         super().__setattr__(name, value)
 

@@ -46,10 +46,13 @@ ATTACKS = {
                        "put(json, 'dumps', lambda *a, **k: '')\n",
     # The engine reached by a computed name: the stand-in records the write.
     "computed_import.py": "import importlib\n"
-                          "getattr(importlib.import_module('vl' + 'lm.v1.sample.sampler'), 'Sampler').forward = None\n",
-    "starred_setattr.py": "import json.decoder\nargs = (json.decoder.JSONDecoder, 'decode', lambda s, t: {})\n"
+                          "getattr(importlib.import_module('vl' + 'lm.v1.sample.sampler'), 'Sampler')"
+                          ".forward = None\n",
+    "starred_setattr.py": "import json.decoder\n"
+                          "args = (json.decoder.JSONDecoder, 'decode', lambda s, t: {})\n"
                           "setattr(*args)\n",
-    "operator_setitem.py": "import copyreg, operator\noperator.setitem(copyreg.dispatch_table, complex, None)\n",
+    "operator_setitem.py": "import copyreg, operator\n"
+                           "operator.setitem(copyreg.dispatch_table, complex, None)\n",
     "engine_registry.py": "import operator\nfrom vllm.model_executor.models import registry\n"
                           "operator.setitem(registry._VLLM_MODELS, 'Evil', ('evil', 'Evil'))\n",
     "partial_setattr.py": "import functools, string\nfunctools.partial(setattr, string, 'capwords')(len)\n",
@@ -57,7 +60,8 @@ ATTACKS = {
                            "    if getattr(m, '__name__', '') == 'textwrap':\n"
                            "        m.TextWrapper.wrap = lambda self, text: []\n",
     "gc_loop.py": "import gc, email.message\nfor o in gc.get_objects():\n"
-                  "    if isinstance(o, type) and o.__name__ == 'Message' and o.__module__ == 'email.message':\n"
+                  "    if isinstance(o, type) and o.__name__ == 'Message' and\\\n"
+                  "            o.__module__ == 'email.message':\n"
                   "        o.as_string = lambda self, *a, **k: ''\n        break\n",
     "exec_text.py": "exec('import html\\nhtml.escape' + ' = str')\n",
     "putenv.py": "import os\nos.putenv('LD_PRELOAD', '/tmp/x.so')\n",
@@ -79,7 +83,8 @@ TORCH_ATTACKS = {
                      "lib.impl('relu', lambda x: x, 'CPU')\n",
     # The model's op under another model's name: the namespace is the manifest's (kimi_k3), not "honest".
     "other_ns.py": "import torch\nfrom torch.library import custom_op\n\n"
-                   "@custom_op('other_model::double', mutates_args=())\ndef double(x: torch.Tensor) -> torch.Tensor:\n"
+                   "@custom_op('other_model::double', mutates_args=())\n"
+                   "def double(x: torch.Tensor) -> torch.Tensor:\n"
                    "    return x * 2\n",
 }
 HONEST = {
@@ -178,17 +183,17 @@ def test_planted_effect_is_an_error_at_its_line(attacked: tuple[TraceFacts, list
     assert all(f.severity.value == "error" for f in findings)
 
 
-def test_gc_walk_is_introspection_and_its_patch_is_an_effect(attacked: tuple[TraceFacts, list[Finding]]) -> None:
+def test_gc_walk_is_introspection_and_its_patch_is_an_effect(
+        attacked: tuple[TraceFacts, list[Finding]]) -> None:
     _, findings = attacked
     got = _at(findings, "gc_loop.py")
-    assert ("FT134", 2) in got and ("FT130", 4) in got
+    assert ("FT134", 2) in got and ("FT130", 5) in got
 
 
 @pytest.mark.parametrize("module", ["ctypes_setenv.py", "subprocess_run.py", "socket_connect.py"])
 def test_escape_is_blocked_and_reported(attacked: tuple[TraceFacts, list[Finding]], module: str) -> None:
     facts, findings = attacked
-    assert ("FT133", 2 if module != "socket_connect.py" else 2) in _at(findings, module) or \
-        ("FT133", 3) in _at(findings, module)
+    assert ("FT133", 2) in _at(findings, module)
     # the blocked call raised inside that module: its import failed, which fails the trace closed
     assert any(e.target == f"evil.{module[:-3]}" for e in facts.import_errors)
 
@@ -198,6 +203,7 @@ def test_ctypes_setenv_never_reached_the_environment(attacked: tuple[TraceFacts,
     assert not any("VLLM_X" in e.detail for e in facts.effects if e.target == "libc.environ")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.platform != "linux", reason="torch CPU build on linux CI")
 def test_torch_switches_and_foreign_ops(tmp_path: Path) -> None:
     pytest.importorskip("torch")
@@ -210,6 +216,7 @@ def test_torch_switches_and_foreign_ops(tmp_path: Path) -> None:
     assert ("FT130", 4) in _at(findings, "other_ns.py")
 
 
+@pytest.mark.slow
 def test_honest_model_local_code_traces_clean(tmp_path: Path) -> None:
     ctx = _context(tmp_path, "honest", HONEST)
     facts = gather_trace(ctx)

@@ -57,7 +57,7 @@ def _message(effect: Effect) -> str:
     return f"at import, this {_WHAT[effect.kind]}: {visible(effect.target)}{detail}"
 
 
-@catalogue.rule("FT130", "The effect trace saw a changed module change something the contribution does not own.")
+@catalogue.rule("FT130", "The effect trace saw a changed module change what the contribution does not own.")
 def foreign_effect(ctx: Context) -> Iterator[Finding]:
     """Imported in the sandbox (engine as recording stand-ins, real torch), a changed module wrote to a
     module, class or global switch outside the contribution (seen by before/after snapshots, whichever

@@ -25,16 +25,19 @@ from . import snapshot, standins
 ESCAPES = ("socket.", "subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
            "os.forkpty", "os.kill", "os.killpg", "pty.spawn", "signal.pthread_kill", "ctypes.dlopen",
            "ctypes.dlsym", "ctypes.call_function", "urllib.Request", "http.client.connect", "ftplib.",
-           "smtplib.", "poplib.", "imaplib.", "nntplib.", "telnetlib.", "webbrowser.open", "resource.setrlimit",
+           "smtplib.", "poplib.", "imaplib.", "nntplib.", "telnetlib.", "webbrowser.open",
+           "resource.setrlimit",
            "resource.prlimit", "os.startfile", "winreg.", "mmap.__new__", "sqlite3.connect")
 # Filesystem writes: allowed inside the sandbox's writable directories only.
-FS_WRITES = ("os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.symlink", "os.link", "os.chmod", "os.chown",
+FS_WRITES = ("os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.symlink", "os.link", "os.chmod",
+             "os.chown",
              "os.truncate", "os.utime", "os.chflags", "os.lchmod", "os.lchown", "os.setxattr",
              "os.removexattr", "shutil.rmtree", "shutil.move", "shutil.copyfile", "shutil.copytree",
              "shutil.chown", "os.listxattr")
 # Changes of interpreter-wide state the hook sees directly: reported, not blocked.
 INTERPRETER = ("sys.settrace", "sys.setprofile", "sys.addaudithook", "setopencodehook", "os.putenv",
-               "os.unsetenv", "os.chdir", "_thread.start_new_thread", "os.setuid", "os.setgid", "sys._clear_type_cache",
+               "os.unsetenv", "os.chdir", "_thread.start_new_thread", "os.setuid", "os.setgid",
+               "sys._clear_type_cache",
                "cpython.PyInterpreterState_Clear", "os.register_at_fork")
 # Reaching objects the contribution was not handed (how a patch finds its target without naming it).
 INTROSPECTION = ("gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames",
@@ -76,7 +79,7 @@ class Tracer:
         self.indirect: dict[str, str] = {}
         self.calling = ""
         self.in_foreign = 0
-        self.seen: set[tuple[types.CodeType, int]] = set()  # locate: key -> the foreign function that changed it
+        self.seen: set[tuple[types.CodeType, int]] = set()  # locate: lines already run
         self.preexisting: set[int] = set()  # ids of the objects of the "before" snapshot (kept alive by it)
 
     # ------------------------------------------------------------------------------------ reporting
@@ -145,7 +148,7 @@ class Tracer:
             self.imported.add(str(args[0]))
             return
         if event == "open":
-            path, mode, flags = (tuple(args) + (None, None, None))[:3]
+            path, mode, flags = (*args, None, None, None)[:3]
             writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
                 isinstance(flags, int) and flags & _WRITE_FLAGS)
             if writing and self.writes_outside(path):
@@ -195,7 +198,7 @@ class Tracer:
             spec = finder.find_spec(name, path, target)
             if spec is not None:
                 if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _Baseline(spec.loader, self)
+                    spec.loader = _Baseline(spec.loader, self)  # type: ignore[assignment]
                 return spec
         return None
 
@@ -380,7 +383,8 @@ def _sys_modules_effects(tracer: Tracer, before: dict[str, Any]) -> list[dict[st
 def _made_by(tracer: Tracer, value: Any) -> bool:
     """Whether a value is the contribution's own making (a function, class or wrapper of one)."""
     for _ in range(8):
-        inner = getattr(value, "__func__", None) or getattr(value, "func", None) or getattr(value, "fget", None)
+        inner = (getattr(value, "__func__", None) or getattr(value, "func", None)
+                 or getattr(value, "fget", None))
         if inner is None or inner is value:
             break
         value = inner
@@ -405,7 +409,7 @@ def main(spec_path: str) -> None:
     started = time.monotonic()
     failed_pre = _preimport(spec["preimport"])
     sys.path[:] = [p for p in sys.path if not p.startswith(spec["tool_dir"])]
-    sys.meta_path.insert(0, tracer)  # type: ignore[arg-type]
+    sys.meta_path.insert(0, tracer)
     standins.install(lambda kind, target, detail: tracer.record(kind, target, detail), tracer.finder)
     before_modules = dict(sys.modules)
     before = snapshot.take(tracer.skip)
@@ -440,10 +444,10 @@ def main(spec_path: str) -> None:
     tracer.busy = True
     if locate:
         for key in locate:
-            at = tracer.blame.get(key)
+            blamed = tracer.blame.get(key)
             tracer.send({"kind": "located", "key": key, "changed": key in tracer.blame,
                          "absorbed": key in tracer.absorbed, "indirect": tracer.indirect.get(key, ""),
-                         "path": at[0] if at else None, "line": at[1] if at else None})
+                         "path": blamed[0] if blamed else None, "line": blamed[1] if blamed else None})
     else:
         after = snapshot.take(tracer.skip)
         base = dict(tracer.baselines)
@@ -451,7 +455,7 @@ def main(spec_path: str) -> None:
         base.update(tracer.pending)
         for key in sorted(set(snapshot.diff(base, after)) | set(tracer.pending)):
             value = after.get(key, snapshot.MISSING)
-            if _submodule_binding(key, value) or (key.startswith("mod:") and key.endswith(":__warningregistry__")):
+            if _submodule_binding(key, value) or key.endswith(":__warningregistry__"):
                 continue
             if not key.startswith("state:") and key.split(":", 2)[1] not in sys.modules:
                 continue  # a module that left sys.modules (a failed import): its sys.modules key says so
@@ -464,7 +468,8 @@ def main(spec_path: str) -> None:
             tracer.send(event)
         for ev in _sys_modules_effects(tracer, before_modules):
             tracer.send({"kind": "state-diff", **ev})
-    tracer.send({"kind": "done", "seconds": round(time.monotonic() - started, 3), "preimport_failed": failed_pre,
+    tracer.send({"kind": "done", "seconds": round(time.monotonic() - started, 3),
+                 "preimport_failed": failed_pre,
                  "imports_absorbed": tracer.imports_absorbed,
                  "standins": len(tracer.finder.standins), "imported": len(tracer.imported)})
     os._exit(0)  # no atexit handler or thread of the code under trace runs after the report

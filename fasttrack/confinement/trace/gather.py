@@ -148,7 +148,8 @@ def trace_plan(plan: TracePlan, *, timeout: float = TIMEOUT_S) -> TraceFacts:
     effects, errors = _effects(events, plan, located, indirect)
     return TraceFacts(status=TraceStatus.FAILED if errors else TraceStatus.OK,
                       reason="a changed module failed to import under the trace" if errors else "",
-                      fix="make the module importable on CPU without network, GPU or credentials" if errors else "",
+                      fix=("make the module importable on CPU without network, GPU or credentials"
+                           if errors else ""),
                       modules=plan.targets, effects=tuple(effects), import_errors=tuple(errors),
                       isolation=isolation, seconds=round(time.monotonic() - started, 2), passes=passes)
 

@@ -174,10 +174,10 @@ def build_plan(ctx: Context) -> TracePlan:
             if rel in changed and mod is not None and not tests.match_file(rel):
                 targets.append(mod[0])
     named: set[str] = set()
-    for rel, src in files.items():
+    for rel, source in files.items():
         if rel.endswith(".py"):
             try:
-                named |= _imports(Path(src).read_text(encoding="utf-8", errors="replace"))
+                named |= _imports(Path(source).read_text(encoding="utf-8", errors="replace"))
             except OSError:
                 continue
     engine_roots = tuple(sorted({policy.blast_radius.root_package, *policy.escapes.hidden_import_roots}))

@@ -35,7 +35,8 @@ TIMEOUT_S = 120.0
 MEMORY_BYTES = 16 * 1024**3
 FILE_BYTES = 64 * 1024**2
 MAX_EVENT_BYTES = 16 * 1024**2
-BOOTSTRAP = "import sys; sys.path.insert(0, sys.argv[1]); import _fasttrack_trace.child as c; c.main(sys.argv[2])"
+BOOTSTRAP = ("import sys; sys.path.insert(0, sys.argv[1]); import _fasttrack_trace.child as c; "
+             "c.main(sys.argv[2])")
 
 
 class TraceFailure(Exception):
@@ -69,14 +70,14 @@ def _limits(timeout: float) -> None:  # runs in the forked child before exec
 
 
 def _read_only(root: Path) -> None:
-    for dirpath, dirnames, filenames in os.walk(root, topdown=False):
+    for dirpath, _dirs, filenames in os.walk(root, topdown=False):
         for f in filenames:
             os.chmod(os.path.join(dirpath, f), stat.S_IRUSR | stat.S_IRGRP)
         os.chmod(dirpath, stat.S_IRUSR | stat.S_IXUSR)
 
 
 def _writable_again(root: Path) -> None:
-    for dirpath, _dirnames, _filenames in os.walk(root):
+    for dirpath, _dirs, _files in os.walk(root):
         os.chmod(dirpath, stat.S_IRWXU)
 
 
@@ -105,7 +106,7 @@ def run_child(plan: TracePlan, *, locate: list[str] | None = None,
     try:
         _lay_out(plan, box)
         src = (box / "src").resolve()
-        spec = {
+        spec: dict[str, Any] = {
             "tool_dir": str((box / "tool").resolve()),
             "contribution_files": {str(src / rel): shown for rel, shown in plan.display.items()
                                    if rel.endswith(".py")},
@@ -131,7 +132,7 @@ def run_child(plan: TracePlan, *, locate: list[str] | None = None,
             try:
                 proc = subprocess.Popen(cmd, cwd=box / "work", env=env, stdin=subprocess.DEVNULL, stdout=out,
                                         stderr=subprocess.STDOUT, pass_fds=(write_fd,),
-                                        preexec_fn=lambda: _limits(timeout))  # noqa: PLW1509
+                                        preexec_fn=lambda: _limits(timeout))
             except OSError as exc:
                 os.close(read_fd)
                 os.close(write_fd)
@@ -147,7 +148,8 @@ def run_child(plan: TracePlan, *, locate: list[str] | None = None,
             except ValueError:
                 raise TraceFailure("the traced child wrote a line that is not an event",
                                    "do not write to inherited file descriptors at import") from None
-        if not events or events[-1].get("kind") != "done" or sum(e.get("kind") == "done" for e in events) != 1:
+        done = sum(e.get("kind") == "done" for e in events)
+        if not events or events[-1].get("kind") != "done" or done != 1:
             raise TraceFailure(
                 f"the traced import did not finish (exit status {proc.returncode}); its last output: "
                 f"{log.strip()[-600:] or '(none)'}",
@@ -168,7 +170,8 @@ def _collect(proc: subprocess.Popen[bytes], fd: int, started: float, timeout: fl
             if left <= 0:
                 _kill(proc)
                 raise TraceFailure(f"the traced import ran past {timeout:.0f} s",
-                                   "keep import-time work small: no compilation, downloads or loops at import")
+                                   "keep import-time work small: no compilation, downloads or loops "
+                                   "at import")
             ready, _, _ = select.select([fd], [], [], min(left, 1.0))
             if ready:
                 chunk = os.read(fd, 65536)

@@ -202,7 +202,8 @@ STATE: dict[str, Callable[[], Any]] = {
 }
 
 
-CHEAP_STATE = frozenset({"state:sys.path", "state:sys.meta_path", "state:sys.path_hooks", "state:sys.gettrace",
+CHEAP_STATE = frozenset({"state:sys.path", "state:sys.meta_path", "state:sys.path_hooks",
+                         "state:sys.gettrace",
                          "state:sys.getprofile", "state:sys.recursionlimit", "state:sys.switchinterval",
                          "state:sys.dlopenflags", "state:os.environ", "state:os.cwd", "state:logging.root",
                          "state:gc.enabled", "state:gc.threshold", "state:multiprocessing.start_method",
@@ -219,7 +220,8 @@ def cheap(key: str) -> bool:
 def _config_modules() -> Iterable[tuple[str, Any]]:
     """torch's config modules (`torch._dynamo.config`, ...): their values live behind `get_config_copy`."""
     for name, mod in list(sys.modules.items()):
-        getter = getattr(mod, "get_config_copy", None) if type(mod).__name__ == "ConfigModuleInstance" else None
+        config = type(mod).__name__ == "ConfigModuleInstance"
+        getter = getattr(mod, "get_config_copy", None) if config else None
         if callable(getter):
             yield name, getter
 

@@ -97,10 +97,8 @@ class _Meta(abc.ABCMeta):
             qual = cls.__dict__[_ENGINE]
             if _registering(qual):
                 _record("engine-registration", qual, "call")
-            if len(args) == 1 and not kwargs and _decoratable(args[0]) and not qual.endswith("]"):
-                # A decorator factory used bare (`@engine.thing`) hands the object back unchanged.
-                if _registering(qual):
-                    return args[0]
+            if len(args) == 1 and not kwargs and _decoratable(args[0]) and _registering(qual):
+                return args[0]  # a registering decorator used bare (`@engine.register`) hands it back
             return super().__call__(*args, **kwargs)
         return super().__call__(*args, **kwargs)
 
@@ -206,7 +204,8 @@ class EngineFinder:
         self.loader = _Loader()
         self.standins: set[str] = set()
 
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(self, name: str, path: Any = None,
+                  target: Any = None) -> importlib.machinery.ModuleSpec | None:
         if name in self.own_files:
             file = self.own_files[name]
             locations = [self.own_dirs[name]] if name in self.own_dirs else None

@@ -59,6 +59,7 @@ from fasttrack.verdict import BlastRadius, ChangedFile, ChangeStatus, EvidenceSu
 DEFAULT_CONTRIBUTION = Path("kernels/kimi_k3")
 DEFAULT_POLICY = Path("policies/vllm.toml")
 ENGINE_TREE_ENV = "FASTTRACK_ENGINE_TREE"
+TRACE_ENV = "FASTTRACK_TRACE"
 MAX_TEXT_BYTES = 4 * 1024 * 1024
 MAX_OVERLAYS = 8
 _SKIP_DIRS = {"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".git", ".hypothesis"}
@@ -79,8 +80,9 @@ class VerifyOptions:
     output: Path | None = None
     pr: int | None = None
     engine_tree: Path | None = None
-    # Run the effect trace (imports the PR's changed model modules in a sandboxed subprocess).
-    trace: bool = True
+    # Run the effect trace (imports the PR's changed model modules in a sandboxed subprocess); None: yes,
+    # unless $FASTTRACK_TRACE is "0" (local runs; docs/effect-trace.md).
+    trace: bool | None = None
     # Where relative defaults are looked up (the current directory when None).
     cwd: Path | None = field(default=None, compare=False)
 
@@ -462,7 +464,7 @@ def build_context(opts: VerifyOptions) -> Context:
         ctx = _build_range_context(opts, cwd)
     else:
         ctx = _build_contribution_context(opts, cwd)
-    if not opts.trace:
+    if not (opts.trace if opts.trace is not None else os.environ.get(TRACE_ENV, "1") != "0"):
         return ctx
     from fasttrack.confinement.trace.gather import gather_trace
 
@@ -597,6 +599,8 @@ def verify_command(
     output: Annotated[Path | None, typer.Option(
         "--output", help="Write the report here instead of stdout.")] = None,
     pr: Annotated[int | None, typer.Option("--pr", help="PR number, recorded in the verdict.")] = None,
+    trace: Annotated[bool | None, typer.Option(
+        "--trace/--no-trace", help=f"Run the effect trace (default: yes, unless ${TRACE_ENV}=0).")] = None,
 ) -> None:
     """Verify a contribution (default: the reference contribution) or a PR given as a git range."""
     table = renderers()
@@ -607,7 +611,7 @@ def verify_command(
                          fix="create the directory first")
     opts = VerifyOptions(repo=repo, base=base, head=head, policy=policy, model=model,
                          contribution=contribution, evidence=evidence, format=fmt, output=output, pr=pr,
-                         engine_tree=engine_tree)
+                         engine_tree=engine_tree, trace=trace)
     verdict = run_verify(opts)
     if output is not None:
         output.write_text(table[fmt](verdict), encoding="utf-8")

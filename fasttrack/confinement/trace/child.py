@@ -165,6 +165,8 @@ class Tracer:
             self.record("escape", event, _args(args))
             raise Sandboxed(f"fasttrack trace: {event} is not allowed")
         if event.startswith(INTERPRETER):
+            if event == "os.putenv" and len(args) == 2 and os.environb.get(args[0]) == args[1]:
+                return  # the value it already has (a library re-asserting its cache directory)
             self.record("interpreter", event, _args(args))
             if event in ("sys.settrace", "sys.setprofile", "sys.addaudithook"):
                 raise Sandboxed(f"fasttrack trace: {event} is not allowed")  # it would blind the trace
@@ -193,7 +195,8 @@ class Tracer:
         if self.skip(name) or any(name == r or name.startswith(r + ".") for r in self.finder.engine_roots):
             return None
         for finder in sys.meta_path:
-            if finder is self or finder is self.finder or not hasattr(finder, "find_spec"):
+            if finder is self or finder is self.finder or isinstance(finder, standins.MissingFinder) \
+                    or not hasattr(finder, "find_spec"):
                 continue
             spec = finder.find_spec(name, path, target)
             if spec is not None:
@@ -410,7 +413,7 @@ def main(spec_path: str) -> None:
     failed_pre = _preimport(spec["preimport"])
     sys.path[:] = [p for p in sys.path if not p.startswith(spec["tool_dir"])]
     sys.meta_path.insert(0, tracer)
-    standins.install(lambda kind, target, detail: tracer.record(kind, target, detail), tracer.finder)
+    missing = standins.install(lambda kind, target, detail: tracer.record(kind, target, detail), tracer.finder)
     before_modules = dict(sys.modules)
     before = snapshot.take(tracer.skip)
     tracer.preexisting = {id(v) for v in before.values()}
@@ -469,7 +472,7 @@ def main(spec_path: str) -> None:
         for ev in _sys_modules_effects(tracer, before_modules):
             tracer.send({"kind": "state-diff", **ev})
     tracer.send({"kind": "done", "seconds": round(time.monotonic() - started, 3),
-                 "preimport_failed": failed_pre,
+                 "preimport_failed": failed_pre, "missing": sorted(missing.missing),
                  "imports_absorbed": tracer.imports_absorbed,
                  "standins": len(tracer.finder.standins), "imported": len(tracer.imported)})
     os._exit(0)  # no atexit handler or thread of the code under trace runs after the report

@@ -123,8 +123,12 @@ def run_child(plan: TracePlan, *, locate: list[str] | None = None,
         spec["fd"] = write_fd
         spec_path = box / "tmp" / "spec.json"
         spec_path.write_text(json.dumps(spec), encoding="utf-8")
+        # Nothing of the caller's environment: a temp HOME, and the compiler caches torch and Triton would
+        # otherwise set up (and write into os.environ) on first use pointed into the sandbox up front.
         env = {"HOME": str(box / "home"), "TMPDIR": str(box / "tmp"), "PATH": "/usr/bin:/bin",
-               "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+               "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+               "TORCHINDUCTOR_CACHE_DIR": str(box / "tmp" / "inductor"),
+               "TRITON_CACHE_DIR": str(box / "tmp" / "triton"), "CUDA_VISIBLE_DEVICES": ""}
         prefix = unshare_prefix()
         cmd = [*prefix, sys.executable, "-I", "-B", "-c", BOOTSTRAP, spec["tool_dir"], str(spec_path)]
         started = time.monotonic()

@@ -220,8 +220,32 @@ class EngineFinder:
         return None
 
 
-def install(recorder: Recorder, finder: EngineFinder) -> None:
-    """Route stand-in events to `recorder` and put the finder first on sys.meta_path."""
+class MissingFinder:
+    """Last on sys.meta_path: a third-party package the engine depends on but this machine lacks
+    (`einops`, `flashinfer`) is a stand-in too, so honest model code still imports; it is recorded."""
+
+    def __init__(self, engine: EngineFinder) -> None:
+        self.engine = engine
+        self.missing: set[str] = set()
+
+    def find_spec(self, name: str, path: Any = None,
+                  target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if name in self.engine.own_files or name in self.engine.own_dirs:
+            return None
+        top = name.split(".")[0]
+        if top != name and top not in self.missing:
+            return None  # a missing submodule of a real package stays an ImportError
+        self.missing.add(top)
+        self.engine.standins.add(name)
+        return importlib.machinery.ModuleSpec(name, self.engine.loader, is_package=True)  # type: ignore[arg-type]
+
+
+def install(recorder: Recorder, finder: EngineFinder) -> MissingFinder:
+    """Route stand-in events to `recorder`, put the engine finder first on sys.meta_path and the finder
+    of missing dependencies last."""
     _RECORDERS.clear()
     _RECORDERS.append(recorder)
     sys.meta_path.insert(0, finder)
+    missing = MissingFinder(finder)
+    sys.meta_path.append(missing)
+    return missing

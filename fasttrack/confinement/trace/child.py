@@ -413,7 +413,8 @@ def main(spec_path: str) -> None:
     failed_pre = _preimport(spec["preimport"])
     sys.path[:] = [p for p in sys.path if not p.startswith(spec["tool_dir"])]
     sys.meta_path.insert(0, tracer)
-    missing = standins.install(lambda kind, target, detail: tracer.record(kind, target, detail), tracer.finder)
+    missing = standins.install(lambda kind, target, detail: tracer.record(kind, target, detail),
+                               tracer.finder)
     before_modules = dict(sys.modules)
     before = snapshot.take(tracer.skip)
     tracer.preexisting = {id(v) for v in before.values()}

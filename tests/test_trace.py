@@ -75,6 +75,8 @@ ATTACKS = {
     "subprocess_run.py": "import subprocess\nsubprocess.run(['true'])\n",
     "socket_connect.py": "import socket\ns = socket.socket()\ns.connect(('10.255.255.1', 80))\n",
     "settrace.py": "import sys\nsys.settrace(lambda *a: None)\nsys.settrace(None)\n",
+    # A module-level singleton (json's shared encoder) changed through a computed name.
+    "singleton_config.py": "import json\nsetattr(getattr(json, '_default_' + 'encoder'), 'indent', 4)\n",
 }
 TORCH_ATTACKS = {
     "tf32_alias.py": "import torch\nm = torch.backends.cuda.matmul\nm.allow_tf32 = True\n",
@@ -175,6 +177,7 @@ def test_the_trace_ran_sandboxed(attacked: tuple[TraceFacts, list[Finding]]) -> 
     ("thread_at_import.py", {("FT130", 2)}),
     ("settrace.py", {("FT130", 2)}),  # blocked: it would blind the trace
     ("pth_write.py", {("FT130", 1)}),
+    ("singleton_config.py", {("FT130", 2)}),
 ])
 def test_planted_effect_is_an_error_at_its_line(attacked: tuple[TraceFacts, list[Finding]], module: str,
                                                 expected: set[tuple[str, int | None]]) -> None:

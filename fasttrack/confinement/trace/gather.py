@@ -78,9 +78,9 @@ def _target(key: str) -> str:
     if kind == "box":
         mod, _, attr = rest.rpartition(":")
         return f"{mod}.{attr} (its contents)"
-    if kind == "cls":
-        mod, cls, attr = rest.split(":", 2)
-        return f"{mod}.{cls}.{attr}"
+    if kind in ("cls", "obj"):
+        mod, holder, attr = rest.split(":", 2)
+        return f"{mod}.{holder}.{attr}"
     if kind == "sysmod":
         return f"sys.modules[{rest!r}]"
     return rest

@@ -212,7 +212,7 @@ CHEAP_STATE = frozenset({"state:sys.path", "state:sys.meta_path", "state:sys.pat
 
 def cheap(key: str) -> bool:
     """A key that costs a dictionary look-up or two to re-read (the locate pass reads it on every line)."""
-    return key.startswith(("mod:", "cls:", "sysmod:")) or key in CHEAP_STATE or (
+    return key.startswith(("mod:", "cls:", "sysmod:", "obj:")) or key in CHEAP_STATE or (
         key.startswith("state:torch.") and not key.endswith("()") and key not in ("state:torch.ops",
                                                                                    "state:torch.library"))
 
@@ -265,6 +265,24 @@ def _box(value: Any) -> Any:
         return None
 
 
+MAX_INSTANCE_ATTRS = 200
+_PLAIN = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
+          staticmethod, classmethod, property)
+
+
+def _instance_dict(value: Any) -> list[tuple[str, Any]] | None:
+    """The attributes of a plain object held by a module (not a module, class or function), if small."""
+    if isinstance(value, _PLAIN):
+        return None
+    try:
+        state = object.__getattribute__(value, "__dict__")
+    except (AttributeError, TypeError):
+        return None
+    if type(state) is not dict or len(state) > MAX_INSTANCE_ATTRS:
+        return None
+    return [(k, v) for k, v in state.items() if isinstance(k, str)]
+
+
 def module_state(name: str, module: types.ModuleType) -> Snapshot:
     """The attributes of one foreign module and of the classes it defines."""
     out: Snapshot = {}
@@ -276,6 +294,10 @@ def module_state(name: str, module: types.ModuleType) -> Snapshot:
         if attr == "__warningregistry__":
             continue
         out[f"mod:{name}:{attr}"] = value
+        state = _instance_dict(value)
+        if state is not None:  # a module-level singleton (a config object): its attributes by identity
+            for iattr, ivalue in state:
+                out[f"obj:{name}:{attr}:{iattr}"] = ivalue
         if not attr.startswith("_") and type(value) in (dict, list, set) and not _bookkeeping(value):
             box = _box(value)
             if box is not None:
@@ -319,6 +341,12 @@ def value_of(key: str) -> Any:
         module = sys.modules.get(name)
         value = vars(module).get(attr, MISSING) if module is not None else MISSING
         return value if kind == "mod" or value is MISSING else _box(value)
+    if kind == "obj":
+        name, holder, attr = rest.split(":", 2)
+        module = sys.modules.get(name)
+        obj = vars(module).get(holder, MISSING) if module is not None else MISSING
+        state = _instance_dict(obj) if obj is not MISSING else None
+        return dict(state).get(attr, MISSING) if state is not None else MISSING
     if kind == "cls":
         name, cls_name, attr = rest.split(":", 2)
         module = sys.modules.get(name)

@@ -1,7 +1,7 @@
 """The effect trace on the real vLLM 0.33.0 tree: a kimi_k3-sized PR (the four modules of the K3 NVIDIA
 path) imports clean with the engine as stand-ins, and a patch hidden in one of them is named at its line.
 
-Measured on the 2-core development VM (benchmarks/trace_cost.py): 17-42 s a PR, one or two passes.
+Measured on the 2-core development VM (benchmarks/trace_cost.py): 19 s a PR quiet, 42-46 s loaded, two passes.
 """
 
 from __future__ import annotations

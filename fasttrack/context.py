@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from fasttrack.changes.model import Change
+from fasttrack.confinement.trace.facts import TraceFacts
 from fasttrack.evidence.loaded import LoadedEvidence
 from fasttrack.manifest import Manifest
 from fasttrack.policy import Policy, Zone
@@ -50,6 +51,8 @@ class Context:
     known_models: tuple[str, ...] = ()
     # Base-side text of the files a rule compares against the head (hook files).
     base_texts: dict[str, str] = field(default_factory=dict)
+    # What the effect trace saw (fasttrack.confinement.trace); None when it was not asked for.
+    trace: TraceFacts | None = None
     # Contribution mode: where the policy and allowed signers came from (a trusted revision or the installed
     # fasttrack) and how the judged checkout's copies differ from them (FT401). None: an explicit --policy.
     judge_source: TrustedJudge | None = None

@@ -20,6 +20,7 @@ never the working tree being judged; a judged copy that differs is FT401 (`fastt
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import hashlib
 import os
@@ -71,6 +72,7 @@ from fasttrack.verdict import BlastRadius, ChangedFile, ChangeStatus, EvidenceSu
 DEFAULT_CONTRIBUTION = Path("kernels/kimi_k3")
 DEFAULT_POLICY = Path("policies/vllm.toml")
 ENGINE_TREE_ENV = "FASTTRACK_ENGINE_TREE"
+TRACE_ENV = "FASTTRACK_TRACE"
 MAX_TEXT_BYTES = 4 * 1024 * 1024
 MAX_OVERLAYS = 8
 _SKIP_DIRS = {"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".git", ".hypothesis"}
@@ -93,6 +95,9 @@ class VerifyOptions:
     engine_tree: Path | None = None
     # Contribution mode: the revision the policy and allowed signers are read from (None: the default).
     trusted_ref: str | None = None
+    # Run the effect trace (imports the PR's changed model modules in a sandboxed subprocess); None: yes,
+    # unless $FASTTRACK_TRACE is "0" (local runs; docs/effect-trace.md).
+    trace: bool | None = None
     # Where relative defaults are looked up (the current directory when None).
     cwd: Path | None = field(default=None, compare=False)
 
@@ -604,8 +609,15 @@ def build_context(opts: VerifyOptions) -> Context:
     """Load every input into the immutable Context the rules read (InputError on bad input)."""
     cwd = (opts.cwd or Path.cwd()).resolve()
     if opts.base is not None or opts.head is not None:
-        return _build_range_context(opts, cwd)
-    return _build_contribution_context(opts, cwd)
+        ctx = _build_range_context(opts, cwd)
+    else:
+        ctx = _build_contribution_context(opts, cwd)
+    if not (opts.trace if opts.trace is not None else os.environ.get(TRACE_ENV, "1") != "0"):
+        return ctx
+    from fasttrack.confinement.trace.gather import gather_trace
+
+    # The effect trace runs the PR's code (sandboxed): it is a fact gathered here, before any rule runs.
+    return dataclasses.replace(ctx, trace=gather_trace(ctx))
 
 
 # ---------------------------------------------------------------------------------------------- verdict
@@ -771,6 +783,8 @@ def verify_command(
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Print only the one-line verdict.")] = False,
     verbose: Annotated[bool, typer.Option(
         "-v", "--verbose", help="Text: every changed file and where it lands, every fix line.")] = False,
+    trace: Annotated[bool | None, typer.Option(
+        "--trace/--no-trace", help=f"Run the effect trace (default: yes, unless ${TRACE_ENV}=0).")] = None,
 ) -> None:
     """Verify a contribution directory (default kernels/kimi_k3) or a PR given as a git range."""
     table = renderers()
@@ -790,7 +804,7 @@ def verify_command(
                          fix="pass a file path (e.g. verdict.json), not a directory")
     opts = VerifyOptions(repo=repo, base=base, head=head, policy=policy, model=model,
                          contribution=directory or contribution, evidence=evidence, format=fmt, output=output,
-                         pr=pr, engine_tree=engine_tree, trusted_ref=trusted_ref)
+                         pr=pr, engine_tree=engine_tree, trusted_ref=trusted_ref, trace=trace)
     from fasttrack.render.encoding import safe_verdict
     from fasttrack.render.headline import headline
 

@@ -16,6 +16,7 @@ from fasttrack.rules import (
     integrity,
     repo,
     source,
+    trace,
     yardstick,
 )
 from fasttrack.rules.base import Catalogue, Rule
@@ -26,6 +27,7 @@ CATALOGUES: tuple[Catalogue, ...] = (
     escapes.catalogue,
     source.catalogue,
     repo.catalogue,
+    trace.catalogue,
     envelope.catalogue,
     evidence.catalogue,
     yardstick.catalogue,

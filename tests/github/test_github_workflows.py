@@ -403,3 +403,28 @@ def test_the_docs_say_which_app_the_required_check_must_come_from() -> None:
         "lock_publish.py",
     ):
         assert needle in text, needle
+
+
+VERIFY_RUN = re.compile(r"\bverify\b")
+
+
+def test_pr_code_runs_only_in_the_unprivileged_stage() -> None:
+    """`fasttrack verify` runs the effect trace, which imports the PR's modules: it may run only in the
+    `pull_request` stage (read-only token), never in a stage whose token can write. The publishing stage runs
+    `fasttrack github publish` and nothing that verifies, traces or imports a PR."""
+    ran_verify = []
+    for path in WORKFLOWS:
+        wf = load(path)
+        privileged = {"pull_request_target", "workflow_run"} & set(triggers(wf))
+        for _, step in _steps(wf):
+            runs = VERIFY_RUN.search(str(step.get("run", ""))) and "fasttrack" in str(step.get("run", ""))
+            uses_action = str(step.get("uses", "")) in ("./_fasttrack", "./")
+            if runs or uses_action:
+                ran_verify.append(path.name)
+                assert not privileged, f"{path.name} runs fasttrack verify in a privileged stage"
+    assert ran_verify == ["fasttrack-verify.yml"]
+    verify = load(ROOT / ".github/workflows/fasttrack-verify.yml")
+    assert triggers(verify) == ["pull_request"] and verify["permissions"] == {"contents": "read"}
+    publish_runs = " ".join(str(s.get("run", "")) for _, s in _steps(load(
+        ROOT / ".github/workflows/fasttrack-publish.yml")))
+    assert "github publish" in publish_runs and not VERIFY_RUN.search(publish_runs)

@@ -52,4 +52,5 @@ def vllm_repo(vllm_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
     repo.setup_seconds = {"copy": t1 - t0, "commit": time.perf_counter() - t1}
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("FASTTRACK_CACHE_DIR", str(root / "fasttrack-cache"))
+        mp.setenv("FASTTRACK_TRACE", "0")  # the effect trace on this tree has its own test (test_trace_vllm)
         yield repo

@@ -1,0 +1,479 @@
+"""Child side: the traced interpreter (runs inside the sandbox as `_fasttrack_trace.child`).
+
+`main(spec_path)` reads the spec the parent wrote, pre-imports what the contribution names (so their own
+import-time state is the baseline, not an effect), snapshots the interpreter, installs the engine stand-ins
+and a PEP 578 audit hook, imports every target module, snapshots again and streams one JSON line per event
+to the parent's pipe as it happens (an event already sent cannot be taken back by the code under trace).
+With `locate` keys (the second pass) a line tracer over the contribution's frames re-reads those keys and
+names the line after which each one changed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import time
+import traceback
+import types
+from typing import Any
+
+from . import snapshot, standins
+
+# Audit events that leave the sandbox or reach native code: blocked (the hook raises) and reported.
+ESCAPES = ("socket.", "subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
+           "os.forkpty", "os.kill", "os.killpg", "pty.spawn", "signal.pthread_kill", "ctypes.dlopen",
+           "ctypes.dlsym", "ctypes.call_function", "urllib.Request", "http.client.connect", "ftplib.",
+           "smtplib.", "poplib.", "imaplib.", "nntplib.", "telnetlib.", "webbrowser.open",
+           "resource.setrlimit",
+           "resource.prlimit", "os.startfile", "winreg.", "mmap.__new__", "sqlite3.connect")
+# Filesystem writes: allowed inside the sandbox's writable directories only.
+FS_WRITES = ("os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.symlink", "os.link", "os.chmod",
+             "os.chown",
+             "os.truncate", "os.utime", "os.chflags", "os.lchmod", "os.lchown", "os.setxattr",
+             "os.removexattr", "shutil.rmtree", "shutil.move", "shutil.copyfile", "shutil.copytree",
+             "shutil.chown", "os.listxattr")
+# Changes of interpreter-wide state the hook sees directly: reported, not blocked.
+INTERPRETER = ("sys.settrace", "sys.setprofile", "sys.addaudithook", "setopencodehook", "os.putenv",
+               "os.unsetenv", "os.chdir", "_thread.start_new_thread", "os.setuid", "os.setgid",
+               "sys._clear_type_cache",
+               "cpython.PyInterpreterState_Clear", "os.register_at_fork")
+# Reaching objects the contribution was not handed (how a patch finds its target without naming it).
+INTROSPECTION = ("gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames",
+                 "sys._current_exceptions", "marshal.loads", "code.__new__", "function.__new__",
+                 "sys.setrecursionlimit")
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
+
+
+# Bound before any code under trace runs: a PR that patches `json.dumps` or `os.write` cannot silence us.
+_ENCODE = json.JSONEncoder(default=repr).encode
+_WRITE = os.write
+
+
+class Sandboxed(PermissionError):
+    """What the hook raises for a blocked operation."""
+
+
+class Tracer:
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.spec = spec
+        self.fd: int = spec["fd"]
+        self.files: dict[str, str] = spec["contribution_files"]  # sandbox path -> path shown in findings
+        self.own_prefixes: tuple[str, ...] = tuple(spec["own_prefixes"])
+        self.writable = tuple(os.path.realpath(d) for d in spec["writable"])
+        self.active = False
+        self.busy = False
+        self.imported: set[str] = set()
+        self.baselines: snapshot.Snapshot = {}
+        self.finder = standins.EngineFinder(spec["engine_roots"], spec["own_files"], spec["own_dirs"])
+        self.last: tuple[str, int] | None = None
+        self.watch: dict[str, Any] = {}
+        self.blame: dict[str, tuple[str, int] | None] = {}
+        self.absorbed: set[str] = set()
+        self.depth = 0  # foreign imports in progress
+        self.base: snapshot.Snapshot = {}  # pass 1: the state as it would be had the PR done nothing
+        self.pending: dict[str, Any] = {}  # pass 1: keys the PR changed before a later import ran
+        self.pre: snapshot.Snapshot = {}
+        self.imports_absorbed = 0
+        self.indirect: dict[str, str] = {}
+        self.calling = ""
+        self.in_foreign = 0
+        self.seen: set[tuple[types.CodeType, int]] = set()  # locate: lines already run
+        self.preexisting: set[int] = set()  # ids of the objects of the "before" snapshot (kept alive by it)
+
+    # ------------------------------------------------------------------------------------ reporting
+    def send(self, event: dict[str, Any]) -> None:
+        data = (_ENCODE(event) + "\n").encode("utf-8", "replace")
+        while data:
+            n = _WRITE(self.fd, data)
+            data = data[n:]
+
+    def where(self) -> tuple[str | None, int | None, bool]:
+        """The innermost frame of the contribution on the current stack, and whether a foreign module's
+        own import runs between it and the event (then the event is that module's, not the PR's)."""
+        frame: types.FrameType | None = sys._getframe(2)
+        inside_import = False
+        while frame is not None:
+            if frame.f_code is _EXEC_MODULE:
+                inside_import = True
+            path = self.files.get(frame.f_code.co_filename)
+            if path is not None:
+                return path, frame.f_lineno, inside_import
+            frame = frame.f_back
+        return None, None, inside_import
+
+    def record(self, kind: str, target: str, detail: str = "", **extra: Any) -> None:
+        if not self.active or self.busy:
+            return
+        self.busy = True
+        try:
+            path, line, inside_import = self.where()
+            if inside_import and kind not in ("escape", "fs-write"):
+                return  # a library's own import-time work, which runs whoever imports it
+            self.send({"kind": kind, "target": target, "detail": detail, "path": path, "line": line, **extra})
+        finally:
+            self.busy = False
+
+    # ----------------------------------------------------------------------------------- ownership
+    def owned(self, name: str) -> bool:
+        return name in self.spec["own_files"] or name in self.spec["own_dirs"] or any(
+            name == p or name.startswith(p + ".") for p in self.own_prefixes)
+
+    def skip(self, name: str) -> bool:
+        """Modules that are not shared state: the contribution's own, the stand-ins, the tracer itself."""
+        return (self.owned(name) or name in self.finder.standins or name == "__main__"
+                or name.startswith("_fasttrack_trace"))
+
+    def direct_caller_is_contribution(self) -> bool:
+        frame = sys._getframe(2)
+        return frame is not None and frame.f_code.co_filename in self.files
+
+    # ------------------------------------------------------------------------------------- the hook
+    def writes_outside(self, path: Any) -> bool:
+        if isinstance(path, int):
+            return False
+        try:
+            real = os.path.realpath(os.fsdecode(path))
+        except (TypeError, ValueError):
+            return True
+        if real in ("/dev/null", "/dev/zero", "/dev/full", "/dev/urandom", "/dev/random"):
+            return False
+        return not any(real == d or real.startswith(d + os.sep) for d in self.writable)
+
+    def hook(self, event: str, args: tuple[Any, ...]) -> None:
+        if not self.active or self.busy:
+            return
+        if event == "import":
+            self.imported.add(str(args[0]))
+            return
+        if event == "open":
+            path, mode, flags = (*args, None, None, None)[:3]
+            writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+                isinstance(flags, int) and flags & _WRITE_FLAGS)
+            if writing and self.writes_outside(path):
+                self.record("fs-write", str(path), f"open for writing (mode {mode!r})")
+                raise Sandboxed(f"fasttrack trace: writing {path} outside the sandbox is not allowed")
+            return
+        if event.startswith(FS_WRITES):
+            paths = [a for a in args if isinstance(a, (str, bytes, os.PathLike))]
+            if any(self.writes_outside(p) for p in paths) or not paths:
+                self.record("fs-write", " ".join(map(str, paths)) or event, event)
+                raise Sandboxed(f"fasttrack trace: {event} outside the sandbox is not allowed")
+            return
+        if event.startswith(ESCAPES):
+            self.record("escape", event, _args(args))
+            raise Sandboxed(f"fasttrack trace: {event} is not allowed")
+        if event.startswith(INTERPRETER):
+            if event == "os.putenv" and len(args) == 2 and os.environb.get(args[0]) == args[1]:
+                return  # the value it already has (a library re-asserting its cache directory)
+            self.record("interpreter", event, _args(args))
+            if event in ("sys.settrace", "sys.setprofile", "sys.addaudithook"):
+                raise Sandboxed(f"fasttrack trace: {event} is not allowed")  # it would blind the trace
+            return
+        if event.startswith(INTROSPECTION):
+            if event != "sys.setrecursionlimit" and not self.direct_caller_is_contribution():
+                return
+            self.record("introspection" if event != "sys.setrecursionlimit" else "interpreter", event,
+                        _args(args))
+            return
+        if event in ("compile", "exec") and self.direct_caller_is_contribution():
+            self.record("dynamic-code", event, _args(args[:1]))
+            return
+        if event == "object.__setattr__" or event == "object.__delattr__":
+            obj = args[0]
+            if id(obj) not in self.preexisting:
+                return  # an object made during the trace (a namedtuple's class, a wrapper's __doc__)
+            owner = getattr(obj, "__module__", None) or getattr(obj, "__name__", "")
+            if not self.owned(str(owner)):
+                self.record("foreign-write", f"{owner}.{getattr(obj, '__qualname__', '?')}.{args[1]}", event)
+
+    # ---------------------------------------------------------------------------- import baselines
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        """First on sys.meta_path: a foreign module imported during the trace is snapshotted right after
+        its own code ran, so what the contribution does to it later is a diff."""
+        if self.skip(name) or any(name == r or name.startswith(r + ".") for r in self.finder.engine_roots):
+            return None
+        for finder in sys.meta_path:
+            if finder is self or finder is self.finder or isinstance(finder, standins.MissingFinder) \
+                    or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _Baseline(spec.loader, self)  # type: ignore[assignment]
+                return spec
+        return None
+
+    def baseline(self, name: str, module: types.ModuleType) -> None:
+        busy, self.busy = self.busy, True
+        try:
+            self.baselines.update(snapshot.module_state(name, module))
+        finally:
+            self.busy = busy
+
+    def import_started(self) -> None:
+        """A foreign import begins at top level: what changed since the baseline is the PR's so far."""
+        if self.watch:
+            self.check(indirect=self.calling if self.in_foreign else "")
+            return
+        if self.spec.get("locate"):
+            return
+        busy, self.busy = self.busy, True
+        try:
+            self.pre = snapshot.take(self.skip)
+            for key in snapshot.diff(self.base, self.pre):
+                self.pending.setdefault(key, self.base.get(key, snapshot.MISSING))
+        finally:
+            self.busy = busy
+
+    def import_finished(self) -> None:
+        """What the foreign import changed is that library's own doing: it becomes the baseline."""
+        if self.watch:
+            self.check(absorb=True)
+            return
+        if self.spec.get("locate"):
+            return
+        busy, self.busy = self.busy, True
+        try:
+            post = snapshot.take(self.skip)
+            for key in snapshot.diff(self.pre, post):
+                if key not in self.pending:
+                    self.base[key] = post.get(key, snapshot.MISSING)
+            for key, value in post.items():
+                self.base.setdefault(key, value)
+            self.imports_absorbed += 1
+        finally:
+            self.busy = busy
+
+    # --------------------------------------------------------------------------- the locate pass
+    def ours(self, frame: types.FrameType | None) -> bool:
+        """A frame of the contribution, or of code it made from text (`exec`: `<string>`) it runs."""
+        while frame is not None:
+            name = frame.f_code.co_filename
+            if name in self.files:
+                return True
+            if not (name.startswith("<") and not name.startswith("<frozen")):
+                return False
+            frame = frame.f_back
+        return False
+
+    def trace_global(self, frame: types.FrameType, event: str, arg: Any) -> Any:
+        if self.ours(frame):
+            self.check()
+            return self.trace_local
+        caller = frame.f_back
+        if self.depth == 0 and self.ours(caller):
+            # A foreign function called by the PR: what changed before it ran is the PR's own doing;
+            # what changes while it runs is "indirect" (checked when it returns).
+            self.check()
+            frame.f_trace_lines = False
+            self.calling = str(frame.f_globals.get("__name__", "?")) + "." + frame.f_code.co_qualname
+            self.in_foreign += 1
+            return self.trace_foreign
+        return None
+
+    def trace_foreign(self, frame: types.FrameType, event: str, arg: Any) -> Any:
+        if event == "return":
+            self.in_foreign -= 1
+            if self.depth == 0:
+                self.check(indirect=self.calling)
+        return None
+
+    def trace_local(self, frame: types.FrameType, event: str, arg: Any) -> Any:
+        # On a line seen before (a loop), only the cheap keys: the dearer ones are re-read on new lines
+        # and at call boundaries, so a loop over gc.get_objects() stays fast.
+        where = (frame.f_code, frame.f_lineno)
+        repeat = event == "line" and where in self.seen
+        self.seen.add(where)
+        self.check(cheap_only=repeat)
+        if event == "line":
+            path = self.files.get(frame.f_code.co_filename)
+            if path is not None:
+                self.last = (path, frame.f_lineno)
+        return self.trace_local
+
+    def check(self, absorb: bool = False, indirect: str = "", cheap_only: bool = False) -> None:
+        """Compare the watched keys with their last value: a change is blamed on the contribution's last
+        line, or (`absorb`, at the end of a foreign module's own import) taken as the new baseline."""
+        if self.busy or not self.watch:
+            return
+        self.busy = True
+        try:
+            for key in list(self.watch):
+                if cheap_only and not snapshot.cheap(key):
+                    continue  # re-read on new lines and when a foreign call starts and returns
+                now = snapshot.value_of(key)
+                base = self.watch[key]
+                if not snapshot.same(key, base, now):
+                    if absorb:
+                        self.watch[key] = now
+                        self.absorbed.add(key)
+                    else:
+                        self.blame[key] = self.last
+                        if indirect:
+                            self.indirect[key] = indirect
+                        del self.watch[key]
+        finally:
+            self.busy = False
+
+
+class _Baseline:
+    """A loader wrapper: run the real loader, then snapshot the module it made."""
+
+    def __init__(self, loader: Any, tracer: Tracer) -> None:
+        self._loader = loader
+        self._tracer = tracer
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
+
+    def create_module(self, spec: Any) -> Any:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        tracer = self._tracer
+        outer = tracer.depth == 0 and tracer.active
+        if outer:
+            tracer.import_started()
+        tracer.depth += 1
+        try:
+            self._loader.exec_module(module)
+        finally:
+            tracer.depth -= 1
+            tracer.baseline(module.__name__, module)
+            if outer:
+                tracer.import_finished()
+
+
+_EXEC_MODULE = _Baseline.exec_module.__code__
+
+
+def _args(args: tuple[Any, ...]) -> str:
+    return snapshot.describe(args)
+
+
+def _preimport(names: list[str]) -> list[str]:
+    failed = []
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except BaseException:
+            failed.append(name)
+    return failed
+
+
+def _sys_modules_effects(tracer: Tracer, before: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for name, module in before.items():
+        if tracer.skip(name):
+            continue
+        now = sys.modules.get(name, snapshot.MISSING)
+        if now is not module:
+            out.append({"key": f"sysmod:{name}", "target": f"sys.modules[{name!r}]",
+                        "detail": "removed" if now is snapshot.MISSING else "replaced"})
+    for name in sys.modules.keys() - before.keys():
+        if tracer.owned(name) or name in tracer.finder.standins or name.startswith("_fasttrack_trace"):
+            continue
+        module = sys.modules[name]
+        spec = getattr(module, "__spec__", None)
+        if name not in tracer.imported or getattr(spec, "name", None) != name:
+            out.append({"key": f"sysmod:{name}", "target": f"sys.modules[{name!r}]",
+                        "detail": "inserted without an import"})
+    return out
+
+
+def _made_by(tracer: Tracer, value: Any) -> bool:
+    """Whether a value is the contribution's own making (a function, class or wrapper of one)."""
+    for _ in range(8):
+        inner = (getattr(value, "__func__", None) or getattr(value, "func", None)
+                 or getattr(value, "fget", None))
+        if inner is None or inner is value:
+            break
+        value = inner
+    code = getattr(value, "__code__", None)
+    if code is not None and getattr(code, "co_filename", None) in tracer.files:
+        return True
+    return isinstance(value, type) and tracer.owned(str(value.__dict__.get("__module__", "")))
+
+
+def _submodule_binding(key: str, value: Any) -> bool:
+    if not key.startswith("mod:") or not isinstance(value, types.ModuleType):
+        return False
+    name, _, attr = key[4:].rpartition(":")
+    return value.__name__ == f"{name}.{attr}"
+
+
+def main(spec_path: str) -> None:
+    with open(spec_path, encoding="utf-8") as f:
+        spec: dict[str, Any] = json.load(f)
+    os.unlink(spec_path)
+    tracer = Tracer(spec)
+    started = time.monotonic()
+    failed_pre = _preimport(spec["preimport"])
+    sys.path[:] = [p for p in sys.path if not p.startswith(spec["tool_dir"])]
+    sys.meta_path.insert(0, tracer)
+    missing = standins.install(lambda kind, target, detail: tracer.record(kind, target, detail),
+                               tracer.finder)
+    before_modules = dict(sys.modules)
+    before = snapshot.take(tracer.skip)
+    tracer.preexisting = {id(v) for v in before.values()}
+    tracer.base = dict(before)
+    locate: list[str] = spec.get("locate", [])
+    sys.addaudithook(tracer.hook)
+    if locate:
+        for key in locate:
+            tracer.watch[key] = before.get(key, snapshot.MISSING) if not key.startswith("sysmod:") else \
+                before_modules.get(key[7:], snapshot.MISSING)
+        sys.settrace(tracer.trace_global)
+    tracer.active = True
+    for name in spec["targets"]:
+        if locate:
+            tracer.active = False
+            sys.settrace(tracer.trace_global)  # again: a module before this one may have cleared it
+            tracer.active = True
+        try:
+            importlib.import_module(name)
+        except BaseException as exc:  # SystemExit and KeyboardInterrupt from the code under trace too
+            tracer.active = False
+            tb = traceback.extract_tb(exc.__traceback__)
+            at = [(spec["contribution_files"].get(fr.filename), fr.lineno) for fr in tb
+                  if fr.filename in spec["contribution_files"]]
+            path, line = at[-1] if at else (None, None)
+            tracer.send({"kind": "import-error", "target": name, "path": path, "line": line,
+                         "detail": snapshot.describe(f"{type(exc).__name__}: {exc}")})
+            tracer.active = True
+    tracer.active = False
+    sys.settrace(None)
+    tracer.busy = True
+    if locate:
+        for key in locate:
+            blamed = tracer.blame.get(key)
+            tracer.send({"kind": "located", "key": key, "changed": key in tracer.blame,
+                         "absorbed": key in tracer.absorbed, "indirect": tracer.indirect.get(key, ""),
+                         "path": blamed[0] if blamed else None, "line": blamed[1] if blamed else None})
+    else:
+        after = snapshot.take(tracer.skip)
+        base = dict(tracer.baselines)
+        base.update(tracer.base)
+        base.update(tracer.pending)
+        for key in sorted(set(snapshot.diff(base, after)) | set(tracer.pending)):
+            value = after.get(key, snapshot.MISSING)
+            if _submodule_binding(key, value) or key.endswith(":__warningregistry__"):
+                continue
+            if not key.startswith("state:") and key.split(":", 2)[1] not in sys.modules:
+                continue  # a module that left sys.modules (a failed import): its sys.modules key says so
+            old = base.get(key, snapshot.MISSING)
+            event: dict[str, Any] = {"kind": "state-diff", "key": key, "before": snapshot.describe(old),
+                                     "after": snapshot.describe(value), "own_value": _made_by(tracer, value)}
+            if isinstance(old, (tuple, frozenset)) and isinstance(value, (tuple, frozenset)):
+                event["added"] = sorted((v for v in value if v not in old), key=repr)[:50]
+                event["removed"] = sorted((v for v in old if v not in value), key=repr)[:50]
+            tracer.send(event)
+        for ev in _sys_modules_effects(tracer, before_modules):
+            tracer.send({"kind": "state-diff", **ev})
+    tracer.send({"kind": "done", "seconds": round(time.monotonic() - started, 3),
+                 "preimport_failed": failed_pre, "missing": sorted(missing.missing),
+                 "imports_absorbed": tracer.imports_absorbed,
+                 "standins": len(tracer.finder.standins), "imported": len(tracer.imported)})
+    os._exit(0)  # no atexit handler or thread of the code under trace runs after the report

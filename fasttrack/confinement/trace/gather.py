@@ -1,0 +1,164 @@
+"""Gather the trace's facts: plan, first pass (hooks, stand-ins, snapshots), a locate pass for the state
+diffs the first pass saw (which line changed them), and the events turned into Effects.
+
+Everything here fails closed: a pass that does not finish is a FAILED trace (FT132), a diff the locate pass
+cannot pin to a line stays an Effect without a line (FT131).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import time
+from typing import Any
+
+from fasttrack.confinement.trace.facts import Effect, EffectKind, TraceFacts, TraceStatus
+from fasttrack.confinement.trace.plan import TracePlan, build_plan
+from fasttrack.confinement.trace.sandbox import TIMEOUT_S, TraceFailure, run_child
+from fasttrack.context import Context
+
+MAX_LOCATE = 4096
+_ABSORBED = ("<foreign-import>", None)  # changed only by a library's own import: not the PR's effect
+_KINDS = {
+    "fs-write": EffectKind.FILESYSTEM,
+    "escape": EffectKind.ESCAPE,
+    "interpreter": EffectKind.INTERPRETER,
+    "introspection": EffectKind.INTROSPECTION,
+    "dynamic-code": EffectKind.DYNAMIC_CODE,
+    "foreign-write": EffectKind.FOREIGN_STATE,
+    "engine-write": EffectKind.ENGINE,
+    "engine-registration": EffectKind.ENGINE,
+}
+
+
+def _own_op(name: str, namespaces: tuple[str, ...]) -> bool:
+    """`kimi_k3::op`, `kimi_k3_stock::op` and `kimi_k3/op/CPU` are own; so is `vllm::kimi_k3_op` (vLLM's
+    model-op convention), as the static scan (FT125) has it."""
+    ns, _, rest = name.replace("/", "::", 1).partition("::")
+    return (ns in namespaces or any(ns.startswith(n + "_") for n in namespaces)
+            or (ns == "vllm" and any(rest.startswith(n + "_") for n in namespaces)))
+
+
+def _own_name(name: str, plan: TracePlan) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in plan.own_prefixes)
+
+
+def _state_effect(event: dict[str, Any], plan: TracePlan) -> str | None:
+    """What a state diff means, or None when it is the contribution's own business."""
+    key: str = event["key"]
+    added = event.get("added") or []
+    removed = event.get("removed") or []
+    if key in ("state:torch.ops", "state:torch.library"):
+        foreign = [n for n in added + removed if not _own_op(str(n), plan.own_op_namespaces)]
+        return f"torch op registrations outside the contribution's namespace: {', '.join(foreign[:5])}" \
+            if foreign else None
+    if key == "state:logging.loggers":
+        # A logger made with the default configuration (level NOTSET, enabled, propagating, no handler) is
+        # not a change of anyone's logging; a changed or removed one is.
+        foreign = [e for e in removed if isinstance(e, list) and e and not _own_name(str(e[0]), plan)]
+        foreign += [e for e in added if isinstance(e, list) and e and not _own_name(str(e[0]), plan)
+                    and (e[1:] != [0, False, True, 0] or any(r[0] == e[0] for r in removed))]
+        return f"logger configuration changed: {foreign[:3]}" if foreign else None
+    if key.startswith("box:") and (added or removed) and isinstance((added + removed)[0], list):
+        # A dict registry: new entries under the contribution's own names (its op namespace, its package)
+        # are its own; a replaced, removed or foreign-named entry is an effect.
+        foreign = [str(e[0]) for e in removed] + [str(e[0]) for e in added
+                                                   if not (_own_op(str(e[0]), plan.own_op_namespaces)
+                                                           or _own_name(str(e[0]), plan))]
+        return f"entries changed: {', '.join(sorted(set(foreign))[:5])}" if foreign else None
+    if key == "state:threading.threads":
+        return "a thread started at import is still running" if added else None
+    return f"{event.get('before', '?')} -> {event.get('after', '?')}"
+
+
+def _target(key: str) -> str:
+    kind, _, rest = key.partition(":")
+    if kind == "mod":
+        mod, _, attr = rest.rpartition(":")
+        return f"{mod}.{attr}"
+    if kind == "box":
+        mod, _, attr = rest.rpartition(":")
+        return f"{mod}.{attr} (its contents)"
+    if kind in ("cls", "obj"):
+        mod, holder, attr = rest.split(":", 2)
+        return f"{mod}.{holder}.{attr}"
+    if kind == "sysmod":
+        return f"sys.modules[{rest!r}]"
+    return rest
+
+
+def _effects(events: list[dict[str, Any]], plan: TracePlan, located: dict[str, tuple[str | None, int | None]],
+             indirect: dict[str, str]) -> tuple[list[Effect], list[Effect]]:
+    effects: list[Effect] = []
+    errors: list[Effect] = []
+    for ev in events:
+        kind = ev.get("kind")
+        if kind == "import-error":
+            errors.append(Effect(kind=EffectKind.INTERPRETER, target=str(ev.get("target")),
+                                 detail=str(ev.get("detail", "")), path=ev.get("path"), line=ev.get("line")))
+        elif kind == "state-diff":
+            what = _state_effect(ev, plan)
+            if what is None:
+                continue
+            path, line = located.get(ev["key"], (None, None))
+            if (path, line) == _ABSORBED:
+                continue
+            via = indirect.get(ev["key"], "")
+            if via and not ev["key"].startswith("state:") and not ev.get("own_value"):
+                continue  # a library function's own bookkeeping (a cache, a counter), not a patch by the PR
+            if via:
+                what = f"{what} (through {via})"
+            effects.append(Effect(kind=EffectKind.FOREIGN_STATE, target=_target(ev["key"]), detail=what,
+                                  path=path, line=line, how="snapshot"))
+        elif kind in _KINDS:
+            target = str(ev.get("target", ""))
+            if kind == "engine-registration" and any(fnmatch.fnmatchcase(target, p)
+                                                     for p in plan.allowed_registrations):
+                continue
+            effects.append(Effect(kind=_KINDS[kind], target=target, detail=str(ev.get("detail", "")),
+                                  path=ev.get("path"), line=ev.get("line"),
+                                  how="standin" if kind.startswith("engine-") else "audit"))
+    return effects, errors
+
+
+def trace_plan(plan: TracePlan, *, timeout: float = TIMEOUT_S) -> TraceFacts:
+    """Run the trace for a plan (two passes at most) and return its facts."""
+    if not plan.targets:
+        return TraceFacts(status=TraceStatus.NOT_RUN, reason="no changed Python module of the model to trace")
+    started = time.monotonic()
+    try:
+        events, isolation = run_child(plan, timeout=timeout)
+        passes = 1
+        keys = [e["key"] for e in events if e.get("kind") == "state-diff" and _state_effect(e, plan)]
+        located: dict[str, tuple[str | None, int | None]] = {}
+        indirect: dict[str, str] = {}
+        if keys:
+            second, _ = run_child(plan, locate=keys[:MAX_LOCATE], timeout=timeout)
+            passes = 2
+            for e in second:
+                if e.get("kind") == "located":
+                    if e.get("changed"):
+                        located[e["key"]] = (e.get("path"), e.get("line"))
+                        if e.get("indirect"):
+                            indirect[e["key"]] = str(e["indirect"])
+                    elif e.get("absorbed"):
+                        located[e["key"]] = _ABSORBED
+    except TraceFailure as exc:
+        return TraceFacts(status=TraceStatus.FAILED, reason=str(exc), fix=exc.fix, modules=plan.targets,
+                          seconds=round(time.monotonic() - started, 2))
+    effects, errors = _effects(events, plan, located, indirect)
+    return TraceFacts(status=TraceStatus.FAILED if errors else TraceStatus.OK,
+                      reason="a changed module failed to import under the trace" if errors else "",
+                      fix=("make the module importable on CPU without network, GPU or credentials"
+                           if errors else ""),
+                      modules=plan.targets, effects=tuple(effects), import_errors=tuple(errors),
+                      isolation=isolation, seconds=round(time.monotonic() - started, 2), passes=passes)
+
+
+def gather_trace(ctx: Context) -> TraceFacts:
+    """The trace's facts for a Context (fails closed: any error is a FAILED trace, never a pass)."""
+    try:
+        plan = build_plan(ctx)
+    except (OSError, ValueError) as exc:
+        return TraceFacts(status=TraceStatus.FAILED, reason=f"the trace could not be planned: {exc}",
+                          fix="check that the contribution's files are readable")
+    return trace_plan(plan)

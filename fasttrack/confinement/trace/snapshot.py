@@ -1,0 +1,389 @@
+"""Child side: the interpreter's shared state as a flat map `key -> value`, taken before and after.
+
+Keys:
+- `mod:<module>:<attr>`: an attribute of a module the contribution does not own (compared by identity),
+- `cls:<module>:<class>:<attr>`: an attribute in the `__dict__` of a class such a module defines,
+- `state:<name>`: a global switch read through a getter (compared by equality): sys.path, meta_path,
+  path_hooks, os.environ and the C environment, signal handlers, logging, warnings filters, threads,
+  atexit, gc, the torch switches, op registrations and config modules, ...
+
+`value_of(key)` re-reads one key (the locate pass checks a few keys on every traced line).
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import gc
+import os
+import signal
+import sys
+import threading
+import types
+from collections.abc import Callable, Iterable
+from typing import Any
+
+MISSING: Any = type("Missing", (), {"__repr__": lambda self: "<missing>"})()
+Snapshot = dict[str, Any]
+
+
+def _mp_start() -> Any:
+    mp = sys.modules.get("multiprocessing")
+    if mp is None:
+        return None
+    return mp.get_start_method(allow_none=True)
+
+
+def _logging() -> Any:
+    lg = sys.modules.get("logging")
+    if lg is None:
+        return (30, 0, (), False)
+    root = lg.getLogger()
+    return (root.level, lg.root.manager.disable, tuple(map(id, root.handlers)), root.disabled)
+
+
+def _loggers() -> Any:
+    lg = sys.modules.get("logging")
+    if lg is None:
+        return ()
+    out = []
+    for name, logger in sorted(lg.root.manager.loggerDict.items()):
+        if isinstance(logger, lg.Logger):
+            out.append((name, logger.level, logger.disabled, logger.propagate, len(logger.handlers)))
+    return tuple(out)
+
+
+def _warnings() -> Any:
+    w = sys.modules.get("warnings")
+    return tuple(repr(f) for f in w.filters) if w is not None else ()
+
+
+def _threads() -> Any:
+    return tuple(sorted(t.ident or 0 for t in threading.enumerate()))
+
+
+def _signals() -> Any:
+    out = []
+    for sig in sorted(signal.valid_signals()):
+        try:
+            out.append((int(sig), signal.getsignal(sig)))
+        except (ValueError, OSError):
+            continue
+    return tuple(out)
+
+
+def _c_environ() -> Any:
+    """The C library's environment (what `ctypes` `setenv` changes behind os.environ's back)."""
+    try:
+        env = ctypes.POINTER(ctypes.c_char_p).in_dll(ctypes.CDLL(None), "environ")
+    except (ImportError, OSError, ValueError):
+        return MISSING
+    out = []
+    i = 0
+    while env[i] is not None and i < 100_000:
+        out.append(env[i])
+        i += 1
+    return tuple(sorted(out))
+
+
+def _umask() -> Any:
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
+def _atexit() -> Any:
+    return atexit._ncallbacks()
+
+
+def _random() -> Any:
+    r = sys.modules.get("random")
+    return hash(r.getstate()) if r is not None else None
+
+
+def _locale() -> Any:
+    lc = sys.modules.get("locale")
+    return lc.setlocale(lc.LC_ALL) if lc is not None else "C"
+
+
+def _socket_timeout() -> Any:
+    s = sys.modules.get("socket")
+    return s.getdefaulttimeout() if s is not None else None
+
+
+def _faulthandler() -> Any:
+    f = sys.modules.get("faulthandler")
+    return f.is_enabled() if f is not None else False
+
+
+def _torch(attr: str) -> Callable[[], Any]:
+    """A torch switch read through a dotted path from `torch` (a call when it ends in `()`)."""
+
+    def get() -> Any:
+        obj: Any = sys.modules.get("torch")
+        if obj is None:
+            return MISSING
+        path = attr[:-2] if attr.endswith("()") else attr
+        for part in path.split("."):
+            obj = getattr(obj, part, MISSING)
+            if obj is MISSING:
+                return MISSING
+        if attr.endswith("()"):
+            try:
+                obj = obj()
+            except Exception as exc:  # a switch that cannot be read on this build
+                return f"<error {type(exc).__name__}>"
+        return repr(obj)
+
+    return get
+
+
+TORCH_SWITCHES = (
+    "backends.cuda.matmul.allow_tf32", "backends.cuda.matmul.allow_fp16_reduced_precision_reduction",
+    "backends.cuda.matmul.allow_bf16_reduced_precision_reduction", "backends.cudnn.allow_tf32",
+    "backends.cudnn.enabled", "backends.cudnn.benchmark", "backends.cudnn.deterministic",
+    "backends.mkldnn.enabled", "backends.opt_einsum.enabled", "backends.cuda.flash_sdp_enabled()",
+    "backends.cuda.mem_efficient_sdp_enabled()", "backends.cuda.math_sdp_enabled()",
+    "backends.cuda.cudnn_sdp_enabled()", "are_deterministic_algorithms_enabled()",
+    "is_deterministic_algorithms_warn_only_enabled()", "get_default_dtype()", "get_default_device()",
+    "get_float32_matmul_precision()", "get_num_threads()", "get_num_interop_threads()", "is_grad_enabled()",
+    "is_inference_mode_enabled()", "is_anomaly_enabled()", "_C._get_cudnn_allow_tf32()",
+    "_C._get_cublas_allow_tf32()", "_C._jit_get_inline_everything_mode()", "get_rng_state().sum().item()",
+)
+
+
+def _torch_ops() -> Any:
+    t = sys.modules.get("torch")
+    if t is None:
+        return frozenset()
+    return frozenset(t._C._dispatch_get_all_op_names())
+
+
+def _torch_impls() -> Any:
+    lib = sys.modules.get("torch.library")
+    if lib is None:
+        return frozenset()
+    return frozenset(getattr(lib, "_impls", ())) | frozenset(getattr(lib, "_defs", ()))
+
+
+STATE: dict[str, Callable[[], Any]] = {
+    "sys.path": lambda: tuple(sys.path),
+    "sys.meta_path": lambda: tuple(map(id, sys.meta_path)),
+    "sys.path_hooks": lambda: tuple(map(id, sys.path_hooks)),
+    "sys.path_importer_cache": lambda: len(sys.path_importer_cache) and None,
+    "sys.gettrace": lambda: id(sys.gettrace()),
+    "sys.getprofile": lambda: id(sys.getprofile()),
+    "sys.recursionlimit": sys.getrecursionlimit,
+    "sys.switchinterval": sys.getswitchinterval,
+    "sys.dlopenflags": sys.getdlopenflags,
+    "sys.int_max_str_digits": sys.get_int_max_str_digits,
+    "os.environ": lambda: tuple(sorted(os.environ.items())),
+    "libc.environ": _c_environ,
+    "os.cwd": os.getcwd,
+    "os.umask": _umask,
+    "signal.handlers": _signals,
+    "logging.root": _logging,
+    "logging.loggers": _loggers,
+    "warnings.filters": _warnings,
+    "threading.threads": _threads,
+    "atexit.callbacks": _atexit,
+    "gc.enabled": gc.isenabled,
+    "gc.threshold": gc.get_threshold,
+    "gc.debug": gc.get_debug,
+    "gc.callbacks": lambda: tuple(map(id, gc.callbacks)),
+    "multiprocessing.start_method": _mp_start,
+    "random.state": _random,
+    "locale": _locale,
+    "socket.default_timeout": _socket_timeout,
+    "faulthandler": _faulthandler,
+    "torch.ops": _torch_ops,
+    "torch.library": _torch_impls,
+    **{f"torch.{s}": _torch(s) for s in TORCH_SWITCHES},
+}
+
+
+CHEAP_STATE = frozenset({"state:sys.path", "state:sys.meta_path", "state:sys.path_hooks",
+                         "state:sys.gettrace",
+                         "state:sys.getprofile", "state:sys.recursionlimit", "state:sys.switchinterval",
+                         "state:sys.dlopenflags", "state:os.environ", "state:os.cwd", "state:logging.root",
+                         "state:gc.enabled", "state:gc.threshold", "state:multiprocessing.start_method",
+                         "state:socket.default_timeout", "state:faulthandler"})
+
+
+def cheap(key: str) -> bool:
+    """A key that costs a dictionary look-up or two to re-read (the locate pass reads it on every line)."""
+    return key.startswith(("mod:", "cls:", "sysmod:", "obj:")) or key in CHEAP_STATE or (
+        key.startswith("state:torch.") and not key.endswith("()") and key not in ("state:torch.ops",
+                                                                                   "state:torch.library"))
+
+
+def _config_modules() -> Iterable[tuple[str, Any]]:
+    """torch's config modules (`torch._dynamo.config`, ...): their values live behind `get_config_copy`."""
+    for name, mod in list(sys.modules.items()):
+        config = type(mod).__name__ == "ConfigModuleInstance"
+        getter = getattr(mod, "get_config_copy", None) if config else None
+        if callable(getter):
+            yield name, getter
+
+
+def _config(name: str) -> Any:
+    mod = sys.modules.get(name)
+    getter = getattr(mod, "get_config_copy", None)
+    if getter is None:
+        return MISSING
+    try:
+        return repr(sorted(getter().items()))
+    except Exception as exc:
+        return f"<error {type(exc).__name__}>"
+
+
+def _skip(name: str, module: Any, skip: Callable[[str], bool]) -> bool:
+    return not isinstance(module, types.ModuleType) or skip(name)
+
+
+MAX_BOX = 5000
+
+
+def _bookkeeping(value: Any) -> bool:
+    """The interpreter's own tables (sys.modules has its own keys; the rest are caches)."""
+    lc = sys.modules.get("linecache")
+    return value is sys.modules or value is sys.path_importer_cache or value is sys.path or (
+        lc is not None and value is getattr(lc, "cache", None))
+
+
+def _box(value: Any) -> Any:
+    """A public module-level dict, list or set (a registry) by content identity: an in-place update
+    (`operator.setitem(table, k, v)`, `.update`, `.append`) changes it."""
+    try:
+        if len(value) > MAX_BOX:
+            return None
+        if isinstance(value, dict):  # (key text, value identity): what was added or replaced can be named
+            return frozenset((k if isinstance(k, str) else f"<{type(k).__name__} {id(k)}>", id(v))
+                             for k, v in value.items())
+        return (len(value), hash(tuple(map(id, value))))
+    except Exception:
+        return None
+
+
+MAX_INSTANCE_ATTRS = 200
+_PLAIN = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
+          staticmethod, classmethod, property)
+
+
+def _instance_dict(value: Any) -> list[tuple[str, Any]] | None:
+    """The attributes of a plain object held by a module (not a module, class or function), if small."""
+    if isinstance(value, _PLAIN):
+        return None
+    try:
+        state = object.__getattribute__(value, "__dict__")
+    except (AttributeError, TypeError):
+        return None
+    if type(state) is not dict or len(state) > MAX_INSTANCE_ATTRS:
+        return None
+    return [(k, v) for k, v in state.items() if isinstance(k, str)]
+
+
+def module_state(name: str, module: types.ModuleType) -> Snapshot:
+    """The attributes of one foreign module and of the classes it defines."""
+    out: Snapshot = {}
+    try:
+        items = list(vars(module).items())
+    except TypeError:
+        return out
+    for attr, value in items:
+        if attr == "__warningregistry__":
+            continue
+        out[f"mod:{name}:{attr}"] = value
+        state = _instance_dict(value)
+        if state is not None:  # a module-level singleton (a config object): its attributes by identity
+            for iattr, ivalue in state:
+                out[f"obj:{name}:{attr}:{iattr}"] = ivalue
+        if not attr.startswith("_") and type(value) in (dict, list, set) and not _bookkeeping(value):
+            box = _box(value)
+            if box is not None:
+                out[f"box:{name}:{attr}"] = box
+        if isinstance(value, type) and value.__dict__.get("__module__") == name and attr == value.__name__:
+            for cattr, cvalue in list(value.__dict__.items()):
+                if cattr not in ("__dict__", "__weakref__", "_abc_impl", "__abstractmethods__"):
+                    out[f"cls:{name}:{attr}:{cattr}"] = cvalue
+    return out
+
+
+def take(skip: Callable[[str], bool]) -> Snapshot:
+    """Everything: the foreign modules (not `skip`ped), their classes, and the global switches."""
+    snap: Snapshot = {}
+    for name, module in list(sys.modules.items()):
+        if not _skip(name, module, skip):
+            snap.update(module_state(name, module))
+    for key, get in STATE.items():
+        try:
+            snap[f"state:{key}"] = get()
+        except Exception as exc:
+            snap[f"state:{key}"] = f"<error {type(exc).__name__}>"
+    for name, _ in _config_modules():
+        if not skip(name):
+            snap[f"state:config:{name}"] = _config(name)
+    return snap
+
+
+def value_of(key: str) -> Any:
+    """Re-read one key of a snapshot."""
+    kind, _, rest = key.partition(":")
+    if kind == "state":
+        if rest.startswith("config:"):
+            return _config(rest[len("config:"):])
+        get = STATE.get(rest)
+        return get() if get is not None else MISSING
+    if kind == "sysmod":
+        return sys.modules.get(rest, MISSING)
+    if kind in ("mod", "box"):
+        name, _, attr = rest.rpartition(":")
+        module = sys.modules.get(name)
+        value = vars(module).get(attr, MISSING) if module is not None else MISSING
+        return value if kind == "mod" or value is MISSING else _box(value)
+    if kind == "obj":
+        name, holder, attr = rest.split(":", 2)
+        module = sys.modules.get(name)
+        obj = vars(module).get(holder, MISSING) if module is not None else MISSING
+        state = _instance_dict(obj) if obj is not MISSING else None
+        return dict(state).get(attr, MISSING) if state is not None else MISSING
+    if kind == "cls":
+        name, cls_name, attr = rest.split(":", 2)
+        module = sys.modules.get(name)
+        cls = vars(module).get(cls_name, MISSING) if module is not None else MISSING
+        return cls.__dict__.get(attr, MISSING) if isinstance(cls, type) else MISSING
+    return MISSING
+
+
+def same(key: str, before: Any, after: Any) -> bool:
+    if before is after:
+        return True
+    if key.startswith(("state:", "box:")):
+        try:
+            return bool(before == after)
+        except Exception:
+            return False
+    return False
+
+
+def diff(before: Snapshot, after: Snapshot) -> list[str]:
+    """Keys whose value changed, appeared or went away (a foreign module imported meanwhile is not a diff:
+    only the keys of modules present in `before` count, plus every state key)."""
+    modules_before = {k.split(":", 2)[1] for k in before if not k.startswith("state:")}
+    changed = []
+    for key in sorted(set(before) | set(after)):
+        if not key.startswith("state:") and key.split(":", 2)[1] not in modules_before:
+            continue
+        b, a = before.get(key, MISSING), after.get(key, MISSING)
+        if not same(key, b, a):
+            changed.append(key)
+    return changed
+
+
+def describe(value: Any) -> str:
+    """A short, safe text for a value in a finding."""
+    try:
+        text = repr(value)
+    except Exception:
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= 160 else text[:157] + "..."

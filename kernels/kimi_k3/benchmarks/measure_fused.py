@@ -456,7 +456,7 @@ def check_fused_point(
     from baselines.vllm.kimi_k3 import reference
     from baselines.vllm.kimi_k3.config import K3LayerConfig
     from kimi_k3 import fused
-    from kimi_k3.bench import cached_weights
+    from kimi_k3.benchmarks.bench import cached_weights
     from kimi_k3.layer import Workspace, random_batch
 
     cfg = cfg or K3LayerConfig.real(tp)
@@ -550,7 +550,7 @@ def run_sweep(R: Results, flush: Any, a: Any, left: Any) -> None:
 
     from baselines.vllm.kimi_k3.config import K3LayerConfig
     from kimi_k3 import fused, stock
-    from kimi_k3.bench import cached_weights
+    from kimi_k3.benchmarks.bench import cached_weights
     from kimi_k3.layer import Workspace, random_batch
 
     R.data["sweep"] = []
@@ -600,7 +600,7 @@ def run_sweep(R: Results, flush: Any, a: Any, left: Any) -> None:
                 )
             del batch
         del w
-        from kimi_k3 import bench
+        from kimi_k3.benchmarks import bench
 
         bench._WEIGHTS.clear()
         torch.cuda.empty_cache()
@@ -666,7 +666,7 @@ def main() -> None:
 
     from baselines.vllm.kimi_k3.config import K3LayerConfig
     from kimi_k3 import fused, stock
-    from kimi_k3.bench import cached_weights
+    from kimi_k3.benchmarks.bench import cached_weights
     from kimi_k3.layer import Workspace, random_batch
 
     R.add("torch", torch.__version__)
@@ -802,7 +802,7 @@ def main() -> None:
                     )
             del batch
         del w
-        from kimi_k3 import bench
+        from kimi_k3.benchmarks import bench
 
         bench._WEIGHTS.clear()
         torch.cuda.empty_cache()

@@ -115,7 +115,7 @@ def check_reference(torch: Any, dist: Any, args: Any, tp: Any, rank: int, world:
     from baselines.vllm.kimi_k3 import reference, stock
     from baselines.vllm.kimi_k3.config import K3LayerConfig
     from baselines.vllm.kimi_k3.tp import shard_weights
-    from kimi_k3.bench import cached_weights
+    from kimi_k3.benchmarks.bench import cached_weights
     from kimi_k3.layer import Workspace, random_batch
 
     full = cached_weights(K3LayerConfig.real(1), "cuda")
@@ -168,7 +168,7 @@ def main() -> None:
     from baselines.vllm.kimi_k3.case import K3BaselineCase, build_state, cached_weights
     from baselines.vllm.kimi_k3.config import K3LayerConfig
     from baselines.vllm.kimi_k3.tp import TPGroup
-    from kimi_k3 import bench
+    from kimi_k3.benchmarks import bench
 
     rank, world = dist.get_rank(), dist.get_world_size()
     doc: dict[str, Any] = {"world": world, "torch": torch.__version__, "device": torch.cuda.get_device_name()}

@@ -46,7 +46,7 @@ def tp_point_setup(point: dict[str, Any]) -> tuple[Any, Any, Any]:
 
     from baselines.vllm.kimi_k3.config import K3LayerConfig
     from baselines.vllm.kimi_k3.tp import TPGroup, shard_weights
-    from kimi_k3.bench import cached_weights
+    from kimi_k3.benchmarks.bench import cached_weights
 
     tp = int(point["tp"])
     world = int(os.environ.get("WORLD_SIZE", "1"))

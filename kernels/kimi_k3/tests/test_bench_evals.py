@@ -54,7 +54,7 @@ def test_candidates_build_on_the_baseline_state(
     tiny_cfg: K3LayerConfig, tiny_weights: K3LayerWeights
 ) -> None:
     """The contribution supplies only its variant: the fused layer on the engine's state, same outputs."""
-    from kimi_k3 import bench
+    from kimi_k3.benchmarks import bench
 
     case = _case(tiny_cfg, tiny_weights, 2, 40)
     cands = bench.candidates(case, {"tp": 1, "batch": 2, "context": 40})

@@ -40,7 +40,7 @@ from baselines.vllm.kimi_k3 import reference  # noqa: E402
 from baselines.vllm.kimi_k3.config import K3LayerConfig  # noqa: E402
 from baselines.vllm.kimi_k3.weights import K3LayerWeights  # noqa: E402
 from kimi_k3 import fused  # noqa: E402
-from kimi_k3.bench import cached_weights  # noqa: E402
+from kimi_k3.benchmarks.bench import cached_weights  # noqa: E402
 from kimi_k3.benchmarks.measure_fused import (  # noqa: E402
     check_fused_point,
     count_graph_kernels,

@@ -35,7 +35,7 @@ torch = pytest.importorskip("torch")
 from baselines.vllm.kimi_k3 import reference, stock  # noqa: E402
 from baselines.vllm.kimi_k3.config import K3LayerConfig  # noqa: E402
 from baselines.vllm.kimi_k3.weights import K3LayerWeights  # noqa: E402
-from kimi_k3.bench import cached_weights  # noqa: E402
+from kimi_k3.benchmarks.bench import cached_weights  # noqa: E402
 from kimi_k3.guard import ENVELOPE  # noqa: E402
 from kimi_k3.layer import DecodeBatch, random_batch  # noqa: E402
 from kimi_k3.tests._gpu_points import skip_unless_runnable_here, tp_point_setup  # noqa: E402

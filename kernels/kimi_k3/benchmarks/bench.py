@@ -42,7 +42,7 @@ def warm_fused_plans(tp: int, timeout: float = 900.0) -> None:
     _WARMED.add(tp)
     procs = max(1, min(32, os.cpu_count() or 2) - 1)
     env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # kernels/
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     cmd = [sys.executable, "-m", "kimi_k3.benchmarks.measure_fused", "--warm-grid-tp", str(tp),
            "--procs", str(procs), "--warm-timeout", str(timeout)]
@@ -58,7 +58,7 @@ def warm_fused_plans(tp: int, timeout: float = 900.0) -> None:
 
 def _load_fused() -> Any:
     try:
-        from . import fused
+        from .. import fused
     except ImportError:
         return None
     return getattr(fused, "forward", None)

@@ -33,6 +33,9 @@ def parse_toml_text(text: str, path: str | Path, what: str) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"malformed TOML in {what}: {exc}", path=path,
                          fix="fix the TOML syntax at the position named") from None
+    except RecursionError:  # arrays or inline tables nested thousands deep: tomllib recurses per level
+        raise InputError(f"the {what} nests arrays or tables too deeply to read", path=path,
+                         fix="a real one nests a few levels; flatten it") from None
 
 
 def validate(model: type[M], data: Any, path: str | Path, what: str) -> M:
@@ -57,4 +60,7 @@ def load_json_model(path: Path, model: type[M], what: str) -> M:
         data = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InputError(f"malformed JSON in {what}: {exc}", path=path) from None
+    except RecursionError:  # `[[[[...` thousands deep: the json module recurses per level
+        raise InputError(f"the {what} nests too deeply to read", path=path,
+                         fix="a real one nests a few levels") from None
     return validate(model, data, path, what)

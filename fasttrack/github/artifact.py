@@ -15,6 +15,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
 from fasttrack.errors import InputError, from_validation_error
+from fasttrack.safe_read import kind_of
 from fasttrack.verdict import Verdict
 
 M = TypeVar("M", bound=BaseModel)
@@ -170,6 +171,10 @@ def inspect_zip(data: bytes, source: str, max_bytes: int = MAX_VERDICT_BYTES) ->
     for info in infos:
         if info.flag_bits & 0x1:
             raise RejectedVerdict(f"{info.filename} is encrypted", path=source)
+        mode = info.external_attr >> 16  # the unix mode, when the zip was made on a unix (0: none recorded)
+        if info.is_dir() or (stat.S_IFMT(mode) not in (0, stat.S_IFREG)):
+            raise RejectedVerdict(f"{info.filename} is a {kind_of(mode) if mode else 'directory'} entry, "
+                                  "not a regular file", path=source, fix="nothing was extracted")
         if info.file_size > caps[info.filename]:
             raise RejectedVerdict(f"{info.filename} would inflate to {info.file_size} bytes, over the "
                                   f"{caps[info.filename]}-byte cap", path=source, fix="nothing was extracted")

@@ -170,3 +170,26 @@ def test_hostile_values_never_crash_stage2(case: str, stage2: Any, verdicts: Any
         (rid,) = stage2.check_runs
         for note in stage2.annotations[rid]:
             assert 1 <= note["start_line"] <= 2**31 - 1
+
+
+# ---- a crash in stage 2 must not leave the previous push's state ----
+
+
+def test_a_crash_while_publishing_still_leaves_a_failing_check(stage2: Any, verdicts: Any, httpserver: Any,
+                                                               monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """Attack (any input that hits a bug in the renderer or the client): before, the exception went past
+    the rejection path, exit 3 with nothing written, so `fast-track: eligible` of the previous push stayed on
+    a head nobody verified. Now it is exit 3 (a bug) and still exactly a failing check."""
+    from fasttrack.github import markdown as md
+
+    def boom(*_a: Any, **_k: Any) -> str:
+        raise RuntimeError("renderer bug\n::error::x")
+
+    monkeypatch.setattr(md, "render", boom)
+    stage2.add_artifact(RUN_ID, _zip([("verdict.json", _good(verdicts)), ("pr.json", _meta(verdicts))]))
+    code, _, err = _run(monkeypatch, capsys, *_args(stage2, verdicts))
+    assert code == 3, err
+    _no_workflow_command(err)
+    body = _only_a_failing_check(stage2, httpserver, verdicts)
+    assert "internal error" in body["output"]["summary"]

@@ -41,3 +41,116 @@ def test_a_deeply_nested_json_input_is_bad_input(tmp_path: Path) -> None:
     deep.write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
     with pytest.raises(InputError, match="nest"):
         load_json_model(deep, Verdict, "verdict")
+
+
+EVIL = "x\n::error title=pwned::forged\r\n##[error]legacy"
+
+
+def _evil_verdict() -> object:
+    """A verdict whose evidence strings (a contributor's own statement: kernel, candidate and backend names,
+    the point's dtype) carry newlines and workflow commands."""
+    from fasttrack.verdict import BenchmarkRow, EvidenceSummary, KernelGain, Verdict
+
+    row = BenchmarkRow(point={"tp": 1, "batch": 8, "context": 32768, "dtype": EVIL},
+                       median_us={"stock": 10.0, EVIL: 9.0}, speedup={EVIL: 1.1},
+                       gain_from={EVIL: [KernelGain(name=EVIL, stock_us=5.0, candidate_us=4.0,
+                                                    saved_us=1.0)]},
+                       backends={EVIL: EVIL}, claimed=True)
+    return Verdict(tool_version="0.1.0", verdict="pass", mode="contribution", contribution="kernels/x",
+                   evidence=EvidenceSummary(present=True, benchmarks=[row]),
+                   generated_at="2026-01-01T00:00:00Z")
+
+
+def test_text_output_cannot_start_a_workflow_command() -> None:
+    """Attack: the Actions runner parses stdout too. The gain lines of the text report were only escaped for
+    rich's markup, so a kernel name with a newline started a line `::error ...` in the job's log."""
+    from fasttrack.render.text import render
+
+    out = render(_evil_verdict(), verbose=True)  # type: ignore[arg-type]
+    assert "forged" in out  # the text is there, shown
+    for line in out.splitlines():
+        assert not line.lstrip().startswith("::") and not line.lstrip().startswith("##["), repr(line)
+
+
+POISON = ("\n::error title=pwned::forged\r\n##[error]legacy @maintainers #12 ![i](http://evil.example/a.png) "
+          "[l](https://evil.example) <img src=x onerror=alert(1)> <!-- fasttrack:sticky-comment --> "
+          "\u202eevil")
+
+
+def poisoned_verdict() -> object:
+    """tests/data/verdict_sample.json (a real verdict, trimmed, with a blast radius) with POISON appended
+    to every string the schema lets carry it, and free-form dict keys (candidates, backends) poisoned too."""
+    import json
+
+    import pydantic
+
+    from fasttrack.verdict import Verdict
+
+    orig = json.loads((ROOT / "tests/data/verdict_sample.json").read_text(encoding="utf-8"))
+
+    def poison(x: object, free_keys: bool = False) -> object:
+        if isinstance(x, str):
+            return x + POISON
+        if isinstance(x, list):
+            return [poison(i) for i in x]
+        if isinstance(x, dict):
+            return {(k + POISON if free_keys and k not in ("stock", "compile") else k):
+                    poison(v, k in ("median_us", "speedup", "gain_from", "backends", "roofline_fraction",
+                                    "top_kernels", "environment"))
+                    for k, v in x.items()}
+        return x
+
+    data: object = poison(orig)
+    for _ in range(20):
+        try:
+            return Verdict.model_validate(data)
+        except pydantic.ValidationError as exc:
+            for e in exc.errors():  # put the original back where the schema refuses the poison
+                loc, node, src = e["loc"], data, orig
+                for part in loc[:-1]:
+                    if not isinstance(node, dict | list) or (isinstance(src, dict) and part not in src):
+                        break
+                    node, src = node[part], src[part]  # type: ignore[index]
+                else:
+                    last = loc[-1]
+                    if isinstance(src, dict | list) and (last in src if isinstance(src, dict) else True):
+                        node[last] = src[last]  # type: ignore[index]
+            data = json.loads(json.dumps(data))
+    raise AssertionError("could not build a valid poisoned verdict")
+
+
+def _no_command_lines(text: str, where: str) -> None:
+    for line in text.splitlines():
+        s = line.lstrip()
+        assert not s.startswith("::") and "##[" not in s, (where, line)
+
+
+def test_every_output_of_a_poisoned_verdict_is_inert() -> None:
+    """Attack: every string of a verdict (file names, messages, evidence names, blast radius, policy path)
+    carries a newline, workflow commands, mentions, references, image/link syntax, raw HTML, the sticky
+    comment's marker and a bidi override. No output may execute any of it."""
+    from fasttrack.github import markdown as gmd
+    from fasttrack.render import markdown as vmd
+    from fasttrack.render.text import render as text
+
+    v = poisoned_verdict()
+    outputs = {"text": text(v, verbose=True), "text-short": text(v),  # type: ignore[arg-type]
+               "verify markdown": vmd.render(v),  # type: ignore[arg-type]
+               "comment": gmd.render(v, gmd.Outcome(eligible=False), limit=gmd.COMMENT_LIMIT,  # type: ignore[arg-type]
+                                     marker=gmd.STICKY_MARKER)}
+    import re
+
+    for where, out in outputs.items():
+        assert "forged" in out, where  # shown, not dropped
+        assert "\u202e" not in out and "\r" not in out, where
+        if where.startswith("text"):  # printed to the log: no command at a line start, no legacy `##[`
+            _no_command_lines(out, where)
+    for where in ("verify markdown", "comment"):
+        # Inside the envelope's ```json fence nothing renders (JSON strings hold no newline to close it).
+        out = re.sub(r"(?ms)^```json$.*?^```$", "", outputs[where])
+        for line in out.splitlines():
+            assert not line.lstrip().startswith("::"), (where, line)
+        for live in ("<img", "![i](", "[l](", "@maintainers", "#12", "http://evil"):
+            assert live not in out, (where, live)
+        # only our own marker, once: a forged one would make the sticky-comment finder pick this body
+        assert out.count("<!--") == out.count(gmd.STICKY_MARKER) == (where == "comment"), where

@@ -154,3 +154,35 @@ def test_every_output_of_a_poisoned_verdict_is_inert() -> None:
             assert live not in out, (where, live)
         # only our own marker, once: a forged one would make the sticky-comment finder pick this body
         assert out.count("<!--") == out.count(gmd.STICKY_MARKER) == (where == "comment"), where
+
+
+_WARN_SCRIPT = """
+import sys, warnings
+import fasttrack.loading as loading
+from fasttrack.cli import main
+real = loading.parse_toml_text
+def warn_then_parse(text, path, what):
+    warnings.warn_explicit("invalid escape sequence '\\\\d'", SyntaxWarning,
+                           filename="kimi_k3/x\\n::error title=pwned::forged.py", lineno=1)
+    return real(text, path, what)
+loading.parse_toml_text = warn_then_parse
+main(["verify", "--policy", sys.argv[1]])
+"""
+
+
+def test_a_python_warning_naming_an_attacker_path_is_one_inert_line(tmp_path: Path) -> None:
+    """Attack: Python prints warnings raw to stderr as `FILE:LINE: Category: message`. `ast.parse(text,
+    filename=path)` of a PR file warns with the PR's own file name (on 3.12+ a SyntaxWarning for an invalid
+    escape, shown by default), so a file named `x\\n::error::...` started a workflow command. Simulated
+    with exactly that warning, raised while fasttrack loads the policy (in a subprocess: pytest records
+    warnings itself)."""
+    import os
+
+    policy = tmp_path / "p.toml"
+    policy.write_text("not = [valid\n", encoding="utf-8")
+    proc = subprocess.run([sys.executable, "-c", _WARN_SCRIPT, str(policy)], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "SyntaxWarning" in proc.stderr and "forged" in proc.stderr, proc.stderr
+    for line in proc.stderr.splitlines():
+        assert not line.lstrip().startswith("::"), line

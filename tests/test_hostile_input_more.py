@@ -186,3 +186,14 @@ def test_a_python_warning_naming_an_attacker_path_is_one_inert_line(tmp_path: Pa
     assert "SyntaxWarning" in proc.stderr and "forged" in proc.stderr, proc.stderr
     for line in proc.stderr.splitlines():
         assert not line.lstrip().startswith("::"), line
+
+
+def test_report_refuses_a_verdict_with_duplicate_keys(tmp_path: Path) -> None:
+    import json
+
+    v = json.loads((ROOT / "tests/data/verdict_sample.json").read_text(encoding="utf-8"))
+    text = json.dumps(v)[:-1] + ', "model": "another_model"}'
+    (tmp_path / "v.json").write_text(text, encoding="utf-8")
+    proc = _ft("report", "--verdict", str(tmp_path / "v.json"), "-o", str(tmp_path / "site"))
+    assert proc.returncode == 2 and "duplicate key 'model'" in proc.stderr, proc.stderr
+    assert len(proc.stderr.splitlines()) == 1

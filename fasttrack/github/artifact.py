@@ -97,6 +97,17 @@ def parse_bounded(model: type[M], data: bytes, source: str | Path, what: str, fi
     if depth > max_depth:
         raise RejectedVerdict(f"the {what} nests deeper than {max_depth} levels", path=source,
                               fix="a real one is shallow; this artifact is not trusted")
+    import json
+
+    from fasttrack.loading import DuplicateKey, no_duplicate_keys
+
+    try:  # one meaning only: a key given twice is read differently by different readers
+        json.loads(data, object_pairs_hook=no_duplicate_keys)
+    except DuplicateKey as exc:
+        raise RejectedVerdict(f"the {what} is ambiguous: {exc}", path=source,
+                              fix="a real one names each key once; this artifact is not trusted") from None
+    except (ValueError, RecursionError):
+        pass  # not JSON at all: the schema check below says so
     try:
         return model.model_validate_json(data)
     except pydantic.ValidationError as exc:

@@ -193,3 +193,22 @@ def test_a_crash_while_publishing_still_leaves_a_failing_check(stage2: Any, verd
     _no_workflow_command(err)
     body = _only_a_failing_check(stage2, httpserver, verdicts)
     assert "internal error" in body["output"]["summary"]
+
+
+# ---- one reading of the artifact's JSON ----
+
+
+def test_duplicate_keys_are_refused(stage2: Any, verdicts: Any, httpserver: Any,
+                                    monkeypatch: pytest.MonkeyPatch,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Attack: `findings` twice, the errors first and an empty list last. pydantic keeps the last (eligible);
+    a reader that keeps the first (or a person reading the file) sees the errors. JSON with duplicate keys
+    has no one meaning, so it is refused."""
+    v = json.loads(_good(verdicts, verdicts.make([Finding.error("FT101", "escapes", path=KIMI, line=1)])))
+    text = json.dumps(v)
+    text = text.replace('"verdict": "fail"', '"verdict": "pass"')
+    text = text[:-1] + ', "findings": []}'
+    stage2.add_artifact(RUN_ID, _zip([("verdict.json", text.encode()), ("pr.json", _meta(verdicts))]))
+    code, _, err = _run(monkeypatch, capsys, *_args(stage2, verdicts))
+    assert code == 2 and "duplicate key" in err, err
+    _only_a_failing_check(stage2, httpserver, verdicts)

@@ -197,3 +197,37 @@ def test_report_refuses_a_verdict_with_duplicate_keys(tmp_path: Path) -> None:
     proc = _ft("report", "--verdict", str(tmp_path / "v.json"), "-o", str(tmp_path / "site"))
     assert proc.returncode == 2 and "duplicate key 'model'" in proc.stderr, proc.stderr
     assert len(proc.stderr.splitlines()) == 1
+
+
+def test_output_into_the_evidence_directory_is_refused(tmp_path: Path) -> None:
+    """Attack (a CI script or Makefile with a hostile or mistaken -o): `verify -o <bundle>/statement.json`
+    overwrote the signed statement it had just judged. Run on a copy of the bundle (--evidence), so a
+    regression destroys only the copy."""
+    import shutil
+
+    bundle = tmp_path / "bundle"
+    shutil.copytree(ROOT / "evidence/kimi_k3", bundle)
+    before = (bundle / "statement.json").read_bytes()
+    proc = _ft("verify", "--evidence", str(bundle), "-f", "json", "-o", str(bundle / "statement.json"))
+    assert proc.returncode == 2, proc.stderr
+    assert "evidence bundle" in proc.stderr and len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert (bundle / "statement.json").read_bytes() == before
+
+
+def test_output_into_the_default_bundle_or_through_a_symlink_is_refused(tmp_path: Path) -> None:
+    """The default bundle (no --evidence) is only known after the run: the same check on the verdict's
+    bundle_path, relative to its repo; a symlink pointing into the bundle is caught too."""
+    from fasttrack.commands.verify import evidence_dirs, refuse_output_in_evidence
+    from fasttrack.errors import InputError
+    from fasttrack.verdict import EvidenceSummary, Verdict
+
+    (tmp_path / "evidence" / "k").mkdir(parents=True)
+    v = Verdict(tool_version="0", verdict="pass", mode="contribution", repo=str(tmp_path),
+                evidence=EvidenceSummary(present=True, bundle_path="evidence/k"), generated_at="now")
+    dirs = evidence_dirs(v)
+    link = tmp_path / "out.json"
+    link.symlink_to(tmp_path / "evidence" / "k" / "statement.json")
+    for target in (tmp_path / "evidence" / "k" / "v.json", link):
+        with pytest.raises(InputError, match="inside the evidence bundle"):
+            refuse_output_in_evidence(target, dirs)
+    refuse_output_in_evidence(tmp_path / "verdict.json", dirs)  # beside it is fine

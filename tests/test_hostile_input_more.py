@@ -231,3 +231,26 @@ def test_output_into_the_default_bundle_or_through_a_symlink_is_refused(tmp_path
         with pytest.raises(InputError, match="inside the evidence bundle"):
             refuse_output_in_evidence(target, dirs)
     refuse_output_in_evidence(tmp_path / "verdict.json", dirs)  # beside it is fine
+
+
+def test_a_manifest_with_a_million_grid_points_is_refused_at_once(tmp_path: Path) -> None:
+    """Attack: grid_batches and grid_contexts of 1000 values each (10^6 envelope points, a 20 kB manifest).
+    verify expanded them for over two minutes in 1.3 GiB before answering; now the manifest is refused."""
+    import shutil
+    import time
+
+    contrib = tmp_path / "kimi_k3"
+    shutil.copytree(ROOT / "kernels/kimi_k3", contrib)
+    toml = contrib / "fasttrack.toml"
+    text = toml.read_text(encoding="utf-8")
+    text = (text.replace("batch = { min = 8, max = 12 }", "batch = { min = 1, max = 100000 }")
+            .replace("context = { min = 4096, max = 32768 }", "context = { min = 1, max = 1000000 }")
+            .replace("grid_batches = [8, 12]", f"grid_batches = {list(range(1, 1001))}")
+            .replace("grid_contexts = [4096, 16384, 32768]",
+                     f"grid_contexts = {[10 * i for i in range(1, 1001)]}"))
+    toml.write_text(text, encoding="utf-8")
+    start = time.monotonic()
+    proc = _ft("verify", str(contrib), "-q")
+    assert time.monotonic() - start < 60
+    assert proc.returncode == 2, proc.stderr
+    assert "over the cap" in proc.stderr and "fasttrack.toml" in proc.stderr, proc.stderr

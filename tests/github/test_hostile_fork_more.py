@@ -212,3 +212,37 @@ def test_duplicate_keys_are_refused(stage2: Any, verdicts: Any, httpserver: Any,
     code, _, err = _run(monkeypatch, capsys, *_args(stage2, verdicts))
     assert code == 2 and "duplicate key" in err, err
     _only_a_failing_check(stage2, httpserver, verdicts)
+
+
+# ---- GitHub's limits, at hostile sizes ----
+
+
+def test_huge_verdicts_stay_within_githubs_limits(stage2: Any, verdicts: Any, httpserver: Any,
+                                                  monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """2000 findings with long multi-byte messages, 500 of them on paths outside the PR: every check-run
+    request carries at most 50 annotations and a summary within 65535 characters, the comment too, and
+    the conclusion comes with the last request only."""
+    import random
+
+    rnd = random.Random(7)  # varied text, so the zip does not look like a bomb
+
+    def long() -> str:
+        return "".join(rnd.choice("€abc¥def") for _ in range(300)) + " @team #1"
+
+    findings = [Finding.warning("FT102", f"{i} {long()}", path=KIMI, line=i + 1, fix=long())
+                for i in range(1500)]
+    findings += [Finding.warning("FT102", long(), path=f"vllm/other_{i}.py", line=1) for i in range(500)]
+    stage2.add_artifact(RUN_ID, _zip([("verdict.json", _good(verdicts, verdicts.make(findings))),
+                                      ("pr.json", _meta(verdicts))]))
+    code, _, err = _run(monkeypatch, capsys, *_args(stage2, verdicts))
+    assert code == 0, err
+    runs = [(m, body) for m, p, body in _writes(httpserver) if "/check-runs" in p]
+    assert len(runs) == 20  # 1000 annotations (the cap), 50 a request
+    for i, (_m, body) in enumerate(runs):
+        out = body["output"]
+        assert len(out["annotations"]) <= 50 and len(out["summary"]) <= 65535
+        assert ("conclusion" in body) == (i == len(runs) - 1)
+        for note in out["annotations"]:
+            assert len(note["message"]) <= 4000 and "@team" not in note["message"]
+    assert len(stage2.comments[0]["body"]) <= 65535

@@ -1,0 +1,219 @@
+"""Hostile review of the confinement (issue 15): rewrites of "patch shared state" that the fail-closed
+scan let through with no error. Each attack marks the line the error must point at with `# <-`; each
+fix comes with honest model-local twins that must stay clean (no finding at all)."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from fasttrack.confinement.escapes import Escape, find_escapes
+
+MODEL_FILE = "vllm/models/kimi_k3/nvidia/model.py"
+OWN = {"vllm.models.kimi_k3"}
+SHARED = "from vllm.model_executor.layers.linear import RowParallelLinear\n"
+
+
+def scan(src: str) -> list[Escape]:
+    return find_escapes(textwrap.dedent(src), MODEL_FILE, OWN, own_op_namespaces={"kimi_k3"})
+
+
+def marked(src: str) -> list[int]:
+    return [i for i, line in enumerate(textwrap.dedent(src).splitlines(), start=1) if "# <-" in line]
+
+
+# (name, source, code): every marked line carries an *error* of this code.
+ATTACKS: list[tuple[str, str, str]] = [
+    # taint lost through an attribute of an own object
+    ("self-attribute-store", SHARED + """
+class Patcher:
+    def __init__(self):
+        self.target = RowParallelLinear
+    def apply(self):
+        self.target.forward = None  # <-
+""", "FT120"),
+    ("own-object-attribute", SHARED + """
+class Holder:
+    pass
+h = Holder()
+h.cls = RowParallelLinear
+h.cls.forward = None  # <-
+""", "FT120"),
+    ("nonlocal-rebinding", SHARED + """
+def outer():
+    c = None
+    def inner():
+        nonlocal c
+        c = RowParallelLinear
+    inner()
+    c.forward = None  # <-
+""", "FT120"),
+    ("default-argument", SHARED + """
+def patch(c=RowParallelLinear):
+    c.forward = None  # <-
+patch()
+""", "FT120"),
+    ("generator-yield", SHARED + """
+def targets():
+    yield RowParallelLinear
+for c in targets():
+    c.forward = None  # <-
+""", "FT120"),
+    ("yield-from", SHARED + """
+def targets():
+    yield from [RowParallelLinear]
+for c in targets():
+    c.forward = None  # <-
+""", "FT120"),
+    ("match-capture", SHARED + """
+match RowParallelLinear:
+    case c:
+        c.forward = None  # <-
+""", "FT120"),
+    ("with-nullcontext", SHARED + """
+import contextlib
+with contextlib.nullcontext(RowParallelLinear) as c:
+    c.forward = None  # <-
+""", "FT120"),
+    ("inspect-getmodule", SHARED + """
+import inspect
+inspect.getmodule(RowParallelLinear).torch = None  # <-
+""", "FT120"),
+    ("globals-builtins", """
+globals()["__builtins__"]["len"] = None  # <-
+""", "FT122"),
+    # process-wide state entered without ever leaving
+    ("no-grad-enter", """
+import torch
+torch.no_grad().__enter__()  # <-
+""", "FT146"),
+    ("inference-mode-enter", """
+import torch
+torch.inference_mode().__enter__()  # <-
+""", "FT146"),
+    ("torch-function-mode-enter", """
+import torch
+torch.overrides.TorchFunctionMode().__enter__()  # <-
+""", "FT146"),
+    ("exitstack-enter-context", """
+import contextlib
+import torch
+_stack = contextlib.ExitStack()
+_stack.enter_context(torch.no_grad())  # <-
+""", "FT146"),
+    # a foreign function chosen by a computed name
+    ("getattr-computed-call", """
+import torch
+getattr(torch, "set_default" + "_device")("cuda")  # <-
+""", "FT146"),
+    # stdlib process-wide state the families had no entry for
+    ("copyreg", """
+import copyreg
+copyreg.pickle(int, lambda x: (int, (0,)))  # <-
+""", "FT146"),
+    ("locale", """
+import locale
+locale.setlocale(locale.LC_ALL, "C")  # <-
+""", "FT146"),
+    ("asyncio-policy", """
+import asyncio
+asyncio.set_event_loop_policy(None)  # <-
+""", "FT146"),
+    ("root-logger-level", """
+import logging
+logging.getLogger().setLevel(logging.CRITICAL)  # <-
+""", "FT146"),
+    ("engine-logger-handlers", """
+import logging
+logging.getLogger("vllm").handlers.clear()  # <-
+""", "FT146"),
+    ("engine-logger-disabled", """
+import logging
+logging.getLogger("vllm").disabled = True  # <-
+""", "FT146"),
+    ("functools-update-wrapper", SHARED + """
+import functools
+class W:
+    pass
+functools.update_wrapper(RowParallelLinear.forward, W)  # <-
+""", "FT121"),
+]
+
+
+@pytest.mark.parametrize(("source", "code"), [a[1:] for a in ATTACKS], ids=[a[0] for a in ATTACKS])
+def test_attack_is_an_error(source: str, code: str) -> None:
+    found = scan(source)
+    got = [(e.line, e.code) for e in found if e.code == code and e.severity == "error"]
+    assert got == [(n, code) for n in marked(source)], found
+
+
+HONEST: list[tuple[str, str]] = [
+    ("own-attributes", SHARED + """
+import torch
+class K3(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = RowParallelLinear(4, 4)
+        self.proj.tag = "k3"
+        self.base_cls = RowParallelLinear
+        self.scale = torch.ones(1)
+    def forward(self, x):
+        self.scale.fill_(1.0)
+        if isinstance(self.proj, self.base_cls):
+            self.proj.tag = "still"
+        return x
+"""),
+    ("generator-of-own", """
+import torch
+def layers():
+    yield torch.nn.Linear(2, 2)
+for layer in layers():
+    layer.tag = 1
+"""),
+    ("defaults-and-match", """
+def f(x, scale=1.0, table=None):
+    table = table or {}
+    table["x"] = scale
+    match x:
+        case int(n):
+            table["n"] = n
+        case other:
+            table["o"] = other
+    return table
+"""),
+    ("own-context-managers", """
+import contextlib
+import torch
+class Timer:
+    def __init__(self):
+        self.inner = contextlib.nullcontext()
+    def __enter__(self):
+        self.inner.__enter__()
+        return self
+    def __exit__(self, *exc):
+        return False
+def run(x):
+    with torch.no_grad(), contextlib.ExitStack() as stack:
+        stack.enter_context(Timer())
+        return x
+"""),
+    ("own-loggers", """
+import logging
+logger = logging.getLogger(__name__)
+logger.setLevel(logging.INFO)
+logger.info("x")
+logging.getLogger("vllm").warning("k3 loaded")
+logging.getLogger("vllm.models.kimi_k3.nvidia").debug("ok")
+"""),
+    ("getattr-literal-read", """
+import torch
+fn = getattr(torch.ops.kimi_k3, "fused_moe")
+dtype = getattr(torch, "bfloat16")
+"""),
+]
+
+
+@pytest.mark.parametrize("source", [h[1] for h in HONEST], ids=[h[0] for h in HONEST])
+def test_honest_code_stays_clean(source: str) -> None:
+    assert scan(source) == []

@@ -250,7 +250,8 @@ class EscapesSpec(Strict):
         "os.remove", "os.unlink", "os.rename", "os.renames", "os.replace", "os.symlink", "os.link",
         "os.mkdir", "os.makedirs", "os.rmdir", "os.removedirs", "os.chmod", "os.chown", "os.truncate",
         "os.umask", "os.set*", "os.nice", "os.sched_set*", "os.register_at_fork", "os.open", "os.write",
-        "os.mkfifo", "os.startfile",
+        "os.mkfifo", "os.startfile", "copyreg.*", "locale.set*", "asyncio.set_*", "codecs.register*",
+        "logging.loggers.*",
     ])
     allowed_global_calls: list[str] = Field(default_factory=lambda: [
         "torch._C.*_get*", "torch._C.*_is_*", "torch._C._has_*", "torch.backends.*.is_*",
@@ -270,6 +271,11 @@ class EscapesSpec(Strict):
         "ctypes.Structure", "ctypes.Union", "ctypes.alignment", "ctypes.util.find_library",
         "ctypes.get_errno", "ctypes.cast", "ctypes.string_at",
         "sysconfig.get_*", "multiprocessing.get_*", "site.get*",
+        # messages to a shared logger are fine; configuring it is not
+        "logging.loggers.*.debug", "logging.loggers.*.info", "logging.loggers.*.warning",
+        "logging.loggers.*.warning_once", "logging.loggers.*.info_once", "logging.loggers.*.debug_once",
+        "logging.loggers.*.error", "logging.loggers.*.exception", "logging.loggers.*.critical",
+        "logging.loggers.*.log", "logging.loggers.*.isEnabledFor", "logging.loggers.*.getEffectiveLevel",
     ])
     scoped_global_calls: list[str] = Field(default_factory=lambda: [
         "torch._dynamo.config.patch", "torch._inductor.config.patch", "torch._functorch.config.patch",

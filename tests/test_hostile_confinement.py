@@ -131,7 +131,7 @@ logging.getLogger("vllm").handlers.clear()  # <-
     ("engine-logger-disabled", """
 import logging
 logging.getLogger("vllm").disabled = True  # <-
-""", "FT146"),
+""", "FT120"),
     ("functools-update-wrapper", SHARED + """
 import functools
 class W:

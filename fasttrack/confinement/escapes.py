@@ -181,8 +181,10 @@ class _Function:
         todo: list[ast.AST] = list(self.node.body)
         while todo:
             n = todo.pop()
-            if isinstance(n, ast.Return) and n.value is not None:
+            if isinstance(n, ast.Return | ast.Yield) and n.value is not None:
                 out.append(n.value)
+            elif isinstance(n, ast.YieldFrom):
+                out.append(ast.Starred(value=n.value, ctx=ast.Load()))
             if not isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
                 todo.extend(ast.iter_child_nodes(n))
         return out
@@ -319,6 +321,9 @@ class _Analyser:
         self.with_items: set[int] = set()
         self.module_imports: set[str] = set()  # names bound by `import x.y`: modules, not containers
         self._parents: dict[int, ast.AST] | None = None
+        # `x.attr = value` on any object: attribute name -> the values stored (taint by attribute name,
+        # so `self.target = SharedClass; self.target.forward = f` is a write to SharedClass).
+        self.attr_stores: dict[str, list[tuple[ast.expr, _Scope]]] = {}
 
     # ---------------------------------------------------------------- ownership
 
@@ -373,6 +378,11 @@ class _Analyser:
         loop targets), so `a, b = pair` keeps a foreign object in `pair` foreign in `a` and `b`."""
         if isinstance(target, ast.Name):
             home = self.module_scope if target.id in scope.globals_ else scope
+            if target.id in scope.nonlocals:
+                outer = scope.parent
+                while outer is not None and (outer.kind == "class" or target.id not in outer.bindings):
+                    outer = outer.parent
+                home = outer or scope
             if value is not None:
                 home.bind(target.id, _Alias(value, scope))
             elif element_of is not None:
@@ -430,6 +440,11 @@ class _Analyser:
             scope.bind(a.arg, _Param(key, a.arg))
         for a in args.kwonlyargs:
             scope.bind(a.arg, _Param(key, a.arg))
+        # a caller that omits an argument gets the default, evaluated in the enclosing scope
+        for a, d in [*zip(positional[len(positional) - len(args.defaults):], args.defaults, strict=True),
+                     *zip(args.kwonlyargs, args.kw_defaults, strict=True)]:
+            if d is not None and not isinstance(d, ast.Constant):
+                scope.bind(a.arg, _Alias(d, outer))
         if args.vararg:
             scope.bind(args.vararg.arg, _Param(key, "*"))
         if args.kwarg:
@@ -509,6 +524,8 @@ class _Analyser:
         if isinstance(node, ast.Assign):
             for t in node.targets:
                 self._bind_target(t, scope, node.value, import_time)
+                if isinstance(t, ast.Attribute):
+                    self.attr_stores.setdefault(t.attr, []).append((node.value, scope))
             self._push([node.value], scope, import_time)
         elif isinstance(node, ast.AnnAssign):
             if node.value is not None:
@@ -539,7 +556,13 @@ class _Analyser:
         for item in node.items:
             self.with_items.add(id(item.context_expr))
             if item.optional_vars is not None:
-                self._bind_target(item.optional_vars, scope, None, import_time)
+                cm = item.context_expr
+                value: ast.expr | None = None
+                if isinstance(cm, ast.Call) and cm.args:
+                    maker = self.resolve(cm.func, scope)
+                    if maker is not None and maker.qualname == "contextlib.nullcontext":
+                        value = cm.args[0]  # `with nullcontext(x) as c`: c is x
+                self._bind_target(item.optional_vars, scope, value, import_time)
         self._push([*(i.context_expr for i in node.items), *node.body], scope, import_time)
 
     def _b_except(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
@@ -558,6 +581,18 @@ class _Analyser:
         name = getattr(node, "name", None) or getattr(node, "rest", None)
         if isinstance(name, str):
             scope.bind(name, _LOCAL)
+        self._push_children(node, scope, import_time)
+
+    def _b_match_statement(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
+        """`case c:` binds c to the subject; a name inside a sub-pattern to an element of it."""
+        assert isinstance(node, ast.Match)
+        for case in node.cases:
+            for sub in ast.walk(case.pattern):
+                name = getattr(sub, "name", None) or getattr(sub, "rest", None)
+                if not isinstance(name, str):
+                    continue
+                whole = sub is case.pattern and isinstance(sub, ast.MatchAs)
+                scope.bind(name, _Alias(node.subject, scope) if whole else _Elem(node.subject, scope))
         self._push_children(node, scope, import_time)
 
     def _b_if(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
@@ -585,6 +620,7 @@ class _Analyser:
             ast.NamedExpr: self._b_assign, ast.For: self._b_for, ast.AsyncFor: self._b_for,
             ast.With: self._b_with, ast.AsyncWith: self._b_with, ast.ExceptHandler: self._b_except,
             ast.Global: self._b_global, ast.Nonlocal: self._b_global, ast.MatchAs: self._b_match,
+            ast.Match: self._b_match_statement,
             ast.MatchStar: self._b_match, ast.MatchMapping: self._b_match, ast.If: self._b_if,
             ast.Call: self._b_candidate, ast.Attribute: self._b_candidate, ast.Subscript: self._b_candidate,
         }
@@ -681,6 +717,15 @@ class _Analyser:
                     return r
         return _LOCAL_REF
 
+    def _stored_attr(self, attr: str) -> _Ref | None:
+        """The foreign object some `x.<attr> = value` of this file stored, if any (flow- and
+        receiver-insensitive: fail closed)."""
+        for value, scope in self.attr_stores.get(attr, []):
+            t = self.tainted(self.resolve(value, scope))
+            if t is not None:
+                return t
+        return None
+
     def tainted(self, ref: _Ref | None) -> _Ref | None:
         """The foreign object `ref` is or holds (a container's foreign element), or None."""
         if ref is None:
@@ -733,13 +778,15 @@ class _Analyser:
                     return _Ref("own", "<own class>")
                 return _Ref("classof", "<class of a local object>")
             if base.origin == "local":
-                return _LOCAL_REF
+                return self._stored_attr(node.attr) or _LOCAL_REF
             return _Ref(base.origin, f"{base.qualname}.{node.attr}")
         if isinstance(node, ast.Subscript):
             base = self.resolve(node.value, scope)
             if base is None:
                 return None
             key = _dotted_literal(node.slice)
+            if key == "__builtins__" and base.qualname.endswith("__dict__"):
+                return _Ref("import", "builtins")
             if base.origin == "import" and base.qualname == "sys.modules":
                 if isinstance(node.slice, ast.Name) and node.slice.id == "__name__":
                     return _Ref("own", self.module or "<this module>")
@@ -824,6 +871,17 @@ class _Analyser:
             if base is None or base.origin == "local":
                 return _LOCAL_REF
             return _Ref(base.origin, f"{base.qualname}.__dict__")
+        if q == "logging.getLogger":
+            name = "root" if first is None else _dotted_literal(first)
+            if name is not None and name != "root" and not self.is_own(name) and name != "__main__":
+                return _Ref("import", f"logging.loggers.{name}")
+            if name == "root" or (first is not None and isinstance(first, ast.Constant) and not first.value):
+                return _Ref("import", "logging.loggers.root")
+            return _LOCAL_REF  # getLogger(__name__), an own or a computed name: the model's own logger
+        if q == "inspect.getmodule" and first is not None:
+            base = self.tainted(self.resolve(first, scope))
+            if base is not None:
+                return _Ref("import", f"<module of {base.qualname}>")
         if q == "builtins.globals":
             return _Ref("own", f"{self.module or '<this module>'}.__dict__")
         if q == "builtins.type" and len(node.args) == 1 and first is not None:
@@ -1146,6 +1204,7 @@ class _Analyser:
         if key is not None:
             self.own_calls.append((node, scope, key))
         self._check_writer_values(node, scope)
+        self._check_manual_enter(node, scope)
         callee = self.resolve(node.func, scope)
         if callee is not None and callee.origin == "param" and isinstance(node.func, ast.Attribute) \
                 and node.func.attr in _MUTATORS:
@@ -1162,6 +1221,17 @@ class _Analyser:
             return
         q = callee.qualname
         receiver, _, method = q.rpartition(".")
+        if method == "*" and not self.is_own(receiver):
+            self.report(GLOBAL_STATE, node, f"calls an attribute of `{receiver}` chosen by a computed name "
+                        "(`getattr(m, <computed>)(...)`): what it calls cannot be checked", target=q)
+            return
+        if q == "functools.update_wrapper" and node.args:
+            t = self.tainted(self.resolve(node.args[0], scope))
+            if t is not None:
+                self.report(SETATTR, node, f"`functools.update_wrapper` writes `__name__`, `__doc__`, "
+                            f"`__wrapped__`, ... onto `{t.qualname}`, which the contribution does not own",
+                            target=t.qualname)
+                return
         if q == "functools.partial" and node.args:
             self._check_partial(node, scope, import_time)
             return
@@ -1199,6 +1269,32 @@ class _Analyser:
             return
         self._check_registration(node, q, registered=None,
                                  first_arg_local=self._first_arg_local(node, scope), scope=scope)
+
+    def _check_manual_enter(self, node: ast.Call, scope: _Scope) -> None:
+        """`torch.no_grad().__enter__()` or `stack.enter_context(cm)` outside a `with`: a scoped switch
+        (grad mode, a TorchFunctionMode, a config patch) entered and never left is process-wide."""
+        if not isinstance(node.func, ast.Attribute):
+            return
+        attr = node.func.attr
+        if attr in ("__enter__", "__aenter__"):
+            cm: ast.expr | None = node.func.value
+        elif attr in ("enter_context", "enter_async_context"):
+            cm = node.args[0] if node.args else None
+        else:
+            return
+        if not isinstance(cm, ast.Call):
+            return
+        maker = self.resolve(cm.func, scope)
+        if maker is None or not self.foreign(maker):
+            return
+        context = self._context(node)
+        if attr.startswith("__") and any(p in context for p in ("def __enter__", "def __aenter__")):
+            return  # an own context manager entering the one it wraps
+        if not attr.startswith("__") and "with " in context:
+            return  # an ExitStack used inside a with block is closed with it
+        self.report(GLOBAL_STATE, node, f"enters `{maker.qualname}` by `.{attr}()` outside a `with` block: "
+                    "what it switches on (grad mode, a dispatch mode, a config patch) is never restored "
+                    "and changes every model", target=maker.qualname)
 
     def _check_writer_values(self, node: ast.Call, scope: _Scope) -> None:
         """`functools.reduce(setattr, ...)`, `map(setattr, mods, ...)`: a writer handed on as a value writes

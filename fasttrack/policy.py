@@ -252,6 +252,14 @@ class EscapesSpec(Strict):
         "os.umask", "os.set*", "os.nice", "os.sched_set*", "os.register_at_fork", "os.open", "os.write",
         "os.mkfifo", "os.startfile", "copyreg.*", "locale.set*", "asyncio.set_*", "codecs.register*",
         "logging.loggers.*",
+        # code from data: unpickling and marshalled code run whatever the bytes say
+        "pickle.load*", "pickle.Unpickler", "marshal.load*", "runpy.*", "torch.hub.*", "dill.load*",
+        "cloudpickle.load*", "torch.ops.*.py_impl", "torch._ops.*",
+        # more process-wide state: numpy's error and print modes and RNG, stdlib RNG, decimal, mimetypes,
+        # tracemalloc, stdio descriptors, exiting the interpreter
+        "numpy.set*", "numpy.seterr*", "numpy.random.seed", "numpy.random.set_state", "random.setstate",
+        "decimal.setcontext", "mimetypes.add_type", "mimetypes.init", "tracemalloc.start", "os.dup2",
+        "os.close", "os.closerange", "os._exit", "sys.exit", "builtins.exit", "builtins.quit",
     ])
     allowed_global_calls: list[str] = Field(default_factory=lambda: [
         "torch._C.*_get*", "torch._C.*_is_*", "torch._C._has_*", "torch.backends.*.is_*",

@@ -138,6 +138,70 @@ class W:
     pass
 functools.update_wrapper(RowParallelLinear.forward, W)  # <-
 """, "FT121"),
+    # round 2: code from data, other names of os, a method chosen by name, a module's __dict__
+    ("pickle-loads", """
+import pickle
+pickle.loads(b"cos\\nsystem\\n(S'id'\\ntR.")  # <-
+""", "FT146"),
+    ("marshal-loads", """
+import marshal
+code = marshal.loads(b"")  # <-
+""", "FT146"),
+    ("torch-load-unsafe", """
+import torch
+state = torch.load("/tmp/x.pt", weights_only=False)  # <-
+""", "FT146"),
+    ("torch-load-hidden-kwargs", """
+import torch
+opts = {"weights_only": False}
+state = torch.load("/tmp/x.pt", **opts)  # <-
+""", "FT146"),
+    ("torch-hub", """
+import torch
+torch.hub.load("someone/repo", "model")  # <-
+""", "FT146"),
+    ("posix-putenv", """
+import posix
+posix.putenv("CUDA_VISIBLE_DEVICES", "")  # <-
+""", "FT123"),
+    ("posix-system", """
+from posix import system
+system("id")  # <-
+""", "FT146"),
+    ("methodcaller-setattr", SHARED + """
+import operator
+operator.methodcaller("__setattr__", "forward", None)(RowParallelLinear)  # <-
+""", "FT121"),
+    ("builtins-dict-setattr", SHARED + """
+import builtins
+builtins.__dict__["setattr"](RowParallelLinear, "forward", None)  # <-
+""", "FT121"),
+    ("aten-py-impl", """
+import torch
+@torch.ops.aten.mm.default.py_impl(torch._C.DispatchKey.CUDA)  # <-
+def mm(a, b):
+    return a
+""", "FT146"),
+    ("numpy-seterr", """
+import numpy as np
+np.seterr(all="ignore")  # <-
+""", "FT146"),
+    ("stdlib-rng-state", """
+import random
+random.setstate(random.getstate())  # <-
+""", "FT146"),
+    ("engine-cache-clear", """
+from vllm.platforms import current_platform
+current_platform.get_device_capability.cache_clear()  # <-
+""", "FT120"),
+    ("stderr-redirect", """
+import os
+os.dup2(3, 2)  # <-
+""", "FT146"),
+    ("exit-at-import", """
+import sys
+sys.exit(0)  # <-
+""", "FT146"),
 ]
 
 
@@ -205,6 +269,17 @@ logger.setLevel(logging.INFO)
 logger.info("x")
 logging.getLogger("vllm").warning("k3 loaded")
 logging.getLogger("vllm.models.kimi_k3.nvidia").debug("ok")
+"""),
+    ("safe-loads-and-own-cache", """
+import functools
+import operator
+import torch
+@functools.lru_cache
+def table(n):
+    return n
+table.cache_clear()
+state = torch.load("/tmp/x.pt", weights_only=True, map_location="cpu")
+names = list(map(operator.methodcaller("upper"), ["a"]))
 """),
     ("getattr-literal-read", """
 import torch

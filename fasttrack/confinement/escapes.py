@@ -44,8 +44,19 @@ _BUILTIN_NAMES = frozenset(dir(builtins))
 # In-place container methods: called on foreign state they mutate it.
 _MUTATORS = frozenset({
     "update", "setdefault", "pop", "popitem", "clear", "append", "extend", "insert", "remove", "add",
-    "discard", "__setitem__", "__delitem__", "__ior__",
+    "discard", "__setitem__", "__delitem__", "__ior__", "cache_clear",
 })
+# C modules that are other names for a stdlib module (`posix.putenv` is `os.putenv`).
+_MODULE_ALIASES = {
+    "posix": "os", "nt": "os", "_posixsubprocess": "subprocess", "_signal": "signal", "_thread": "threading",
+    "_warnings": "warnings", "_locale": "locale", "_codecs": "codecs", "_pickle": "pickle",
+    "_socket": "socket", "_io": "io", "_imp": "importlib", "_operator": "operator", "_functools": "functools",
+}
+
+
+def _canonical_module(name: str) -> str:
+    top, dot, rest = name.partition(".")
+    return _MODULE_ALIASES[top] + dot + rest if top in _MODULE_ALIASES else name
 _INTERPRETER_HOOKS = frozenset({
     "sys.settrace", "sys.setprofile", "sys.addaudithook", "threading.settrace", "threading.setprofile",
     "threading.settrace_all_threads", "threading.setprofile_all_threads", "sys.monitoring.register_callback",
@@ -495,11 +506,11 @@ class _Analyser:
         for alias in node.names:
             self.facts.imports.add(alias.name)
             if alias.asname:
-                scope.bind(alias.asname, _Import(alias.name))
+                scope.bind(alias.asname, _Import(_canonical_module(alias.name)))
                 self.module_imports.add(alias.name)
             else:
                 top = alias.name.split(".")[0]
-                scope.bind(top, _Import(top))
+                scope.bind(top, _Import(_canonical_module(top)))
                 self.module_imports.update(".".join(alias.name.split(".")[:i + 1])
                                            for i in range(alias.name.count(".") + 1))
 
@@ -508,6 +519,7 @@ class _Analyser:
         base = self._absolute(node.level, node.module)
         if base is not None:
             self.facts.imports.add(base)
+            base = _canonical_module(base) if node.level == 0 else base
         for alias in node.names:
             if alias.name == "*":
                 if base is not None:
@@ -787,6 +799,8 @@ class _Analyser:
             key = _dotted_literal(node.slice)
             if key == "__builtins__" and base.qualname.endswith("__dict__"):
                 return _Ref("import", "builtins")
+            if key is not None and base.origin == "import" and base.qualname.endswith(".__dict__"):
+                return _Ref("import", f"{base.qualname.removesuffix('.__dict__')}.{key}")
             if base.origin == "import" and base.qualname == "sys.modules":
                 if isinstance(node.slice, ast.Name) and node.slice.id == "__name__":
                     return _Ref("own", self.module or "<this module>")
@@ -1205,6 +1219,7 @@ class _Analyser:
             self.own_calls.append((node, scope, key))
         self._check_writer_values(node, scope)
         self._check_manual_enter(node, scope)
+        self._check_methodcaller(node, scope)
         callee = self.resolve(node.func, scope)
         if callee is not None and callee.origin == "param" and isinstance(node.func, ast.Attribute) \
                 and node.func.attr in _MUTATORS:
@@ -1224,6 +1239,13 @@ class _Analyser:
         if method == "*" and not self.is_own(receiver):
             self.report(GLOBAL_STATE, node, f"calls an attribute of `{receiver}` chosen by a computed name "
                         "(`getattr(m, <computed>)(...)`): what it calls cannot be checked", target=q)
+            return
+        if q in ("torch.load", "torch.serialization.load"):
+            safe = _arg(node, 99, "weights_only")
+            hidden = any(k.arg is None for k in node.keywords)  # `**kw` may say weights_only=False
+            if hidden or (safe is not None and not (isinstance(safe, ast.Constant) and safe.value is True)):
+                self.report(GLOBAL_STATE, node, f"calls `{q}` without `weights_only=True`: unpickling runs "
+                            "whatever the file says", target=q)
             return
         if q == "functools.update_wrapper" and node.args:
             t = self.tainted(self.resolve(node.args[0], scope))
@@ -1269,6 +1291,22 @@ class _Analyser:
             return
         self._check_registration(node, q, registered=None,
                                  first_arg_local=self._first_arg_local(node, scope), scope=scope)
+
+    def _check_methodcaller(self, node: ast.Call, scope: _Scope) -> None:
+        """`operator.methodcaller("__setattr__", "forward", f)(SharedClass)`: a method chosen by name
+        called on a foreign object; only a literal, non-dunder, non-mutating name is a read."""
+        if not isinstance(node.func, ast.Call) or not node.args:
+            return
+        maker = self.resolve(node.func.func, scope)
+        if maker is None or maker.qualname != "operator.methodcaller":
+            return
+        target = self.tainted(self.resolve(node.args[0], scope))
+        name = _dotted_literal(_arg(node.func, 0))
+        if target is None or (name is not None and not name.startswith("__") and name not in _MUTATORS):
+            return
+        self.report(SETATTR, node, f"calls `{name or '<computed>'}` on `{target.qualname}` through "
+                    "`operator.methodcaller`: a write to an object the contribution does not own",
+                    target=target.qualname)
 
     def _check_manual_enter(self, node: ast.Call, scope: _Scope) -> None:
         """`torch.no_grad().__enter__()` or `stack.enter_context(cm)` outside a `with`: a scoped switch

@@ -5,10 +5,18 @@ fix comes with honest model-local twins that must stay clean (no finding at all)
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+from git_helpers import GitRepo
 
+from fasttrack.commands.verify import VerifyOptions, build_context
 from fasttrack.confinement.escapes import Escape, find_escapes
+from fasttrack.findings import Severity
+from fasttrack.rules import all_rules
+
+MakeRepo = Callable[..., GitRepo]
 
 MODEL_FILE = "vllm/models/kimi_k3/nvidia/model.py"
 OWN = {"vllm.models.kimi_k3"}
@@ -292,3 +300,34 @@ dtype = getattr(torch, "bfloat16")
 @pytest.mark.parametrize("source", [h[1] for h in HONEST], ids=[h[0] for h in HONEST])
 def test_honest_code_stays_clean(source: str) -> None:
     assert scan(source) == []
+
+
+# ------------------------------------------------------------------------------------------------------
+# Files that replace a module for the whole process when their directory is on sys.path (FT136).
+
+SOURCE_POLICY = Path(__file__).resolve().parent.parent / "policies" / "vllm.toml"
+K3 = "vllm/models/kimi_k3"
+
+
+def source_errors(make_repo: MakeRepo, files: dict[str, str]) -> list[tuple[str, str | None]]:
+    from test_zones_registry import ENGINE
+
+    repo = make_repo(ENGINE)
+    repo.commit(files)
+    ctx = build_context(VerifyOptions(repo=repo.path, base="HEAD~1", head="HEAD", policy=SOURCE_POLICY))
+    return [(f.code, f.path) for r in all_rules() if r.code == "FT136" for f in r.run(ctx)
+            if f.severity is Severity.ERROR]
+
+
+@pytest.mark.usefixtures("isolated_cache")
+@pytest.mark.parametrize("rel", [f"{K3}/sitecustomize.py", f"{K3}/nvidia/usercustomize.py",
+                                 f"{K3}/scripts/typing.py"])
+def test_module_shadowing_a_site_hook_or_stdlib_is_an_error(make_repo: MakeRepo, rel: str) -> None:
+    assert source_errors(make_repo, {rel: "List = None\n"}) == [("FT136", rel)]
+
+
+@pytest.mark.usefixtures("isolated_cache")
+def test_stdlib_named_module_inside_a_package_is_fine(make_repo: MakeRepo) -> None:
+    # real vLLM ships kimi_k3/.../kda/chunk.py: inside a package it is `...kda.chunk`, never `chunk`
+    assert source_errors(make_repo, {f"{K3}/kda/__init__.py": "", f"{K3}/kda/chunk.py": "X = 1\n",
+                                     f"{K3}/chunking.py": "X = 1\n"}) == []

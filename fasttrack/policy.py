@@ -260,6 +260,8 @@ class EscapesSpec(Strict):
         "numpy.set*", "numpy.seterr*", "numpy.random.seed", "numpy.random.set_state", "random.setstate",
         "decimal.setcontext", "mimetypes.add_type", "mimetypes.init", "tracemalloc.start", "os.dup2",
         "os.close", "os.closerange", "os._exit", "sys.exit", "builtins.exit", "builtins.quit",
+        # compiler stance and graph rules, triton's active driver, TorchScript state, python kernels of ops
+        "torch.compiler.*", "torch.jit._state.*", "triton.runtime.driver.*", "torch.ops.*.py_kernels.*",
     ])
     allowed_global_calls: list[str] = Field(default_factory=lambda: [
         "torch._C.*_get*", "torch._C.*_is_*", "torch._C._has_*", "torch.backends.*.is_*",
@@ -279,6 +281,8 @@ class EscapesSpec(Strict):
         "ctypes.Structure", "ctypes.Union", "ctypes.alignment", "ctypes.util.find_library",
         "ctypes.get_errno", "ctypes.cast", "ctypes.string_at",
         "sysconfig.get_*", "multiprocessing.get_*", "site.get*",
+        "torch.compiler.is_*", "torch.compiler.disable", "torch.compiler.assume_constant_result",
+        "torch.compiler.cudagraph_mark_step_begin", "triton.runtime.driver.active.*get_*",
         # messages to a shared logger are fine; configuring it is not
         "logging.loggers.*.debug", "logging.loggers.*.info", "logging.loggers.*.warning",
         "logging.loggers.*.warning_once", "logging.loggers.*.info_once", "logging.loggers.*.debug_once",

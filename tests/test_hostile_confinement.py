@@ -210,6 +210,30 @@ os.dup2(3, 2)  # <-
 import sys
 sys.exit(0)  # <-
 """, "FT146"),
+    # round 3: compiler stance, triton's driver, op python kernels, an object's class swapped
+    ("compiler-stance", """
+import torch
+torch.compiler.set_stance("force_eager")  # <-
+""", "FT146"),
+    ("compiler-substitute", """
+import torch
+torch.compiler.substitute_in_graph(len)(lambda x: 0)  # <-
+""", "FT146"),
+    ("triton-set-active", """
+import triton
+triton.runtime.driver.set_active(None)  # <-
+""", "FT146"),
+    ("aten-py-kernels-clear", """
+import torch
+torch.ops.aten.mm.default.py_kernels.clear()  # <-
+""", "FT146"),
+    ("class-swap-of-parameter", """
+import torch
+class Evil(torch.nn.Module):
+    pass
+def swap(module):
+    module.__class__ = Evil  # <-
+""", "FT120"),
 ]
 
 
@@ -288,6 +312,17 @@ def table(n):
 table.cache_clear()
 state = torch.load("/tmp/x.pt", weights_only=True, map_location="cpu")
 names = list(map(operator.methodcaller("upper"), ["a"]))
+"""),
+    ("compiler-reads-and-own-class", """
+import torch
+@torch.compiler.disable
+def eager(x):
+    if torch.compiler.is_compiling():
+        return x
+    return x + 1
+class K3:
+    def __init__(self):
+        self.__class__ = K3
 """),
     ("getattr-literal-read", """
 import torch

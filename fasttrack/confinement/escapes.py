@@ -1168,6 +1168,11 @@ class _Analyser:
         if base is None:
             self._unresolved_write(node, f"{verb} `{node.attr}`", MONKEYPATCH)
             return
+        if base.origin == "param" and node.attr in ("__class__", "__dict__"):
+            self.report(MONKEYPATCH, node, f"{verb} `{node.attr}` of an object the function was given: "
+                        "swapping an object's class or namespace changes it for everyone who holds it "
+                        "(wrap or subclass it instead)", target=f"<parameter>.{node.attr}")
+            return
         if base.origin == "param":
             self._record_param_write(base, node)
             return

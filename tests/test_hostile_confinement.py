@@ -234,6 +234,30 @@ class Evil(torch.nn.Module):
 def swap(module):
     module.__class__ = Evil  # <-
 """, "FT120"),
+    # round 4: a state-changing function handed on to be called later
+    ("atexit-os-system", """
+import atexit
+import os
+atexit.register(os.system, "id")  # <-
+""", "FT146"),
+    ("atexit-environ-update", """
+import atexit
+import os
+atexit.register(os.environ.update, A="1")  # <-
+""", "FT146"),
+    ("thread-target", """
+import os
+import threading
+threading.Thread(target=os.system, args=("id",)).start()  # <-
+""", "FT146"),
+    ("map-call", """
+import os
+list(map(os.system, ["id"]))  # <-
+""", "FT146"),
+    ("sorted-key", """
+import torch
+sorted([1], key=torch.set_num_threads)  # <-
+""", "FT146"),
 ]
 
 
@@ -323,6 +347,21 @@ def eager(x):
 class K3:
     def __init__(self):
         self.__class__ = K3
+"""),
+    ("constants-and-reads-as-values", """
+import atexit
+import logging
+import signal
+import threading
+import torch
+logger = logging.getLogger(__name__)
+logger.setLevel(logging.INFO)
+old = signal.getsignal(signal.SIGINT)
+def _cleanup():
+    return None
+atexit.register(_cleanup)
+threading.Thread(target=_cleanup, daemon=True)
+ok = list(map(torch.backends.cuda.is_flash_attention_available, []))
 """),
     ("getattr-literal-read", """
 import torch

@@ -1349,11 +1349,31 @@ class _Analyser:
             if skip_first and i == 0:
                 continue
             r = self.resolve(v.value if isinstance(v, ast.Starred) else v, scope)
+            if r is not None and r.origin == "import" and self._deferred_state_call(r.qualname):
+                to = callee.qualname if callee is not None and callee.qualname else "a call"
+                self.report(GLOBAL_STATE, v, f"passes `{r.qualname}` as a value to "
+                            f"`{to.removeprefix('builtins.')}`: it changes process-wide state when that "
+                            "code calls it later (at exit, in a thread, per element)", target=r.qualname)
+                continue
             if r is not None and r.origin == "import" and r.qualname in _WRITERS - {"builtins.vars"}:
                 to = callee.qualname if callee is not None and callee.qualname else "a call"
                 self.report(SETATTR, v, f"passes `{r.qualname.removeprefix('builtins.')}` as a value to "
                             f"`{to.removeprefix('builtins.')}`: what it writes to cannot be checked",
                             target=r.qualname)
+
+    def _deferred_state_call(self, q: str) -> bool:
+        """A function (snake_case last part: not a constant or a class) that changes process-wide state,
+        handed on as a value instead of being called here."""
+        last = q.rsplit(".", 1)[-1]
+        if not last[:1].islower() or self.is_own(q):
+            return False
+        s = self.settings
+        if q in _INTERPRETER_HOOKS or _matches(q, s.global_flag_calls):
+            return True
+        if q.startswith("os.environ.") and last in _MUTATORS:
+            return True
+        return _matches(q, s.global_state_calls) and not _matches(q, s.allowed_global_calls) \
+            and not _matches(q, s.scoped_global_calls)
 
     def _check_partial(self, node: ast.Call, scope: _Scope, import_time: bool) -> None:
         """`functools.partial(f, *a, **kw)` is judged as the call `f(*a, **kw)` it prepares."""

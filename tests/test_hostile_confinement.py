@@ -405,3 +405,41 @@ def test_stdlib_named_module_inside_a_package_is_fine(make_repo: MakeRepo) -> No
     # real vLLM ships kimi_k3/.../kda/chunk.py: inside a package it is `...kda.chunk`, never `chunk`
     assert source_errors(make_repo, {f"{K3}/kda/__init__.py": "", f"{K3}/kda/chunk.py": "X = 1\n",
                                      f"{K3}/chunking.py": "X = 1\n"}) == []
+
+
+# ------------------------------------------------------------------------------------------------------
+# A name imported from another of the contribution's modules is the contribution's own only if that module
+# defines it: a re-export of an engine class is the engine's class (FT120, judged across files on disk).
+
+REEXPORTS = f"{K3}/common.py"
+REEXPORT_TEXT = ("import os\nfrom vllm.v1.sample.sampler import sample\n"
+                 "class Own:\n    pass\n")
+
+
+def ft120(make_repo: MakeRepo, files: dict[str, str]) -> list[tuple[str | None, int | None, str]]:
+    from test_zones_registry import ENGINE
+
+    repo = make_repo({**ENGINE, REEXPORTS: REEXPORT_TEXT})
+    repo.commit(files)
+    ctx = build_context(VerifyOptions(repo=repo.path, base="HEAD~1", head="HEAD", policy=SOURCE_POLICY))
+    return [(f.path, f.line, f.message) for r in all_rules() if r.code == "FT120" for f in r.run(ctx)
+            if f.severity is Severity.ERROR]
+
+
+@pytest.mark.usefixtures("isolated_cache")
+@pytest.mark.parametrize("src", [
+    "from vllm.models.kimi_k3.common import sample\nsample.__defaults__ = ()\n",
+    "from .common import sample\nsample.__defaults__ = ()\n",
+    "import vllm.models.kimi_k3.common as c\nc.os.environ.x = 1\n",
+    "from .hop import sample\nsample.__defaults__ = ()\n",  # hop.py: `from .common import sample`
+])
+def test_write_through_a_reexport_is_an_error(make_repo: MakeRepo, src: str) -> None:
+    got = ft120(make_repo, {f"{K3}/fast.py": src, f"{K3}/hop.py": "from .common import sample\n"})
+    assert [(p, line) for p, line, _ in got] == [(f"{K3}/fast.py", 2)], got
+    assert "re-exported" in got[0][2]
+
+
+@pytest.mark.usefixtures("isolated_cache")
+def test_write_to_an_own_definition_elsewhere_is_fine(make_repo: MakeRepo) -> None:
+    assert ft120(make_repo, {f"{K3}/fast.py": "from .common import Own\nOwn.tag = 1\n"
+                                              "from . import common\ncommon.FLAG = True\n"}) == []

@@ -115,6 +115,9 @@ class FileFacts:
     # Own functions (dotted name) and the parameters (position or name) they write through: a helper that
     # patches whatever it is given. Another changed file passing a foreign object there is an escape.
     param_writers: dict[str, frozenset[int | str]] = field(default_factory=dict)
+    # Writes to a name imported from another of the contribution's modules ((dotted target, line)): own
+    # only if that module defines it; a re-export of an engine class is foreign (judged across files).
+    own_import_writes: list[tuple[str, int]] = field(default_factory=list)
     # Calls to functions of the contribution's own packages with foreign arguments:
     # (callee dotted name, {position or keyword: foreign target}, line).
     foreign_calls: list[tuple[str, dict[int | str, str], int]] = field(default_factory=list)
@@ -1184,6 +1187,8 @@ class _Analyser:
                         "statically", severity="warning", target=f"{base.qualname}.{node.attr}")
             return
         if not self.foreign(base):
+            if base.origin == "import" and self.is_own(base.qualname) and base.qualname != self.module:
+                self.facts.own_import_writes.append((f"{base.qualname}.{node.attr}", node.lineno))
             return
         self._report_write(node, f"{base.qualname}.{node.attr}", verb, MONKEYPATCH, import_time,
                            "attribute assignment" if verb == "assigns" else "del")

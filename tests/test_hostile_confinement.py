@@ -432,9 +432,11 @@ def ft120(make_repo: MakeRepo, files: dict[str, str]) -> list[tuple[str | None, 
     "from .common import sample\nsample.__defaults__ = ()\n",
     "import vllm.models.kimi_k3.common as c\nc.os.environ.x = 1\n",
     "from .hop import sample\nsample.__defaults__ = ()\n",  # hop.py: `from .common import sample`
+    "from .star import sample\nsample.__defaults__ = ()\n",  # star.py: `from vllm...sampler import *`
 ])
 def test_write_through_a_reexport_is_an_error(make_repo: MakeRepo, src: str) -> None:
-    got = ft120(make_repo, {f"{K3}/fast.py": src, f"{K3}/hop.py": "from .common import sample\n"})
+    got = ft120(make_repo, {f"{K3}/fast.py": src, f"{K3}/hop.py": "from .common import sample\n",
+                                   f"{K3}/star.py": "from vllm.v1.sample.sampler import *\n"})
     assert [(p, line) for p, line, _ in got] == [(f"{K3}/fast.py", 2)], got
     assert "re-exported" in got[0][2]
 

@@ -307,6 +307,7 @@ def _top_binding(tree: ast.Module, name: str, package: str) -> str | None:
     (def, class, assignment), None when it does not bind it. `package`: the module's package, for
     relative imports."""
     found: str | None = None
+    star: str | None = None
     for node in tree.body:
         if isinstance(node, ast.Import):
             for a in node.names:
@@ -318,11 +319,13 @@ def _top_binding(tree: ast.Module, name: str, package: str) -> str | None:
                 up = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*up, *([base] if base else [])])
             for a in node.names:
+                if a.name == "*" and base and found is None:
+                    star = star or f"{base}.{name}"  # `from x import *` may bind it: judged as x's
                 if (a.asname or a.name) == name and base:
                     found = f"{base}.{a.name}"
         elif _defines(node, name):
             found = ""
-    return found
+    return found if found is not None else star
 
 
 def _reexport(ctx: Context, own: set[str], target: str) -> str | None:
@@ -333,6 +336,8 @@ def _reexport(ctx: Context, own: set[str], target: str) -> str | None:
         return any(q == p or q.startswith(p + ".") for p in own)
 
     for _ in range(_MAX_REEXPORT_HOPS):
+        if _own_module_file(ctx, own, target) is not None:
+            return None  # one of the contribution's modules itself
         parts = target.split(".")
         for cut in range(len(parts) - 1, 0, -1):
             module = ".".join(parts[:cut])

@@ -250,7 +250,18 @@ class EscapesSpec(Strict):
         "os.remove", "os.unlink", "os.rename", "os.renames", "os.replace", "os.symlink", "os.link",
         "os.mkdir", "os.makedirs", "os.rmdir", "os.removedirs", "os.chmod", "os.chown", "os.truncate",
         "os.umask", "os.set*", "os.nice", "os.sched_set*", "os.register_at_fork", "os.open", "os.write",
-        "os.mkfifo", "os.startfile",
+        "os.mkfifo", "os.startfile", "copyreg.*", "locale.set*", "asyncio.set_*", "codecs.register*",
+        "logging.loggers.*",
+        # code from data: unpickling and marshalled code run whatever the bytes say
+        "pickle.load*", "pickle.Unpickler", "marshal.load*", "runpy.*", "torch.hub.*", "dill.load*",
+        "cloudpickle.load*", "torch.ops.*.py_impl", "torch._ops.*",
+        # more process-wide state: numpy's error and print modes and RNG, stdlib RNG, decimal, mimetypes,
+        # tracemalloc, stdio descriptors, exiting the interpreter
+        "numpy.set*", "numpy.seterr*", "numpy.random.seed", "numpy.random.set_state", "random.setstate",
+        "decimal.setcontext", "mimetypes.add_type", "mimetypes.init", "tracemalloc.start", "os.dup2",
+        "os.close", "os.closerange", "os._exit", "sys.exit", "builtins.exit", "builtins.quit",
+        # compiler stance and graph rules, triton's active driver, TorchScript state, python kernels of ops
+        "torch.compiler.*", "torch.jit._state.*", "triton.runtime.driver.*", "torch.ops.*.py_kernels.*",
     ])
     allowed_global_calls: list[str] = Field(default_factory=lambda: [
         "torch._C.*_get*", "torch._C.*_is_*", "torch._C._has_*", "torch.backends.*.is_*",
@@ -270,6 +281,13 @@ class EscapesSpec(Strict):
         "ctypes.Structure", "ctypes.Union", "ctypes.alignment", "ctypes.util.find_library",
         "ctypes.get_errno", "ctypes.cast", "ctypes.string_at",
         "sysconfig.get_*", "multiprocessing.get_*", "site.get*",
+        "torch.compiler.is_*", "torch.compiler.disable", "torch.compiler.assume_constant_result",
+        "torch.compiler.cudagraph_mark_step_begin", "triton.runtime.driver.active.*get_*",
+        # messages to a shared logger are fine; configuring it is not
+        "logging.loggers.*.debug", "logging.loggers.*.info", "logging.loggers.*.warning",
+        "logging.loggers.*.warning_once", "logging.loggers.*.info_once", "logging.loggers.*.debug_once",
+        "logging.loggers.*.error", "logging.loggers.*.exception", "logging.loggers.*.critical",
+        "logging.loggers.*.log", "logging.loggers.*.isEnabledFor", "logging.loggers.*.getEffectiveLevel",
     ])
     scoped_global_calls: list[str] = Field(default_factory=lambda: [
         "torch._dynamo.config.patch", "torch._inductor.config.patch", "torch._functorch.config.patch",

@@ -44,8 +44,19 @@ _BUILTIN_NAMES = frozenset(dir(builtins))
 # In-place container methods: called on foreign state they mutate it.
 _MUTATORS = frozenset({
     "update", "setdefault", "pop", "popitem", "clear", "append", "extend", "insert", "remove", "add",
-    "discard", "__setitem__", "__delitem__", "__ior__",
+    "discard", "__setitem__", "__delitem__", "__ior__", "cache_clear",
 })
+# C modules that are other names for a stdlib module (`posix.putenv` is `os.putenv`).
+_MODULE_ALIASES = {
+    "posix": "os", "nt": "os", "_posixsubprocess": "subprocess", "_signal": "signal", "_thread": "threading",
+    "_warnings": "warnings", "_locale": "locale", "_codecs": "codecs", "_pickle": "pickle",
+    "_socket": "socket", "_io": "io", "_imp": "importlib", "_operator": "operator", "_functools": "functools",
+}
+
+
+def _canonical_module(name: str) -> str:
+    top, dot, rest = name.partition(".")
+    return _MODULE_ALIASES[top] + dot + rest if top in _MODULE_ALIASES else name
 _INTERPRETER_HOOKS = frozenset({
     "sys.settrace", "sys.setprofile", "sys.addaudithook", "threading.settrace", "threading.setprofile",
     "threading.settrace_all_threads", "threading.setprofile_all_threads", "sys.monitoring.register_callback",
@@ -104,6 +115,9 @@ class FileFacts:
     # Own functions (dotted name) and the parameters (position or name) they write through: a helper that
     # patches whatever it is given. Another changed file passing a foreign object there is an escape.
     param_writers: dict[str, frozenset[int | str]] = field(default_factory=dict)
+    # Writes to a name imported from another of the contribution's modules ((dotted target, line)): own
+    # only if that module defines it; a re-export of an engine class is foreign (judged across files).
+    own_import_writes: list[tuple[str, int]] = field(default_factory=list)
     # Calls to functions of the contribution's own packages with foreign arguments:
     # (callee dotted name, {position or keyword: foreign target}, line).
     foreign_calls: list[tuple[str, dict[int | str, str], int]] = field(default_factory=list)
@@ -181,8 +195,10 @@ class _Function:
         todo: list[ast.AST] = list(self.node.body)
         while todo:
             n = todo.pop()
-            if isinstance(n, ast.Return) and n.value is not None:
+            if isinstance(n, ast.Return | ast.Yield) and n.value is not None:
                 out.append(n.value)
+            elif isinstance(n, ast.YieldFrom):
+                out.append(ast.Starred(value=n.value, ctx=ast.Load()))
             if not isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
                 todo.extend(ast.iter_child_nodes(n))
         return out
@@ -319,6 +335,9 @@ class _Analyser:
         self.with_items: set[int] = set()
         self.module_imports: set[str] = set()  # names bound by `import x.y`: modules, not containers
         self._parents: dict[int, ast.AST] | None = None
+        # `x.attr = value` on any object: attribute name -> the values stored (taint by attribute name,
+        # so `self.target = SharedClass; self.target.forward = f` is a write to SharedClass).
+        self.attr_stores: dict[str, list[tuple[ast.expr, _Scope]]] = {}
 
     # ---------------------------------------------------------------- ownership
 
@@ -373,6 +392,11 @@ class _Analyser:
         loop targets), so `a, b = pair` keeps a foreign object in `pair` foreign in `a` and `b`."""
         if isinstance(target, ast.Name):
             home = self.module_scope if target.id in scope.globals_ else scope
+            if target.id in scope.nonlocals:
+                outer = scope.parent
+                while outer is not None and (outer.kind == "class" or target.id not in outer.bindings):
+                    outer = outer.parent
+                home = outer or scope
             if value is not None:
                 home.bind(target.id, _Alias(value, scope))
             elif element_of is not None:
@@ -430,6 +454,11 @@ class _Analyser:
             scope.bind(a.arg, _Param(key, a.arg))
         for a in args.kwonlyargs:
             scope.bind(a.arg, _Param(key, a.arg))
+        # a caller that omits an argument gets the default, evaluated in the enclosing scope
+        for a, d in [*zip(positional[len(positional) - len(args.defaults):], args.defaults, strict=True),
+                     *zip(args.kwonlyargs, args.kw_defaults, strict=True)]:
+            if d is not None and not isinstance(d, ast.Constant):
+                scope.bind(a.arg, _Alias(d, outer))
         if args.vararg:
             scope.bind(args.vararg.arg, _Param(key, "*"))
         if args.kwarg:
@@ -480,11 +509,11 @@ class _Analyser:
         for alias in node.names:
             self.facts.imports.add(alias.name)
             if alias.asname:
-                scope.bind(alias.asname, _Import(alias.name))
+                scope.bind(alias.asname, _Import(_canonical_module(alias.name)))
                 self.module_imports.add(alias.name)
             else:
                 top = alias.name.split(".")[0]
-                scope.bind(top, _Import(top))
+                scope.bind(top, _Import(_canonical_module(top)))
                 self.module_imports.update(".".join(alias.name.split(".")[:i + 1])
                                            for i in range(alias.name.count(".") + 1))
 
@@ -493,6 +522,7 @@ class _Analyser:
         base = self._absolute(node.level, node.module)
         if base is not None:
             self.facts.imports.add(base)
+            base = _canonical_module(base) if node.level == 0 else base
         for alias in node.names:
             if alias.name == "*":
                 if base is not None:
@@ -509,6 +539,8 @@ class _Analyser:
         if isinstance(node, ast.Assign):
             for t in node.targets:
                 self._bind_target(t, scope, node.value, import_time)
+                if isinstance(t, ast.Attribute):
+                    self.attr_stores.setdefault(t.attr, []).append((node.value, scope))
             self._push([node.value], scope, import_time)
         elif isinstance(node, ast.AnnAssign):
             if node.value is not None:
@@ -539,7 +571,13 @@ class _Analyser:
         for item in node.items:
             self.with_items.add(id(item.context_expr))
             if item.optional_vars is not None:
-                self._bind_target(item.optional_vars, scope, None, import_time)
+                cm = item.context_expr
+                value: ast.expr | None = None
+                if isinstance(cm, ast.Call) and cm.args:
+                    maker = self.resolve(cm.func, scope)
+                    if maker is not None and maker.qualname == "contextlib.nullcontext":
+                        value = cm.args[0]  # `with nullcontext(x) as c`: c is x
+                self._bind_target(item.optional_vars, scope, value, import_time)
         self._push([*(i.context_expr for i in node.items), *node.body], scope, import_time)
 
     def _b_except(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
@@ -558,6 +596,18 @@ class _Analyser:
         name = getattr(node, "name", None) or getattr(node, "rest", None)
         if isinstance(name, str):
             scope.bind(name, _LOCAL)
+        self._push_children(node, scope, import_time)
+
+    def _b_match_statement(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
+        """`case c:` binds c to the subject; a name inside a sub-pattern to an element of it."""
+        assert isinstance(node, ast.Match)
+        for case in node.cases:
+            for sub in ast.walk(case.pattern):
+                name = getattr(sub, "name", None) or getattr(sub, "rest", None)
+                if not isinstance(name, str):
+                    continue
+                whole = sub is case.pattern and isinstance(sub, ast.MatchAs)
+                scope.bind(name, _Alias(node.subject, scope) if whole else _Elem(node.subject, scope))
         self._push_children(node, scope, import_time)
 
     def _b_if(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
@@ -585,6 +635,7 @@ class _Analyser:
             ast.NamedExpr: self._b_assign, ast.For: self._b_for, ast.AsyncFor: self._b_for,
             ast.With: self._b_with, ast.AsyncWith: self._b_with, ast.ExceptHandler: self._b_except,
             ast.Global: self._b_global, ast.Nonlocal: self._b_global, ast.MatchAs: self._b_match,
+            ast.Match: self._b_match_statement,
             ast.MatchStar: self._b_match, ast.MatchMapping: self._b_match, ast.If: self._b_if,
             ast.Call: self._b_candidate, ast.Attribute: self._b_candidate, ast.Subscript: self._b_candidate,
         }
@@ -681,6 +732,15 @@ class _Analyser:
                     return r
         return _LOCAL_REF
 
+    def _stored_attr(self, attr: str) -> _Ref | None:
+        """The foreign object some `x.<attr> = value` of this file stored, if any (flow- and
+        receiver-insensitive: fail closed)."""
+        for value, scope in self.attr_stores.get(attr, []):
+            t = self.tainted(self.resolve(value, scope))
+            if t is not None:
+                return t
+        return None
+
     def tainted(self, ref: _Ref | None) -> _Ref | None:
         """The foreign object `ref` is or holds (a container's foreign element), or None."""
         if ref is None:
@@ -733,13 +793,17 @@ class _Analyser:
                     return _Ref("own", "<own class>")
                 return _Ref("classof", "<class of a local object>")
             if base.origin == "local":
-                return _LOCAL_REF
+                return self._stored_attr(node.attr) or _LOCAL_REF
             return _Ref(base.origin, f"{base.qualname}.{node.attr}")
         if isinstance(node, ast.Subscript):
             base = self.resolve(node.value, scope)
             if base is None:
                 return None
             key = _dotted_literal(node.slice)
+            if key == "__builtins__" and base.qualname.endswith("__dict__"):
+                return _Ref("import", "builtins")
+            if key is not None and base.origin == "import" and base.qualname.endswith(".__dict__"):
+                return _Ref("import", f"{base.qualname.removesuffix('.__dict__')}.{key}")
             if base.origin == "import" and base.qualname == "sys.modules":
                 if isinstance(node.slice, ast.Name) and node.slice.id == "__name__":
                     return _Ref("own", self.module or "<this module>")
@@ -824,6 +888,17 @@ class _Analyser:
             if base is None or base.origin == "local":
                 return _LOCAL_REF
             return _Ref(base.origin, f"{base.qualname}.__dict__")
+        if q == "logging.getLogger":
+            name = "root" if first is None else _dotted_literal(first)
+            if name is not None and name != "root" and not self.is_own(name) and name != "__main__":
+                return _Ref("import", f"logging.loggers.{name}")
+            if name == "root" or (first is not None and isinstance(first, ast.Constant) and not first.value):
+                return _Ref("import", "logging.loggers.root")
+            return _LOCAL_REF  # getLogger(__name__), an own or a computed name: the model's own logger
+        if q == "inspect.getmodule" and first is not None:
+            base = self.tainted(self.resolve(first, scope))
+            if base is not None:
+                return _Ref("import", f"<module of {base.qualname}>")
         if q == "builtins.globals":
             return _Ref("own", f"{self.module or '<this module>'}.__dict__")
         if q == "builtins.type" and len(node.args) == 1 and first is not None:
@@ -1096,6 +1171,11 @@ class _Analyser:
         if base is None:
             self._unresolved_write(node, f"{verb} `{node.attr}`", MONKEYPATCH)
             return
+        if base.origin == "param" and node.attr in ("__class__", "__dict__"):
+            self.report(MONKEYPATCH, node, f"{verb} `{node.attr}` of an object the function was given: "
+                        "swapping an object's class or namespace changes it for everyone who holds it "
+                        "(wrap or subclass it instead)", target=f"<parameter>.{node.attr}")
+            return
         if base.origin == "param":
             self._record_param_write(base, node)
             return
@@ -1107,6 +1187,8 @@ class _Analyser:
                         "statically", severity="warning", target=f"{base.qualname}.{node.attr}")
             return
         if not self.foreign(base):
+            if base.origin == "import" and self.is_own(base.qualname) and base.qualname != self.module:
+                self.facts.own_import_writes.append((f"{base.qualname}.{node.attr}", node.lineno))
             return
         self._report_write(node, f"{base.qualname}.{node.attr}", verb, MONKEYPATCH, import_time,
                            "attribute assignment" if verb == "assigns" else "del")
@@ -1146,6 +1228,8 @@ class _Analyser:
         if key is not None:
             self.own_calls.append((node, scope, key))
         self._check_writer_values(node, scope)
+        self._check_manual_enter(node, scope)
+        self._check_methodcaller(node, scope)
         callee = self.resolve(node.func, scope)
         if callee is not None and callee.origin == "param" and isinstance(node.func, ast.Attribute) \
                 and node.func.attr in _MUTATORS:
@@ -1162,6 +1246,24 @@ class _Analyser:
             return
         q = callee.qualname
         receiver, _, method = q.rpartition(".")
+        if method == "*" and not self.is_own(receiver):
+            self.report(GLOBAL_STATE, node, f"calls an attribute of `{receiver}` chosen by a computed name "
+                        "(`getattr(m, <computed>)(...)`): what it calls cannot be checked", target=q)
+            return
+        if q in ("torch.load", "torch.serialization.load"):
+            safe = _arg(node, 99, "weights_only")
+            hidden = any(k.arg is None for k in node.keywords)  # `**kw` may say weights_only=False
+            if hidden or (safe is not None and not (isinstance(safe, ast.Constant) and safe.value is True)):
+                self.report(GLOBAL_STATE, node, f"calls `{q}` without `weights_only=True`: unpickling runs "
+                            "whatever the file says", target=q)
+            return
+        if q == "functools.update_wrapper" and node.args:
+            t = self.tainted(self.resolve(node.args[0], scope))
+            if t is not None:
+                self.report(SETATTR, node, f"`functools.update_wrapper` writes `__name__`, `__doc__`, "
+                            f"`__wrapped__`, ... onto `{t.qualname}`, which the contribution does not own",
+                            target=t.qualname)
+                return
         if q == "functools.partial" and node.args:
             self._check_partial(node, scope, import_time)
             return
@@ -1200,6 +1302,48 @@ class _Analyser:
         self._check_registration(node, q, registered=None,
                                  first_arg_local=self._first_arg_local(node, scope), scope=scope)
 
+    def _check_methodcaller(self, node: ast.Call, scope: _Scope) -> None:
+        """`operator.methodcaller("__setattr__", "forward", f)(SharedClass)`: a method chosen by name
+        called on a foreign object; only a literal, non-dunder, non-mutating name is a read."""
+        if not isinstance(node.func, ast.Call) or not node.args:
+            return
+        maker = self.resolve(node.func.func, scope)
+        if maker is None or maker.qualname != "operator.methodcaller":
+            return
+        target = self.tainted(self.resolve(node.args[0], scope))
+        name = _dotted_literal(_arg(node.func, 0))
+        if target is None or (name is not None and not name.startswith("__") and name not in _MUTATORS):
+            return
+        self.report(SETATTR, node, f"calls `{name or '<computed>'}` on `{target.qualname}` through "
+                    "`operator.methodcaller`: a write to an object the contribution does not own",
+                    target=target.qualname)
+
+    def _check_manual_enter(self, node: ast.Call, scope: _Scope) -> None:
+        """`torch.no_grad().__enter__()` or `stack.enter_context(cm)` outside a `with`: a scoped switch
+        (grad mode, a TorchFunctionMode, a config patch) entered and never left is process-wide."""
+        if not isinstance(node.func, ast.Attribute):
+            return
+        attr = node.func.attr
+        if attr in ("__enter__", "__aenter__"):
+            cm: ast.expr | None = node.func.value
+        elif attr in ("enter_context", "enter_async_context"):
+            cm = node.args[0] if node.args else None
+        else:
+            return
+        if not isinstance(cm, ast.Call):
+            return
+        maker = self.resolve(cm.func, scope)
+        if maker is None or not self.foreign(maker):
+            return
+        context = self._context(node)
+        if attr.startswith("__") and any(p in context for p in ("def __enter__", "def __aenter__")):
+            return  # an own context manager entering the one it wraps
+        if not attr.startswith("__") and "with " in context:
+            return  # an ExitStack used inside a with block is closed with it
+        self.report(GLOBAL_STATE, node, f"enters `{maker.qualname}` by `.{attr}()` outside a `with` block: "
+                    "what it switches on (grad mode, a dispatch mode, a config patch) is never restored "
+                    "and changes every model", target=maker.qualname)
+
     def _check_writer_values(self, node: ast.Call, scope: _Scope) -> None:
         """`functools.reduce(setattr, ...)`, `map(setattr, mods, ...)`: a writer handed on as a value writes
         to objects the scan cannot follow."""
@@ -1210,11 +1354,31 @@ class _Analyser:
             if skip_first and i == 0:
                 continue
             r = self.resolve(v.value if isinstance(v, ast.Starred) else v, scope)
+            if r is not None and r.origin == "import" and self._deferred_state_call(r.qualname):
+                to = callee.qualname if callee is not None and callee.qualname else "a call"
+                self.report(GLOBAL_STATE, v, f"passes `{r.qualname}` as a value to "
+                            f"`{to.removeprefix('builtins.')}`: it changes process-wide state when that "
+                            "code calls it later (at exit, in a thread, per element)", target=r.qualname)
+                continue
             if r is not None and r.origin == "import" and r.qualname in _WRITERS - {"builtins.vars"}:
                 to = callee.qualname if callee is not None and callee.qualname else "a call"
                 self.report(SETATTR, v, f"passes `{r.qualname.removeprefix('builtins.')}` as a value to "
                             f"`{to.removeprefix('builtins.')}`: what it writes to cannot be checked",
                             target=r.qualname)
+
+    def _deferred_state_call(self, q: str) -> bool:
+        """A function (snake_case last part: not a constant or a class) that changes process-wide state,
+        handed on as a value instead of being called here."""
+        last = q.rsplit(".", 1)[-1]
+        if not last[:1].islower() or self.is_own(q):
+            return False
+        s = self.settings
+        if q in _INTERPRETER_HOOKS or _matches(q, s.global_flag_calls):
+            return True
+        if q.startswith("os.environ.") and last in _MUTATORS:
+            return True
+        return _matches(q, s.global_state_calls) and not _matches(q, s.allowed_global_calls) \
+            and not _matches(q, s.scoped_global_calls)
 
     def _check_partial(self, node: ast.Call, scope: _Scope, import_time: bool) -> None:
         """`functools.partial(f, *a, **kw)` is judged as the call `f(*a, **kw)` it prepares."""
@@ -1271,6 +1435,10 @@ class _Analyser:
             return True
         if q.startswith("warnings.") and "with warnings.catch_warnings(" in self._context(node):
             return True  # a filter inside catch_warnings() is restored when the block ends
+        if q.startswith(("pickle.", "marshal.", "runpy.", "torch.hub.", "dill.", "cloudpickle.")):
+            self.report(GLOBAL_STATE, node, f"calls `{q}`: runs code that comes from data (unpickled, "
+                        "marshalled or downloaded), which the scan cannot check", target=q)
+            return True
         scoped = " (allowed only as a `with` item)" if _matches(q, s.scoped_global_calls) else ""
         self.report(GLOBAL_STATE, node, f"calls `{q}`{scoped}: changes process-wide state that every model "
                     "shares, which the policy's allow-list does not grant model code", target=q)

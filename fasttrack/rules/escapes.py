@@ -7,12 +7,14 @@ analysed once per Context, whichever rule asks first.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import posixpath
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 
 import pathspec
 
@@ -133,6 +135,7 @@ class FileEscapes:
     # foreign arguments (callee, ((position or keyword, foreign target), ...), line): see _helper_escapes.
     param_writers: tuple[tuple[str, tuple[int | str, ...]], ...] = ()
     foreign_calls: tuple[tuple[str, tuple[tuple[int | str, str], ...], int], ...] = ()
+    own_import_writes: tuple[tuple[str, int], ...] = ()
 
 
 def _key(esc: Escape) -> tuple[str, str, str | None, str, str]:
@@ -226,7 +229,8 @@ def _analyse_file(ctx: Context, change: Change, own: _Ownership, is_test: bool) 
                        import_names(ctx, change.path), frozenset(old), tuple(sorted(old.items())),
                        tuple(sorted((k, tuple(sorted(v, key=str))) for k, v in facts.param_writers.items())),
                        tuple((q, tuple(sorted(held.items(), key=lambda kv: str(kv[0]))), line)
-                             for q, held, line in facts.foreign_calls))
+                             for q, held, line in facts.foreign_calls),
+                       tuple(facts.own_import_writes))
 
 
 def _same_home(ctx: Context, old: str, new: str) -> bool:
@@ -267,6 +271,115 @@ def _helper_escapes(files: list[FileEscapes]) -> dict[str, list[Escape]]:
     return out
 
 
+_MAX_REEXPORT_HOPS = 6
+
+
+def _own_module_file(ctx: Context, own: set[str], module: str) -> Path | None:
+    """The head-tree file of one of the contribution's modules (range mode: its dotted path; contribution
+    mode: under the contribution directory), or None."""
+    bases: list[tuple[str, str]] = []  # (own package, its directory relative to head)
+    for pkg in own:
+        if ctx.mode == "contribution" and ctx.contribution_dir:
+            bases.append((pkg, ctx.contribution_dir.rstrip("/")))
+        else:
+            bases.append((pkg, pkg.replace(".", "/")))
+    for pkg, directory in bases:
+        if module != pkg and not module.startswith(pkg + "."):
+            continue
+        rel = module[len(pkg):].lstrip(".").replace(".", "/")
+        stem = Path(ctx.head_dir) / directory / rel if rel else Path(ctx.head_dir) / directory
+        for cand in (stem.with_name(stem.name + ".py"), stem / "__init__.py"):
+            if cand.is_file():
+                return cand
+    return None
+
+
+def _defines(node: ast.stmt, name: str) -> bool:
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return node.name == name
+    targets = node.targets if isinstance(node, ast.Assign) else \
+        [node.target] if isinstance(node, ast.AnnAssign) else []
+    return any(isinstance(t, ast.Name) and t.id == name for t in targets)
+
+
+def _top_binding(tree: ast.Module, name: str, package: str) -> str | None:
+    """How a module's top level binds `name`: the dotted name it imports it from, "" when it defines it
+    (def, class, assignment), None when it does not bind it. `package`: the module's package, for
+    relative imports."""
+    found: str | None = None
+    star: str | None = None
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if (a.asname or a.name.split(".")[0]) == name:
+                    found = a.name if a.asname else a.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*up, *([base] if base else [])])
+            for a in node.names:
+                if a.name == "*" and base and found is None:
+                    star = star or f"{base}.{name}"  # `from x import *` may bind it: judged as x's
+                if (a.asname or a.name) == name and base:
+                    found = f"{base}.{a.name}"
+        elif _defines(node, name):
+            found = ""
+    return found if found is not None else star
+
+
+def _reexport(ctx: Context, own: set[str], target: str) -> str | None:
+    """The foreign object an own-looking dotted name really is, when a module of the contribution binds
+    it by importing it from outside (`from vllm...linear import RowParallelLinear` in `common.py` makes
+    `kimi_k3.common.RowParallelLinear` the engine's class); None when it is the contribution's own."""
+    def is_own(q: str) -> bool:
+        return any(q == p or q.startswith(p + ".") for p in own)
+
+    for _ in range(_MAX_REEXPORT_HOPS):
+        if _own_module_file(ctx, own, target) is not None:
+            return None  # one of the contribution's modules itself
+        parts = target.split(".")
+        for cut in range(len(parts) - 1, 0, -1):
+            module = ".".join(parts[:cut])
+            path = _own_module_file(ctx, own, module)
+            if path is None:
+                continue
+            small = path.stat().st_size <= MAX_BASE_BYTES
+            text = decode_python_source(path.read_bytes(), str(path)) if small else None
+            if not isinstance(text, str):
+                return None
+            try:
+                tree = ast.parse(text)
+            except SyntaxError:
+                return None
+            package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+            bound = _top_binding(tree, parts[cut], package)
+            if not bound:
+                return None  # defined there (or a submodule / name it does not bind): the contribution's
+            rest = ".".join([bound, *parts[cut + 1:]])
+            if not is_own(bound):
+                return rest
+            target = rest
+            break
+        else:
+            return None
+    return None
+
+
+def _reexport_escapes(ctx: Context, own: set[str], files: list[FileEscapes]) -> dict[str, list[Escape]]:
+    out: dict[str, list[Escape]] = {}
+    for f in files:
+        for target, line in f.own_import_writes:
+            obj = target.rsplit(".", 1)[0]
+            real = _reexport(ctx, own, obj)
+            if real is not None:
+                out.setdefault(f.path, []).append(Escape(
+                    "FT120", line, f"assigns `{target.rsplit('.', 1)[1]}` on `{obj}`, which is `{real}` "
+                    "re-exported by the contribution's module: a monkeypatch of an object outside the "
+                    "contribution", target=f"{real}.{target.rsplit('.', 1)[1]}", path=f.path))
+    return out
+
+
 class _Analysis:
     """Every changed Python file of one Context, analysed once."""
 
@@ -287,6 +400,8 @@ class _Analysis:
             is_test = tests.match_file(change.path) or tests.match_file(ctx.engine_paths.get(change.path, ""))
             out.append(_analyse_file(ctx, change, scope, bool(is_test)))
         extra = _helper_escapes(out)
+        for path, more in _reexport_escapes(ctx, scope.packages, out).items():
+            extra.setdefault(path, []).extend(more)
         return [dataclasses.replace(f, escapes=f.escapes + tuple(extra[f.path])) if f.path in extra else f
                 for f in out]
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib.machinery
 import os
 import posixpath
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,6 +40,25 @@ _LOADABLE = frozenset({".pyc", ".pyo", ".pyd", ".so", ".pth", ".egg-link", ".pyw
                        *(s.lower() for s in importlib.machinery.EXTENSION_SUFFIXES),
                        *(s.lower() for s in importlib.machinery.BYTECODE_SUFFIXES)})
 _GLOB = frozenset("*?[]!{}")
+# Modules `site` imports by name from anywhere on sys.path, in every process.
+_SITE_HOOKS = frozenset({"sitecustomize", "usercustomize"})
+
+
+def _shadow_problem(ctx: Context, path: str) -> str | None:
+    """A module named like a `site` hook, or like a standard-library module in a directory with no
+    `__init__.py` (a script's directory or a pytest rootdir that lands on sys.path[0]: there it replaces
+    the stdlib module for the whole process, the evidence harness included)."""
+    parts = path.split("/")
+    stem = parts[-1][:-3] if parts[-1].endswith(".py") else parts[-1]
+    if stem in _SITE_HOOKS:
+        return f"is named `{stem}`, which `site` imports at start-up from any directory on sys.path"
+    if stem not in sys.stdlib_module_names or stem == "__init__":
+        return None
+    if (Path(ctx.head_dir) / path).parent.joinpath("__init__.py").is_file():
+        return None
+    return (f"is named like the standard-library module `{stem}` in a directory without `__init__.py`: "
+            "when that directory is on sys.path (a script run from it, pytest's rootdir insertion) it "
+            "replaces the real module for the whole process")
 
 
 def _head_paths(ctx: Context) -> Iterator[str]:
@@ -89,11 +109,13 @@ def loadable_non_source(ctx: Context) -> Iterator[Finding]:
     """Byte code, extension modules, `.pth` and `.egg-link` files, importable archives, `__pycache__/`
     entries and `.py` suffixes in another case can be loaded by the import system (or `site`) from the
     model's directories, and none of them is the reviewed UTF-8 `.py` text the analysis reads. A hash-based
-    `.pyc` with `unchecked-hash` even replaces its `.py` whatever the source says."""
+    `.pyc` with `unchecked-hash` even replaces its `.py` whatever the source says. A module named
+    `sitecustomize`/`usercustomize`, or like a standard-library module in a directory without
+    `__init__.py`, replaces that module for every process whose sys.path holds the directory."""
     for path in _head_paths(ctx):
         if not _in_roots(ctx, path):
             continue
-        why = _suffix_problem(path)
+        why = _suffix_problem(path) or _shadow_problem(ctx, path)
         if why is not None:
             yield Finding.error("FT136", f"{path} {why}", path=path,
                                 fix="ship Python source only; drop compiled, path and archive files")

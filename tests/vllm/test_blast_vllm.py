@@ -252,6 +252,9 @@ def test_out_of_root_symlink(vllm_repo: VllmRepo) -> None:
 REGISTRY_CARRIED = [("FT126", "vllm/model_executor/models/registry.py", 1138),
                     ("FT146", "vllm/model_executor/models/registry.py", 1081),
                     ("FT146", "vllm/model_executor/models/registry.py", 1608),
+                    # the model-inspection subprocess unpickles its result and its task (pickle.load*)
+                    ("FT146", "vllm/model_executor/models/registry.py", 1622),
+                    ("FT146", "vllm/model_executor/models/registry.py", 1631),
                     ("FT146", "vllm/model_executor/models/registry.py", 1635)]
 
 

@@ -127,11 +127,6 @@ def _effects(events: list[dict[str, Any]], plan: TracePlan, located: dict[str, t
     return effects, errors
 
 
-def _line(value: object) -> int | None:
-    """A line from the child's event: a SyntaxError of an undecodable file says line 0 (none)."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
-
-
 def trace_plan(plan: TracePlan, *, timeout: float = TIMEOUT_S) -> TraceFacts:
     """Run the trace for a plan (two passes at most) and return its facts."""
     if not plan.targets:

@@ -151,3 +151,91 @@ def test_a_static_input_swapped_for_another_tensor_is_rejected() -> None:
         return _honest(baseline, point)
 
     _rejected_for(_measure(cheat), "static_inputs")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A contributor who edits and re-signs the statement (the signature proves who, not what ran): what the
+# rules can still check from the statement and the judged tree.
+
+needs_keygen = pytest.mark.skipif(__import__("shutil").which("ssh-keygen") is None, reason="needs ssh-keygen")
+
+
+def _fixture(tmp_path: Any) -> Any:
+    from bundle_factory import new_fixture
+
+    return new_fixture(tmp_path)
+
+
+def _bench(fx: Any, batch: int) -> dict[str, Any]:
+    out: dict[str, Any] = next(b for b in fx.pred["benchmarks"] if b["point"]["batch"] == batch)
+    return out
+
+
+def _messages(code: str, fx: Any) -> list[str]:
+    from bundle_factory import run_rule
+
+    return [f.message for f in run_rule(code, fx.context()) if f.severity.name == "ERROR"]
+
+
+@needs_keygen
+def test_a_claim_against_an_engine_variant_slower_than_stock_is_an_error(tmp_path: Any) -> None:
+    # "fused-vs-compile-b1" (1.3x) holds against a compile variant made slower than stock: the claimed
+    # speedup is then over a yardstick the engine would not run.
+    from bundle_factory import samples
+
+    fx = _fixture(tmp_path)
+    assert _messages("FT337", fx) == []
+    _bench(fx, 1)["variants"]["compile"]["samples_us"] = samples(300.0)
+    fx.write_and_sign()
+    assert any("slower than stock" in m and "fused-vs-compile-b1" in m for m in _messages("FT337", fx))
+
+
+@needs_keygen
+def test_an_untimed_point_blamed_on_the_machine_that_collected_it_is_an_error(tmp_path: Any) -> None:
+    # The point ran on this very GPU kind (the statement's own environment) and failed; the contributor
+    # relabels it "the machine cannot run it" so FT341 lets it go.
+    fx = _fixture(tmp_path)
+    bench = _bench(fx, 4)
+    fx.pred["benchmarks"].remove(bench)
+    fx.pred["benchmarks"].append({"point": bench["point"], "not_run": "no case on this machine",
+                                  "not_run_by": "machine"})
+    fx.write_and_sign()
+    assert any("machine" in m and "batch=4" in m for m in _messages("FT341", fx))
+
+
+@needs_keygen
+def test_a_decoy_test_whose_nodeid_ends_with_the_point_test_is_not_the_point_test(tmp_path: Any) -> None:
+    fx = _fixture(tmp_path)
+    assert _messages("FT340", fx) == []
+    tests = fx.pred["kernel_tests"]
+    real = [t for t in tests if t["nodeid"].startswith("tests/test_kernel.py::test_matches")]
+    assert real
+    for t in real:  # the real point test never runs ...
+        tests.remove(t)
+        # ... and a decoy in another directory, whose nodeid ends with the same text, passes and records 0
+        tests.append({**t, "nodeid": "decoy/" + t["nodeid"], "outcome": "passed", "max_error": 0.0})
+    fx.write_and_sign()
+    assert any("tests/test_kernel.py::test_matches did not run" in m for m in _messages("FT340", fx))
+
+
+@needs_keygen
+def test_an_audit_signed_by_the_statements_own_signer_does_not_count(tmp_path: Any) -> None:
+    import hashlib
+
+    from bundle_factory import run_rule
+
+    from fasttrack.evidence.audit import AuditedStatement, AuditPoint, AuditRecord, write_record
+    from fasttrack.evidence.bundle import Point
+    from fasttrack.evidence.signing import sign_file
+
+    fx = _fixture(tmp_path)
+    raw = (fx.bundle / "statement.json").read_bytes()
+    audited = AuditedStatement(file="statement.json", sha256=hashlib.sha256(raw).hexdigest())
+    rec = AuditRecord(statement=audited,
+                      audited_at="2026-12-02T00:00:00Z", median_tolerance=0.1, ratio_tolerance=0.08,
+                      points=[AuditPoint(point=Point.model_validate(_bench(fx, 1)["point"]), agreed=True)],
+                      agreed=True)
+    sign_file(write_record(fx.bundle, rec, "audit-1"), fx.key)  # the contributor's own evidence key
+    found = run_rule("FT346", fx.context())
+    assert not any(f.severity.name == "INFO" and "agreed" in f.message for f in found), found
+    assert any(f.severity.name == "WARNING" and "signed the statement it audits" in f.message for f in found)

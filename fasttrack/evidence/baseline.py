@@ -52,7 +52,18 @@ TORCH_CALLS: tuple[str, ...] = (
     "backends.cuda.mem_efficient_sdp_enabled",
     "backends.cuda.math_sdp_enabled",
     "backends.cuda.preferred_blas_library",
+    "_C._len_torch_function_stack",  # a mode pushed by the contribution runs inside every torch call
+    "_C._len_torch_dispatch_stack",
+    "_C._is_torch_function_mode_enabled",
 )
+# Dispatch keys whose kernels for an existing operator decide stock's speed (an `aten::mm` CPU or CUDA kernel
+# registered by a contribution through torch.library replaces the engine's for stock as well).
+DISPATCH_KEYS = frozenset({
+    "CPU", "CUDA", "CompositeImplicitAutograd", "CompositeExplicitAutograd",
+    "CompositeExplicitAutogradNonFunctional", "Autograd", "AutogradCPU", "AutogradCUDA", "AutogradOther",
+    "BackendSelect", "AutocastCPU", "AutocastCUDA", "QuantizedCPU", "QuantizedCUDA", "SparseCPU",
+    "SparseCUDA", "NestedTensorCPU", "NestedTensorCUDA", "PythonDispatcher", "Python",
+})
 # torch namespaces whose callables a baseline calls at every step (a replaced one slows stock down).
 TORCH_NAMESPACES: tuple[str, ...] = ("torch", "torch.nn.functional", "torch.distributed")
 
@@ -122,6 +133,8 @@ class YardstickGuard:
     instance: Any = None
     instance_held: dict[str, Any] = field(default_factory=dict)
 
+    dispatch: dict[str, str] = field(default_factory=dict)
+
     def snapshot(self, instance: Any = None) -> YardstickGuard:
         """Take the snapshot; with `instance` (the point's baseline) also what that object holds: its
         class, every attribute, its state's attributes and tensors (a candidate that rebinds
@@ -129,6 +142,7 @@ class YardstickGuard:
         self.functions = self._namespaces()
         self.watched = {name.split("::", 1)[0] for name in self.functions}
         self.switches = self._read_switches()
+        self.dispatch = dispatch_table()
         self.instance = instance
         self.instance_held = instance_facts(instance) if instance is not None else {}
         return self
@@ -168,6 +182,8 @@ class YardstickGuard:
                 out[path + "()"] = repr(_lookup(torch, path)())
             except Exception:
                 continue
+        out["sys.gettrace()"] = repr(sys.gettrace())  # a tracer that runs only in the engine's frames
+        out["sys.getprofile()"] = repr(sys.getprofile())
         tensor = getattr(torch, "Tensor", None)
         if tensor is not None:
             out["Tensor.__dict__"] = tuple(sorted(_callables(vars(tensor)).items()))
@@ -187,6 +203,11 @@ class YardstickGuard:
                 if now.get(attr) != ident:
                     what = "removed" if attr not in now else "replaced"
                     out.append(f"{name.replace('::', '.')}.{attr} was {what}")
+        if self.dispatch:
+            now_dispatch = dispatch_table(self.dispatch)
+            moved = sorted(op for op, text in self.dispatch.items() if now_dispatch.get(op) != text)
+            out += [f"a kernel of the operator {op} was registered or replaced (torch.library)"
+                    for op in moved[:20]]
         if self.instance is not None:
             now_facts = instance_facts(self.instance)
             diff = sorted(k for k in set(self.instance_held) | set(now_facts)
@@ -208,6 +229,25 @@ class YardstickGuard:
         return sorted(name for name in list(sys.modules)
                       if name not in self.watched and any(name == p or name.startswith(p + ".")
                                                           for p in self.prefixes))
+
+
+def dispatch_table(ops: Iterable[str] | None = None) -> dict[str, str]:
+    """operator -> the registrations of its speed-relevant dispatch keys, for every operator registered now
+    (or `ops`). An operator the contribution adds is not in the snapshot, so its own custom ops are fine."""
+    torch = sys.modules.get("torch")
+    c = getattr(torch, "_C", None) if torch is not None else None
+    if c is None or not hasattr(c, "_dispatch_get_all_op_names") or not hasattr(c, "_dispatch_dump"):
+        return {}
+    out: dict[str, str] = {}
+    for op in list(ops) if ops is not None else list(c._dispatch_get_all_op_names()):
+        try:
+            text = c._dispatch_dump(op)
+        except Exception:  # an operator removed since: recorded as gone
+            out[op] = "<gone>"
+            continue
+        out[op] = "\n".join(line for line in str(text).splitlines()
+                            if line.split(":", 1)[0].strip() in DISPATCH_KEYS)
+    return out
 
 
 INSTANCE_FACTS_LIMIT = 50_000

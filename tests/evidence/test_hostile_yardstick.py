@@ -239,3 +239,75 @@ def test_an_audit_signed_by_the_statements_own_signer_does_not_count(tmp_path: A
     found = run_rule("FT346", fx.context())
     assert not any(f.severity.name == "INFO" and "agreed" in f.message for f in found), found
     assert any(f.severity.name == "WARNING" and "signed the statement it audits" in f.message for f in found)
+
+
+@pytest.mark.xfail(strict=True, reason="open: contribution code runs in the timing process and can reach the "
+                                       "protocol's own records (gc, frames); needs process separation")
+def test_a_candidate_that_edits_the_protocols_records_through_gc_is_rejected() -> None:
+    # The candidate finds the CaseResult being filled (gc.get_objects) and inflates stock's samples after
+    # each timed step: the timer was never touched, the records were.
+    import gc
+
+    def cheat(baseline: Any, point: Any) -> dict[str, Any]:
+        honest = _honest(baseline, point)["fused"]
+
+        def fused(inputs: Any) -> Any:
+            for obj in gc.get_objects():
+                if type(obj) is timing.CaseResult and "stock" in obj.variants:
+                    s = obj.variants["stock"].samples_us
+                    s[:] = [x if x > 1e6 else x + 1e7 for x in s]  # +10 s each, once
+            return honest(inputs)
+
+        return {"fused": fused}
+
+    result = _measure(cheat)
+    stock = result.variants["stock"].samples_us
+    assert not (result.status == "ok" and stock and min(stock) > 1e6), "stock's samples were rewritten"
+
+
+def test_an_aten_kernel_replaced_through_torch_library_is_rejected() -> None:
+    # stock's torch.relu dispatches to a slow CPU kernel the contribution registers; its own candidate
+    # uses clamp_min. No Python function or class changed: only the dispatcher did.
+    import time
+    import warnings
+
+    libs: list[Any] = []
+
+    def cheat(baseline: Any, point: Any) -> dict[str, Any]:
+        lib = torch.library.Library("aten", "IMPL")
+        libs.append(lib)
+
+        def slow_relu(t: Any) -> Any:
+            time.sleep(0.002)
+            return torch.clamp_min(t, 0)
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            lib.impl("relu", slow_relu, "CPU")
+        s = baseline.state
+        return {"fused": lambda inputs: torch.clamp_min(inputs["x"][:, s.lo:s.hi] @ s.weight + s.bias, 0)}
+
+    try:
+        _rejected_for(_measure(cheat), "aten::relu", "torch.library")
+    finally:
+        for lib in libs:
+            lib._destroy()
+
+
+def test_a_torch_function_mode_left_on_is_rejected() -> None:
+    from torch.overrides import TorchFunctionMode
+
+    class Slow(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            return func(*args, **(kwargs or {}))
+
+    mode = Slow()
+
+    def cheat(baseline: Any, point: Any) -> dict[str, Any]:
+        mode.__enter__()
+        return _honest(baseline, point)
+
+    try:
+        _rejected_for(_measure(cheat), "_len_torch_function_stack")
+    finally:
+        mode.__exit__(None, None, None)

@@ -21,6 +21,7 @@ from fasttrack.evidence import yardstick_facts as yf
 from fasttrack.evidence.backends import identify
 from fasttrack.evidence.bundle import STOCK_VARIANT
 from fasttrack.findings import Finding
+from fasttrack.policy import EvalBound
 from fasttrack.rules.base import Catalogue
 
 if TYPE_CHECKING:
@@ -402,6 +403,16 @@ def byte_count(ctx: Context) -> Iterator[Finding]:
     yield from _capped(found(), "FT344")
 
 
+def _strictest(bounds: list[EvalBound]) -> EvalBound | None:
+    """The tightest of every bound whose pattern matches (a name built to match a looser pattern first, e.g.
+    `equiv.a.hidden_rel_err_median.b.hidden_rel_err_max`, is held to all of them)."""
+    if not bounds:
+        return None
+    maxes = [b.max for b in bounds if b.max is not None]
+    mins = [b.min for b in bounds if b.min is not None]
+    return EvalBound(max=min(maxes) if maxes else None, min=max(mins) if mins else None)
+
+
 @rule("FT345", "Eval thresholds must lie within the policy's bounds.")
 def eval_bounds(ctx: Context) -> Iterator[Finding]:
     """Model-level evals are recomputed against their own thresholds by FT314; here the thresholds
@@ -413,7 +424,7 @@ def eval_bounds(ctx: Context) -> Iterator[Finding]:
         return
     bounds = ctx.policy.evidence.eval_bounds
     for e in st.predicate.evals:
-        bound = next((b for pat, b in bounds.items() if fnmatch.fnmatchcase(e.name, pat)), None)
+        bound = _strictest([b for pat, b in bounds.items() if fnmatch.fnmatchcase(e.name, pat)])
         label = an.item_file(ctx, e)
         if bound is None:
             yield Finding.error("FT345", f"eval {e.name!r} has no bound in the policy", evidence_file=label,

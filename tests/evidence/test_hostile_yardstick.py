@@ -311,3 +311,14 @@ def test_a_torch_function_mode_left_on_is_rejected() -> None:
         _rejected_for(_measure(cheat), "_len_torch_function_stack")
     finally:
         mode.__exit__(None, None, None)
+
+
+@needs_keygen
+def test_an_eval_matching_a_loose_catch_all_first_is_held_to_every_bound_it_matches(tmp_path: Any) -> None:
+    # With overlapping patterns the first match used to win: a catch-all listed before the specific bound
+    # let "equiv.a.kl_mean" use 0.9 where its own bound is 0.3.
+    fx = _fixture(tmp_path)
+    fx.policy_data["evidence"]["eval_bounds"] = {"equiv.*": {"max": 1.0}, "equiv.*.kl_mean": {"max": 0.3}}
+    fx.pred["evals"] = [{"name": "equiv.a.kl_mean", "value": 0.5, "threshold": 0.9, "direction": "max"}]
+    fx.write_and_sign()
+    assert any("above the policy's max 0.3" in m for m in _messages("FT345", fx))

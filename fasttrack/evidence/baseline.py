@@ -251,6 +251,7 @@ def dispatch_table(ops: Iterable[str] | None = None) -> dict[str, str]:
 
 
 INSTANCE_FACTS_LIMIT = 50_000
+PRIMITIVES = (int, float, str, bytes, bool, type(None))
 INSTANCE_DEPTH_LIMIT = 10
 
 
@@ -279,6 +280,9 @@ def instance_facts(obj: Any) -> dict[str, Any]:
         if tensor_type is not None and isinstance(x, tensor_type):
             out[path] = _tensor_fact(x)
             continue
+        if isinstance(x, PRIMITIVES):
+            out[path] = (type(x).__name__, repr(x)[:200])
+            continue
         out[path] = (id(x), id(type(x)))
         if id(x) in seen or depth >= INSTANCE_DEPTH_LIMIT:
             continue
@@ -286,8 +290,8 @@ def instance_facts(obj: Any) -> dict[str, Any]:
         children: list[tuple[str, Any]] = []
         if isinstance(x, dict):
             children = [(f"{path}[{k!r}]", v) for k, v in list(x.items())]
-        elif isinstance(x, list | tuple):
-            children = [(f"{path}[{i}]", v) for i, v in enumerate(x)]
+        elif isinstance(x, list | tuple):  # an engine-side log (numbers appended as it runs) may grow
+            children = [(f"{path}[{i}]", v) for i, v in enumerate(x) if not isinstance(v, PRIMITIVES)]
         elif hasattr(x, "__dict__") and not isinstance(x, type | types.ModuleType) and (
                 type(x).__module__.split(".")[0] == package
                 or (module_type is not None and isinstance(x, module_type))):

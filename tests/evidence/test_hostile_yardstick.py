@@ -322,3 +322,24 @@ def test_an_eval_matching_a_loose_catch_all_first_is_held_to_every_bound_it_matc
     fx.pred["evals"] = [{"name": "equiv.a.kl_mean", "value": 0.5, "threshold": 0.9, "direction": "max"}]
     fx.write_and_sign()
     assert any("above the policy's max 0.3" in m for m in _messages("FT345", fx))
+
+
+def test_an_engine_side_log_that_grows_is_not_tampering() -> None:
+    # The K3 baseline appends to `touched_experts` in every make_inputs: not a change of the yardstick.
+    base = type("B", (), {})()
+    base.log = [1, 2]
+    base.dtype = "float32"
+    before = yard.instance_facts(base)
+    base.log.append(3)
+    assert yard.instance_facts(base) == before
+    base.dtype = "bfloat16"
+    assert yard.instance_facts(base) != before
+
+
+def test_extra_engine_variants_added_by_candidates_are_rejected() -> None:
+    def cheat(baseline: Any, point: Any) -> dict[str, Any]:
+        real = baseline.stock
+        baseline.extra_baselines["compile"] = lambda inputs: [real(inputs) for _ in range(20)][-1]
+        return _honest(baseline, point)
+
+    _rejected_for(_measure(cheat), "extra_baselines")

@@ -105,13 +105,19 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _run(args: list[str], debug: bool) -> int:
+    import warnings
+
     from fasttrack.errors import InputError, from_os_error
 
     try:
         from fasttrack.app import app
 
-        # Without standalone mode click returns a typer.Exit's code instead of exiting: pass it on.
-        rc = app(args=args, prog_name="fasttrack", standalone_mode=False)
+        # Python prints a warning raw (`FILE:LINE: Category: message`, FILE may be a PR's file name handed
+        # to ast.parse): within this call each one is a single log_line instead.
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            # Without standalone mode click returns a typer.Exit's code instead of exiting: pass it on.
+            rc = app(args=args, prog_name="fasttrack", standalone_mode=False)
     except InputError as exc:
         _err(f"error: {exc.render()}")
         return EXIT_INPUT_ERROR
@@ -140,6 +146,11 @@ def _run(args: list[str], debug: bool) -> int:
             return EXIT_INPUT_ERROR
         return _bug(exc, debug)
     return rc if isinstance(rc, int) else 0
+
+
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: Any = None, line: str | None = None) -> None:
+    _err(f"warning: {filename}:{lineno}: {category.__name__}: {message}")
 
 
 def _bug(exc: BaseException, debug: bool) -> int:

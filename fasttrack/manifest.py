@@ -41,6 +41,9 @@ class IntRange(Strict):
         return self.min <= value <= self.max
 
 
+MAX_GRID_POINTS = 16384  # a resource bound: 4x the policy default FT209 enforces (each point is measured)
+
+
 class Envelope(Strict):
     """The deployments the contribution supports. Outside them the code must fall back to stock."""
 
@@ -68,6 +71,19 @@ class Envelope(Strict):
         if len(set(values)) != len(values):
             raise ValueError("values must be unique")
         return values
+
+    @model_validator(mode="after")
+    def _grid_bounded(self) -> Envelope:
+        # Every grid point is collected on a GPU: a real envelope has dozens, the policy allows a few thousand
+        # (FT209). 10^6 points made verify expand and check them for minutes in over a GiB (the evidence
+        # rules cost about a millisecond a point), so beyond this bound the manifest is not read at all.
+        size = (len(self.hardware) * len(self.tp) * (len(set(self.grid_batches)) + 4)
+                * (len(set(self.grid_contexts)) + 2) * len(self.dtypes))
+        if size > MAX_GRID_POINTS:
+            raise ValueError(f"the grid (hardware x tp x batches x contexts x dtypes) has up to {size} "
+                             f"points, over the cap of {MAX_GRID_POINTS}: list fewer grid_batches or "
+                             "grid_contexts")
+        return self
 
     @model_validator(mode="after")
     def _grid_inside(self) -> Envelope:

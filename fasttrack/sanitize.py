@@ -101,3 +101,10 @@ def log_line(text: str) -> str:
     line), then every `::` written `:\\x3a` and every `##[` written `##\\x5b`. Still unambiguous: a
     backslash of the text itself is shown doubled."""
     return _COMMAND.sub(lambda m: ":\\x3a" if m.group(0) == "::" else "##\\x5b", visible(text))
+
+
+def terminal_text(text: str) -> str:
+    """`visible(text)` for a line fasttrack starts itself (stdout: the terminal report), which the Actions
+    runner parses too: the text cannot break the line (so no `::` command can start one) and its legacy
+    `##[command]`, which the runner honours anywhere in a line, is written `##\\x5b`."""
+    return visible(text).replace("##[", "##\\x5b")

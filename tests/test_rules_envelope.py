@@ -237,10 +237,10 @@ def test_ft209_grid(tmp_path: Path, policy: Policy) -> None:
     assert envelope_rules.grid_size(ok) == 15
     assert check("FT209", make_ctx(tmp_path / "ok", policy, ok)) == []
     wide = manifest_with(**{"envelope.grid_batches": list(range(1, 65)),
-                            "envelope.grid_contexts": list(range(1, 32769, 512)),
+                            "envelope.grid_contexts": list(range(1, 32769, 4096)),
                             "envelope.tp": [1, 2, 4, 8], "envelope.dtypes": ["bfloat16", "fp8"]})
     n = envelope_rules.grid_size(wide)
-    assert n == 64 * 65 * 4 * 2 > policy.envelope.max_grid_points
+    assert n == 64 * 9 * 4 * 2 > policy.envelope.max_grid_points
     found = check("FT209", make_ctx(tmp_path / "bad", policy, wide))
     assert [f.message.split(":")[0] for f in found] == ["envelope"] and str(n) in found[0].message
 

@@ -802,6 +802,8 @@ def verify_command(
     if output is not None and output.is_dir():
         raise InputError("is a directory", path=output, field="--output",
                          fix="pass a file path (e.g. verdict.json), not a directory")
+    if output is not None and evidence is not None:
+        refuse_output_in_evidence(output, [evidence])
     opts = VerifyOptions(repo=repo, base=base, head=head, policy=policy, model=model,
                          contribution=directory or contribution, evidence=evidence, format=fmt, output=output,
                          pr=pr, engine_tree=engine_tree, trusted_ref=trusted_ref, trace=trace)
@@ -811,6 +813,7 @@ def verify_command(
     verdict = safe_verdict(run_verify(opts))  # renderable whatever file names it quotes
 
     if output is not None:
+        refuse_output_in_evidence(output, evidence_dirs(verdict))
         text = table[fmt](verdict) if fmt != "text" else _render_text(verdict, verbose=verbose)
         write_report(output, text)
         if not quiet:
@@ -828,6 +831,33 @@ def verify_command(
 
         typer.echo(encodable(table[fmt](verdict)), nl=False)
     raise typer.Exit(exit_code(verdict))
+
+
+def evidence_dirs(verdict: Verdict) -> list[Path]:
+    """The evidence bundle the verdict judged, as a path (its `bundle_path` is relative to the repo)."""
+    ev = verdict.evidence
+    if ev is None or not ev.bundle_path:
+        return []
+    p = Path(ev.bundle_path)
+    return [p if p.is_absolute() or not verdict.repo else Path(verdict.repo) / p]
+
+
+def refuse_output_in_evidence(output: Path, dirs: list[Path]) -> None:
+    """`--output` may not land inside an evidence bundle (through a symlink neither): writing the verdict
+    there would overwrite or add to the signed evidence it judges."""
+    try:
+        target = output.resolve()
+    except OSError:
+        return  # write_report names the problem
+    for d in dirs:
+        try:
+            bundle = d.resolve()
+        except OSError:
+            continue
+        if target == bundle or bundle in target.parents:
+            raise InputError("is inside the evidence bundle the verdict judges", path=output,
+                             field="--output",
+                             fix=f"write the verdict outside {d} (it holds only collected, signed evidence)")
 
 
 def encodable_line(text: str) -> str:

@@ -26,22 +26,30 @@ its work; fasttrack drives it. The manifest's `[evidence]` table names these ent
   element-wise max of the ranks' samples, and rejects the point if a check fails on any rank.
   `bytes_moved(variant)` is what THIS rank's GPU moves (its shard). Evals run at tp 1 only.
 
-* `benchmark`: a callable `(point: dict) -> BenchmarkCase | None` (below); None when the point cannot be
-  benchmarked on this machine (recorded as not run, with that reason). It is imported in a worker process
-  *after* the protocol has taken its own references to the timers; replacing a timer is a rejection.
+* `benchmark`: a callable `candidates(baseline, point: dict) -> {name: callable}` (docs/baseline-contract.md):
+  the contribution's candidate variants, built on `baseline.state`, each `callable(inputs) -> output` with the
+  engine stock's output structure. The baseline (stock, extra engine-side variants such as torch.compile of
+  stock, the fp32 oracle, the inputs, the byte count) is the policy's `[baselines.<model>] case`, imported by
+  the harness from the engine root before the contribution is; the names `stock`, `oracle` and the extra
+  baselines' are reserved; the tolerance is the policy's cap for the baseline's dtype. An empty or invalid
+  mapping is recorded as the contribution's failure at that point (FT341). It is imported in a worker
+  process *after* the protocol has taken its own references to the timers and snapshotted the baseline's
+  modules and torch's switches; replacing a timer, a baseline function or a switch is a rejection.
 
 * `evals`: a callable `(device: str) -> list[dict]` (`device` is "cuda" or "cpu"); each dict has `name`,
   `value`, `threshold`, `direction` ("max": value must be <= threshold, "min": value must be >= threshold)
   and optional `detail` (a string or a JSON object) and `point`. `lm_eval_results` lists
   lm-evaluation-harness result JSON files (relative to the contribution); their metrics are recorded.
 
-What the timing protocol (`fasttrack.evidence.timing`) does with a BenchmarkCase, so a case author knows
-what will be checked: every variant is warmed up and captured in a CUDA graph reading `static_inputs`;
-before every timed replay the variant's outputs are poisoned (NaN), fresh inputs are drawn with a new seed
-and loaded, the L2 is flushed and the persisting-L2 window reset; after it the inputs must be unchanged and
-the output must match stock computed eagerly on a clone of the same inputs (within `tolerance`). Variants
-are interleaved in both orders. A case is rejected when `make_inputs` ignores its seed, when `load_inputs`
-does not load, or when stock's output does not depend on its inputs.
+What the timing protocol (`fasttrack.evidence.timing`) does with the composed case (the engine's variants and
+the candidates), so a contribution author knows what will be checked: every variant is first run eagerly on a
+fresh input and compared with the baseline's fp32 oracle; then warmed up and captured in a CUDA graph reading
+`static_inputs`; before every timed replay the variant's outputs are poisoned (NaN), fresh inputs are drawn
+with a new seed and loaded, the L2 is flushed and the persisting-L2 window reset; after it the inputs must be
+unchanged and the output must match stock computed eagerly on a clone of the same inputs (within the policy's
+tolerance). Variants are interleaved in both orders; one profiled replay per variant records its kernels. The
+`BenchmarkCase` protocol below is the composed case's shape (`fasttrack.evidence.baseline.ComposedCase`); a
+contribution does not write one.
 
 This module has no torch import so CI can type-check it; tensors are typed as `Any`.
 """

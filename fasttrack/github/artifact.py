@@ -15,6 +15,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
 from fasttrack.errors import InputError, from_validation_error
+from fasttrack.safe_read import kind_of
 from fasttrack.verdict import Verdict
 
 M = TypeVar("M", bound=BaseModel)
@@ -96,6 +97,17 @@ def parse_bounded(model: type[M], data: bytes, source: str | Path, what: str, fi
     if depth > max_depth:
         raise RejectedVerdict(f"the {what} nests deeper than {max_depth} levels", path=source,
                               fix="a real one is shallow; this artifact is not trusted")
+    import json
+
+    from fasttrack.loading import DuplicateKey, no_duplicate_keys
+
+    try:  # one meaning only: a key given twice is read differently by different readers
+        json.loads(data, object_pairs_hook=no_duplicate_keys)
+    except DuplicateKey as exc:
+        raise RejectedVerdict(f"the {what} is ambiguous: {exc}", path=source,
+                              fix="a real one names each key once; this artifact is not trusted") from None
+    except (ValueError, RecursionError):
+        pass  # not JSON at all: the schema check below says so
     try:
         return model.model_validate_json(data)
     except pydantic.ValidationError as exc:
@@ -170,6 +182,10 @@ def inspect_zip(data: bytes, source: str, max_bytes: int = MAX_VERDICT_BYTES) ->
     for info in infos:
         if info.flag_bits & 0x1:
             raise RejectedVerdict(f"{info.filename} is encrypted", path=source)
+        mode = info.external_attr >> 16  # the unix mode, when the zip was made on a unix (0: none recorded)
+        if info.is_dir() or (stat.S_IFMT(mode) not in (0, stat.S_IFREG)):
+            raise RejectedVerdict(f"{info.filename} is a {kind_of(mode) if mode else 'directory'} entry, "
+                                  "not a regular file", path=source, fix="nothing was extracted")
         if info.file_size > caps[info.filename]:
             raise RejectedVerdict(f"{info.filename} would inflate to {info.file_size} bytes, over the "
                                   f"{caps[info.filename]}-byte cap", path=source, fix="nothing was extracted")

@@ -167,16 +167,21 @@ def publish_command(
 
         opts = replace(options(claimed), meta=m)
         result = publish(gh, v, opts, me=me)
-    except InputError as exc:  # a rejected artifact, or GitHub refusing a step: no verdict was published
+    except Exception as exc:  # fail closed on anything, then re-raise (exit 2; 3 for a bug)
+        # A rejected artifact or GitHub refusing a step (InputError), or a bug in fasttrack: either way no
+        # verdict was published for this head, so the previous push's eligible label must not survive.
+        reason = (exc.render() if isinstance(exc, InputError)
+                  else f"internal error in fasttrack ({type(exc).__name__}); no verdict was published")
         if summary_file is not None:
-            write_rejection_summary(summary_file, exc.render())
+            write_rejection_summary(summary_file, reason)
         if reject_check and head_sha is not None:
             try:
                 gh = connect(token_from_env(token_env), base_url)
-                done = publish_rejection(gh, options(claimed), exc.render(), head_label=head_label)
+                done = publish_rejection(gh, options(claimed), reason, head_label=head_label)
                 typer.echo(log_line(done.line(claimed)))
-            except InputError as again:  # stderr keeps exactly one line: the error itself
-                typer.echo(log_line(f"fasttrack: could not post the failing check: {again.render()}"))
+            except Exception as again:  # stderr keeps one line: the error itself
+                why = again.render() if isinstance(again, InputError) else type(again).__name__
+                typer.echo(log_line(f"fasttrack: could not post the failing check: {why}"))
         raise
     typer.echo(log_line(result.line(claimed)))
 

@@ -33,6 +33,7 @@ LABEL_ELIGIBLE = "fast-track: eligible"
 LABEL_BLOCKED = "fast-track: blocked"
 # gitignore syntax: a PR changing these may have changed how its verdict was produced
 DEFAULT_GUARDS = (".github/workflows/**", ".github/actions/**", "/action.yml", "/action.yaml")
+MAX_LINE = 2**31 - 1  # GitHub's annotation lines are 32-bit
 PR_FILES_CAP = 3000  # GitHub lists at most this many files of a PR
 
 _LEVEL = {Severity.ERROR: "failure", Severity.WARNING: "warning", Severity.INFO: "notice"}
@@ -129,8 +130,12 @@ def build_annotations(findings: Iterable[Finding], limit: int, pr_paths: frozens
         else:
             placed.append((f, where))
     for f, where in placed[:limit]:
-        line = f.line if f.line and f.line > 0 else 1
-        message = f.message if f.line else f"{f.message} (file-level finding)"
+        # GitHub refuses (422) a line outside a 32-bit int, which would fail the whole check run: a line no
+        # file can have is shown file-level, its number in the message.
+        in_range = f.line is not None and 0 < f.line <= MAX_LINE
+        line = f.line if in_range and f.line is not None else 1
+        message = (f.message if in_range else f"{f.message} (file-level finding)" if not f.line
+                   else f"{f.message} (at a line number out of range)")
         note: dict[str, Any] = {
             "path": where,
             "start_line": line,

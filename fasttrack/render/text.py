@@ -24,7 +24,7 @@ from rich.markup import escape
 
 from fasttrack.findings import Finding, Severity
 from fasttrack.render.headline import headline as headline
-from fasttrack.sanitize import visible
+from fasttrack.sanitize import terminal_text, visible
 from fasttrack.verdict import BlastRadius, EvidenceSummary, Verdict, Witness
 
 MAX_FILES_SHOWN = 40
@@ -35,7 +35,7 @@ _RANK = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
 
 def _v(text: object) -> str:
     """Untrusted text for rich: escaped for a terminal, then for rich's markup."""
-    return escape(visible(str(text)))
+    return escape(terminal_text(str(text)))
 
 
 def _where(f: Finding) -> str:
@@ -93,12 +93,13 @@ def _files(console: Console, v: Verdict, verbose: bool) -> None:
         zone_text = ", ".join(f"{n} in [{z}]" for z, n in sorted(zones.items()))
         console.print(f"  [green]{_v(zone_text)}[/]{_v(where)} (--verbose lists them)")
     for cf in shown[:MAX_FILES_SHOWN if not verbose else None]:
-        path = visible(cf.path) if not cf.old_path else f"{visible(cf.old_path)} → {visible(cf.path)}"
+        path = (terminal_text(cf.path) if not cf.old_path
+                else f"{terminal_text(cf.old_path)} → {terminal_text(cf.path)}")
         if verbose and cf.engine_path and cf.engine_path != cf.path:
-            path += f" (lands at {visible(cf.engine_path)})"
+            path += f" (lands at {terminal_text(cf.engine_path)})"
         extra = [x for x, on in (("binary", cf.binary), ("submodule", cf.submodule)) if on]
         if cf.symlink_target is not None:
-            extra.append(f"symlink → {visible(cf.symlink_target)}")
+            extra.append(f"symlink → {terminal_text(cf.symlink_target)}")
         zone = f"[{cf.zone or '?'}]" + (f" ({', '.join(extra)})" if extra else "")
         style = "green" if cf.zone_kind == "model-local" else "red" if cf.zone_kind in (
             "forbidden", "judge", "ineligible") else "yellow"
@@ -149,8 +150,8 @@ def _gain(console: Console, v: Verdict) -> None:
         return
     console.print()
     console.print("[bold]Where the gain comes from[/] (claimed points; kernels by time saved against stock)")
-    for line in lines:
-        console.print(f"  {escape(line)}")
+    for line in lines:  # kernel, candidate and backend names come from the evidence: one visible line each
+        console.print(f"  {_v(line)}")
 
 
 def _envelope(console: Console, v: Verdict) -> None:

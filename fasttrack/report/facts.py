@@ -18,7 +18,8 @@ from fasttrack.verdict import EvalResult, EvidenceSummary, Verdict
 # comparisons, physically implausible results, timed outputs that differ from stock, a timing protocol that
 # is not fasttrack's, raw logs that do not match the statement, a bundle for another contribution, and a PR
 # that edits its own judge.
-ANTI_GAMING_CODES: Final = frozenset({"FT309", "FT311", "FT313", "FT319", "FT320", "FT321", "FT401"})
+ANTI_GAMING_CODES: Final = frozenset({"FT309", "FT311", "FT313", "FT319", "FT320", "FT321", "FT330", "FT335",
+                                      "FT336", "FT337", "FT338", "FT339", "FT344", "FT346", "FT401", "FT402"})
 REQUIRED_SANITIZERS: Final = frozenset({"memcheck", "racecheck", "synccheck"})
 COMPILE_VARIANT: Final = "compile"
 

@@ -358,51 +358,54 @@ class CheckItem:
     signer: str | None = None
 
 
-# Checklist items the tool decides: title, the rule codes behind it, what it means.
+# Checklist items the tool decides: title, the rule codes behind it (a code, or a family prefix of fewer than
+# five characters), what it means. Every rule code belongs to exactly one item (`checklist_group`; a test
+# checks the catalogue), and an error whose code belongs to none fails the catch-all item, never "ok".
 _TOOL_CHECKS: tuple[tuple[str, tuple[str, ...], str], ...] = (
-    ("The judge is untouched", ("FT401",), "no edit to the policy, allowed signers, workflows or fasttrack"),
-    (
-        "Confined to one model's own code",
-        (
-            "FT100",
-            "FT101",
-            "FT102",
-            "FT103",
-            "FT104",
-            "FT105",
-            "FT106",
-            "FT107",
-            "FT108",
-            "FT109",
-            "FT110",
-            "FT111",
-            "FT113",
-        ),
-        "path zones, hooks, symlinks, modes, and nothing else importing the changed code",
-    ),
+    ("The judge is untouched", ("FT4",),
+     "no edit to the policy, allowed signers, baselines, workflows or fasttrack; an accepted harness"),
+    ("Confined to one model's own code", ("FT1",),
+     "path zones, hooks, symlinks, modes, loadable files, escapes and the effect trace, and nothing else "
+     "importing the changed code"),
     (
         "Envelope bounded and honoured",
         ("FT2",),
-        "finite hardware, TP in one NVLink domain, bounded batch and context, guard agrees with the manifest",
+        "finite hardware, TP in one NVLink domain, bounded batch and context, guard agrees with the "
+        "manifest",
     ),
     (
         "Evidence is for this code, fresh and signed",
-        ("FT300", "FT301", "FT302", "FT303", "FT318", "FT320", "FT321", "FT322"),
-        "bundle parses, digest matches the head, signature from an allowed signer, raw logs match",
+        ("FT300", "FT301", "FT302", "FT303", "FT317", "FT318", "FT320", "FT321", "FT322", "FT330", "FT335"),
+        "bundle parses, digests match the head and the engine baseline, signature from an allowed signer, "
+        "raw logs match",
     ),
     (
         "Performance claims hold",
-        ("FT305", "FT308", "FT309", "FT310", "FT311", "FT312", "FT319"),
-        "recomputed from raw samples at the CI's lower bound, like with like, never slower than stock",
+        ("FT305", "FT308", "FT309", "FT310", "FT311", "FT312", "FT319", "FT336", "FT337", "FT341", "FT343",
+         "FT344", "FT346"),
+        "recomputed from raw samples at the CI's lower bound against the engine's stock, like with like, "
+        "never slower than stock, audits agree",
     ),
-    ("Model-level evals within thresholds", ("FT314",), "every eval on the right side of its threshold"),
+    ("Model-level evals within thresholds", ("FT314", "FT345"),
+     "every eval on the right side of a threshold the policy bounds"),
     ("Sanitizers clean", ("FT315", "FT316"), "memcheck, racecheck and synccheck ran and found nothing"),
 )
-NUMERICAL_CODES = ("FT304", "FT306", "FT307", "FT313")
+NUMERICAL_CODES = ("FT304", "FT306", "FT307", "FT313", "FT338", "FT339", "FT340")
+OTHER_CHECK = "Every other rule"
 
 
 def _matches(code: str, prefixes: tuple[str, ...]) -> bool:
     return any(code == p or (len(p) < 5 and code.startswith(p)) for p in prefixes)
+
+
+def checklist_group(code: str) -> str | None:
+    """The checklist item a rule code belongs to (None: no item claims it)."""
+    for title, prefixes, _ in _TOOL_CHECKS:
+        if _matches(code, prefixes):
+            return title
+    if _matches(code, NUMERICAL_CODES):
+        return "numerical"
+    return None
 
 
 def _tool_state(v: Verdict, prefixes: tuple[str, ...]) -> tuple[CheckState, tuple[str, ...]]:
@@ -421,6 +424,11 @@ def build_checklist(v: Verdict) -> tuple[CheckItem, ...]:
     for title, prefixes, what in _TOOL_CHECKS:
         state, codes = _tool_state(v, prefixes)
         items.append(CheckItem(title=title, state=state, detail=what, codes=codes))
+    stray = sorted({f.code for f in v.findings
+                    if f.severity is Severity.ERROR and checklist_group(f.code) is None})
+    if stray:  # fail closed: an error no item claims is shown failing, never hidden behind an "ok"
+        items.append(CheckItem(title=OTHER_CHECK, state="failed",
+                               detail="errors of rules no item above covers", codes=tuple(stray)))
     ev = v.evidence
     state, codes = _tool_state(v, NUMERICAL_CODES)
     if ev is None or not ev.present:

@@ -289,6 +289,7 @@ def point_tests(ctx: Context) -> Iterator[Finding]:
     by_point = an.tests_by_point(st)
     collected = {an.point_key(t.point) for t in st.predicate.kernel_tests if t.point is not None}
     elsewhere = an.not_collected(ctx)
+    label = an.statement_file(ctx)
 
     def found() -> Iterator[Finding]:
         for ep in an.envelope_points(ctx):
@@ -308,7 +309,7 @@ def point_tests(ctx: Context) -> Iterator[Finding]:
                 else:
                     why = "did not pass"
                 yield Finding.error("FT340", f"{fn} {why} at {an.point_text(ep)}", point=an.point_dict(ep),
-                                    evidence_file=an.statement_file(ctx),
+                                    evidence_file=label,
                                     fix="run it at every point and record max_error with fasttrack_record")
 
     yield from _capped(found(), "FT340")

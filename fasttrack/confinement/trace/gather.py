@@ -86,6 +86,12 @@ def _target(key: str) -> str:
     return rest
 
 
+def _line(value: object) -> int | None:
+    """A line the child reported, or None when it names none (0 for code without a line, e.g. text a codec
+    produced): an effect without a line is FT131, never a crash of the trace."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
+
+
 def _effects(events: list[dict[str, Any]], plan: TracePlan, located: dict[str, tuple[str | None, int | None]],
              indirect: dict[str, str]) -> tuple[list[Effect], list[Effect]]:
     effects: list[Effect] = []
@@ -94,7 +100,8 @@ def _effects(events: list[dict[str, Any]], plan: TracePlan, located: dict[str, t
         kind = ev.get("kind")
         if kind == "import-error":
             errors.append(Effect(kind=EffectKind.INTERPRETER, target=str(ev.get("target")),
-                                 detail=str(ev.get("detail", "")), path=ev.get("path"), line=ev.get("line")))
+                                 detail=str(ev.get("detail", "")), path=ev.get("path"),
+                                 line=_line(ev.get("line"))))
         elif kind == "state-diff":
             what = _state_effect(ev, plan)
             if what is None:
@@ -108,14 +115,14 @@ def _effects(events: list[dict[str, Any]], plan: TracePlan, located: dict[str, t
             if via:
                 what = f"{what} (through {via})"
             effects.append(Effect(kind=EffectKind.FOREIGN_STATE, target=_target(ev["key"]), detail=what,
-                                  path=path, line=line, how="snapshot"))
+                                  path=path, line=_line(line), how="snapshot"))
         elif kind in _KINDS:
             target = str(ev.get("target", ""))
             if kind == "engine-registration" and any(fnmatch.fnmatchcase(target, p)
                                                      for p in plan.allowed_registrations):
                 continue
             effects.append(Effect(kind=_KINDS[kind], target=target, detail=str(ev.get("detail", "")),
-                                  path=ev.get("path"), line=ev.get("line"),
+                                  path=ev.get("path"), line=_line(ev.get("line")),
                                   how="standin" if kind.startswith("engine-") else "audit"))
     return effects, errors
 

@@ -52,7 +52,18 @@ TORCH_CALLS: tuple[str, ...] = (
     "backends.cuda.mem_efficient_sdp_enabled",
     "backends.cuda.math_sdp_enabled",
     "backends.cuda.preferred_blas_library",
+    "_C._len_torch_function_stack",  # a mode pushed by the contribution runs inside every torch call
+    "_C._len_torch_dispatch_stack",
+    "_C._is_torch_function_mode_enabled",
 )
+# Dispatch keys whose kernels for an existing operator decide stock's speed (an `aten::mm` CPU or CUDA kernel
+# registered by a contribution through torch.library replaces the engine's for stock as well).
+DISPATCH_KEYS = frozenset({
+    "CPU", "CUDA", "CompositeImplicitAutograd", "CompositeExplicitAutograd",
+    "CompositeExplicitAutogradNonFunctional", "Autograd", "AutogradCPU", "AutogradCUDA", "AutogradOther",
+    "BackendSelect", "AutocastCPU", "AutocastCUDA", "QuantizedCPU", "QuantizedCUDA", "SparseCPU",
+    "SparseCUDA", "NestedTensorCPU", "NestedTensorCUDA", "PythonDispatcher", "Python",
+})
 # torch namespaces whose callables a baseline calls at every step (a replaced one slows stock down).
 TORCH_NAMESPACES: tuple[str, ...] = ("torch", "torch.nn.functional", "torch.distributed")
 
@@ -119,11 +130,21 @@ class YardstickGuard:
     functions: dict[str, dict[str, int]] = field(default_factory=dict)
     switches: dict[str, Any] = field(default_factory=dict)
     watched: set[str] = field(default_factory=set)
+    instance: Any = None
+    instance_held: dict[str, Any] = field(default_factory=dict)
 
-    def snapshot(self) -> YardstickGuard:
+    dispatch: dict[str, str] = field(default_factory=dict)
+
+    def snapshot(self, instance: Any = None) -> YardstickGuard:
+        """Take the snapshot; with `instance` (the point's baseline) also what that object holds: its
+        class, every attribute, its state's attributes and tensors (a candidate that rebinds
+        `baseline.stock`, swaps `__class__`, or gives stock other weights is changing the yardstick)."""
         self.functions = self._namespaces()
         self.watched = {name.split("::", 1)[0] for name in self.functions}
         self.switches = self._read_switches()
+        self.dispatch = dispatch_table()
+        self.instance = instance
+        self.instance_held = instance_facts(instance) if instance is not None else {}
         return self
 
     def _namespaces(self) -> dict[str, dict[str, int]]:
@@ -161,6 +182,8 @@ class YardstickGuard:
                 out[path + "()"] = repr(_lookup(torch, path)())
             except Exception:
                 continue
+        out["sys.gettrace()"] = repr(sys.gettrace())  # a tracer that runs only in the engine's frames
+        out["sys.getprofile()"] = repr(sys.getprofile())
         tensor = getattr(torch, "Tensor", None)
         if tensor is not None:
             out["Tensor.__dict__"] = tuple(sorted(_callables(vars(tensor)).items()))
@@ -180,6 +203,18 @@ class YardstickGuard:
                 if now.get(attr) != ident:
                     what = "removed" if attr not in now else "replaced"
                     out.append(f"{name.replace('::', '.')}.{attr} was {what}")
+        if self.dispatch:
+            now_dispatch = dispatch_table(self.dispatch)
+            moved = sorted(op for op, text in self.dispatch.items() if now_dispatch.get(op) != text)
+            out += [f"a kernel of the operator {op} was registered or replaced (torch.library)"
+                    for op in moved[:20]]
+        if self.instance is not None:
+            now_facts = instance_facts(self.instance)
+            diff = sorted(k for k in set(self.instance_held) | set(now_facts)
+                          if self.instance_held.get(k) != now_facts.get(k))
+            out += [f"{k} was rebound, replaced or added on the baseline's instance" for k in diff[:20]]
+            if len(diff) > 20:
+                out.append(f"... and {len(diff) - 20} more of the baseline's attributes")
         now_switches = self._read_switches()
         for key, value in self.switches.items():
             if key == "Tensor.__dict__":
@@ -194,6 +229,86 @@ class YardstickGuard:
         return sorted(name for name in list(sys.modules)
                       if name not in self.watched and any(name == p or name.startswith(p + ".")
                                                           for p in self.prefixes))
+
+
+def dispatch_table(ops: Iterable[str] | None = None) -> dict[str, str]:
+    """operator -> the registrations of its speed-relevant dispatch keys, for every operator registered now
+    (or `ops`). An operator the contribution adds is not in the snapshot, so its own custom ops are fine."""
+    torch = sys.modules.get("torch")
+    c = getattr(torch, "_C", None) if torch is not None else None
+    if c is None or not hasattr(c, "_dispatch_get_all_op_names") or not hasattr(c, "_dispatch_dump"):
+        return {}
+    out: dict[str, str] = {}
+    for op in list(ops) if ops is not None else list(c._dispatch_get_all_op_names()):
+        try:
+            text = c._dispatch_dump(op)
+        except Exception:  # an operator removed since: recorded as gone
+            out[op] = "<gone>"
+            continue
+        out[op] = "\n".join(line for line in str(text).splitlines()
+                            if line.split(":", 1)[0].strip() in DISPATCH_KEYS)
+    return out
+
+
+INSTANCE_FACTS_LIMIT = 50_000
+PRIMITIVES = (int, float, str, bytes, bool, type(None))
+INSTANCE_DEPTH_LIMIT = 10
+
+
+def _tensor_fact(t: Any) -> tuple[Any, ...]:
+    try:
+        where: tuple[Any, ...] = (t.data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()))
+    except Exception:  # a tensor without storage (meta, sparse): its identity and kind only
+        where = ()
+    return ("tensor", id(t), id(type(t)), str(t.dtype), str(t.device), *where)
+
+
+def instance_facts(obj: Any) -> dict[str, Any]:
+    """What an engine-side object holds, by path (`baseline.state.weight`): the identity and class of every
+    attribute, reached through dicts, lists, tuples, objects of the baseline's own package and torch
+    modules; tensors by identity, storage, shape, stride, dtype and device (their values may change: a
+    KV-cache write, an input load). Objects of other libraries are recorded by identity, not entered."""
+    torch = sys.modules.get("torch")
+    tensor_type = getattr(torch, "Tensor", None) if torch is not None else None
+    module_type = getattr(getattr(torch, "nn", None), "Module", None) if torch is not None else None
+    package = type(obj).__module__.split(".")[0]
+    out: dict[str, Any] = {}
+    seen: set[int] = set()
+    stack: list[tuple[str, Any, int]] = [("baseline", obj, 0)]
+    while stack and len(out) < INSTANCE_FACTS_LIMIT:
+        path, x, depth = stack.pop()
+        if tensor_type is not None and isinstance(x, tensor_type):
+            out[path] = _tensor_fact(x)
+            continue
+        if isinstance(x, PRIMITIVES):
+            out[path] = (type(x).__name__, repr(x)[:200])
+            continue
+        out[path] = (id(x), id(type(x)))
+        if id(x) in seen or depth >= INSTANCE_DEPTH_LIMIT:
+            continue
+        seen.add(id(x))
+        children: list[tuple[str, Any]] = []
+        if isinstance(x, dict):
+            children = [(f"{path}[{k!r}]", v) for k, v in list(x.items())]
+        elif isinstance(x, list | tuple):  # an engine-side log (numbers appended as it runs) may grow
+            children = [(f"{path}[{i}]", v) for i, v in enumerate(x) if not isinstance(v, PRIMITIVES)]
+        elif hasattr(x, "__dict__") and not isinstance(x, type | types.ModuleType) and (
+                type(x).__module__.split(".")[0] == package
+                or (module_type is not None and isinstance(x, module_type))):
+            children = [(f"{path}.{k}", v) for k, v in list(vars(x).items())]
+        stack.extend((p, v, depth + 1) for p, v in children)
+    return out
+
+
+def engine_method(baseline: Any, name: str) -> Callable[..., Any]:
+    """`baseline.<name>` as the baseline's class defines it (an attribute set on the instance cannot stand in
+    for it); an instance attribute only where the class has none."""
+    attr = getattr(type(baseline), name, None)
+    if attr is not None and hasattr(attr, "__get__"):
+        bound: Callable[..., Any] = attr.__get__(baseline, type(baseline))
+        return bound
+    fn: Callable[..., Any] = getattr(baseline, name)
+    return fn
 
 
 @dataclass
@@ -214,23 +329,31 @@ class ComposedCase:
     tolerance: tuple[float, float]
     layers: int
     dtype: str
+    static: Any = None  # the baseline's static_inputs as they were when the case was composed
+    methods: dict[str, Callable[..., Any]] = field(default_factory=dict)  # as the baseline's class has them
+
+    def __post_init__(self) -> None:
+        if self.static is None:
+            self.static = self.baseline.static_inputs
+        for name in ("make_inputs", "load_inputs", "bytes_moved", "oracle"):
+            self.methods.setdefault(name, engine_method(self.baseline, name))
 
     @property
     def static_inputs(self) -> Any:
-        return self.baseline.static_inputs
+        return self.static
 
     def make_inputs(self, seed: int) -> Any:
-        return self.baseline.make_inputs(seed)
+        return self.methods["make_inputs"](seed)
 
     def load_inputs(self, fresh: Any) -> None:
-        self.baseline.load_inputs(fresh)
+        self.methods["load_inputs"](fresh)
 
     def bytes_moved(self, variant: str) -> float:
         """The engine's figure for the layer, the same for every variant (a candidate cannot shrink it)."""
-        return float(self.baseline.bytes_moved())
+        return float(self.methods["bytes_moved"]())
 
     def oracle(self, inputs: Any) -> Any:
-        return self.baseline.oracle(inputs)
+        return self.methods["oracle"](inputs)
 
 
 def _check_name(name: Any, reserved: Iterable[str]) -> str:
@@ -274,7 +397,7 @@ def compose(baseline: Any, candidates: Any, caps: Mapping[str, Cap], where: str)
         raise ContractError(f"the contribution's candidates entry returned {got}, not a non-empty mapping "
                             "of name -> callable")
     reserved = RESERVED | set(extra)
-    variants: dict[str, Callable[[Any], Any]] = {STOCK: baseline.stock}
+    variants: dict[str, Callable[[Any], Any]] = {STOCK: engine_method(baseline, STOCK)}
     origins = {STOCK: "engine"}
     for name, fn in extra.items():
         _check_name(name, RESERVED)

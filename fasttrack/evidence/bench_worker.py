@@ -144,16 +144,41 @@ def _build_point(baseline_fn: Callable[..., Any], candidates_fn: Callable[..., A
     why = _agreed(backend, why, "the baseline could not be built on another rank (see that rank's result)")
     if why is not None:
         return None, why, who
-    guard.snapshot()  # from here on only contribution code may have changed what the snapshot holds
+    guard.snapshot(baseline)  # from here on only contribution code may have changed what the snapshot holds
     case: Any = None
     try:
         candidates = candidates_fn(baseline, dict(point))
+        moved = guard.changed()  # before compose reads anything off the baseline
+        if moved:
+            raise yard.ContractError("building the candidates changed the yardstick: "
+                                     + "; ".join(moved[:20]))
         case = yard.compose(baseline, candidates, caps, f"at {point}")
     except Exception as exc:
         why = f"the contribution's candidates entry point failed: {type(exc).__name__}: {exc}"
         print(traceback.format_exc(), file=sys.stderr)
     why = _agreed(backend, why, "the candidates could not be built on another rank (see that rank's result)")
     return (case if why is None else None), why, "contribution"
+
+
+def measure_point(baseline_fn: Callable[..., Any], candidates_fn: Callable[..., Any], point: dict[str, Any],
+                  caps: dict[str, yard.Cap], backend: timing.Backend, yardstick: yard.YardstickGuard,
+                  guard: timing.TimerGuard, settings: timing.ProtocolSettings, world: int,
+                  index: int = 0) -> timing.CaseResult:
+    """One point: build it from both sides, time it, and reject it if contribution code moved the
+    yardstick while it ran."""
+    dist_info: dict[str, Any] = {"world_size": world, "rank": backend.rank if world > 1 else None}
+    case, why, who = _build_point(baseline_fn, candidates_fn, point, caps, backend, yardstick, world)
+    if case is None:
+        status = "not_run" if who == "machine" else "rejected"
+        return timing.CaseResult(point=point, status=status, reasons=[why or "not run"], not_run_by=who,
+                                 **dist_info)
+    result = timing.run_case(case, backend, settings, point, guard=guard, progress=_step_reporter(index),
+                             log=_log)
+    tampered = yardstick.changed()
+    if tampered:
+        result.reasons = [*result.reasons, *(f"while contribution code ran: {c}" for c in tampered[:50])]
+        result.status = "rejected"
+    return result
 
 
 def run_bench(spec: dict[str, Any]) -> int:
@@ -191,20 +216,8 @@ def run_bench(spec: dict[str, Any]) -> int:
             result = timing.CaseResult(point=point, status="rejected", reasons=import_problem[:50],
                                        not_run_by="contribution", **dist_info)
         else:
-            case, why, who = _build_point(baseline_fn, candidates_fn, point, caps, backend, yardstick, world)
-            if case is None:
-                status = "not_run" if who == "machine" else "rejected"
-                result = timing.CaseResult(point=point, status=status, reasons=[why or "not run"],
-                                           not_run_by=who, **dist_info)
-            else:
-                result = timing.run_case(case, backend, settings, point, guard=guard,
-                                         progress=_step_reporter(int(job["index"])), log=_log)
-                tampered = yardstick.changed()
-                if tampered:
-                    result.reasons = [*result.reasons, *(f"while contribution code ran: {c}"
-                                                         for c in tampered[:50])]
-                    result.status = "rejected"
-            del case
+            result = measure_point(baseline_fn, candidates_fn, point, caps, backend, yardstick, guard,
+                                   settings, world, int(job["index"]))
         print(json.dumps({"point": point, "rank": rank, "result": result.model_dump(mode="json")},
                          sort_keys=True), file=sys.stderr)
         write_json_atomic(out, result.model_dump(mode="json"))

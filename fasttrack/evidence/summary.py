@@ -246,4 +246,6 @@ def _audit(a: yf.AuditFacts) -> AuditSummary:
     return AuditSummary(file=a.name, auditor=a.signer, signature_valid=a.signature_valid,
                         statement=a.statement_file, gpu=env.gpu_name if env else None,
                         audited_at=rec.audited_at.isoformat() if rec else None,
-                        points=len(rec.points) if rec else 0, agreed=rec.agreed if rec else None)
+                        points=len(rec.points) if rec else 0,
+                        # a self-audit (signed by the statement's own signer) proves nothing
+                        agreed=rec.agreed if rec and not a.self_audit else None)

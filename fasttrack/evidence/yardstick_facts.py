@@ -95,6 +95,7 @@ class AuditFacts:
     signature_valid: bool | None  # None: unsigned
     statement_file: str | None  # the part it audits, when its sha256 matches one in the bundle
     signature_reason: str | None = None
+    self_audit: bool = False  # signed by the principal who signed the statement it audits: not an audit
 
 
 def audits(ctx: Context) -> list[AuditFacts]:
@@ -122,5 +123,9 @@ def audits(ctx: Context) -> list[AuditFacts]:
         if a.signature is not None:
             res = verify_bytes(a.data, a.signature, signers, ctx.policy.evidence.namespace)
             valid, signer, reason = res.valid, res.principal if res.valid else None, res.reason
-        out.append(AuditFacts(a.name, rec, None, signer, valid, by_sha.get(rec.statement.sha256), reason))
+        audited = by_sha.get(rec.statement.sha256)
+        part = next((p for p in ev.parts if p.name == audited), None) if valid and audited else None
+        own = an.signature(ctx, part) if part is not None else None
+        self_audit = own is not None and own.valid and own.principal == signer
+        out.append(AuditFacts(a.name, rec, None, signer, valid, audited, reason, self_audit))
     return out

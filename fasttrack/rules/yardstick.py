@@ -12,6 +12,7 @@ not itself slow. Numbers are recomputed from the recorded samples and kernel nam
 from __future__ import annotations
 
 import fnmatch
+import statistics
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,7 @@ from fasttrack.evidence import yardstick_facts as yf
 from fasttrack.evidence.backends import identify
 from fasttrack.evidence.bundle import STOCK_VARIANT
 from fasttrack.findings import Finding
+from fasttrack.policy import EvalBound
 from fasttrack.rules.base import Catalogue
 
 if TYPE_CHECKING:
@@ -158,6 +160,18 @@ def engine_side_only(ctx: Context) -> Iterator[Finding]:
                                              f"which the engine did not supply (origin {base.origin})",
                                     point=an.point_dict(bench.point), evidence_file=an.item_file(ctx, bench),
                                     fix="claim against stock (or another engine-side variant)")
+            stock = bench.variants.get(STOCK_VARIANT)
+            slower = (base is not None and base.origin == "engine" and claim.baseline != STOCK_VARIANT
+                      and stock is not None and bool(base.samples_us) and bool(stock.samples_us))
+            if slower and base is not None and stock is not None:
+                mb, ms = statistics.median(base.samples_us), statistics.median(stock.samples_us)
+                if mb > ms:
+                    yield Finding.error(
+                        "FT337", f"claim {claim.name!r} compares against {claim.baseline!r}, which is slower "
+                                 f"than stock at {an.point_text(bench.point)} (median {mb:.4g} us vs stock's "
+                                 f"{ms:.4g} us): the speedup is over a yardstick the engine would not run",
+                        point=an.point_dict(bench.point), evidence_file=an.item_file(ctx, bench),
+                        fix="claim against stock (the engine's fastest path at that point)")
             if cand is not None and cand.origin != "contribution":
                 yield Finding.error("FT337", f"claim {claim.name!r}: candidate {claim.candidate!r} is not "
                                              "the contribution's variant", point=an.point_dict(bench.point),
@@ -247,6 +261,15 @@ def oracle_checked(ctx: Context) -> Iterator[Finding]:
     yield from _capped(found(), "FT339")
 
 
+def _is_test(function: str, named: str) -> bool:
+    """`function` (a nodeid without parameters) is the test `named` in the manifest: the same
+    `path::function`, or, for a bare function name, a function of that exact name (a decoy whose nodeid
+    merely ends with the name, `decoy/tests/test_k.py::test_x` or `::xtest_x`, is not it)."""
+    if "::" in named:
+        return function == named
+    return function.rsplit("::", 1)[-1] == named
+
+
 @rule("FT340", "The manifest's point tests must run and record their error at every envelope point.")
 def point_tests(ctx: Context) -> Iterator[Finding]:
     """The manifest names (`[evidence] point_tests`) the test functions that compare the kernels with the
@@ -275,7 +298,7 @@ def point_tests(ctx: Context) -> Iterator[Finding]:
                 continue  # another machine's or part's point: FT304/FT306 judge whether it is anywhere
             tests = by_point.get(key, [])
             for fn in named:
-                hits = [t for t in tests if an.test_function(t.nodeid).endswith(fn)]
+                hits = [t for t in tests if _is_test(an.test_function(t.nodeid), fn)]
                 good = [t for t in hits if t.outcome == "passed" and t.max_error is not None]
                 if good:
                     continue
@@ -303,6 +326,17 @@ def untimed(ctx: Context) -> Iterator[Finding]:
 
     def found() -> Iterator[Finding]:
         for bench in st.predicate.benchmarks:
+            env = an.environment_of(ctx, bench)
+            if (bench.not_run is not None and bench.not_run_by == "machine" and env is not None
+                    and env.gpu_name == bench.point.gpu and bench.point.tp <= (env.gpu_count or 0)):
+                yield Finding.error("FT341", f"{an.point_text(bench.point)} was not timed, blamed on the "
+                                             f"machine, but the machine that collected it is a "
+                                             f"{env.gpu_name} with {env.gpu_count} GPU(s): "
+                                             f"{bench.not_run[:300]}", point=an.point_dict(bench.point),
+                                    evidence_file=an.item_file(ctx, bench),
+                                    fix="time the point (the engine's baseline has a case for every point "
+                                        "of its model on a GPU it supports), or shrink the envelope")
+                continue
             if bench.not_run is None or bench.not_run_by in (None, "machine"):
                 continue
             yield Finding.error("FT341", f"{an.point_text(bench.point)} was not timed ({bench.not_run_by}): "
@@ -370,6 +404,16 @@ def byte_count(ctx: Context) -> Iterator[Finding]:
     yield from _capped(found(), "FT344")
 
 
+def _strictest(bounds: list[EvalBound]) -> EvalBound | None:
+    """The tightest of every bound whose pattern matches (a name built to match a looser pattern first, e.g.
+    `equiv.a.hidden_rel_err_median.b.hidden_rel_err_max`, is held to all of them)."""
+    if not bounds:
+        return None
+    maxes = [b.max for b in bounds if b.max is not None]
+    mins = [b.min for b in bounds if b.min is not None]
+    return EvalBound(max=min(maxes) if maxes else None, min=max(mins) if mins else None)
+
+
 @rule("FT345", "Eval thresholds must lie within the policy's bounds.")
 def eval_bounds(ctx: Context) -> Iterator[Finding]:
     """Model-level evals are recomputed against their own thresholds by FT314; here the thresholds
@@ -381,7 +425,7 @@ def eval_bounds(ctx: Context) -> Iterator[Finding]:
         return
     bounds = ctx.policy.evidence.eval_bounds
     for e in st.predicate.evals:
-        bound = next((b for pat, b in bounds.items() if fnmatch.fnmatchcase(e.name, pat)), None)
+        bound = _strictest([b for pat, b in bounds.items() if fnmatch.fnmatchcase(e.name, pat)])
         label = an.item_file(ctx, e)
         if bound is None:
             yield Finding.error("FT345", f"eval {e.name!r} has no bound in the policy", evidence_file=label,
@@ -423,6 +467,12 @@ def audits(ctx: Context) -> Iterator[Finding]:
             continue
         rec = a.record
         n = len(rec.points)
+        if a.self_audit:
+            yield Finding.warning("FT346", f"{a.name}: {a.signer} signed the statement it audits: a "
+                                           "contributor's re-run of their own evidence is not an audit and "
+                                           "is not counted", evidence_file=label,
+                                  fix="have a maintainer (another allowed signer) run fasttrack audit")
+            continue
         if rec.agreed:
             yield Finding.info("FT346", f"{a.name}: {a.signer} re-ran {n} point(s) of {a.statement_file} and "
                                         "they agreed", evidence_file=label)

@@ -16,6 +16,7 @@ from bundle_factory import (
     run_all,
     run_rule,
     samples,
+    session_key,
 )
 
 from fasttrack.findings import Severity
@@ -87,6 +88,15 @@ def _recording_only(fx: BundleFixture) -> None:
             t["max_error"] = None
 
 
+def _maintainer_key(fx: BundleFixture) -> Path:
+    """bob@example.com, a second allowed signer (an audit by the statement's own signer does not count)."""
+    key = session_key("maintainer_ed25519")
+    pub = key.with_name(key.name + ".pub").read_text().split()
+    with (fx.policies / "allowed_signers").open("a") as fh:
+        fh.write(f'bob@example.com namespaces="fasttrack-evidence" {pub[0]} {pub[1]}\n')
+    return key
+
+
 def _write_audit(agreed: bool, signed: bool = True) -> Callable[[BundleFixture], None]:
     """A maintainer's audit record of the fixture's statement (what `fasttrack audit` writes)."""
     def run(fx: BundleFixture) -> None:
@@ -105,8 +115,8 @@ def _write_audit(agreed: bool, signed: bool = True) -> Callable[[BundleFixture],
                                reasons=[] if agreed else ["fused: stock/fused 2x recorded, 0.98x re-run"])],
             agreed=agreed)
         path = write_record(fx.bundle, rec, "audit-1")
-        if signed:
-            sign_file(path, fx.key)
+        if signed:  # a maintainer's key, not the contributor's who signed the statement
+            sign_file(path, _maintainer_key(fx))
     return run
 
 
@@ -257,9 +267,9 @@ def test_an_agreeing_signed_audit_is_shown(fx: BundleFixture) -> None:
     _write_audit(agreed=True)(fx)
     found = run_rule("FT346", fx.context())
     assert [(f.severity, f.message) for f in found] == [
-        (Severity.INFO, "audits/audit-1.json: alice@example.com re-ran 1 point(s) of statement.json and they "
+        (Severity.INFO, "audits/audit-1.json: bob@example.com re-ran 1 point(s) of statement.json and they "
                         "agreed")]
     summary = summarize(fx.context())
     assert summary is not None
     [a] = summary.audits
-    assert a.auditor == "alice@example.com" and a.agreed and a.statement == "statement.json"
+    assert a.auditor == "bob@example.com" and a.agreed and a.statement == "statement.json"

@@ -211,7 +211,8 @@ class YardstickGuard:
         if self.instance is not None:
             now_facts = instance_facts(self.instance)
             diff = sorted(k for k in set(self.instance_held) | set(now_facts)
-                          if self.instance_held.get(k) != now_facts.get(k))
+                          if self.instance_held.get(k) != now_facts.get(k)
+                          and not _new_state_entry(k, self.instance_held))
             out += [f"{k} was rebound, replaced or added on the baseline's instance" for k in diff[:20]]
             if len(diff) > 20:
                 out.append(f"... and {len(diff) - 20} more of the baseline's attributes")
@@ -261,6 +262,25 @@ def _tensor_fact(t: Any) -> tuple[Any, ...]:
     except Exception:  # a tensor without storage (meta, sparse): its identity and kind only
         where = ()
     return ("tensor", id(t), id(type(t)), str(t.dtype), str(t.device), *where)
+
+
+def _new_state_entry(path: str, held: dict[str, Any]) -> bool:
+    """True for an entry the candidates added to a dict inside the baseline's state that already existed
+    (`baseline.state.weights._derived['fused.folded']`, the engine's cache of derived forms), or anything
+    under such an entry. The engine ran stock before the snapshot, so every entry stock reads was there
+    already: replacing or removing one is still tampering, and so is anything added to the baseline's own
+    attributes (`extra_baselines`, `static_inputs`) or a new attribute anywhere."""
+    if path in held or not path.startswith("baseline.state."):
+        return False
+    for i, ch in enumerate(path):
+        if ch != "]":
+            continue
+        entry = path[: i + 1]  # a prefix ending in a subscript: `...[key]`
+        container = entry[: entry.rindex("[")]
+        keyed = entry[len(container) + 1:][:1] in ("'", '"')  # a dict's string key, not a list's index
+        if keyed and entry not in held and container in held:
+            return True
+    return False
 
 
 def instance_facts(obj: Any) -> dict[str, Any]:

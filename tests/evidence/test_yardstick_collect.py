@@ -177,3 +177,34 @@ def test_audit_reruns_points_and_catches_a_doctored_statement(tmp_path: Path) ->
     path = write_record(res.statement_path.parent, doctored, "audit-doctored")
     sign_file(path, session_key())
     assert path.with_name(path.name + ".sig").is_file()
+
+
+@pytest.mark.slow
+def test_a_candidate_may_add_to_the_engines_cache_but_not_replace_its_entries(tmp_path: Path) -> None:
+    """The K3 fused path caches its folded weights in the engine weights' cache of derived forms (the
+    reference contribution does exactly this): a new key there is the candidate's own; replacing an entry
+    stock already computed (here `bias_row`, which stock reads) is tampering and rejects the point."""
+    toy = make_toy(tmp_path)
+    _write_bench(toy, '''
+def candidates(baseline, point):
+    s = baseline.state
+    s.cached("toy.folded", lambda: s.weight.t().contiguous())  # the candidate's own derived form
+    return {"fused": baseline.stock}
+''')
+    st = _statement(toy, tmp_path, phases=("bench",), points_limit=1)
+    [b] = [b for b in _cpu(st) if b.not_run is None or b.not_run_by == "contribution"]
+    assert b.not_run is None and not b.rejected, (b.not_run, b.rejected)
+
+    _write_bench(toy, '''
+import torch
+
+
+def candidates(baseline, point):
+    s = baseline.state
+    s.derived["bias_row"] = torch.zeros_like(s.derived["bias_row"])  # stock now adds nothing
+    return {"fused": baseline.stock}
+''')
+    st = _statement(toy, tmp_path / "again", phases=("bench",), points_limit=1)
+    bad = [b for b in _cpu(st) if b.not_run_by == "contribution" or b.rejected]
+    text = " ".join((b.not_run or "") + " ".join(b.rejected) for b in bad)
+    assert "baseline.state.derived['bias_row']" in text

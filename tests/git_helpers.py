@@ -93,3 +93,29 @@ class GitRepo:
 
     def head(self) -> str:
         return self.git("rev-parse", "HEAD").strip()
+
+
+def k3_manifest(name: str = "kimi_k3") -> str:
+    """A minimal kimi_k3 contribution manifest (fasttrack.toml) for tests that build a contribution tree."""
+    return TOY_K3_MANIFEST.replace('name = "kimi_k3"', f'name = "{name}"', 1)
+
+
+TOY_K3_MANIFEST = """schema_version = 1
+[contribution]
+name = "kimi_k3"
+model = "kimi_k3"
+target_path = "vllm/models/kimi_k3/nvidia/fast"
+[envelope]
+hardware = [{ name = "NVIDIA H200", compute_capability = "9.0" }]
+tp = [1]
+batch = { min = 1, max = 64 }
+context = { min = 1, max = 4096 }
+dtypes = ["bfloat16"]
+cuda_graph = "full"
+[fallback]
+metric = "k3_fallback_total"
+stock_path = "k3.stock:forward"
+guard = "k3.guard:decide"
+[evidence]
+kernel_tests = ["tests/test_layer.py"]
+"""

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from git_helpers import GitRepo
+from git_helpers import GitRepo, k3_manifest
 
 from fasttrack import cli
 from fasttrack.commands import verify as verify_mod
@@ -30,25 +30,7 @@ MP = pytest.MonkeyPatch
 Cap = pytest.CaptureFixture[str]
 POLICY = Path(__file__).resolve().parent.parent / "policies" / "vllm.toml"
 K3 = "vllm/models/kimi_k3"
-MANIFEST = """schema_version = 1
-[contribution]
-name = "kimi_k3"
-model = "kimi_k3"
-target_path = "vllm/models/kimi_k3/nvidia/fast"
-[envelope]
-hardware = [{ name = "NVIDIA H200", compute_capability = "9.0" }]
-tp = [1]
-batch = { min = 1, max = 64 }
-context = { min = 1, max = 4096 }
-dtypes = ["bfloat16"]
-cuda_graph = "full"
-[fallback]
-metric = "k3_fallback_total"
-stock_path = "k3.stock:forward"
-guard = "k3.guard:decide"
-[evidence]
-kernel_tests = ["tests/test_layer.py"]
-"""
+MANIFEST = k3_manifest('kimi_k3')
 ENGINE = {"vllm/__init__.py": "", "vllm/models/__init__.py": "", f"{K3}/__init__.py": "",
           f"{K3}/model.py": "class K3:\n    pass\n", "vllm/v1/__init__.py": "",
           "vllm/v1/sampler.py": "def sample():\n    return 0\n"}

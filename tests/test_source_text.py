@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from git_helpers import GitRepo, Symlink
+from git_helpers import GitRepo, Symlink, k3_manifest
 
 from fasttrack.commands.verify import VerifyOptions, build_context
 from fasttrack.confinement.source_text import SourceProblem, decode_python_source, read_python_source
@@ -168,25 +168,7 @@ def test_data_files_in_the_model_are_not_loadable_code(make_repo: MakeRepo) -> N
 
 # ------------------------------------------------------------------------------------- contribution mode
 
-CONTRIB_MANIFEST = """schema_version = 1
-[contribution]
-name = "k3"
-model = "kimi_k3"
-target_path = "vllm/models/kimi_k3/nvidia/fast"
-[envelope]
-hardware = [{ name = "NVIDIA H200", compute_capability = "9.0" }]
-tp = [1]
-batch = { min = 1, max = 64 }
-context = { min = 1, max = 4096 }
-dtypes = ["bfloat16"]
-cuda_graph = "full"
-[fallback]
-metric = "k3_fallback_total"
-stock_path = "k3.stock:forward"
-guard = "k3.guard:decide"
-[evidence]
-kernel_tests = ["tests/test_layer.py"]
-"""
+CONTRIB_MANIFEST = k3_manifest('k3')
 
 
 def contribution_findings(repo: GitRepo, *codes: str) -> list[Finding]:

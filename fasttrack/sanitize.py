@@ -78,11 +78,18 @@ _REFERENCE: Final = re.compile(r"(@)|(#)(?=\d)|\b(GH-)(?=\d)|(:)(?=//)|\b(www)(?
                                re.IGNORECASE)
 
 
+# A run of 7 or more hex digits that GitHub may autolink as a commit of the repository (a fork's commit shown
+# as if it were the repository's): a zero-width space after its sixth character.
+_COMMIT_LIKE: Final = re.compile(r"(?<![0-9A-Za-z])([0-9a-fA-F]{6})(?=[0-9a-fA-F]+(?![0-9A-Za-z]))")
+
+
 def break_references(text: str) -> str:
-    """Mentions, issue/PR references (`#N`, `owner/repo#N`, `GH-N`) and bare URLs made inert: a zero-width
-    space follows `@`, `#`, `GH-`, the `:` of `://` and `www`. For text already passed through `visible`
-    (the Markdown renderer escapes in between); otherwise use `inert_references`."""
-    return _REFERENCE.sub(lambda m: m.group(0) + _ZWSP, text)
+    """Mentions, issue/PR references (`#N`, `owner/repo#N`, `GH-N`), commit-like hex runs and bare URLs made
+    inert: a zero-width space follows `@`, `#`, `GH-`, the `:` of `://`, `www` and the sixth digit of a hex
+    run of seven or more. For text already passed through `visible` (the Markdown renderer escapes in
+    between); otherwise use `inert_references`."""
+    text = _REFERENCE.sub(lambda m: m.group(0) + _ZWSP, text)
+    return _COMMIT_LIKE.sub(lambda m: m.group(1) + _ZWSP, text)
 
 
 def inert_references(text: str) -> str:

@@ -140,3 +140,14 @@ def test_a_hostile_key_in_an_error_is_quoted_and_escaped(tmp_path: Path) -> None
     assert err.value.field == "['evil\n::error file=a::forged']"
     line = log_line(err.value.render())
     assert "\n" not in line and "::" not in line
+
+
+def test_commit_like_hex_runs_are_not_autolinked() -> None:
+    """GitHub links a run of hex digits to a commit of the repository: a fork's commit named in a verdict
+    would read as the repository's. A zero-width space after the sixth digit keeps it readable and inert."""
+    from fasttrack.sanitize import break_references
+
+    sha = "1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b"
+    assert break_references(f"see {sha}") == f"see {sha[:6]}\u200b{sha[6:]}"
+    assert break_references("abc1234 and 1234567") == "abc123\u200b4 and 123456\u200b7"
+    assert break_references("tp1 b8 c32768 x12345678y") == "tp1 b8 c32768 x12345678y"  # not a run of its own

@@ -95,6 +95,16 @@ def _warm():
 _pool = concurrent.futures.ThreadPoolExecutor(1)
 _pool.submit(_warm)  # <-
 """, "FT146"),
+    ("import-time-call-of-a-starter", """
+import threading
+def _poll():
+    return None
+def _boot():
+    threading.Thread(target=_poll, daemon=True).start()
+def _setup():
+    [_boot() for _ in range(1)]
+_setup()  # <-
+""", "FT146"),
     ("import-time-pool-with", """
 from concurrent.futures import ThreadPoolExecutor
 def _warm():
@@ -151,6 +161,13 @@ def start_polling():
         ex.submit(_poll)
     _t.start()
 tool = sys.monitoring.get_tool(3)
+class K3:
+    def __init__(self):
+        start_polling()
+def load():
+    return K3()
+if __name__ == "__main__":
+    start_polling()
 """),
 ]
 

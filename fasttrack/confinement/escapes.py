@@ -340,9 +340,12 @@ class _Analyser:
         # Parameters written through ((function key, parameter) -> the write), and calls to own functions.
         self.param_writes: dict[tuple[str, str], ast.AST] = {}
         self.own_calls: list[tuple[ast.Call, _Scope, str]] = []
+        self.import_time_calls: set[int] = set()  # ids of own calls made at import time
+        self.thread_starts: dict[str, ast.AST] = {}  # own function key -> a thread start inside it
         self.with_items: set[int] = set()
         self.module_imports: set[str] = set()  # names bound by `import x.y`: modules, not containers
         self._parents: dict[int, ast.AST] | None = None
+        self._function_of_scope: dict[int, str] | None = None
         # `x.attr = value` on any object: attribute name -> the values stored (taint by attribute name,
         # so `self.target = SharedClass; self.target.forward = f` is a write to SharedClass).
         self.attr_stores: dict[str, list[tuple[ast.expr, _Scope]]] = {}
@@ -1080,6 +1083,7 @@ class _Analyser:
             elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
                 self._check_bare_decorators(node, scope)
         self._check_helper_calls()
+        self._check_import_time_thread_calls()
 
     # helpers that write through a parameter -------------------------------------------------------
 
@@ -1246,6 +1250,8 @@ class _Analyser:
         key = self._callee_key(node, scope)
         if key is not None:
             self.own_calls.append((node, scope, key))
+            if import_time:
+                self.import_time_calls.add(id(node))
         self._check_writer_values(node, scope)
         self._check_manual_enter(node, scope)
         self._check_methodcaller(node, scope)
@@ -1326,14 +1332,47 @@ class _Analyser:
 
     def _check_thread_start(self, node: ast.Call, scope: _Scope, import_time: bool) -> None:
         """A thread (or pool) started at import time keeps running beside the engine after the import."""
-        if not import_time or not isinstance(node.func, ast.Attribute) or \
-                node.func.attr not in _THREAD_STARTS:
+        if not isinstance(node.func, ast.Attribute) or node.func.attr not in _THREAD_STARTS or \
+                self.resolve(node.func.value, scope) != _THREAD_REF:
             return
-        if self.resolve(node.func.value, scope) == _THREAD_REF:
+        if not import_time:
+            key = self._enclosing_function(scope)
+            if key is not None:
+                self.thread_starts.setdefault(key, node)  # judged where the function is called
+        else:
             self.report(GLOBAL_STATE, node, f"starts a thread at import time (`.{node.func.attr}()` on a "
                         "thread or thread pool): it outlives the import and runs beside the engine in every "
                         "process that imports the model (start it from the model's code at run time)",
                         target=f"<thread>.{node.func.attr}")
+
+    def _enclosing_function(self, scope: _Scope) -> str | None:
+        """The key of the own function whose body `scope` is (or is nested in: comprehensions)."""
+        if self._function_of_scope is None:
+            self._function_of_scope = {id(fn.scope): key for key, fns in self.functions.items() for fn in fns}
+        s: _Scope | None = scope
+        while s is not None and s.kind == "comprehension":
+            s = s.parent
+        return self._function_of_scope.get(id(s)) if s is not None else None
+
+    def _check_import_time_thread_calls(self) -> None:
+        """An own function that starts a thread (itself or through further own calls), called at import
+        time, starts it at import time."""
+        changed = True
+        while changed:
+            changed = False
+            for _call, scope, key in self.own_calls:
+                caller = self._enclosing_function(scope)
+                if key in self.thread_starts and caller is not None and caller not in self.thread_starts:
+                    self.thread_starts[caller] = self.thread_starts[key]
+                    changed = True
+        for call, _, key in self.own_calls:
+            start = self.thread_starts.get(key)
+            if start is not None and id(call) in self.import_time_calls:
+                shown = key.removeprefix("method:").rsplit(".", 1)[-1]
+                self.report(GLOBAL_STATE, call, f"calls `{shown}` at import time, which starts a thread "
+                            f"(line {getattr(start, 'lineno', '?')}): it outlives the import and runs "
+                            "beside the engine (start it from the model's code at run time)",
+                            target="<thread>.start")
 
     def _check_dynamic_class(self, node: ast.Call, q: str) -> None:
         """`type(name, bases, ns)` / `types.new_class(...)` run the bases' `__init_subclass__` and

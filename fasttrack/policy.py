@@ -262,6 +262,8 @@ class EscapesSpec(Strict):
         "os.close", "os.closerange", "os._exit", "sys.exit", "builtins.exit", "builtins.quit",
         # compiler stance and graph rules, triton's active driver, TorchScript state, python kernels of ops
         "torch.compiler.*", "torch.jit._state.*", "triton.runtime.driver.*", "torch.ops.*.py_kernels.*",
+        # the decimal context of the thread; profilers and monitoring hook every frame of the process
+        "decimal.context.*", "cProfile.*", "profile.*", "_lsprof.*", "sys.monitoring.*", "bdb.*", "pdb.*",
     ])
     allowed_global_calls: list[str] = Field(default_factory=lambda: [
         "torch._C.*_get*", "torch._C.*_is_*", "torch._C._has_*", "torch.backends.*.is_*",
@@ -283,6 +285,7 @@ class EscapesSpec(Strict):
         "sysconfig.get_*", "multiprocessing.get_*", "site.get*",
         "torch.compiler.is_*", "torch.compiler.disable", "torch.compiler.assume_constant_result",
         "torch.compiler.cudagraph_mark_step_begin", "triton.runtime.driver.active.*get_*",
+        "sys.monitoring.get_*", "decimal.context.create_decimal*", "decimal.context.copy",
         # messages to a shared logger are fine; configuring it is not
         "logging.loggers.*.debug", "logging.loggers.*.info", "logging.loggers.*.warning",
         "logging.loggers.*.warning_once", "logging.loggers.*.info_once", "logging.loggers.*.debug_once",

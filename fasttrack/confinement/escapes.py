@@ -216,6 +216,14 @@ class _Ref:
 
 
 _LOCAL_REF = _Ref("local")
+# a thread or thread pool made here: starting it at import time is FT146
+_THREAD_REF = _Ref("local", "<thread>")
+_THREAD_MAKERS = ("threading.Thread", "threading.Timer", "concurrent.futures.*Executor",
+                  "concurrent.futures.thread.*", "multiprocessing.pool.ThreadPool", "multiprocessing.dummy.*")
+_THREAD_STARTS = frozenset({"start", "submit", "map", "run", "apply_async", "map_async", "imap",
+                            "imap_unordered", "starmap", "starmap_async", "apply"})
+# Objects of the stdlib whose attributes are process- (or thread-) wide state: writes are FT146.
+_STATE_OBJECTS = ("decimal.context",)
 _SEP = "\x1f"  # between a function key and a parameter name in a "param" _Ref
 # Attributes that lead from any object to objects it does not own (its bases, every subclass, the
 # globals of a function's module, the interpreter's builtins): what is reached through them is foreign.
@@ -332,9 +340,12 @@ class _Analyser:
         # Parameters written through ((function key, parameter) -> the write), and calls to own functions.
         self.param_writes: dict[tuple[str, str], ast.AST] = {}
         self.own_calls: list[tuple[ast.Call, _Scope, str]] = []
+        self.import_time_calls: set[int] = set()  # ids of own calls made at import time
+        self.thread_starts: dict[str, ast.AST] = {}  # own function key -> a thread start inside it
         self.with_items: set[int] = set()
         self.module_imports: set[str] = set()  # names bound by `import x.y`: modules, not containers
         self._parents: dict[int, ast.AST] | None = None
+        self._function_of_scope: dict[int, str] | None = None
         # `x.attr = value` on any object: attribute name -> the values stored (taint by attribute name,
         # so `self.target = SharedClass; self.target.forward = f` is a write to SharedClass).
         self.attr_stores: dict[str, list[tuple[ast.expr, _Scope]]] = {}
@@ -577,6 +588,8 @@ class _Analyser:
                     maker = self.resolve(cm.func, scope)
                     if maker is not None and maker.qualname == "contextlib.nullcontext":
                         value = cm.args[0]  # `with nullcontext(x) as c`: c is x
+                if isinstance(cm, ast.Call) and value is None and self.resolve(cm, scope) == _THREAD_REF:
+                    value = cm  # `with ThreadPoolExecutor() as ex`: ex is the pool (its __enter__ returns it)
                 self._bind_target(item.optional_vars, scope, value, import_time)
         self._push([*(i.context_expr for i in node.items), *node.body], scope, import_time)
 
@@ -730,7 +743,7 @@ class _Analyser:
             for r in refs:
                 if r.origin == origin:
                     return r
-        return _LOCAL_REF
+        return _THREAD_REF if _THREAD_REF in refs else _LOCAL_REF
 
     def _stored_attr(self, attr: str) -> _Ref | None:
         """The foreign object some `x.<attr> = value` of this file stored, if any (flow- and
@@ -908,6 +921,10 @@ class _Analyser:
             if base is None or base.origin == "local":
                 return _Ref("classof", "<class of a local object>")
             return base  # type(<module or class>) is as foreign as the thing itself
+        if q == "decimal.getcontext":
+            return _Ref("import", "decimal.context")  # the thread's current context, shared by everyone
+        if _matches(q, _THREAD_MAKERS):
+            return _THREAD_REF
         if q == "sys.modules.get" and first is not None:
             key = _dotted_literal(first)
             return _Ref("import", key) if key else _Ref("import", "sys.modules[*]")
@@ -1066,6 +1083,7 @@ class _Analyser:
             elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
                 self._check_bare_decorators(node, scope)
         self._check_helper_calls()
+        self._check_import_time_thread_calls()
 
     # helpers that write through a parameter -------------------------------------------------------
 
@@ -1138,6 +1156,8 @@ class _Analyser:
             return ENVIRONMENT
         if any(target.startswith(m + ".") for m in self.settings.global_flag_modules):
             return ENVIRONMENT
+        if any(target.startswith((o + ".", o + "[")) for o in _STATE_OBJECTS):
+            return GLOBAL_STATE
         return None
 
     def _env_severity(self, import_time: bool) -> EscapeSeverity:
@@ -1158,6 +1178,9 @@ class _Analyser:
             when = "at import time" if import_time else "inside a function"
             self.report(code, node, f"{verb} `{target}` {when} ({how}): changes process-wide state that "
                         "every model sees", severity=self._env_severity(import_time), target=target)
+        elif code == GLOBAL_STATE:
+            self.report(code, node, f"{verb} `{target}` ({how}): process-wide state every model shares "
+                        "(use a scoped form such as `with decimal.localcontext():`)", target=target)
         elif code == SETATTR:
             self.report(code, node, f"{verb} `{target}` ({how}) on a module or class outside the "
                         "contribution", target=target)
@@ -1227,9 +1250,12 @@ class _Analyser:
         key = self._callee_key(node, scope)
         if key is not None:
             self.own_calls.append((node, scope, key))
+            if import_time:
+                self.import_time_calls.add(id(node))
         self._check_writer_values(node, scope)
         self._check_manual_enter(node, scope)
         self._check_methodcaller(node, scope)
+        self._check_thread_start(node, scope, import_time)
         callee = self.resolve(node.func, scope)
         if callee is not None and callee.origin == "param" and isinstance(node.func, ast.Attribute) \
                 and node.func.attr in _MUTATORS:
@@ -1297,10 +1323,72 @@ class _Analyser:
             return
         if self._check_importlib(node, q, scope):
             return
+        if q in ("builtins.type", "types.new_class"):
+            self._check_dynamic_class(node, q)
         if self._check_global_state(node, q, scope, import_time):
             return
         self._check_registration(node, q, registered=None,
                                  first_arg_local=self._first_arg_local(node, scope), scope=scope)
+
+    def _check_thread_start(self, node: ast.Call, scope: _Scope, import_time: bool) -> None:
+        """A thread (or pool) started at import time keeps running beside the engine after the import."""
+        if not isinstance(node.func, ast.Attribute) or node.func.attr not in _THREAD_STARTS or \
+                self.resolve(node.func.value, scope) != _THREAD_REF:
+            return
+        if not import_time:
+            key = self._enclosing_function(scope)
+            if key is not None:
+                self.thread_starts.setdefault(key, node)  # judged where the function is called
+        else:
+            self.report(GLOBAL_STATE, node, f"starts a thread at import time (`.{node.func.attr}()` on a "
+                        "thread or thread pool): it outlives the import and runs beside the engine in every "
+                        "process that imports the model (start it from the model's code at run time)",
+                        target=f"<thread>.{node.func.attr}")
+
+    def _enclosing_function(self, scope: _Scope) -> str | None:
+        """The key of the own function whose body `scope` is (or is nested in: comprehensions)."""
+        if self._function_of_scope is None:
+            self._function_of_scope = {id(fn.scope): key for key, fns in self.functions.items() for fn in fns}
+        s: _Scope | None = scope
+        while s is not None and s.kind == "comprehension":
+            s = s.parent
+        return self._function_of_scope.get(id(s)) if s is not None else None
+
+    def _check_import_time_thread_calls(self) -> None:
+        """An own function that starts a thread (itself or through further own calls), called at import
+        time, starts it at import time."""
+        changed = True
+        while changed:
+            changed = False
+            for _call, scope, key in self.own_calls:
+                caller = self._enclosing_function(scope)
+                if key in self.thread_starts and caller is not None and caller not in self.thread_starts:
+                    self.thread_starts[caller] = self.thread_starts[key]
+                    changed = True
+        for call, _, key in self.own_calls:
+            start = self.thread_starts.get(key)
+            if start is not None and id(call) in self.import_time_calls:
+                shown = key.removeprefix("method:").rsplit(".", 1)[-1]
+                self.report(GLOBAL_STATE, call, f"calls `{shown}` at import time, which starts a thread "
+                            f"(line {getattr(start, 'lineno', '?')}): it outlives the import and runs "
+                            "beside the engine (start it from the model's code at run time)",
+                            target="<thread>.start")
+
+    def _check_dynamic_class(self, node: ast.Call, q: str) -> None:
+        """`type(name, bases, ns)` / `types.new_class(...)` run the bases' `__init_subclass__` and
+        metaclass like a class statement; bases the scan cannot read cannot be judged (blast radius)."""
+        if q == "builtins.type" and len(node.args) + len(node.keywords) != 3:
+            return
+        bases = node.args[1] if len(node.args) > 1 else next(
+            (k.value for k in node.keywords if k.arg == "bases"), None)
+        if q == "types.new_class" and bases is None:
+            return  # no bases: a plain class
+        if isinstance(bases, ast.Tuple | ast.List) and \
+                not any(isinstance(e, ast.Starred) for e in bases.elts):
+            return  # literal bases: judged like a class statement's (registering bases, blast radius)
+        self.report(GLOBAL_STATE, node, f"creates a class with `{q.removeprefix('builtins.')}` from computed "
+                    "bases: the scan cannot tell whether a base registers its subclasses in a shared "
+                    "registry (write a class statement, or list the bases literally)", target=q)
 
     def _check_methodcaller(self, node: ast.Call, scope: _Scope) -> None:
         """`operator.methodcaller("__setattr__", "forward", f)(SharedClass)`: a method chosen by name

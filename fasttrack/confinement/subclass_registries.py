@@ -162,6 +162,29 @@ class _Finder:
         return None
 
 
+def _created_class(node: ast.AST, names: Mapping[str, str]) -> tuple[str, list[ast.expr]] | None:
+    """(name, bases) of a class the node creates: a class statement, or the dynamic forms that run the same
+    `__init_subclass__` and metaclass (`type(name, bases, ns)`, `types.new_class(name, bases, ...)`)."""
+    if isinstance(node, ast.ClassDef):
+        return node.name, list(node.bases)
+    if not isinstance(node, ast.Call):
+        return None
+    if isinstance(node.func, ast.Name) and node.func.id == "type" and "type" not in names:
+        maker = "type"
+    else:
+        maker = _dotted(node.func, names) or ""
+    if maker not in ("type", "builtins.type", "types.new_class") or (maker != "types.new_class" and (
+            len(node.args) + len(node.keywords) != 3)):
+        return None
+    given = node.args[1] if len(node.args) > 1 else next(
+        (k.value for k in node.keywords if k.arg == "bases"), None)
+    if not isinstance(given, ast.Tuple | ast.List):
+        return None  # computed bases: the escape scan reports those (FT146)
+    first = node.args[0] if node.args else None
+    name = first.value if isinstance(first, ast.Constant) and isinstance(first.value, str) else "<dynamic>"
+    return f"{name} (dynamic)", [b.value if isinstance(b, ast.Starred) else b for b in given.elts]
+
+
 def registering_bases(source: str, module: str, is_package: bool, files: Mapping[str, str],
                       read: Callable[[str], str | None], package: str,
                       own_prefix: str | None) -> list[RegisteringBase]:
@@ -174,15 +197,17 @@ def registering_bases(source: str, module: str, is_package: bool, files: Mapping
     finder = _Finder(files, read, package)
     out: list[RegisteringBase] = []
     for node in ast.walk(tree):
-        if not isinstance(node, ast.ClassDef):
+        created = _created_class(node, names)
+        if created is None or not isinstance(node, ast.ClassDef | ast.Call):
             continue
-        for base in node.bases:
+        class_name, bases = created
+        for base in bases:
             dotted = _dotted(base, names)
             if dotted is None or (own_prefix is not None and (
                     dotted == own_prefix or dotted.startswith(own_prefix + "."))):
                 continue
             hit = finder.registering(dotted)
             if hit is not None:
-                out.append(RegisteringBase(node.name, node.lineno, dotted, hit[0], hit[1], hit[2]))
+                out.append(RegisteringBase(class_name, node.lineno, dotted, hit[0], hit[1], hit[2]))
                 break
     return out

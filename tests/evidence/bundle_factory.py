@@ -349,3 +349,19 @@ def codes(found: list[Finding], severity: Severity | None = None) -> set[str]:
 
 
 Mutator = Callable[[BundleFixture], None]
+
+
+def edit(fn: Callable[[BundleFixture], object]) -> Callable[[BundleFixture], None]:
+    """Mutate the statement data, then write and sign it again (a 'legitimately' signed bad bundle)."""
+    def run(fx: BundleFixture) -> None:
+        fn(fx)
+        fx.write_and_sign()
+    return run
+
+
+def manifest(old: str, new: str) -> Callable[[BundleFixture], None]:
+    """Replace `old` (which must be in MANIFEST) by `new` in the fixture's fasttrack.toml."""
+    def run(fx: BundleFixture) -> None:
+        assert old in MANIFEST
+        fx.set_manifest(MANIFEST.replace(old, new))
+    return run

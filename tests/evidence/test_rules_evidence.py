@@ -17,7 +17,9 @@ from bundle_factory import (
     HAVE_SSH_KEYGEN,
     MANIFEST,
     BundleFixture,
+    edit,
     make_key,
+    manifest,
     new_fixture,
     run_all,
     run_rule,
@@ -74,19 +76,6 @@ class Case:
     severity: Severity = Severity.ERROR
 
 
-def edit(fn: Callable[[BundleFixture], None]) -> Callable[[BundleFixture], None]:
-    """Mutate the statement data, then write and sign it again (a 'legitimately' signed bad bundle)."""
-    def run(fx: BundleFixture) -> None:
-        fn(fx)
-        fx.write_and_sign()
-    return run
-
-
-def manifest(old: str, new: str) -> Callable[[BundleFixture], None]:
-    def run(fx: BundleFixture) -> None:
-        assert old in MANIFEST
-        fx.set_manifest(MANIFEST.replace(old, new))
-    return run
 
 
 def policy(section: str, key: str, value: object) -> Callable[[BundleFixture], None]:

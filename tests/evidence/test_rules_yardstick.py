@@ -11,7 +11,9 @@ import pytest
 from bundle_factory import (
     MANIFEST,
     BundleFixture,
+    edit,
     errors,
+    manifest,
     new_fixture,
     run_all,
     run_rule,
@@ -42,18 +44,6 @@ def _variant(fx: BundleFixture, batch: int, name: str) -> dict[str, object]:
     return out
 
 
-def edit(fn: Callable[[BundleFixture], object]) -> Callable[[BundleFixture], None]:
-    def run(fx: BundleFixture) -> None:
-        fn(fx)
-        fx.write_and_sign()
-    return run
-
-
-def manifest(old: str, new: str) -> Callable[[BundleFixture], None]:
-    def run(fx: BundleFixture) -> None:
-        assert old in MANIFEST
-        fx.set_manifest(MANIFEST.replace(old, new))
-    return run
 
 
 @dataclass

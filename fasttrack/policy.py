@@ -343,6 +343,17 @@ class AuditSettings(Strict):
     median_tolerance: float = Field(default=0.10, gt=0, lt=1, description="relative, per variant median")
     ratio_tolerance: float = Field(default=0.08, gt=0, lt=1, description="relative, candidate/stock ratio")
     max_age_days: int = Field(default=365, ge=1)
+    # Agreeing signed audits by a maintainer (an allowed signer other than the statement's) a bundle needs
+    # before its claims count (FT348). 0: audits are shown when present, not required.
+    required: int = Field(default=0, ge=0, le=100)
+
+
+class SeparationSettings(Strict):
+    """The engine's own pass (docs/baseline-contract.md): stock timed in a process that never imported the
+    contribution, against stock timed beside the candidates in the contribution's process (FT347)."""
+
+    stock_agreement: float = Field(default=0.05, gt=0, lt=1,
+                                   description="the largest relative difference of the two stock medians")
 
 
 class BackendSpec(Strict):
@@ -404,6 +415,7 @@ class EvidenceRequirements(Strict):
     # Stock below this fraction anywhere means `bytes_moved` is implausibly small (FT344, an error).
     min_plausible_bandwidth_fraction: float = Field(default=0.01, ge=0.0, le=1.0)
     audit: AuditSettings = Field(default_factory=lambda: AuditSettings())
+    separation: SeparationSettings = Field(default_factory=lambda: SeparationSettings())
     # Digests of the evidence harness (`python -m fasttrack.evidence.harness`) whose statements are accepted:
     # the released fasttrack's. A statement without one of them is FT402 (an empty list accepts none).
     accepted_harness_digests: list[Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]] = Field(

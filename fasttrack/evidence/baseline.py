@@ -351,6 +351,7 @@ class ComposedCase:
     dtype: str
     static: Any = None  # the baseline's static_inputs as they were when the case was composed
     methods: dict[str, Callable[..., Any]] = field(default_factory=dict)  # as the baseline's class has them
+    engine_only: bool = False  # the engine's own pass: stock (and the engine's variants) alone
 
     def __post_init__(self) -> None:
         if self.static is None:
@@ -401,8 +402,27 @@ def check_baseline(baseline: Any, where: str) -> None:
         raise ContractError(f"the baseline {where}: extra_baselines must map names to callables")
 
 
-def compose(baseline: Any, candidates: Any, caps: Mapping[str, Cap], where: str) -> ComposedCase:
-    """The case the protocol measures, or ContractError saying which side broke the contract."""
+class _EngineOnly:
+    """The candidates of the engine's own pass: none (see `no_candidates`)."""
+
+    def __repr__(self) -> str:
+        return "ENGINE_ONLY"
+
+
+ENGINE_ONLY: Any = _EngineOnly()
+
+
+def no_candidates(baseline: Any, point: Any) -> Any:
+    """The candidates entry of the engine-only pass: stock and the engine's extra variants alone, in a
+    process that never imports the contribution."""
+    del baseline, point
+    return ENGINE_ONLY
+
+
+def compose(baseline: Any, candidates: Any, caps: Mapping[str, Cap], where: str,
+            engine_pass: bool = False) -> ComposedCase:
+    """The case the protocol measures, or ContractError saying which side broke the contract. Only the
+    engine pass (`engine_pass`) composes a case without candidates (`no_candidates`)."""
     check_baseline(baseline, where)
     extra: Mapping[str, Callable[[Any], Any]] = dict(getattr(baseline, "extra_baselines", {}) or {})
     dtype = str(baseline.dtype)
@@ -412,7 +432,10 @@ def compose(baseline: Any, candidates: Any, caps: Mapping[str, Cap], where: str)
                             "([evidence.tolerance_caps]): nothing may be checked without one")
     if not (math.isfinite(cap.atol) and math.isfinite(cap.rtol)):
         raise ContractError(f"the policy's tolerance cap for {dtype!r} is not finite")
-    if not isinstance(candidates, Mapping) or not candidates:
+    engine_only = candidates is ENGINE_ONLY and engine_pass
+    if engine_only:
+        candidates = {}
+    elif not isinstance(candidates, Mapping) or not candidates:
         got = type(candidates).__name__
         raise ContractError(f"the contribution's candidates entry returned {got}, not a non-empty mapping "
                             "of name -> callable")
@@ -431,7 +454,7 @@ def compose(baseline: Any, candidates: Any, caps: Mapping[str, Cap], where: str)
         origins[name] = "contribution"
     return ComposedCase(baseline=baseline, variants=variants, origins=origins,
                         tolerance=(float(cap.atol), float(cap.rtol)),
-                        layers=int(getattr(baseline, "layers", 1)), dtype=dtype)
+                        layers=int(getattr(baseline, "layers", 1)), dtype=dtype, engine_only=engine_only)
 
 
 def engine_prefixes(case_entry: str) -> tuple[str, ...]:

@@ -123,7 +123,7 @@ def _warm_engine_side(case: Any) -> None:
 
 def _build_point(baseline_fn: Callable[..., Any], candidates_fn: Callable[..., Any], point: dict[str, Any],
                  caps: dict[str, yard.Cap], backend: timing.Backend, guard: yard.YardstickGuard,
-                 world: int) -> tuple[Any, str | None, str]:
+                 world: int, engine_pass: bool = False) -> tuple[Any, str | None, str]:
     """(composed case, why not, who): who is "machine" (the baseline has no case here), "engine" (the
     baseline broke its contract: a harness problem) or "contribution" (its candidates did)."""
     if int(point.get("tp", 1)) != world:
@@ -152,7 +152,7 @@ def _build_point(baseline_fn: Callable[..., Any], candidates_fn: Callable[..., A
         if moved:
             raise yard.ContractError("building the candidates changed the yardstick: "
                                      + "; ".join(moved[:20]))
-        case = yard.compose(baseline, candidates, caps, f"at {point}")
+        case = yard.compose(baseline, candidates, caps, f"at {point}", engine_pass=engine_pass)
     except Exception as exc:
         why = f"the contribution's candidates entry point failed: {type(exc).__name__}: {exc}"
         print(traceback.format_exc(), file=sys.stderr)
@@ -163,11 +163,12 @@ def _build_point(baseline_fn: Callable[..., Any], candidates_fn: Callable[..., A
 def measure_point(baseline_fn: Callable[..., Any], candidates_fn: Callable[..., Any], point: dict[str, Any],
                   caps: dict[str, yard.Cap], backend: timing.Backend, yardstick: yard.YardstickGuard,
                   guard: timing.TimerGuard, settings: timing.ProtocolSettings, world: int,
-                  index: int = 0) -> timing.CaseResult:
+                  index: int = 0, engine_pass: bool = False) -> timing.CaseResult:
     """One point: build it from both sides, time it, and reject it if contribution code moved the
     yardstick while it ran."""
     dist_info: dict[str, Any] = {"world_size": world, "rank": backend.rank if world > 1 else None}
-    case, why, who = _build_point(baseline_fn, candidates_fn, point, caps, backend, yardstick, world)
+    case, why, who = _build_point(baseline_fn, candidates_fn, point, caps, backend, yardstick, world,
+                                  engine_pass)
     if case is None:
         status = "not_run" if who == "machine" else "rejected"
         return timing.CaseResult(point=point, status=status, reasons=[why or "not run"], not_run_by=who,
@@ -200,13 +201,19 @@ def run_bench(spec: dict[str, Any]) -> int:
     yardstick = yard.YardstickGuard(yard.engine_prefixes(base["case"])).snapshot()
     import_problem: list[str] = []
     candidates_fn: Callable[..., Any] | None = None
-    try:
-        candidates_fn = yard.resolve(spec["entry"], Path(spec["search_dir"]))
-    except Exception as exc:
-        import_problem.append(f"the contribution's candidates entry {spec['entry']!r} could not be imported: "
-                              f"{type(exc).__name__}: {exc}")
-        print(traceback.format_exc(), file=sys.stderr)
-    import_problem += [f"importing the contribution: {c}" for c in yardstick.changed()]
+    engine_pass = spec.get("engine_only") is True
+    if engine_pass:
+        # The engine's own pass: no contribution module is imported in this process, so nothing of the
+        # contribution can reach stock's timer, its records or the oracle here (docs/baseline-contract.md).
+        candidates_fn = yard.no_candidates
+    else:
+        try:
+            candidates_fn = yard.resolve(spec["entry"], Path(spec["search_dir"]))
+        except Exception as exc:
+            import_problem.append(f"the contribution's candidates entry {spec['entry']!r} could not be "
+                                  f"imported: {type(exc).__name__}: {exc}")
+            print(traceback.format_exc(), file=sys.stderr)
+        import_problem += [f"importing the contribution: {c}" for c in yardstick.changed()]
     for job in spec["points"]:
         point = job["point"]
         out = rank_path(Path(job["out"]), rank) if world > 1 else Path(job["out"])
@@ -217,7 +224,7 @@ def run_bench(spec: dict[str, Any]) -> int:
                                        not_run_by="contribution", **dist_info)
         else:
             result = measure_point(baseline_fn, candidates_fn, point, caps, backend, yardstick, guard,
-                                   settings, world, int(job["index"]))
+                                   settings, world, int(job["index"]), engine_pass=engine_pass)
         print(json.dumps({"point": point, "rank": rank, "result": result.model_dump(mode="json")},
                          sort_keys=True), file=sys.stderr)
         write_json_atomic(out, result.model_dump(mode="json"))

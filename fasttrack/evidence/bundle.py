@@ -294,6 +294,11 @@ class Benchmark(Strict):
     not_run_by: Literal["machine", "engine", "contribution", "harness"] | None = None
     # Stage -> backend the collector read off stock's kernel names (verify recomputes it).
     backends: dict[str, str | None] = Field(default_factory=dict)
+    # "engine-process": stock (and the engine's extra variants) in `variants` were timed by the engine's own
+    # pass, a process that never imported the contribution; `stock_beside` is stock as the contribution's
+    # process timed it, interleaved with the candidates. FT347 requires both and compares their medians.
+    separation: Literal["engine-process"] | None = None
+    stock_beside: Variant | None = None
 
     @model_validator(mode="after")
     def _run_or_reason(self) -> Benchmark:

@@ -43,6 +43,7 @@ from pydantic import ValidationError
 
 from fasttrack import __version__
 from fasttrack.errors import InputError
+from fasttrack.evidence import reaper
 from fasttrack.evidence import sanitizer as san
 from fasttrack.evidence.backends import identify
 from fasttrack.evidence.bundle import (
@@ -362,6 +363,18 @@ def _subprocess_env(contribution: Path, engine_root: Path | None = None) -> dict
     return env
 
 
+def engine_env(env: dict[str, str], contribution: Path, pycache: Path) -> dict[str, str]:
+    """The engine pass's environment: the contribution's directory is not on its path and its bytecode
+    cache is a fresh directory no contribution process has seen (a poisoned .pyc of an engine module, left
+    in the shared cache by contribution code, would otherwise be loaded as the engine's)."""
+    parent = contribution.resolve().parent
+    out = dict(env)
+    out["PYTHONPATH"] = os.pathsep.join(p for p in env.get("PYTHONPATH", "").split(os.pathsep)
+                                        if p and Path(p).resolve() != parent)
+    out["PYTHONPYCACHEPREFIX"] = str(pycache)
+    return out
+
+
 def plugin_args() -> list[str]:
     """`-p` for the plugin unless the pytest11 entry point already loads it (loading it twice fails)."""
     if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
@@ -479,6 +492,9 @@ class Run:
     grid: Grid
     yardstick: Yardstick | None = None
     reports: list[PhaseReport] = field(default_factory=list)
+    # Processes the collector had before any phase ran: not a phase's leftovers (see `reaper`).
+    keep_pids: frozenset[int] = frozenset()
+    subreaper: bool = False
 
     def log(self, phase: str) -> Path:
         return self.work.path(LOG_FILES[phase])
@@ -583,8 +599,12 @@ def phase_bench(run: Run) -> None:
         run.report("bench", "skipped", "the manifest names no benchmark entry point")
         return
     jobs: list[dict[str, Any]] = []
+    engine_jobs: list[dict[str, Any]] = []
     for i, p in enumerate(run.grid.here):
         out = run.work.path("bench", f"{i:04d}-{hashlib.sha256(point_key(p).encode()).hexdigest()[:12]}.json")
+        if not _valid_case_file(engine_result_path(out)):
+            engine_jobs.append({"index": i, "point": p, "out": str(engine_result_path(out))})
+            out.unlink(missing_ok=True)  # a point's two passes are measured in the same run
         if not _valid_case_file(out):
             jobs.append({"index": i, "point": p, "out": str(out)})
     total = len(run.grid.here)
@@ -603,33 +623,104 @@ def phase_bench(run: Run) -> None:
         elif ev.get("event") == "step":
             run.progress.advance("bench", done, total, f"replay {ev.get('done')}/{ev.get('total')}")
 
-    codes: dict[int, int] = {}
+    codes: dict[str, int] = {}
+    yard = run.yardstick
+    assert yard is not None  # resolved before any phase runs
     for n in tp_sizes([j["point"] for j in jobs]):  # one worker (n ranks under torchrun) per TP size
         group = [j for j in jobs if j["point"]["tp"] == n]
-        yard = run.yardstick
-        assert yard is not None  # resolved before any phase runs
         spec = {"backend": run.backend, "entry": entry, "search_dir": str(run.contribution.resolve().parent),
-                "iterations": run.opts.iterations, "warmup": run.opts.warmup, "points": group,
+                "iterations": run.opts.iterations, "warmup": run.opts.warmup,
                 "flush_bytes": run.opts.flush_bytes, "world_size": n,
                 "baseline": {"case": yard.spec.case, "search_dir": str(yard.engine_root), "caps": yard.caps}}
-        spec_name = "bench.spec.json" if n == 1 else f"bench.tp{n}.spec.json"
-        if n > 1:
-            for j in group:  # stale rank files of an interrupted run must not mix with this one's
-                for r in range(n):
-                    rank_path(Path(j["out"]), r).unlink(missing_ok=True)
-        codes[n] = _run_worker("bench", spec, run.work.path(spec_name), run.env, run.contribution,
-                               run.log("bench"), on_event, nproc=n)
-        if n > 1:
-            merge_rank_files([Path(j["out"]) for j in group], [j["point"] for j in group], n)
+        # First the engine's own pass: stock and the engine's extra variants alone, in a process that never
+        # imports the contribution, started after every earlier phase's processes are gone and from files
+        # checked against the digests recorded at the start (docs/baseline-contract.md). Its stock is the
+        # one the statement's ratios use; the contribution's pass that follows times stock again beside the
+        # candidates, and the two must agree (FT347).
+        engine_group = [j for j in engine_jobs if j["point"]["tp"] == n]
+        if engine_group:
+            problem = _engine_pass_problem(run)
+            if problem is not None:
+                with run.log("bench").open("a", encoding="utf-8") as fh:
+                    fh.write(f"\n===== collector: the engine pass did not start: {problem}\n")
+                run.report("bench", "failed", problem)
+                return
+            codes[f"engine tp={n}"] = _run_pass(run, {**spec, "engine_only": True, "points": engine_group},
+                                                f"bench.engine{'' if n == 1 else f'.tp{n}'}.spec.json",
+                                                engine_group, n, on_event, engine=True)
+        codes[f"tp={n}"] = _run_pass(run, {**spec, "points": group},
+                                     "bench.spec.json" if n == 1 else f"bench.tp{n}.spec.json", group, n,
+                                     on_event, engine=False)
     rc = max(codes.values(), default=0)
     missing = [j for j in jobs if not _valid_case_file(Path(j["out"]))]
+    missing += [j for j in engine_jobs if not _valid_case_file(Path(j["out"]))]
     if rc != 0 or missing:
-        exits = ", ".join(f"tp={n}: {c}" for n, c in codes.items())
+        exits = ", ".join(f"{n}: {c}" for n, c in codes.items())
         run.report("bench", "failed", f"worker exit code(s) {exits}; {len(missing)} point(s) without a "
                                       f"result (see {LOG_FILES['bench']}; run again to resume)")
         return
     run.report("bench", "ran", f"{len(jobs)} point(s) measured" + (f", {done - len(jobs)} resumed"
                                                                   if done > len(jobs) else ""))
+
+
+def engine_result_path(out: Path) -> Path:
+    """Where the engine pass writes a point's result: `bench/engine/<the point's file name>`."""
+    return out.parent / "engine" / out.name
+
+
+def _engine_pass_problem(run: Run) -> str | None:
+    """Why the engine pass may not start now, or None: a process an earlier phase left running is killed
+    first, and the baseline and the harness on disk must still be the ones recorded at the start (contribution
+    code ran in the earlier phases and could have edited them, to be restored before the end)."""
+    reap_after(run, "earlier")
+    yard = run.yardstick
+    assert yard is not None
+    base_root = yard.engine_root / yard.spec.root
+    if contribution_digest(base_root).sha256 != yard.digest.sha256:
+        return (f"the engine's baseline ({yard.spec.root}) changed on disk after the collection started "
+                "(contribution code ran in an earlier phase): nothing is measured against an edited "
+                "yardstick")
+    if harness_digest() != yard.harness_digest:
+        return ("fasttrack's evidence harness changed on disk after the collection started (contribution "
+                "code ran in an earlier phase): re-install fasttrack and collect again")
+    return None
+
+
+def reap_after(run: Run, phase: str) -> None:
+    """Kill what a phase left running; say so in the bench log and on the progress display."""
+    note = reaper.reap(run.keep_pids).note(phase)
+    if note is None:
+        return
+    run.progress.message(note)
+    with run.log("bench").open("a", encoding="utf-8") as fh:
+        fh.write(f"\n===== collector: {note}\n")
+
+
+def _run_pass(run: Run, spec: dict[str, Any], spec_name: str, group: list[dict[str, Any]], n: int,
+              on_event: Callable[[dict[str, Any]], None], engine: bool) -> int:
+    """One bench pass (n ranks under torchrun when n > 1) over `group`; returns the worker's exit code."""
+    if not group:
+        return 0
+    if n > 1:
+        for j in group:  # stale rank files of an interrupted run must not mix with this one's
+            for r in range(n):
+                rank_path(Path(j["out"]), r).unlink(missing_ok=True)
+    env, cwd = run.env, run.contribution
+    if engine:
+        cwd = run.work.path("engine-cwd")
+        pycache = run.work.path("engine-pycache")
+        shutil.rmtree(cwd, ignore_errors=True)
+        shutil.rmtree(pycache, ignore_errors=True)
+        cwd.mkdir(parents=True)
+        pycache.mkdir(parents=True)
+        env = engine_env(run.env, run.contribution, pycache)
+        for j in group:
+            Path(j["out"]).parent.mkdir(parents=True, exist_ok=True)
+    code = _run_worker("bench", spec, run.work.path(spec_name), env, cwd, run.log("bench"), on_event, nproc=n)
+    reap_after(run, "engine bench pass" if engine else "bench")
+    if n > 1:
+        merge_rank_files([Path(j["out"]) for j in group], [j["point"] for j in group], n)
+    return code
 
 
 def merge_rank_files(outs: list[Path], points: list[dict[str, Any]], world: int) -> int:
@@ -761,8 +852,38 @@ def _kernel_tests(path: Path) -> list[KernelTest]:
     return out
 
 
-def benchmark_entry(case: dict[str, Any]) -> Benchmark:
-    """A timing-protocol CaseResult (as JSON) in the bundle's Benchmark shape."""
+def benchmark_entry(case: dict[str, Any], alone: dict[str, Any] | None = None) -> Benchmark:
+    """A point's two passes in the bundle's Benchmark shape: `case`, the contribution's pass (stock beside
+    the candidates), and `alone`, the engine's own pass (stock and the engine's variants in a process that
+    never imported the contribution). The engine-origin variants, their oracle checks and their accuracy
+    come from `alone`; stock as timed beside the candidates is kept as `stock_beside` (FT347 compares the
+    two). Without `alone` (a collection that ran no engine pass) the point carries no separation record."""
+    own = _single_pass_entry(case)
+    if alone is None:
+        return own
+    engine = _single_pass_entry(alone)
+    if engine.not_run is not None:
+        why = f"the engine's own pass: {engine.not_run}"
+        return Benchmark(point=own.point, not_run=why[:4096], not_run_by=engine.not_run_by or "engine",
+                         world_size=engine.world_size)
+    if own.not_run is not None:
+        return own
+    engine_names = [n for n, v in engine.variants.items() if v.origin == "engine"]
+    variants = {n: v for n, v in own.variants.items() if n not in engine_names}
+    variants = {**{n: engine.variants[n] for n in engine_names}, **variants}
+    accuracy = {n: a for n, a in own.accuracy.items() if n not in engine_names}
+    accuracy.update({n: engine.accuracy[n] for n in engine_names if n in engine.accuracy})
+    oracle = {n: o for n, o in own.oracle.items() if n not in engine_names}
+    oracle.update({n: engine.oracle[n] for n in engine_names if n in engine.oracle})
+    rejected = [*own.rejected, *(f"the engine's own pass: {r}" for r in engine.rejected)]
+    return own.model_copy(update={
+        "variants": variants, "accuracy": accuracy, "oracle": oracle, "rejected": rejected[:256],
+        "stock_beside": own.variants.get(STOCK_VARIANT), "separation": "engine-process",
+    })
+
+
+def _single_pass_entry(case: dict[str, Any]) -> Benchmark:
+    """One pass's timing-protocol CaseResult (as JSON) in the bundle's Benchmark shape."""
     from fasttrack.evidence.timing import CaseResult
 
     res = CaseResult.model_validate(case)
@@ -890,8 +1011,9 @@ def build_statement(run: Run, digest: ContentDigest, environment: dict[str, Any]
     work = run.work
     stages = (run.yardstick.spec.stages_for(str(environment.get("compute_capability")))
               if run.yardstick else [])
-    benchmarks = [with_backends(benchmark_entry(d), stages)
-                  for d in (_read_json(p) for p in bench_case_files(work.path("bench"))) if d is not None]
+    benchmarks = [with_backends(benchmark_entry(d, _read_json(engine_result_path(p))), stages)
+                  for p, d in ((p, _read_json(p)) for p in bench_case_files(work.path("bench")))
+                  if d is not None]
     measured = {point_key(b.point.as_dict()) for b in benchmarks}
     for p, why in run.grid.elsewhere:
         if point_key(p) not in measured:
@@ -968,6 +1090,8 @@ def collect(opts: CollectOptions, progress: Progress | None = None) -> CollectRe
                          fix="delete them (caches, stray bytecode) or move them out of the contribution")
     yardstick = resolve_yardstick(opts, manifest)
     env = _subprocess_env(contribution, yardstick.engine_root)
+    # Orphans of the processes the phases start are re-parented here, so each phase's leftovers are killed.
+    subreaper = reaper.become_subreaper()
     work = WorkDir((opts.work_dir or default_work_dir(name, tp_filter)).resolve())
     # Results are reused only for the same code, settings, TP filter and machine (the environment is read
     # once).
@@ -1006,7 +1130,8 @@ def collect(opts: CollectOptions, progress: Progress | None = None) -> CollectRe
         progress.message(f"no envelope point is for this machine's hardware ({environment['gpu_name']}, "
                          f"sm {environment['compute_capability']}): every point is recorded as not collected")
     run = Run(opts=opts, manifest=manifest, contribution=contribution, work=work, env=env, progress=progress,
-              backend=backend_kind, grid=grid, yardstick=yardstick)
+              backend=backend_kind, grid=grid, yardstick=yardstick, subreaper=subreaper,
+              keep_pids=frozenset(pid for pid, _name in reaper.children(os.getpid())))
     nothing_here = f"no envelope point for this machine's hardware ({environment['gpu_name']})"
     for phase in PHASES:
         if phase not in opts.phases:
@@ -1028,6 +1153,7 @@ def collect(opts: CollectOptions, progress: Progress | None = None) -> CollectRe
             phase_bench(run)
         else:
             phase_sanitizer(run, hw_count)
+        reap_after(run, phase)
     return write_bundle(run, digest, environment, out, bundle_name)
 
 

@@ -1,4 +1,4 @@
-"""FT335-FT345: the engine's yardstick (docs/baseline-contract.md).
+"""FT335-FT348: the engine's yardstick (docs/baseline-contract.md).
 
 The contributor controls only the candidate: stock, the fp32 oracle, the inputs, the byte count, the
 tolerances and the eval bounds come from the engine side and are bound into the statement. These rules hold a
@@ -483,3 +483,66 @@ def audits(ctx: Context) -> Iterator[Finding]:
                                      f"{len(bad)} did not reproduce ({detail[:600]})", evidence_file=label,
                             fix="find out why the contributor's figures do not reproduce; re-collect the "
                                 "evidence")
+
+
+@rule("FT347", "Stock must be timed by the engine's own pass and agree with stock beside the candidates.")
+def engine_pass(ctx: Context) -> Iterator[Finding]:
+    """Contribution code runs in the process that times the candidates, where it can reach whatever that
+    process holds (stock's timer, its records, the GPU stock runs on). So stock is timed twice at every
+    point: alone, by the engine's own pass, in a process that never imported the contribution (those figures
+    are the ones in `variants` and the ratios' denominator), and beside the candidates in the contribution's
+    process (`stock_beside`). A timed point with a contribution variant but no engine pass is an error
+    (re-collect with this fasttrack); two stock medians further apart than the policy's
+    `[evidence.separation] stock_agreement` are an error: something in the contribution's process changed
+    how fast stock ran there."""
+    tol = ctx.policy.evidence.separation.stock_agreement
+
+    def found() -> Iterator[Finding]:
+        for _part, st in an.parsed_parts(ctx):
+            for bench in an.timed_benchmarks(st):
+                if not an.candidates(bench):
+                    continue
+                where = an.point_text(bench.point)
+                loc = {"point": an.point_dict(bench.point), "evidence_file": an.item_file(ctx, bench)}
+                alone, beside = bench.variants.get(STOCK_VARIANT), bench.stock_beside
+                if bench.separation != "engine-process" or beside is None or alone is None:
+                    yield Finding.error("FT347", f"stock at {where} was not timed by the engine's own pass "
+                                                 "(a process without the contribution's code): its figures "
+                                                 "came from the process the contribution's code ran in",
+                                        **loc,
+                                        fix=an.recollect_fix(ctx, "collect with this fasttrack"))
+                    continue
+                if not alone.samples_us or not beside.samples_us:
+                    yield Finding.error("FT347", f"stock at {where} has no samples in one of its two passes",
+                                        **loc, fix=an.recollect_fix(ctx))
+                    continue
+                ma, mb = statistics.median(alone.samples_us), statistics.median(beside.samples_us)
+                gap = abs(mb / ma - 1.0) if ma > 0 else float("inf")
+                if gap > tol:
+                    yield Finding.error(
+                        "FT347", f"stock at {where} took {mb:.4g} us (median) beside the candidates but "
+                                 f"{ma:.4g} us alone in the engine's own pass, {gap * 100:.1f}% apart (the "
+                                 f"policy allows {tol * 100:.1f}%): something in the contribution's process "
+                                 "changed how fast stock ran there", **loc,
+                        fix="find what in the candidates' process slows or speeds stock (threads, GPU work "
+                            "left running, patched libraries); " + an.recollect_fix(ctx))
+
+    yield from _capped(found(), "FT347")
+
+
+@rule("FT348", "The bundle needs the policy's number of agreeing maintainer audits.")
+def audits_required(ctx: Context) -> Iterator[Finding]:
+    """A policy may require that a maintainer re-ran points of the evidence before it counts
+    (`[evidence.audit] required`): agreeing, signed audits by an allowed signer other than the statement's
+    own (`fasttrack audit`). Fewer than that is an error; a disagreeing audit is FT346."""
+    need = ctx.policy.evidence.audit.required
+    if need <= 0 or ctx.evidence is None or an.statement(ctx) is None:
+        return
+    agreeing = {a.signer for a in yf.audits(ctx)
+                if a.record is not None and a.signature_valid is True and a.statement_file is not None
+                and not a.self_audit and a.record.agreed}
+    if len(agreeing) < need:
+        yield Finding.error("FT348", f"the policy requires {need} agreeing maintainer audit(s) of the "
+                                     f"evidence; it has {len(agreeing)}", evidence_file=an.bundle_label(ctx),
+                            fix="ask a maintainer to run `fasttrack audit` on the statement on their own GPU "
+                                "and commit the signed record under audits/")

@@ -169,6 +169,9 @@ def benchmark(batch: int, context: int = 128, stock: float = 100.0, fused: float
         "oracle": {"stock": dict(oracle), "fused": dict(oracle), "compile": dict(oracle)},
         "backends": {"mla_decode": "FLASHINFER_MLA"},
         "layers": 1,
+        # stock timed alone by the engine's own pass (`variants`) and beside the candidates (FT347)
+        "separation": "engine-process",
+        "stock_beside": {"samples_us": samples(stock * 1.01), "gpus": 1, "origin": "engine"},
     }
 
 

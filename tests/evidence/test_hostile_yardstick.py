@@ -241,28 +241,8 @@ def test_an_audit_signed_by_the_statements_own_signer_does_not_count(tmp_path: A
     assert any(f.severity.name == "WARNING" and "signed the statement it audits" in f.message for f in found)
 
 
-@pytest.mark.xfail(strict=True, reason="open: contribution code runs in the timing process and can reach the "
-                                       "protocol's own records (gc, frames); needs process separation")
-def test_a_candidate_that_edits_the_protocols_records_through_gc_is_rejected() -> None:
-    # The candidate finds the CaseResult being filled (gc.get_objects) and inflates stock's samples after
-    # each timed step: the timer was never touched, the records were.
-    import gc
-
-    def cheat(baseline: Any, point: Any) -> dict[str, Any]:
-        honest = _honest(baseline, point)["fused"]
-
-        def fused(inputs: Any) -> Any:
-            for obj in gc.get_objects():
-                if type(obj) is timing.CaseResult and "stock" in obj.variants:
-                    s = obj.variants["stock"].samples_us
-                    s[:] = [x if x > 1e6 else x + 1e7 for x in s]  # +10 s each, once
-            return honest(inputs)
-
-        return {"fused": fused}
-
-    result = _measure(cheat)
-    stock = result.variants["stock"].samples_us
-    assert not (result.status == "ok" and stock and min(stock) > 1e6), "stock's samples were rewritten"
+# The candidate that rewrites stock's records through gc (formerly a strict xfail here) is closed by the
+# engine's own pass: tests/evidence/test_engine_pass.py.
 
 
 def test_an_aten_kernel_replaced_through_torch_library_is_rejected() -> None:

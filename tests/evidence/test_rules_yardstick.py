@@ -1,4 +1,4 @@
-"""The engine-yardstick rules FT335-FT345 (fasttrack/rules/yardstick.py): one attack per hole, each failing
+"""The engine-yardstick rules FT335-FT348 (fasttrack/rules/yardstick.py): one attack per hole, each failing
 with its code, while the honest fixture passes every rule."""
 
 from __future__ import annotations
@@ -186,6 +186,22 @@ CASES = [
     Case("FT346", lambda fx: ((fx.bundle / "audits").mkdir(),
                               (fx.bundle / "audits" / "x.json").write_text("{")),
          "audits/x.json: not an audit record", Severity.WARNING),
+    # FT347: stock timed only in the contribution's own process, or a stock the contribution's process slowed
+    Case("FT347", edit(lambda fx: _bench(fx, 2).update(separation=None, stock_beside=None)),
+         "stock at NVIDIA H200 tp=1 batch=2 context=128 bfloat16 was not timed by the engine's own pass"),
+    Case("FT347", edit(lambda fx: _bench(fx, 1).pop("stock_beside")),
+         "was not timed by the engine's own pass"),
+    Case("FT347", edit(lambda fx: _bench(fx, 4)["stock_beside"].update(samples_us=samples(115.0))),
+         "beside the candidates but 99.83 us alone in the engine's own pass, 15.0% apart"),
+    Case("FT347", edit(lambda fx: _bench(fx, 4)["stock_beside"].update(samples_us=samples(80.0))),
+         "% apart (the policy allows 5.0%)"),
+    Case("FT347", lambda fx: fx.policy_data["evidence"].update(separation={"stock_agreement": 0.001}),
+         "1.0% apart (the policy allows 0.1%)"),
+    # FT348: the policy requires a maintainer's audit
+    Case("FT348", lambda fx: fx.policy_data["evidence"].setdefault("audit", {}).update(required=1),
+         "requires 1 agreeing maintainer audit(s) of the evidence; it has 0"),
+    Case("FT348", lambda fx: (fx.policy_data["evidence"].setdefault("audit", {}).update(required=1),
+                              _write_audit(agreed=True, signed=False)(fx)), "it has 0"),
 ]
 
 
@@ -263,3 +279,10 @@ def test_an_agreeing_signed_audit_is_shown(fx: BundleFixture) -> None:
     assert summary is not None
     [a] = summary.audits
     assert a.auditor == "bob@example.com" and a.agreed and a.statement == "statement.json"
+
+
+def test_an_agreeing_signed_maintainer_audit_meets_the_policys_requirement(fx: BundleFixture) -> None:
+    # the honest twin of FT348: with the audit the policy asks for, no finding
+    fx.policy_data["evidence"].setdefault("audit", {})["required"] = 1
+    _write_audit(agreed=True)(fx)
+    assert run_rule("FT348", fx.context()) == []

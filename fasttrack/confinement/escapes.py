@@ -874,6 +874,8 @@ class _Analyser:
             return _Ref("import", f"{q}()")  # called through __subclasses__, __globals__, ...
         if q in _EVERYTHING_CALLS or q.rsplit(".", 1)[-1] in ("__subclasses__", "mro"):
             return _Ref("import", f"{q}()")
+        if _matches(q, self.settings.engine_accessors):
+            return _Ref("import", f"{q}()")  # the engine's own object (its config, forward context, groups)
         if q in _ELEMENT_CALLS:
             held = self._container(list(node.args), scope)
             return held
@@ -1163,9 +1165,21 @@ class _Analyser:
     def _env_severity(self, import_time: bool) -> EscapeSeverity:
         return "error" if import_time else "warning"
 
+    def _accessor_of(self, target: str) -> str | None:
+        """The engine accessor a dotted target was reached from (`<accessor>().x.y`), if any."""
+        head, paren, _ = target.partition("()")
+        return head if paren and _matches(head, self.settings.engine_accessors) else None
+
     def _report_write(self, node: ast.AST, target: str, verb: str, default_code: str,
                       import_time: bool, how: str) -> None:
         if _matches(target, self.settings.allowed_writes):
+            return
+        accessor = self._accessor_of(target)
+        if accessor is not None:
+            self.report(default_code, node, f"{verb} `{target}` ({how}): state of the engine reached through "
+                        f"`{accessor.rsplit('.', 1)[-1]}()` (its config, forward context or process groups), "
+                        "which every layer and request of the engine shares; model code may read it, not "
+                        "write it", target=target)
             return
         code = self._classify(target) or default_code
         if code == INTERPRETER:
@@ -1226,11 +1240,35 @@ class _Analyser:
             return
         if not self.foreign(base):
             return
+        if self._self_registration(node, base.qualname, scope):
+            return
         key = _dotted_literal(node.slice)
         target = f"{base.qualname}[{key!r}]" if key else f"{base.qualname}[...]"
         verb = "deletes" if isinstance(node.ctx, ast.Del) else "writes"
         default = SETATTR if base.qualname.endswith(".__dict__") else MONKEYPATCH
         self._report_write(node, target, verb, default, import_time, "item assignment")
+
+    def _self_registration(self, node: ast.Subscript, container: str, scope: _Scope) -> bool:
+        """`cc.static_forward_context[prefix] = self` in a method: a layer registering itself where the
+        engine asks it to (policy `engine_self_registrations`). Only a plain assignment of the method's own
+        instance qualifies; deletes, other values and augmented assignments do not."""
+        if not isinstance(node.ctx, ast.Store) or not _matches(container,
+                                                               self.settings.engine_self_registrations):
+            return False
+        if self._parents is None:
+            self._parents = {id(c): p for p in ast.walk(self.tree) for c in ast.iter_child_nodes(p)}
+        stmt = self._parents.get(id(node))
+        if not isinstance(stmt, ast.Assign) or stmt.targets != [node] or not isinstance(stmt.value, ast.Name):
+            return False
+        key = self._enclosing_function(scope)
+        for fn in self.functions.get(key or "", []):
+            node_args = fn.node.args
+            first = [*node_args.posonlyargs, *node_args.args][:1]
+            if fn.scope.parent is not None and fn.scope.parent.kind == "class" and first and \
+                    first[0].arg == stmt.value.id and fn.scope is scope and \
+                    scope.bindings.get(stmt.value.id) == [_LOCAL]:
+                return True
+        return False
 
     def _check_bare_decorators(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef,
                                scope: _Scope) -> None:

@@ -361,7 +361,8 @@ def load():
 # 3b. A metaclass called directly creates a class like `type(name, bases, ns)`: the blast radius sees the
 #     same registry link, and the escape scan judges computed bases the same way (FT146).
 
-ENGINE_FILES = {"vllm.plugins": "vllm/plugins.py", "vllm.models.kimi_k3.model": "vllm/models/kimi_k3/model.py"}
+ENGINE_FILES = {"vllm.plugins": "vllm/plugins.py",
+                "vllm.models.kimi_k3.model": "vllm/models/kimi_k3/model.py"}
 PLUGINS = ("_PLUGINS = {}\n\nclass PluginMeta(type):\n    def __new__(mcs, name, bases, ns):\n"
            "        cls = super().__new__(mcs, name, bases, ns)\n        _PLUGINS[name] = cls\n"
            "        return cls\n\nclass Plugin(metaclass=PluginMeta):\n    pass\n\n"
@@ -393,7 +394,8 @@ def test_plain_classes_made_by_a_plain_metaclass_are_no_link() -> None:
 
 @pytest.mark.parametrize("src", [
     "from vllm.plugins import Plugin\nbases = [Plugin]\nK3 = type(Plugin)('K3', tuple(bases), {})  # <-\n",
-    "from vllm.plugins import PluginMeta, Plugin\nbases = [Plugin]\nK3 = PluginMeta('K3', (*bases,), {})  # <-\n",
+    "from vllm.plugins import PluginMeta, Plugin\nbases = [Plugin]\n"
+    "K3 = PluginMeta('K3', (*bases,), {})  # <-\n",
     "from vllm.plugins import Plugin\nmeta = Plugin.__class__\nK3 = meta('K3', tuple([Plugin]), {})  # <-\n",
 ])
 def test_direct_metaclass_call_with_computed_bases_is_an_error(src: str) -> None:

@@ -106,6 +106,30 @@ class Escape:
     lenient: bool = False
 
 
+@dataclass(frozen=True)
+class OwnImportWrite:
+    """A write to `obj`, a name another of the contribution's modules binds: the engine's object when that
+    module only re-exports it (`fasttrack.rules.escapes` resolves it on disk)."""
+
+    code: str
+    obj: str  # dotted, as imported (`vllm.models.kimi_k3.common.PLUGINS`)
+    what: str  # the part written: `.forward`, `[...]`, `.append()`, `` (the object itself, `+=`)
+    how: str  # `assigns `forward` on`, `calls `.append()` on`, ...
+    line: int
+    in_place: bool = False  # a container method: judged only on state-like objects (not `torch.add`)
+
+
+def state_like_receiver(receiver: str, hidden_import_roots: Sequence[str],
+                        module_imports: frozenset[str] | set[str] = frozenset()) -> bool:
+    """Whether a foreign dotted receiver of `.add()`/`.update()`/... is state rather than a module whose
+    function happens to have that name (`torch.add`, `os.remove`): in the engine's packages anything not
+    imported as a module (lower-case registries too); elsewhere constants, classes and private names."""
+    if receiver not in module_imports and any(receiver.startswith(r + ".") for r in hidden_import_roots):
+        return True
+    parts = receiver.replace("[", ".[").split(".")
+    return len(parts) > 1 and any(p[:1].isupper() or p.startswith(("_", "[")) for p in parts[1:])
+
+
 @dataclass
 class FileFacts:
     """What `analyse_source` learns about one file: its escapes and the modules it imports."""
@@ -115,9 +139,10 @@ class FileFacts:
     # Own functions (dotted name) and the parameters (position or name) they write through: a helper that
     # patches whatever it is given. Another changed file passing a foreign object there is an escape.
     param_writers: dict[str, frozenset[int | str]] = field(default_factory=dict)
-    # Writes to a name imported from another of the contribution's modules ((dotted target, line)): own
-    # only if that module defines it; a re-export of an engine class is foreign (judged across files).
-    own_import_writes: list[tuple[str, int]] = field(default_factory=list)
+    # Writes to a name imported from another of the contribution's modules: own only if that module
+    # defines it; a re-export of an engine object is foreign (judged across files). Each is (code, the
+    # object written, what is written on it: `.attr`, `[...]`, `.append()`, how, line).
+    own_import_writes: list[OwnImportWrite] = field(default_factory=list)
     # Calls to functions of the contribution's own packages with foreign arguments:
     # (callee dotted name, {position or keyword: foreign target}, line).
     foreign_calls: list[tuple[str, dict[int | str, str], int]] = field(default_factory=list)
@@ -561,6 +586,7 @@ class _Analyser:
                 self._push([node.target], scope, import_time)
         elif isinstance(node, ast.AugAssign):
             if isinstance(node.target, ast.Name):
+                self.candidates.append((node, scope, import_time))  # judged before the rebinding counts
                 scope.bind(node.target.id, _LOCAL)
             else:
                 self._push([node.target], scope, import_time)
@@ -1084,6 +1110,8 @@ class _Analyser:
                 self._check_call(node, scope, import_time)
             elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
                 self._check_bare_decorators(node, scope)
+            elif isinstance(node, ast.AugAssign):
+                self._check_aug_name(node, scope, import_time)
         self._check_helper_calls()
         self._check_import_time_thread_calls()
 
@@ -1224,11 +1252,35 @@ class _Analyser:
                         "statically", severity="warning", target=f"{base.qualname}.{node.attr}")
             return
         if not self.foreign(base):
-            if base.origin == "import" and self.is_own(base.qualname) and base.qualname != self.module:
-                self.facts.own_import_writes.append((f"{base.qualname}.{node.attr}", node.lineno))
+            self._own_import_write(base, MONKEYPATCH, f".{node.attr}", f"{verb} `{node.attr}` on", node)
             return
         self._report_write(node, f"{base.qualname}.{node.attr}", verb, MONKEYPATCH, import_time,
                            "attribute assignment" if verb == "assigns" else "del")
+
+    def _own_import_write(self, ref: _Ref | None, code: str, what: str, how: str, node: ast.AST,
+                          in_place: bool = False) -> None:
+        """A write to a name imported from another of the contribution's modules: judged across files
+        (a re-export of an engine object is the engine's)."""
+        if ref is not None and ref.origin == "import" and self.is_own(ref.qualname) and \
+                ref.qualname != self.module and not ref.elements:
+            self.facts.own_import_writes.append(OwnImportWrite(code, ref.qualname, what, how,
+                                                               getattr(node, "lineno", 1), in_place))
+
+    def _check_aug_name(self, node: ast.AugAssign, scope: _Scope, import_time: bool) -> None:
+        """`NAME += v` / `NAME |= v` on a name bound to an imported object: a list's, dict's or set's
+        `__iadd__`/`__ior__` updates the object in place before the name is rebound."""
+        assert isinstance(node.target, ast.Name)
+        ref = self.resolve(node.target, scope)
+        op = type(node.op).__name__
+        if ref is None:
+            return
+        if ref.origin == "param":
+            self._record_param_write(ref, node)
+        elif self.foreign(ref):
+            self._report_write(node, ref.qualname, "updates", MONKEYPATCH, import_time,
+                               f"augmented assignment ({op}), in place on a list, dict or set")
+        else:
+            self._own_import_write(ref, MONKEYPATCH, "", "updates in place (augmented assignment)", node)
 
     def _check_subscript_write(self, node: ast.Subscript, scope: _Scope, import_time: bool) -> None:
         base = self.resolve(node.value, scope)
@@ -1239,6 +1291,8 @@ class _Analyser:
             self._record_param_write(base, node)
             return
         if not self.foreign(base):
+            verb = "deletes an item of" if isinstance(node.ctx, ast.Del) else "writes an item of"
+            self._own_import_write(base, MONKEYPATCH, "[...]", verb, node)
             return
         if self._self_registration(node, base.qualname, scope):
             return
@@ -1303,6 +1357,10 @@ class _Analyser:
             self.report(GLOBAL_STATE, node, f"calls `.{node.func.attr}()`: writes to the file system, "
                         "outside the contribution (a `.pth` or a module file changes every process)",
                         target=f".{node.func.attr}")
+        if callee is not None and callee.origin == "import" and self.is_own(callee.qualname) and \
+                isinstance(node.func, ast.Attribute) and node.func.attr in _MUTATORS:
+            self._own_import_write(_Ref("import", callee.qualname.rpartition(".")[0]), MONKEYPATCH,
+                                   f".{node.func.attr}()", f"calls `.{node.func.attr}()` on", node, True)
         if callee is None or callee.origin != "import" or self.is_own(callee.qualname):
             self._check_library_method_on_local(node, scope)
             if callee is not None and callee.origin == "import" and key is None:
@@ -1521,6 +1579,7 @@ class _Analyser:
         elif obj.origin == "param":
             self._record_param_write(obj, node)
         else:
+            self._own_import_write(obj, MONKEYPATCH, "[...]", f"writes an item by `operator.{fn}()` of", node)
             t = self.tainted(obj)
             if t is not None:
                 code = SETATTR if t.qualname.endswith(".__dict__") else MONKEYPATCH
@@ -1616,6 +1675,7 @@ class _Analyser:
         if obj.origin == "param":
             self._record_param_write(obj, node)
             return
+        self._own_import_write(obj, SETATTR, f".{name}", f"{verb} `{name}` by `{fn}()` on", node)
         if obj.elements and not self.foreign(obj):
             obj = obj.elements[0]
         if obj is not None and obj.origin == "classof":
@@ -1635,6 +1695,7 @@ class _Analyser:
         else:
             obj = _Ref("import", receiver)
             name = _dotted_literal(_arg(node, 0)) or "*"
+        self._own_import_write(obj, SETATTR, f".{name}", f"sets `{name}` by `__setattr__` on", node)
         if self.foreign(obj) and obj is not None:
             self._report_write(node, f"{obj.qualname}.{name}", "sets", SETATTR, import_time, "__setattr__")
 
@@ -1682,14 +1743,8 @@ class _Analyser:
             self._report_write(node, receiver, "mutates", SETATTR, import_time, how)
             return True
         # Only state-like receivers: a module function named `add`/`remove` (torch.add, os.remove) is not
-        # a container. Constants, classes and private names of a foreign module are, and in the engine's
-        # packages anything that is not a module imported as such (lower-case registries too).
-        if receiver not in self.module_imports and any(
-                receiver.startswith(r + ".") for r in self.settings.hidden_import_roots):
-            self._report_write(node, receiver, "mutates", MONKEYPATCH, import_time, how)
-            return True
-        parts = receiver.replace("[", ".[").split(".")
-        if len(parts) > 1 and any(p[:1].isupper() or p.startswith(("_", "[")) for p in parts[1:]):
+        # a container.
+        if state_like_receiver(receiver, self.settings.hidden_import_roots, self.module_imports):
             self._report_write(node, receiver, "mutates", MONKEYPATCH, import_time, how)
             return True
         return False

@@ -23,8 +23,10 @@ from fasttrack.confinement.escapes import (
     UNPARSEABLE,
     Escape,
     FileFacts,
+    OwnImportWrite,
     analyse_source,
     module_name_for,
+    state_like_receiver,
 )
 from fasttrack.confinement.source_text import SourceProblem, decode_python_source, read_python_source
 from fasttrack.context import Context
@@ -135,7 +137,7 @@ class FileEscapes:
     # foreign arguments (callee, ((position or keyword, foreign target), ...), line): see _helper_escapes.
     param_writers: tuple[tuple[str, tuple[int | str, ...]], ...] = ()
     foreign_calls: tuple[tuple[str, tuple[tuple[int | str, str], ...], int], ...] = ()
-    own_import_writes: tuple[tuple[str, int], ...] = ()
+    own_import_writes: tuple[OwnImportWrite, ...] = ()
 
 
 def _key(esc: Escape) -> tuple[str, str, str | None, str, str]:
@@ -367,16 +369,19 @@ def _reexport(ctx: Context, own: set[str], target: str) -> str | None:
 
 
 def _reexport_escapes(ctx: Context, own: set[str], files: list[FileEscapes]) -> dict[str, list[Escape]]:
+    """Writes through a name another of the contribution's files only re-exports (attribute, item,
+    setattr, `__setattr__`, `operator.setitem`, an in-place method, `+=`): a write to the engine's object."""
     out: dict[str, list[Escape]] = {}
+    roots = ctx.policy.escapes.hidden_import_roots
     for f in files:
-        for target, line in f.own_import_writes:
-            obj = target.rsplit(".", 1)[0]
-            real = _reexport(ctx, own, obj)
-            if real is not None:
-                out.setdefault(f.path, []).append(Escape(
-                    "FT120", line, f"assigns `{target.rsplit('.', 1)[1]}` on `{obj}`, which is `{real}` "
-                    "re-exported by the contribution's module: a monkeypatch of an object outside the "
-                    "contribution", target=f"{real}.{target.rsplit('.', 1)[1]}", path=f.path))
+        for w in f.own_import_writes:
+            real = _reexport(ctx, own, w.obj)
+            if real is None or (w.in_place and not state_like_receiver(real, roots)):
+                continue
+            out.setdefault(f.path, []).append(Escape(
+                w.code, w.line, f"{w.how} `{w.obj}`, which is `{real}` re-exported by the contribution's "
+                "module: a monkeypatch of an object outside the contribution", target=f"{real}{w.what}",
+                path=f.path))
     return out
 
 

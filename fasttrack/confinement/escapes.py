@@ -200,6 +200,7 @@ class _Scope:
     bindings: dict[str, list[_Binding]] = field(default_factory=dict)
     globals_: set[str] = field(default_factory=set)
     nonlocals: set[str] = field(default_factory=set)
+    name: str = ""  # a class scope: the class's dotted name (`<module>.<Class>`)
 
     def bind(self, name: str, binding: _Binding) -> None:
         self.bindings.setdefault(name, []).append(binding)
@@ -241,6 +242,7 @@ class _Ref:
 
 
 _LOCAL_REF = _Ref("local")
+_INSTANCE = "<instance of "  # + an own class's dotted name + ">": a local object of an own class
 # a thread or thread pool made here: starting it at import time is FT146
 _THREAD_REF = _Ref("local", "<thread>")
 _THREAD_MAKERS = ("threading.Thread", "threading.Timer", "concurrent.futures.*Executor",
@@ -362,6 +364,8 @@ class _Analyser:
         self.candidates: list[tuple[ast.AST, _Scope, bool]] = []
         self._binders = self._make_binders()
         self.functions: dict[str, list[_Function]] = {}
+        self.method_keys: set[str] = set()  # keys of functions defined in a class body
+        self.classes: dict[str, list[tuple[ast.ClassDef, _Scope]]] = {}  # own class -> (node, outer scope)
         # Parameters written through ((function key, parameter) -> the write), and calls to own functions.
         self.param_writes: dict[tuple[str, str], ast.AST] = {}
         self.own_calls: list[tuple[ast.Call, _Scope, str]] = []
@@ -470,7 +474,7 @@ class _Analyser:
         if isinstance(node, ast.Lambda):
             return f"<lambda>@{node.lineno}:{node.col_offset}"
         if scope.kind == "class":
-            return f"method:{node.name}"
+            return f"{scope.name}.{node.name}"
         return f"{self.module or '<file>'}.{node.name}"
 
     def _bind_args(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda, scope: _Scope,
@@ -501,6 +505,8 @@ class _Analyser:
             scope.bind(args.kwarg.arg, _Param(key, "**"))
         self.functions.setdefault(key, []).append(_Function(node, scope, tuple(names),
                                                             frozenset(a.arg for a in args.kwonlyargs)))
+        if outer.kind == "class":
+            self.method_keys.add(key)
 
     def _b_function(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
         assert isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
@@ -521,8 +527,9 @@ class _Analyser:
         scope.bind(node.name, _Own(f"{self.module or '<file>'}.{node.name}"))
         if node.decorator_list:
             self.candidates.append((node, scope, import_time))
-        child = _Scope("class", scope)
+        child = _Scope("class", scope, name=f"{self.module or '<file>'}.{node.name}")
         self.scopes[node] = child
+        self.classes.setdefault(child.name, []).append((node, scope))
         self._push(node.body, child, import_time)
         self._push([*node.decorator_list, *node.bases, *(k.value for k in node.keywords)], scope, import_time)
 
@@ -769,7 +776,9 @@ class _Analyser:
             for r in refs:
                 if r.origin == origin:
                     return r
-        return _THREAD_REF if _THREAD_REF in refs else _LOCAL_REF
+        if _THREAD_REF in refs:
+            return _THREAD_REF
+        return next((r for r in refs if r.qualname.startswith(_INSTANCE)), _LOCAL_REF)
 
     def _stored_attr(self, attr: str) -> _Ref | None:
         """The foreign object some `x.<attr> = value` of this file stored, if any (flow- and
@@ -885,6 +894,10 @@ class _Analyser:
         if getter is not None:
             return getter
         callee = self.resolve(node.func, scope)
+        if callee is not None and callee.origin == "own" and callee.qualname in self.classes:
+            if self._is_thread_class(callee.qualname):
+                return _THREAD_REF
+            return _Ref("local", f"{_INSTANCE}{callee.qualname}>")
         if callee is not None and callee.origin == "own":
             return self._own_return(node, callee.qualname, scope)
         if callee is not None and callee.origin in ("local", "param") and \
@@ -995,15 +1008,63 @@ class _Analyser:
                 out.setdefault(kw.arg if known else "**", []).append(kw.value)
         return out
 
-    def _callee_key(self, node: ast.Call, scope: _Scope) -> str | None:
-        """The key of the own function a call reaches (a def or lambda of this file, `self.method`)."""
+    def _own_bases(self, cls: str, depth: int = 0) -> list[str]:
+        """An own class and its own base classes (this file's), nearest first."""
+        out = [cls]
+        if depth > 8:
+            return out
+        for node, outer in self.classes.get(cls, []):
+            for b in node.bases:
+                r = self.resolve(b, outer)
+                if r is not None and r.origin == "own" and r.qualname in self.classes and r.qualname != cls:
+                    out += [c for c in self._own_bases(r.qualname, depth + 1) if c not in out]
+        return out
+
+    def _is_thread_class(self, cls: str) -> bool:
+        """An own class deriving (through own classes) from threading.Thread or another thread maker."""
+        for c in self._own_bases(cls):
+            for node, outer in self.classes.get(c, []):
+                for b in node.bases:
+                    r = self.resolve(b, outer)
+                    if r is not None and r.origin == "import" and _matches(r.qualname, _THREAD_MAKERS):
+                        return True
+        return False
+
+    def _method_keys(self, cls: str, names: Sequence[str]) -> list[str]:
+        """The own functions `cls.<name>` runs, for each name: the nearest own class defining it."""
+        out: list[str] = []
+        for name in names:
+            found = [f"{c}.{name}" for c in self._own_bases(cls) if f"{c}.{name}" in self.functions]
+            out += found[:1]
+        return out
+
+    def _enclosing_class(self, scope: _Scope) -> str | None:
+        s: _Scope | None = scope
+        while s is not None and s.kind != "class":
+            s = s.parent
+        return s.name if s is not None else None
+
+    def _callee_keys(self, node: ast.Call, scope: _Scope) -> list[str]:
+        """The keys of the own functions a call runs: a def or lambda of this file, a method through
+        `self`/`cls`, the class or an instance of an own class (instantiation runs `__new__`, `__init__`
+        and `__post_init__`)."""
         if isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name) and \
-                node.func.value.id in ("self", "cls") and f"method:{node.func.attr}" in self.functions:
-            return f"method:{node.func.attr}"
+                node.func.value.id in ("self", "cls"):
+            attr = node.func.attr
+            cls = self._enclosing_class(scope)
+            keys = self._method_keys(cls, [attr]) if cls is not None else []
+            # a method a subclass or mixin of this file defines: any own method of that name (fail closed)
+            return keys or sorted(k for k in self.method_keys if k.rsplit(".", 1)[-1] == attr)
         callee = self.resolve(node.func, scope)
         if callee is not None and callee.origin == "own" and callee.qualname in self.functions:
-            return callee.qualname
-        return None
+            return [callee.qualname]
+        if callee is not None and callee.origin == "own" and callee.qualname in self.classes:
+            return self._method_keys(callee.qualname, ["__new__", "__init__", "__post_init__"])
+        if isinstance(node.func, ast.Attribute):
+            base = self.resolve(node.func.value, scope)
+            if base is not None and base.qualname.startswith(_INSTANCE):
+                return self._method_keys(base.qualname[len(_INSTANCE):-1], [node.func.attr])
+        return []
 
     def _own_return(self, node: ast.Call, key: str, scope: _Scope) -> _Ref:
         """What a call to an own function returns: a foreign object it returns (or the foreign argument
@@ -1150,14 +1211,14 @@ class _Analyser:
                     for e in exprs:
                         t = self.tainted(self.resolve(e, scope))
                         if t is not None:
-                            shown = key.removeprefix("method:").rsplit(".", 1)[-1]
+                            shown = key.rsplit(".", 1)[-1]
                             at = getattr(write, "lineno", "?")
                             self.report(MONKEYPATCH, call, f"passes `{t.qualname}` to `{shown}`, which "
                                         f"writes through its parameter `{name}` (line {at}): a monkeypatch "
                                         "of an object outside the contribution",
                                         target=t.qualname)
         for key, fns in self.functions.items():
-            if key.startswith(("method:", "<lambda>")):
+            if key in self.method_keys or key.startswith("<lambda>"):
                 continue
             written = frozenset(r for (k, n) in self.param_writes if k == key for fn in fns
                                 for r in self._param_refs(fn, n))
@@ -1339,11 +1400,12 @@ class _Analyser:
     def _check_call(self, node: ast.Call, scope: _Scope, import_time: bool) -> None:
         if isinstance(node.func, ast.Call):
             self._check_decorator_application(node, scope)
-        key = self._callee_key(node, scope)
-        if key is not None:
-            self.own_calls.append((node, scope, key))
-            if import_time:
-                self.import_time_calls.add(id(node))
+        keys = self._callee_keys(node, scope)
+        for k in keys:
+            self.own_calls.append((node, scope, k))
+        if keys and import_time:
+            self.import_time_calls.add(id(node))
+        key = keys[0] if keys else None
         self._check_writer_values(node, scope)
         self._check_manual_enter(node, scope)
         self._check_methodcaller(node, scope)
@@ -1464,7 +1526,7 @@ class _Analyser:
         for call, _, key in self.own_calls:
             start = self.thread_starts.get(key)
             if start is not None and id(call) in self.import_time_calls:
-                shown = key.removeprefix("method:").rsplit(".", 1)[-1]
+                shown = key.rsplit(".", 1)[-1]
                 self.report(GLOBAL_STATE, call, f"calls `{shown}` at import time, which starts a thread "
                             f"(line {getattr(start, 'lineno', '?')}): it outlives the import and runs "
                             "beside the engine (start it from the model's code at run time)",

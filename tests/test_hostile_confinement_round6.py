@@ -388,8 +388,12 @@ def test_direct_metaclass_call_is_a_registry_link(src: str) -> None:
 
 
 def test_plain_classes_made_by_a_plain_metaclass_are_no_link() -> None:
-    assert hits("from vllm.plugins import Plain, PlainMeta, Helper\nA = type(Plain)('A', (), {})\n"
-                "B = PlainMeta('B', (Helper,), {})\nh = Helper()\n") == []
+    # (a metaclass of the engine's own other than type/ABCMeta/EnumMeta counts as registering, as in a class
+    # statement's `metaclass=`: calling PlainMeta directly is a link too, fail closed)
+    assert hits("import abc\nfrom vllm.plugins import Plain, Helper\nA = type(Plain)('A', (), {})\n"
+                "B = abc.ABCMeta('B', (Helper,), {})\nh = Helper('h', (1,), {})\n") == []
+    assert hits("from vllm.plugins import PlainMeta\nB = PlainMeta('B', (), {})\n") == [
+        ("B (dynamic)", "vllm.plugins.PlainMeta")]
 
 
 @pytest.mark.parametrize("src", [

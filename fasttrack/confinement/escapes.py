@@ -1483,6 +1483,8 @@ class _Analyser:
             return
         if q in ("builtins.type", "types.new_class"):
             self._check_dynamic_class(node, q)
+        elif self._is_metaclass_call(node, q, scope):
+            self._check_dynamic_class(node, q, metaclass=True)
         if self._check_global_state(node, q, scope, import_time):
             return
         self._check_registration(node, q, registered=None,
@@ -1532,10 +1534,24 @@ class _Analyser:
                             "beside the engine (start it from the model's code at run time)",
                             target="<thread>.start")
 
-    def _check_dynamic_class(self, node: ast.Call, q: str) -> None:
-        """`type(name, bases, ns)` / `types.new_class(...)` run the bases' `__init_subclass__` and
-        metaclass like a class statement; bases the scan cannot read cannot be judged (blast radius)."""
-        if q == "builtins.type" and len(node.args) + len(node.keywords) != 3:
+    def _is_metaclass_call(self, node: ast.Call, q: str, scope: _Scope) -> bool:
+        """A foreign metaclass called directly with (name, bases, namespace): `type(X)(...)`,
+        `X.__class__(...)` (also through an alias) or a class named `*Meta`/`*Metaclass`."""
+        if len(node.args) + len(node.keywords) != 3:
+            return False
+        f = node.func
+        if isinstance(f, ast.Call) and len(f.args) == 1 and not f.keywords:
+            maker = self.resolve(f.func, scope)
+            if maker is not None and maker.qualname == "builtins.type":
+                return True
+        last = q.rsplit(".", 1)[-1]
+        return last == "__class__" or last.endswith(("Meta", "Metaclass", "MetaClass"))
+
+    def _check_dynamic_class(self, node: ast.Call, q: str, metaclass: bool = False) -> None:
+        """`type(name, bases, ns)` / `types.new_class(...)` / a metaclass called directly run the bases'
+        `__init_subclass__` and metaclass like a class statement; bases the scan cannot read cannot be
+        judged (blast radius)."""
+        if (q == "builtins.type" or metaclass) and len(node.args) + len(node.keywords) != 3:
             return
         bases = node.args[1] if len(node.args) > 1 else next(
             (k.value for k in node.keywords if k.arg == "bases"), None)
@@ -1544,7 +1560,8 @@ class _Analyser:
         if isinstance(bases, ast.Tuple | ast.List) and \
                 not any(isinstance(e, ast.Starred) for e in bases.elts):
             return  # literal bases: judged like a class statement's (registering bases, blast radius)
-        self.report(GLOBAL_STATE, node, f"creates a class with `{q.removeprefix('builtins.')}` from computed "
+        shown = f"the metaclass `{q}`" if metaclass else f"`{q.removeprefix('builtins.')}`"
+        self.report(GLOBAL_STATE, node, f"creates a class with {shown} from computed "
                     "bases: the scan cannot tell whether a base registers its subclasses in a shared "
                     "registry (write a class statement, or list the bases literally)", target=q)
 

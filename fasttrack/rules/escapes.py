@@ -503,8 +503,8 @@ def monkeypatch(ctx: Context) -> Iterator[Finding]:
     `escapes.engine_accessors` return (`get_current_vllm_config()`, `get_forward_context()`, process groups:
     the engine's own objects; only a layer's `static_forward_context[key] = self`,
     `engine_self_registrations`, is allowed) and names another changed file re-exports from the engine.
-    Writes to `self.x`, to local objects and to the contribution's own modules are fine. Writing to the class of an object whose class
-    cannot be known statically (`type(x).f = ...`) is a warning."""
+    Writes to `self.x`, to local objects and to the contribution's own modules are fine. Writing to the
+    class of an object whose class cannot be known statically (`type(x).f = ...`) is a warning."""
     yield from _findings(ctx, "FT120", "keep the change inside the contribution: subclass or wrap the shared "
                          "class in the model's own package and use that, instead of assigning to it")
 

@@ -298,6 +298,26 @@ class EscapesSpec(Strict):
         "torch.set_grad_enabled", "torch.autograd.set_grad_enabled", "torch._dynamo.config.*patch*",
         "warnings.catch_warnings", "torch.autograd.detect_anomaly", "torch.autograd.set_detect_anomaly",
     ])
+    # Engine accessors (fnmatch over the called dotted name): functions handing model code the engine's
+    # own shared objects (the current VllmConfig, the forward context, the process groups). What they
+    # return is the engine's: reading it is fine, writing to it (attributes, items, setattr, in-place
+    # updates, directly or through aliases and helpers) is FT120/FT121 like a write to an engine module.
+    engine_accessors: list[str] = Field(default_factory=lambda: [
+        "vllm.config*.get_current_vllm_config", "vllm.config*.get_current_vllm_config_or_none",
+        "vllm.config*.get_cached_compilation_config", "vllm.config*.get_layers_from_vllm_config",
+        "vllm.forward_context.get_forward_context", "vllm.distributed*.get_*_group",
+        "vllm.distributed*.get_ec_transfer",
+    ])
+    # The one write the engine asks layers to make into state reached from an accessor: a layer registering
+    # itself in the compilation config's static forward context (`cc.static_forward_context[prefix] = self`
+    # in a method, as every vLLM attention layer does). Allowed only as `<container>[key] = self` with
+    # `self` the method's own instance; any other value, a delete or an in-place method stays an error.
+    # fnmatch patterns over the container's dotted name as the scan spells it (`<accessor>().<path>`).
+    engine_self_registrations: list[str] = Field(default_factory=lambda: [
+        "vllm.config*.get_current_vllm_config().compilation_config.static_forward_context",
+        "vllm.config*.get_current_vllm_config_or_none().compilation_config.static_forward_context",
+        "vllm.config*.get_cached_compilation_config().static_forward_context",
+    ])
     # gitwildmatch patterns of code that does not run when the engine serves (tests, benchmarks): their
     # escapes are warnings, unless a non-test changed file imports them.
     test_paths: list[str] = Field(default_factory=lambda: [

@@ -875,8 +875,11 @@ def vllm_models() -> Path:
 def test_kimi_k3_package_on_the_real_tree(vllm_models: Path) -> None:
     """Every file of vllm/models/kimi_k3 (133 files) as if a PR changed it, own = vllm.models.kimi_k3.
 
-    Measured: no errors; three warnings, all in amd/specialized_decode/runtime/layers.py, which sets and
-    restores COMPILE_ONLY in os.environ inside a function (lines 94, 99, 101)."""
+    Measured: two errors, the sequence-parallel forward passes writing the engine's forward context
+    (`get_forward_context().is_padding = ...`, nvidia/model.py:1136 and nvidia/mtp.py:130: state reached
+    through an engine accessor, FT120 since round 6; a PR touching those files carries them as infos), and
+    three warnings, all in amd/specialized_decode/runtime/layers.py, which sets and restores COMPILE_ONLY in
+    os.environ inside a function (lines 94, 99, 101)."""
     root = vllm_models.parent.parent
     found: list[tuple[str, int, str, str]] = []
     files = sorted((vllm_models / "kimi_k3").rglob("*.py"))
@@ -886,8 +889,10 @@ def test_kimi_k3_package_on_the_real_tree(vllm_models: Path) -> None:
         found += [(rel, e.line, e.code, e.severity) for e in find_escapes(
             f.read_text(), rel, {"vllm.models.kimi_k3"}, own_op_namespaces={"kimi_k3"})]
     layers = "vllm/models/kimi_k3/amd/specialized_decode/runtime/layers.py"
-    assert found == [(layers, 94, "FT123", "warning"), (layers, 99, "FT123", "warning"),
-                     (layers, 101, "FT123", "warning")]
+    nvidia = "vllm/models/kimi_k3/nvidia"
+    assert sorted(found) == sorted([
+        (layers, 94, "FT123", "warning"), (layers, 99, "FT123", "warning"), (layers, 101, "FT123", "warning"),
+        (f"{nvidia}/model.py", 1136, "FT120", "error"), (f"{nvidia}/mtp.py", 130, "FT120", "error")])
 
 
 @pytest.mark.vllm_tree

@@ -106,6 +106,30 @@ class Escape:
     lenient: bool = False
 
 
+@dataclass(frozen=True)
+class OwnImportWrite:
+    """A write to `obj`, a name another of the contribution's modules binds: the engine's object when that
+    module only re-exports it (`fasttrack.rules.escapes` resolves it on disk)."""
+
+    code: str
+    obj: str  # dotted, as imported (`vllm.models.kimi_k3.common.PLUGINS`)
+    what: str  # the part written: `.forward`, `[...]`, `.append()`, `` (the object itself, `+=`)
+    how: str  # `assigns `forward` on`, `calls `.append()` on`, ...
+    line: int
+    in_place: bool = False  # a container method: judged only on state-like objects (not `torch.add`)
+
+
+def state_like_receiver(receiver: str, hidden_import_roots: Sequence[str],
+                        module_imports: frozenset[str] | set[str] = frozenset()) -> bool:
+    """Whether a foreign dotted receiver of `.add()`/`.update()`/... is state rather than a module whose
+    function happens to have that name (`torch.add`, `os.remove`): in the engine's packages anything not
+    imported as a module (lower-case registries too); elsewhere constants, classes and private names."""
+    if receiver not in module_imports and any(receiver.startswith(r + ".") for r in hidden_import_roots):
+        return True
+    parts = receiver.replace("[", ".[").split(".")
+    return len(parts) > 1 and any(p[:1].isupper() or p.startswith(("_", "[")) for p in parts[1:])
+
+
 @dataclass
 class FileFacts:
     """What `analyse_source` learns about one file: its escapes and the modules it imports."""
@@ -115,9 +139,10 @@ class FileFacts:
     # Own functions (dotted name) and the parameters (position or name) they write through: a helper that
     # patches whatever it is given. Another changed file passing a foreign object there is an escape.
     param_writers: dict[str, frozenset[int | str]] = field(default_factory=dict)
-    # Writes to a name imported from another of the contribution's modules ((dotted target, line)): own
-    # only if that module defines it; a re-export of an engine class is foreign (judged across files).
-    own_import_writes: list[tuple[str, int]] = field(default_factory=list)
+    # Writes to a name imported from another of the contribution's modules: own only if that module
+    # defines it; a re-export of an engine object is foreign (judged across files). Each is (code, the
+    # object written, what is written on it: `.attr`, `[...]`, `.append()`, how, line).
+    own_import_writes: list[OwnImportWrite] = field(default_factory=list)
     # Calls to functions of the contribution's own packages with foreign arguments:
     # (callee dotted name, {position or keyword: foreign target}, line).
     foreign_calls: list[tuple[str, dict[int | str, str], int]] = field(default_factory=list)
@@ -175,6 +200,7 @@ class _Scope:
     bindings: dict[str, list[_Binding]] = field(default_factory=dict)
     globals_: set[str] = field(default_factory=set)
     nonlocals: set[str] = field(default_factory=set)
+    name: str = ""  # a class scope: the class's dotted name (`<module>.<Class>`)
 
     def bind(self, name: str, binding: _Binding) -> None:
         self.bindings.setdefault(name, []).append(binding)
@@ -216,6 +242,7 @@ class _Ref:
 
 
 _LOCAL_REF = _Ref("local")
+_INSTANCE = "<instance of "  # + an own class's dotted name + ">": a local object of an own class
 # a thread or thread pool made here: starting it at import time is FT146
 _THREAD_REF = _Ref("local", "<thread>")
 _THREAD_MAKERS = ("threading.Thread", "threading.Timer", "concurrent.futures.*Executor",
@@ -337,6 +364,8 @@ class _Analyser:
         self.candidates: list[tuple[ast.AST, _Scope, bool]] = []
         self._binders = self._make_binders()
         self.functions: dict[str, list[_Function]] = {}
+        self.method_keys: set[str] = set()  # keys of functions defined in a class body
+        self.classes: dict[str, list[tuple[ast.ClassDef, _Scope]]] = {}  # own class -> (node, outer scope)
         # Parameters written through ((function key, parameter) -> the write), and calls to own functions.
         self.param_writes: dict[tuple[str, str], ast.AST] = {}
         self.own_calls: list[tuple[ast.Call, _Scope, str]] = []
@@ -445,7 +474,7 @@ class _Analyser:
         if isinstance(node, ast.Lambda):
             return f"<lambda>@{node.lineno}:{node.col_offset}"
         if scope.kind == "class":
-            return f"method:{node.name}"
+            return f"{scope.name}.{node.name}"
         return f"{self.module or '<file>'}.{node.name}"
 
     def _bind_args(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda, scope: _Scope,
@@ -476,6 +505,8 @@ class _Analyser:
             scope.bind(args.kwarg.arg, _Param(key, "**"))
         self.functions.setdefault(key, []).append(_Function(node, scope, tuple(names),
                                                             frozenset(a.arg for a in args.kwonlyargs)))
+        if outer.kind == "class":
+            self.method_keys.add(key)
 
     def _b_function(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
         assert isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
@@ -496,8 +527,9 @@ class _Analyser:
         scope.bind(node.name, _Own(f"{self.module or '<file>'}.{node.name}"))
         if node.decorator_list:
             self.candidates.append((node, scope, import_time))
-        child = _Scope("class", scope)
+        child = _Scope("class", scope, name=f"{self.module or '<file>'}.{node.name}")
         self.scopes[node] = child
+        self.classes.setdefault(child.name, []).append((node, scope))
         self._push(node.body, child, import_time)
         self._push([*node.decorator_list, *node.bases, *(k.value for k in node.keywords)], scope, import_time)
 
@@ -561,6 +593,7 @@ class _Analyser:
                 self._push([node.target], scope, import_time)
         elif isinstance(node, ast.AugAssign):
             if isinstance(node.target, ast.Name):
+                self.candidates.append((node, scope, import_time))  # judged before the rebinding counts
                 scope.bind(node.target.id, _LOCAL)
             else:
                 self._push([node.target], scope, import_time)
@@ -743,7 +776,9 @@ class _Analyser:
             for r in refs:
                 if r.origin == origin:
                     return r
-        return _THREAD_REF if _THREAD_REF in refs else _LOCAL_REF
+        if _THREAD_REF in refs:
+            return _THREAD_REF
+        return next((r for r in refs if r.qualname.startswith(_INSTANCE)), _LOCAL_REF)
 
     def _stored_attr(self, attr: str) -> _Ref | None:
         """The foreign object some `x.<attr> = value` of this file stored, if any (flow- and
@@ -859,6 +894,10 @@ class _Analyser:
         if getter is not None:
             return getter
         callee = self.resolve(node.func, scope)
+        if callee is not None and callee.origin == "own" and callee.qualname in self.classes:
+            if self._is_thread_class(callee.qualname):
+                return _THREAD_REF
+            return _Ref("local", f"{_INSTANCE}{callee.qualname}>")
         if callee is not None and callee.origin == "own":
             return self._own_return(node, callee.qualname, scope)
         if callee is not None and callee.origin in ("local", "param") and \
@@ -874,6 +913,8 @@ class _Analyser:
             return _Ref("import", f"{q}()")  # called through __subclasses__, __globals__, ...
         if q in _EVERYTHING_CALLS or q.rsplit(".", 1)[-1] in ("__subclasses__", "mro"):
             return _Ref("import", f"{q}()")
+        if _matches(q, self.settings.engine_accessors):
+            return _Ref("import", f"{q}()")  # the engine's own object (its config, forward context, groups)
         if q in _ELEMENT_CALLS:
             held = self._container(list(node.args), scope)
             return held
@@ -967,15 +1008,63 @@ class _Analyser:
                 out.setdefault(kw.arg if known else "**", []).append(kw.value)
         return out
 
-    def _callee_key(self, node: ast.Call, scope: _Scope) -> str | None:
-        """The key of the own function a call reaches (a def or lambda of this file, `self.method`)."""
+    def _own_bases(self, cls: str, depth: int = 0) -> list[str]:
+        """An own class and its own base classes (this file's), nearest first."""
+        out = [cls]
+        if depth > 8:
+            return out
+        for node, outer in self.classes.get(cls, []):
+            for b in node.bases:
+                r = self.resolve(b, outer)
+                if r is not None and r.origin == "own" and r.qualname in self.classes and r.qualname != cls:
+                    out += [c for c in self._own_bases(r.qualname, depth + 1) if c not in out]
+        return out
+
+    def _is_thread_class(self, cls: str) -> bool:
+        """An own class deriving (through own classes) from threading.Thread or another thread maker."""
+        for c in self._own_bases(cls):
+            for node, outer in self.classes.get(c, []):
+                for b in node.bases:
+                    r = self.resolve(b, outer)
+                    if r is not None and r.origin == "import" and _matches(r.qualname, _THREAD_MAKERS):
+                        return True
+        return False
+
+    def _method_keys(self, cls: str, names: Sequence[str]) -> list[str]:
+        """The own functions `cls.<name>` runs, for each name: the nearest own class defining it."""
+        out: list[str] = []
+        for name in names:
+            found = [f"{c}.{name}" for c in self._own_bases(cls) if f"{c}.{name}" in self.functions]
+            out += found[:1]
+        return out
+
+    def _enclosing_class(self, scope: _Scope) -> str | None:
+        s: _Scope | None = scope
+        while s is not None and s.kind != "class":
+            s = s.parent
+        return s.name if s is not None else None
+
+    def _callee_keys(self, node: ast.Call, scope: _Scope) -> list[str]:
+        """The keys of the own functions a call runs: a def or lambda of this file, a method through
+        `self`/`cls`, the class or an instance of an own class (instantiation runs `__new__`, `__init__`
+        and `__post_init__`)."""
         if isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name) and \
-                node.func.value.id in ("self", "cls") and f"method:{node.func.attr}" in self.functions:
-            return f"method:{node.func.attr}"
+                node.func.value.id in ("self", "cls"):
+            attr = node.func.attr
+            cls = self._enclosing_class(scope)
+            keys = self._method_keys(cls, [attr]) if cls is not None else []
+            # a method a subclass or mixin of this file defines: any own method of that name (fail closed)
+            return keys or sorted(k for k in self.method_keys if k.rsplit(".", 1)[-1] == attr)
         callee = self.resolve(node.func, scope)
         if callee is not None and callee.origin == "own" and callee.qualname in self.functions:
-            return callee.qualname
-        return None
+            return [callee.qualname]
+        if callee is not None and callee.origin == "own" and callee.qualname in self.classes:
+            return self._method_keys(callee.qualname, ["__new__", "__init__", "__post_init__"])
+        if isinstance(node.func, ast.Attribute):
+            base = self.resolve(node.func.value, scope)
+            if base is not None and base.qualname.startswith(_INSTANCE):
+                return self._method_keys(base.qualname[len(_INSTANCE):-1], [node.func.attr])
+        return []
 
     def _own_return(self, node: ast.Call, key: str, scope: _Scope) -> _Ref:
         """What a call to an own function returns: a foreign object it returns (or the foreign argument
@@ -1082,6 +1171,8 @@ class _Analyser:
                 self._check_call(node, scope, import_time)
             elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
                 self._check_bare_decorators(node, scope)
+            elif isinstance(node, ast.AugAssign):
+                self._check_aug_name(node, scope, import_time)
         self._check_helper_calls()
         self._check_import_time_thread_calls()
 
@@ -1120,14 +1211,14 @@ class _Analyser:
                     for e in exprs:
                         t = self.tainted(self.resolve(e, scope))
                         if t is not None:
-                            shown = key.removeprefix("method:").rsplit(".", 1)[-1]
+                            shown = key.rsplit(".", 1)[-1]
                             at = getattr(write, "lineno", "?")
                             self.report(MONKEYPATCH, call, f"passes `{t.qualname}` to `{shown}`, which "
                                         f"writes through its parameter `{name}` (line {at}): a monkeypatch "
                                         "of an object outside the contribution",
                                         target=t.qualname)
         for key, fns in self.functions.items():
-            if key.startswith(("method:", "<lambda>")):
+            if key in self.method_keys or key.startswith("<lambda>"):
                 continue
             written = frozenset(r for (k, n) in self.param_writes if k == key for fn in fns
                                 for r in self._param_refs(fn, n))
@@ -1163,9 +1254,21 @@ class _Analyser:
     def _env_severity(self, import_time: bool) -> EscapeSeverity:
         return "error" if import_time else "warning"
 
+    def _accessor_of(self, target: str) -> str | None:
+        """The engine accessor a dotted target was reached from (`<accessor>().x.y`), if any."""
+        head, paren, _ = target.partition("()")
+        return head if paren and _matches(head, self.settings.engine_accessors) else None
+
     def _report_write(self, node: ast.AST, target: str, verb: str, default_code: str,
                       import_time: bool, how: str) -> None:
         if _matches(target, self.settings.allowed_writes):
+            return
+        accessor = self._accessor_of(target)
+        if accessor is not None:
+            self.report(default_code, node, f"{verb} `{target}` ({how}): state of the engine reached through "
+                        f"`{accessor.rsplit('.', 1)[-1]}()` (its config, forward context or process groups), "
+                        "which every layer and request of the engine shares; model code may read it, not "
+                        "write it", target=target)
             return
         code = self._classify(target) or default_code
         if code == INTERPRETER:
@@ -1210,11 +1313,35 @@ class _Analyser:
                         "statically", severity="warning", target=f"{base.qualname}.{node.attr}")
             return
         if not self.foreign(base):
-            if base.origin == "import" and self.is_own(base.qualname) and base.qualname != self.module:
-                self.facts.own_import_writes.append((f"{base.qualname}.{node.attr}", node.lineno))
+            self._own_import_write(base, MONKEYPATCH, f".{node.attr}", f"{verb} `{node.attr}` on", node)
             return
         self._report_write(node, f"{base.qualname}.{node.attr}", verb, MONKEYPATCH, import_time,
                            "attribute assignment" if verb == "assigns" else "del")
+
+    def _own_import_write(self, ref: _Ref | None, code: str, what: str, how: str, node: ast.AST,
+                          in_place: bool = False) -> None:
+        """A write to a name imported from another of the contribution's modules: judged across files
+        (a re-export of an engine object is the engine's)."""
+        if ref is not None and ref.origin == "import" and self.is_own(ref.qualname) and \
+                ref.qualname != self.module and not ref.elements:
+            self.facts.own_import_writes.append(OwnImportWrite(code, ref.qualname, what, how,
+                                                               getattr(node, "lineno", 1), in_place))
+
+    def _check_aug_name(self, node: ast.AugAssign, scope: _Scope, import_time: bool) -> None:
+        """`NAME += v` / `NAME |= v` on a name bound to an imported object: a list's, dict's or set's
+        `__iadd__`/`__ior__` updates the object in place before the name is rebound."""
+        assert isinstance(node.target, ast.Name)
+        ref = self.resolve(node.target, scope)
+        op = type(node.op).__name__
+        if ref is None:
+            return
+        if ref.origin == "param":
+            self._record_param_write(ref, node)
+        elif self.foreign(ref):
+            self._report_write(node, ref.qualname, "updates", MONKEYPATCH, import_time,
+                               f"augmented assignment ({op}), in place on a list, dict or set")
+        else:
+            self._own_import_write(ref, MONKEYPATCH, "", "updates in place (augmented assignment)", node)
 
     def _check_subscript_write(self, node: ast.Subscript, scope: _Scope, import_time: bool) -> None:
         base = self.resolve(node.value, scope)
@@ -1225,12 +1352,38 @@ class _Analyser:
             self._record_param_write(base, node)
             return
         if not self.foreign(base):
+            verb = "deletes an item of" if isinstance(node.ctx, ast.Del) else "writes an item of"
+            self._own_import_write(base, MONKEYPATCH, "[...]", verb, node)
+            return
+        if self._self_registration(node, base.qualname, scope):
             return
         key = _dotted_literal(node.slice)
         target = f"{base.qualname}[{key!r}]" if key else f"{base.qualname}[...]"
         verb = "deletes" if isinstance(node.ctx, ast.Del) else "writes"
         default = SETATTR if base.qualname.endswith(".__dict__") else MONKEYPATCH
         self._report_write(node, target, verb, default, import_time, "item assignment")
+
+    def _self_registration(self, node: ast.Subscript, container: str, scope: _Scope) -> bool:
+        """`cc.static_forward_context[prefix] = self` in a method: a layer registering itself where the
+        engine asks it to (policy `engine_self_registrations`). Only a plain assignment of the method's own
+        instance qualifies; deletes, other values and augmented assignments do not."""
+        if not isinstance(node.ctx, ast.Store) or not _matches(container,
+                                                               self.settings.engine_self_registrations):
+            return False
+        if self._parents is None:
+            self._parents = {id(c): p for p in ast.walk(self.tree) for c in ast.iter_child_nodes(p)}
+        stmt = self._parents.get(id(node))
+        if not isinstance(stmt, ast.Assign) or stmt.targets != [node] or not isinstance(stmt.value, ast.Name):
+            return False
+        key = self._enclosing_function(scope)
+        for fn in self.functions.get(key or "", []):
+            node_args = fn.node.args
+            first = [*node_args.posonlyargs, *node_args.args][:1]
+            if fn.scope.parent is not None and fn.scope.parent.kind == "class" and first and \
+                    first[0].arg == stmt.value.id and fn.scope is scope and \
+                    scope.bindings.get(stmt.value.id) == [_LOCAL]:
+                return True
+        return False
 
     def _check_bare_decorators(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef,
                                scope: _Scope) -> None:
@@ -1247,11 +1400,12 @@ class _Analyser:
     def _check_call(self, node: ast.Call, scope: _Scope, import_time: bool) -> None:
         if isinstance(node.func, ast.Call):
             self._check_decorator_application(node, scope)
-        key = self._callee_key(node, scope)
-        if key is not None:
-            self.own_calls.append((node, scope, key))
-            if import_time:
-                self.import_time_calls.add(id(node))
+        keys = self._callee_keys(node, scope)
+        for k in keys:
+            self.own_calls.append((node, scope, k))
+        if keys and import_time:
+            self.import_time_calls.add(id(node))
+        key = keys[0] if keys else None
         self._check_writer_values(node, scope)
         self._check_manual_enter(node, scope)
         self._check_methodcaller(node, scope)
@@ -1265,6 +1419,10 @@ class _Analyser:
             self.report(GLOBAL_STATE, node, f"calls `.{node.func.attr}()`: writes to the file system, "
                         "outside the contribution (a `.pth` or a module file changes every process)",
                         target=f".{node.func.attr}")
+        if callee is not None and callee.origin == "import" and self.is_own(callee.qualname) and \
+                isinstance(node.func, ast.Attribute) and node.func.attr in _MUTATORS:
+            self._own_import_write(_Ref("import", callee.qualname.rpartition(".")[0]), MONKEYPATCH,
+                                   f".{node.func.attr}()", f"calls `.{node.func.attr}()` on", node, True)
         if callee is None or callee.origin != "import" or self.is_own(callee.qualname):
             self._check_library_method_on_local(node, scope)
             if callee is not None and callee.origin == "import" and key is None:
@@ -1325,6 +1483,8 @@ class _Analyser:
             return
         if q in ("builtins.type", "types.new_class"):
             self._check_dynamic_class(node, q)
+        elif self._is_metaclass_call(node, q, scope):
+            self._check_dynamic_class(node, q, metaclass=True)
         if self._check_global_state(node, q, scope, import_time):
             return
         self._check_registration(node, q, registered=None,
@@ -1368,16 +1528,30 @@ class _Analyser:
         for call, _, key in self.own_calls:
             start = self.thread_starts.get(key)
             if start is not None and id(call) in self.import_time_calls:
-                shown = key.removeprefix("method:").rsplit(".", 1)[-1]
+                shown = key.rsplit(".", 1)[-1]
                 self.report(GLOBAL_STATE, call, f"calls `{shown}` at import time, which starts a thread "
                             f"(line {getattr(start, 'lineno', '?')}): it outlives the import and runs "
                             "beside the engine (start it from the model's code at run time)",
                             target="<thread>.start")
 
-    def _check_dynamic_class(self, node: ast.Call, q: str) -> None:
-        """`type(name, bases, ns)` / `types.new_class(...)` run the bases' `__init_subclass__` and
-        metaclass like a class statement; bases the scan cannot read cannot be judged (blast radius)."""
-        if q == "builtins.type" and len(node.args) + len(node.keywords) != 3:
+    def _is_metaclass_call(self, node: ast.Call, q: str, scope: _Scope) -> bool:
+        """A foreign metaclass called directly with (name, bases, namespace): `type(X)(...)`,
+        `X.__class__(...)` (also through an alias) or a class named `*Meta`/`*Metaclass`."""
+        if len(node.args) + len(node.keywords) != 3:
+            return False
+        f = node.func
+        if isinstance(f, ast.Call) and len(f.args) == 1 and not f.keywords:
+            maker = self.resolve(f.func, scope)
+            if maker is not None and maker.qualname == "builtins.type":
+                return True
+        last = q.rsplit(".", 1)[-1]
+        return last == "__class__" or last.endswith(("Meta", "Metaclass", "MetaClass"))
+
+    def _check_dynamic_class(self, node: ast.Call, q: str, metaclass: bool = False) -> None:
+        """`type(name, bases, ns)` / `types.new_class(...)` / a metaclass called directly run the bases'
+        `__init_subclass__` and metaclass like a class statement; bases the scan cannot read cannot be
+        judged (blast radius)."""
+        if (q == "builtins.type" or metaclass) and len(node.args) + len(node.keywords) != 3:
             return
         bases = node.args[1] if len(node.args) > 1 else next(
             (k.value for k in node.keywords if k.arg == "bases"), None)
@@ -1386,7 +1560,8 @@ class _Analyser:
         if isinstance(bases, ast.Tuple | ast.List) and \
                 not any(isinstance(e, ast.Starred) for e in bases.elts):
             return  # literal bases: judged like a class statement's (registering bases, blast radius)
-        self.report(GLOBAL_STATE, node, f"creates a class with `{q.removeprefix('builtins.')}` from computed "
+        shown = f"the metaclass `{q}`" if metaclass else f"`{q.removeprefix('builtins.')}`"
+        self.report(GLOBAL_STATE, node, f"creates a class with {shown} from computed "
                     "bases: the scan cannot tell whether a base registers its subclasses in a shared "
                     "registry (write a class statement, or list the bases literally)", target=q)
 
@@ -1483,6 +1658,7 @@ class _Analyser:
         elif obj.origin == "param":
             self._record_param_write(obj, node)
         else:
+            self._own_import_write(obj, MONKEYPATCH, "[...]", f"writes an item by `operator.{fn}()` of", node)
             t = self.tainted(obj)
             if t is not None:
                 code = SETATTR if t.qualname.endswith(".__dict__") else MONKEYPATCH
@@ -1578,6 +1754,7 @@ class _Analyser:
         if obj.origin == "param":
             self._record_param_write(obj, node)
             return
+        self._own_import_write(obj, SETATTR, f".{name}", f"{verb} `{name}` by `{fn}()` on", node)
         if obj.elements and not self.foreign(obj):
             obj = obj.elements[0]
         if obj is not None and obj.origin == "classof":
@@ -1597,6 +1774,7 @@ class _Analyser:
         else:
             obj = _Ref("import", receiver)
             name = _dotted_literal(_arg(node, 0)) or "*"
+        self._own_import_write(obj, SETATTR, f".{name}", f"sets `{name}` by `__setattr__` on", node)
         if self.foreign(obj) and obj is not None:
             self._report_write(node, f"{obj.qualname}.{name}", "sets", SETATTR, import_time, "__setattr__")
 
@@ -1644,14 +1822,8 @@ class _Analyser:
             self._report_write(node, receiver, "mutates", SETATTR, import_time, how)
             return True
         # Only state-like receivers: a module function named `add`/`remove` (torch.add, os.remove) is not
-        # a container. Constants, classes and private names of a foreign module are, and in the engine's
-        # packages anything that is not a module imported as such (lower-case registries too).
-        if receiver not in self.module_imports and any(
-                receiver.startswith(r + ".") for r in self.settings.hidden_import_roots):
-            self._report_write(node, receiver, "mutates", MONKEYPATCH, import_time, how)
-            return True
-        parts = receiver.replace("[", ".[").split(".")
-        if len(parts) > 1 and any(p[:1].isupper() or p.startswith(("_", "[")) for p in parts[1:]):
+        # a container.
+        if state_like_receiver(receiver, self.settings.hidden_import_roots, self.module_imports):
             self._report_write(node, receiver, "mutates", MONKEYPATCH, import_time, how)
             return True
         return False

@@ -161,10 +161,71 @@ class _Finder:
                 return hit
         return None
 
+    def _bases(self, mod: str, cls: ast.ClassDef, names: Mapping[str, str]) -> list[str]:
+        out: list[str] = []
+        for base in cls.bases:
+            b = _dotted(base, names)
+            if b is None and isinstance(base, ast.Name):
+                b = base.id if base.id in ("type", "object") else f"{mod}.{base.id}"
+            if b is not None:
+                out.append(b)
+        return out
+
+    def metaclass_of(self, dotted: str, depth: int = 0) -> tuple[str, str, str | None] | None:
+        """(module, how, registry) for the first non-standard metaclass in `dotted`'s ancestry: what
+        `type(cls)(name, bases, ns)` / `cls.__class__(...)` runs."""
+        if depth > _MAX_DEPTH or not dotted.startswith(self.package + "."):
+            return None
+        found = self.locate(dotted)
+        if found is None:
+            return None
+        mod, cls, names = found
+        for kw in cls.keywords:
+            if kw.arg == "metaclass":
+                meta = _dotted(kw.value, names) or ast.unparse(kw.value)
+                short = meta.rsplit(".", 1)[-1]
+                if meta not in _PLAIN_METACLASSES and short not in _PLAIN_METACLASSES:
+                    return mod, f"metaclass {short}", short
+        for b in self._bases(mod, cls, names):
+            hit = self.metaclass_of(b, depth + 1)
+            if hit is not None:
+                return hit
+        return None
+
+    def is_metaclass(self, dotted: str, depth: int = 0) -> bool:
+        """Whether an engine class derives from `type` (or a standard metaclass): calling it makes a class."""
+        if depth > _MAX_DEPTH:
+            return False
+        if dotted in _PLAIN_METACLASSES or dotted in ("builtins.type",):
+            return True
+        found = self.locate(dotted) if dotted.startswith(self.package + ".") else None
+        if found is None:
+            return False
+        mod, cls, names = found
+        return any(self.is_metaclass(b, depth + 1) for b in self._bases(mod, cls, names))
+
+
+def _metaclass_call(node: ast.Call, names: Mapping[str, str]) -> tuple[str, str] | None:
+    """A metaclass called directly, as `type(X)(...)` / `X.__class__(...)` ("of", X) or `M(...)` with M a
+    dotted engine name ("meta", M); None for other calls. Judged only with three arguments."""
+    if len(node.args) + len(node.keywords) != 3:
+        return None
+    f = node.func
+    if isinstance(f, ast.Call) and isinstance(f.func, ast.Name) and f.func.id == "type" and \
+            "type" not in names and len(f.args) == 1 and not f.keywords:
+        of = _dotted(f.args[0], names)
+        return ("of", of) if of else None
+    if isinstance(f, ast.Attribute) and f.attr == "__class__":
+        of = _dotted(f.value, names)
+        return ("of", of) if of else None
+    meta = _dotted(f, names)
+    return ("meta", meta) if meta and meta not in ("type", "builtins.type", "types.new_class") else None
+
 
 def _created_class(node: ast.AST, names: Mapping[str, str]) -> tuple[str, list[ast.expr]] | None:
     """(name, bases) of a class the node creates: a class statement, or the dynamic forms that run the same
-    `__init_subclass__` and metaclass (`type(name, bases, ns)`, `types.new_class(name, bases, ...)`)."""
+    `__init_subclass__` and metaclass (`type(name, bases, ns)`, `types.new_class(name, bases, ...)`, a
+    metaclass called directly: `Meta(name, bases, ns)`, `type(X)(...)`)."""
     if isinstance(node, ast.ClassDef):
         return node.name, list(node.bases)
     if not isinstance(node, ast.Call):
@@ -173,6 +234,8 @@ def _created_class(node: ast.AST, names: Mapping[str, str]) -> tuple[str, list[a
         maker = "type"
     else:
         maker = _dotted(node.func, names) or ""
+    if _metaclass_call(node, names) is not None:
+        maker = "type"  # judged like type(name, bases, ns); the metaclass itself in registering_bases
     if maker not in ("type", "builtins.type", "types.new_class") or (maker != "types.new_class" and (
             len(node.args) + len(node.keywords) != 3)):
         return None
@@ -183,6 +246,18 @@ def _created_class(node: ast.AST, names: Mapping[str, str]) -> tuple[str, list[a
     first = node.args[0] if node.args else None
     name = first.value if isinstance(first, ast.Constant) and isinstance(first.value, str) else "<dynamic>"
     return f"{name} (dynamic)", [b.value if isinstance(b, ast.Starred) else b for b in given.elts]
+
+
+def _direct_metaclass(finder: _Finder, dotted: str) -> tuple[str, str, str | None] | None:
+    """(module, how, registry) when `dotted` is an engine metaclass other than the standard ones (counted as
+    registering, like a class statement's `metaclass=`); None for a plain one or an ordinary class."""
+    if not finder.is_metaclass(dotted):
+        return None  # an ordinary call with three arguments
+    short = dotted.rsplit(".", 1)[-1]
+    if dotted in _PLAIN_METACLASSES or short in _PLAIN_METACLASSES:
+        return None
+    located = finder.locate(dotted)
+    return (located[0] if located is not None else dotted.rpartition(".")[0]), f"metaclass {short}", short
 
 
 def registering_bases(source: str, module: str, is_package: bool, files: Mapping[str, str],
@@ -201,6 +276,14 @@ def registering_bases(source: str, module: str, is_package: bool, files: Mapping
         if created is None or not isinstance(node, ast.ClassDef | ast.Call):
             continue
         class_name, bases = created
+        meta = _metaclass_call(node, names) if isinstance(node, ast.Call) else None
+        if meta is not None and not (own_prefix is not None and (
+                meta[1] == own_prefix or meta[1].startswith(own_prefix + "."))):
+            kind, maker = meta
+            made = finder.metaclass_of(maker) if kind == "of" else _direct_metaclass(finder, maker)
+            if made is not None:
+                out.append(RegisteringBase(class_name, node.lineno, maker, made[0], made[1], made[2]))
+                continue
         for base in bases:
             dotted = _dotted(base, names)
             if dotted is None or (own_prefix is not None and (

@@ -23,8 +23,10 @@ from fasttrack.confinement.escapes import (
     UNPARSEABLE,
     Escape,
     FileFacts,
+    OwnImportWrite,
     analyse_source,
     module_name_for,
+    state_like_receiver,
 )
 from fasttrack.confinement.source_text import SourceProblem, decode_python_source, read_python_source
 from fasttrack.context import Context
@@ -135,7 +137,7 @@ class FileEscapes:
     # foreign arguments (callee, ((position or keyword, foreign target), ...), line): see _helper_escapes.
     param_writers: tuple[tuple[str, tuple[int | str, ...]], ...] = ()
     foreign_calls: tuple[tuple[str, tuple[tuple[int | str, str], ...], int], ...] = ()
-    own_import_writes: tuple[tuple[str, int], ...] = ()
+    own_import_writes: tuple[OwnImportWrite, ...] = ()
 
 
 def _key(esc: Escape) -> tuple[str, str, str | None, str, str]:
@@ -367,16 +369,19 @@ def _reexport(ctx: Context, own: set[str], target: str) -> str | None:
 
 
 def _reexport_escapes(ctx: Context, own: set[str], files: list[FileEscapes]) -> dict[str, list[Escape]]:
+    """Writes through a name another of the contribution's files only re-exports (attribute, item,
+    setattr, `__setattr__`, `operator.setitem`, an in-place method, `+=`): a write to the engine's object."""
     out: dict[str, list[Escape]] = {}
+    roots = ctx.policy.escapes.hidden_import_roots
     for f in files:
-        for target, line in f.own_import_writes:
-            obj = target.rsplit(".", 1)[0]
-            real = _reexport(ctx, own, obj)
-            if real is not None:
-                out.setdefault(f.path, []).append(Escape(
-                    "FT120", line, f"assigns `{target.rsplit('.', 1)[1]}` on `{obj}`, which is `{real}` "
-                    "re-exported by the contribution's module: a monkeypatch of an object outside the "
-                    "contribution", target=f"{real}.{target.rsplit('.', 1)[1]}", path=f.path))
+        for w in f.own_import_writes:
+            real = _reexport(ctx, own, w.obj)
+            if real is None or (w.in_place and not state_like_receiver(real, roots)):
+                continue
+            out.setdefault(f.path, []).append(Escape(
+                w.code, w.line, f"{w.how} `{w.obj}`, which is `{real}` re-exported by the contribution's "
+                "module: a monkeypatch of an object outside the contribution", target=f"{real}{w.what}",
+                path=f.path))
     return out
 
 
@@ -494,9 +499,12 @@ def _findings(ctx: Context, code: str, fix: str) -> Iterator[Finding]:
 def monkeypatch(ctx: Context) -> Iterator[Finding]:
     """Monkeypatching: `x.Foo.forward = f`, `del mod.attr`, `Foo.attr += 1`, `FOREIGN_TABLE[k] = v` or
     `FOREIGN_TABLE.update(...)` where the target resolves (through the file's imports and aliases, with
-    Python's scoping) to a module, class or object outside the contribution. Writes to `self.x`, to local
-    objects and to the contribution's own modules are fine. Writing to the class of an object whose class
-    cannot be known statically (`type(x).f = ...`) is a warning."""
+    Python's scoping) to a module, class or object outside the contribution, including what the policy's
+    `escapes.engine_accessors` return (`get_current_vllm_config()`, `get_forward_context()`, process groups:
+    the engine's own objects; only a layer's `static_forward_context[key] = self`,
+    `engine_self_registrations`, is allowed) and names another changed file re-exports from the engine.
+    Writes to `self.x`, to local objects and to the contribution's own modules are fine. Writing to the
+    class of an object whose class cannot be known statically (`type(x).f = ...`) is a warning."""
     yield from _findings(ctx, "FT120", "keep the change inside the contribution: subclass or wrap the shared "
                          "class in the model's own package and use that, instead of assigning to it")
 

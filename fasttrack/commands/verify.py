@@ -843,9 +843,7 @@ def verify_command(
 
         print_verdict(verdict, Console(highlight=False, soft_wrap=True), verbose=verbose)
     else:
-        from fasttrack.render.encoding import encodable
-
-        typer.echo(encodable(table[fmt](verdict)), nl=False)
+        typer.echo(stdout_document(table[fmt](verdict), fmt), nl=False)
     raise typer.Exit(exit_code(verdict))
 
 
@@ -874,6 +872,15 @@ def refuse_output_in_evidence(output: Path, dirs: list[Path]) -> None:
             raise InputError("is inside the evidence bundle the verdict judges", path=output,
                              field="--output",
                              fix=f"write the verdict outside {d} (it holds only collected, signed evidence)")
+
+
+def stdout_document(text: str, fmt: str) -> str:
+    """A rendered report as printed to stdout: encodable, and unable to start a workflow command in the
+    Actions log that parses it (`fasttrack.sanitize.inert_document`, meaning kept)."""
+    from fasttrack.render.encoding import encodable
+    from fasttrack.sanitize import inert_document
+
+    return encodable(inert_document(text, fmt))
 
 
 def encodable_line(text: str) -> str:

@@ -155,7 +155,8 @@ def main() -> int:
             run_verify(env, "fasttrack warm, copy", None)
             assert (work / f"cache-copy-{i}" / "trees").is_dir(), "the head tree was not materialised"
             git(repo, "checkout", "-q", head)
-            env = {**base_env, "FASTTRACK_CACHE_DIR": str(work / f"cache-notrace-{i}"), "FASTTRACK_TRACE": "0"}
+            env = {**base_env, "FASTTRACK_CACHE_DIR": str(work / f"cache-notrace-{i}"),
+                   "FASTTRACK_TRACE": "0"}
             run_verify(env, "fasttrack cold, no trace", None)
             # lint-imports reads the tree in place: point it at the PR head's checkout.
             git(repo, "checkout", "-q", head)

@@ -13,6 +13,8 @@ uses it) as its head. Then, each `--repeats` times:
 - fasttrack warm: the same command again on the same cache (graph found by the head's tree sha).
 - fasttrack cold, copy / warm, copy: the same with the checkout at the base, so the head tree is written to
   the cache first (`git read-tree` + `checkout-index`), then found there.
+- fasttrack cold, no trace: the first scenario with $FASTTRACK_TRACE=0 (no effect trace: the import graph and
+  every static rule only, what one import-linter contract is the yardstick of).
 - lint-imports cold: one forbidden contract, "shared model code (vllm.model_executor) may not import
   vllm.models.kimi_k3", with ``--no-cache`` on the same tree (PYTHONPATH points at the head checkout).
 
@@ -115,6 +117,7 @@ def main() -> int:
         lint = [str(BIN / "lint-imports"), "--no-cache", "--no-logo", str(contract)]
         rows: dict[str, list[float]] = {k: [] for k in (
             "fasttrack cold", "fasttrack warm", "fasttrack cold, copy", "fasttrack warm, copy",
+            "fasttrack cold, no trace",
             "lint-imports cold", "radius cold", "radius warm",
             "fasttrack cold cpu", "fasttrack warm cpu", "lint-imports cold cpu")}
         verdict: dict[str, object] = {}
@@ -151,6 +154,10 @@ def main() -> int:
             run_verify(env, "fasttrack cold, copy", None)
             run_verify(env, "fasttrack warm, copy", None)
             assert (work / f"cache-copy-{i}" / "trees").is_dir(), "the head tree was not materialised"
+            git(repo, "checkout", "-q", head)
+            env = {**base_env, "FASTTRACK_CACHE_DIR": str(work / f"cache-notrace-{i}"),
+                   "FASTTRACK_TRACE": "0"}
+            run_verify(env, "fasttrack cold, no trace", None)
             # lint-imports reads the tree in place: point it at the PR head's checkout.
             git(repo, "checkout", "-q", head)
             secs, cpu, proc = timed(lint, lint_env, work)
@@ -178,6 +185,7 @@ def main() -> int:
     ratios = {
         "fasttrack cold / lint-imports cold": med["fasttrack cold"] / med["lint-imports cold"],
         "fasttrack cold, copy / lint-imports": med["fasttrack cold, copy"] / med["lint-imports cold"],
+        "fasttrack cold, no trace / lint-imports": med["fasttrack cold, no trace"] / med["lint-imports cold"],
         "radius cold / lint-imports cold": med["radius cold"] / med["lint-imports cold"],
         "(cpu) fasttrack cold / lint-imports": med["fasttrack cold cpu"] / med["lint-imports cold cpu"],
         "fasttrack warm / fasttrack cold": med["fasttrack warm"] / med["fasttrack cold"],

@@ -1,4 +1,5 @@
-"""Where fasttrack keeps what it can rebuild: materialised trees, import graphs, overlays, engine trees.
+"""Where fasttrack keeps what it can rebuild: materialised trees, import graphs, overlays, engine trees,
+effect-trace facts (`traces/`, keyed by content digests: fasttrack.confinement.trace.cache).
 
 One helper for every part of the tool, so that `$FASTTRACK_CACHE_DIR` moves all of it at once.
 """

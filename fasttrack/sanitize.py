@@ -115,3 +115,29 @@ def terminal_text(text: str) -> str:
     runner parses too: the text cannot break the line (so no `::` command can start one) and its legacy
     `##[command]`, which the runner honours anywhere in a line, is written `##\\x5b`."""
     return visible(text).replace("##[", "##\\x5b")
+
+
+# A workflow command at the start of a line (after any whitespace, as the runner trims it), in a document
+# printed whole: the runner splits stdout at CR and LF.
+_LINE_COMMAND: Final = re.compile(r"(^|[\r\n])([^\S\r\n]*)::")
+
+
+def inert_document(text: str, syntax: str) -> str:
+    """A whole rendered document (`json`, `sarif`, `markdown`) as printed to stdout, which the Actions runner
+    parses line by line: no line can start a workflow command (`::` after leading whitespace) and no legacy
+    `##[command]` is left anywhere, with the document's meaning kept.
+
+    - JSON (and SARIF): `[` after `##` is written `\\u005b` and a line-start `::` as `:\\u003a`. Only a JSON
+      string can hold `#` (and a line can start inside one only if it held a raw newline, which JSON does
+      not allow), so every rewrite is inside a string and any JSON parser reads the same value.
+    - Markdown: `##\\[` and `\\::` (CommonMark backslash escapes: both render as the text; inside a code
+      block the backslash shows).
+    """
+    if syntax in ("json", "sarif"):
+        esc_bracket, esc_colon = "\\u005b", ":\\u003a"
+    elif syntax == "markdown":
+        esc_bracket, esc_colon = "\\[", "\\::"
+    else:
+        raise ValueError(f"no inert form for {syntax!r} documents")
+    text = text.replace("##[", "##" + esc_bracket)
+    return _LINE_COMMAND.sub(lambda m: m.group(1) + m.group(2) + esc_colon, text)

@@ -28,6 +28,7 @@ import posixpath
 import shutil
 import stat
 import tempfile
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -280,7 +281,8 @@ def _head_dir_async(top: Path, head: Revision) -> Callable[[], Path]:
     return wait
 
 
-def _build_range_context(opts: VerifyOptions, cwd: Path) -> Context:
+def _build_range_context(opts: VerifyOptions, cwd: Path) -> tuple[Context, Callable[[], BlastRadius]]:
+    """The range's Context without its blast radius, and the function that computes the radius."""
     if opts.base is None:
         raise InputError("--head needs --base", field="--base", fix="pass --base REV (the PR's merge base)")
     policy_path = resolve_policy_path(opts, _root_of(cwd))
@@ -340,16 +342,16 @@ def _build_range_context(opts: VerifyOptions, cwd: Path) -> Context:
     # A tree materialised from git is named by its tree sha: the graph cache is keyed by it without reading
     # every file. The working tree (WORKTREE) may hold ignored files grimp would see: it is hashed.
     tree_id = None if head.name == WORKTREE else f"git-tree:{head.tree}"
-    blast = compute_blast_radius(policy, head_dir, changes, model, tree_id=tree_id)
-    return Context(
+    ctx = Context(
         policy=policy, policy_path=policy_path, mode="range", head_dir=head_dir, changes=changes, model=model,
         models_touched=tuple(touched), repo=top, base=base.oid, head=head.oid, merge_base=mb,
         manifest=manifest,
-        manifest_path=manifest_path, contribution_dir=contribution_dir, blast_radius=blast,
+        manifest_path=manifest_path, contribution_dir=contribution_dir,
         evidence=evidence, manifest_candidates=tuple(candidates), evidence_dir=evidence_dir,
         known_models=known, base_texts=base_texts, real_paths=real_paths, new_models=new_models,
         unregistered_dirs=unregistered,
     )
+    return ctx, lambda: compute_blast_radius(policy, head_dir, changes, model, tree_id=tree_id)
 
 
 # ----------------------------------------------------------------------------------- contribution mode
@@ -507,7 +509,9 @@ def _prune(root: Path, keep: Path, most: int = MAX_OVERLAYS) -> None:
             shutil.rmtree(old, ignore_errors=True)
 
 
-def _build_contribution_context(opts: VerifyOptions, cwd: Path) -> Context:
+def _build_contribution_context(opts: VerifyOptions,
+                                cwd: Path) -> tuple[Context, Callable[[], BlastRadius]]:
+    """The contribution's Context without its blast radius, and the function that computes the radius."""
     if opts.repo is not None and not opts.repo.is_dir():
         raise InputError("not a directory", path=opts.repo, field="--repo",
                          fix="pass the checkout that holds the contribution")
@@ -580,13 +584,13 @@ def _build_contribution_context(opts: VerifyOptions, cwd: Path) -> Context:
         evidence_dir = root / "evidence" / manifest.contribution.name
     evidence_dir, evidence = _evidence(evidence_dir)
 
-    if engine is None:
-        blast = BlastRadius(computed=False, note=(
-            f"contribution mode: no {policy.engine} {policy.engine_version} source tree to lay the "
-            f"contribution over: fetch it with `python -m fasttrack.engine_tree {policy.engine_version}` "
-            f"(it lands in {cache_root() / f'{policy.engine}-{policy.engine_version}'}), or pass "
-            f"--engine-tree DIR, or set {ENGINE_TREE_ENV})"))
-    else:
+    def blast() -> BlastRadius:
+        if engine is None:
+            return BlastRadius(computed=False, note=(
+                f"contribution mode: no {policy.engine} {policy.engine_version} source tree to lay the "
+                f"contribution over: fetch it with `python -m fasttrack.engine_tree {policy.engine_version}` "
+                f"(it lands in {cache_root() / f'{policy.engine}-{policy.engine_version}'}), or pass "
+                f"--engine-tree DIR, or set {ENGINE_TREE_ENV})"))
         from fasttrack.confinement.blast_radius import compute_blast_radius
 
         overlay = _overlay(engine, sources)
@@ -594,30 +598,42 @@ def _build_contribution_context(opts: VerifyOptions, cwd: Path) -> Context:
                                       new_mode=c.new_mode, binary=c.binary, symlink_target=c.symlink_target,
                                       hunks=c.hunks, added_lines=c.added_lines, removed_lines=c.removed_lines)
                                for c in change_set)
-        blast = compute_blast_radius(policy, overlay, engine_changes, model)
+        return compute_blast_radius(policy, overlay, engine_changes, model)
 
-    return Context(
+    ctx = Context(
         policy=policy, policy_path=policy_path, mode="contribution", head_dir=root, changes=change_set,
         model=model, models_touched=tuple(touched), repo=root, manifest=manifest,
-        manifest_path=f"{contrib_rel}/{MANIFEST_FILE}", contribution_dir=contrib_rel, blast_radius=blast,
+        manifest_path=f"{contrib_rel}/{MANIFEST_FILE}", contribution_dir=contrib_rel,
         evidence=evidence, engine_paths=engine_paths, evidence_dir=evidence_dir,
         known_models=known, base_texts=base_texts, judge_source=judge_source, new_models=new_models,
     )
+    return ctx, blast
 
 
 def build_context(opts: VerifyOptions) -> Context:
     """Load every input into the immutable Context the rules read (InputError on bad input)."""
     cwd = (opts.cwd or Path.cwd()).resolve()
     if opts.base is not None or opts.head is not None:
-        ctx = _build_range_context(opts, cwd)
+        ctx, blast = _build_range_context(opts, cwd)
     else:
-        ctx = _build_contribution_context(opts, cwd)
+        ctx, blast = _build_contribution_context(opts, cwd)
     if not (opts.trace if opts.trace is not None else os.environ.get(TRACE_ENV, "1") != "0"):
-        return ctx
+        return dataclasses.replace(ctx, blast_radius=blast())
     from fasttrack.confinement.trace.gather import gather_trace
 
-    # The effect trace runs the PR's code (sandboxed): it is a fact gathered here, before any rule runs.
-    return dataclasses.replace(ctx, trace=gather_trace(ctx))
+    # The effect trace runs the PR's code (sandboxed): it is a fact gathered here, before any rule runs. Its
+    # subprocess runs while this process builds the import graph (neither reads the other's result: the
+    # trace's plan comes from the change set and the head's files, not from the blast radius).
+    cancel = threading.Event()
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fasttrack-trace")
+    trace = pool.submit(gather_trace, ctx, cache_dir=cache_root() / "traces", cancel=cancel)
+    pool.shutdown(wait=False)
+    try:
+        radius = blast()
+    except BaseException:
+        cancel.set()  # the verdict will not be written: stop the child rather than wait for it
+        raise
+    return dataclasses.replace(ctx, blast_radius=radius, trace=trace.result())
 
 
 # ---------------------------------------------------------------------------------------------- verdict
@@ -827,9 +843,7 @@ def verify_command(
 
         print_verdict(verdict, Console(highlight=False, soft_wrap=True), verbose=verbose)
     else:
-        from fasttrack.render.encoding import encodable
-
-        typer.echo(encodable(table[fmt](verdict)), nl=False)
+        typer.echo(stdout_document(table[fmt](verdict), fmt), nl=False)
     raise typer.Exit(exit_code(verdict))
 
 
@@ -858,6 +872,15 @@ def refuse_output_in_evidence(output: Path, dirs: list[Path]) -> None:
             raise InputError("is inside the evidence bundle the verdict judges", path=output,
                              field="--output",
                              fix=f"write the verdict outside {d} (it holds only collected, signed evidence)")
+
+
+def stdout_document(text: str, fmt: str) -> str:
+    """A rendered report as printed to stdout: encodable, and unable to start a workflow command in the
+    Actions log that parses it (`fasttrack.sanitize.inert_document`, meaning kept)."""
+    from fasttrack.render.encoding import encodable
+    from fasttrack.sanitize import inert_document
+
+    return encodable(inert_document(text, fmt))
 
 
 def encodable_line(text: str) -> str:

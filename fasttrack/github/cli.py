@@ -213,7 +213,9 @@ def pr_files_command(
                    for c in changes_from_file_list(entries, source=f"{repo}#{pr} files")]
     text = json.dumps(payload, indent=2) + "\n"
     if output is None:
-        typer.echo(text, nl=False)
+        from fasttrack.commands.verify import stdout_document
+
+        typer.echo(stdout_document(text, "json"), nl=False)
     else:
         from fasttrack.commands.verify import write_report
 

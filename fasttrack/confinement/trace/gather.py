@@ -8,11 +8,14 @@ cannot pin to a line stays an Effect without a line (FT131).
 from __future__ import annotations
 
 import fnmatch
+import threading
 import time
+from pathlib import Path
 from typing import Any
 
+from fasttrack.confinement.trace.cache import cache_key, file_digests, load, store
 from fasttrack.confinement.trace.facts import Effect, EffectKind, TraceFacts, TraceStatus
-from fasttrack.confinement.trace.plan import TracePlan, build_plan
+from fasttrack.confinement.trace.plan import TracePlan, plan_files, with_preimport
 from fasttrack.confinement.trace.sandbox import TIMEOUT_S, TraceFailure, run_child
 from fasttrack.context import Context
 
@@ -127,21 +130,34 @@ def _effects(events: list[dict[str, Any]], plan: TracePlan, located: dict[str, t
     return effects, errors
 
 
-def trace_plan(plan: TracePlan, *, timeout: float = TIMEOUT_S) -> TraceFacts:
+def trace_plan(plan: TracePlan, *, timeout: float = TIMEOUT_S,
+               cancel: threading.Event | None = None) -> TraceFacts:
     """Run the trace for a plan (two passes at most) and return its facts."""
+    facts, _ = _trace(plan, timeout=timeout, cancel=cancel)
+    return facts
+
+
+def _trace(plan: TracePlan, *, timeout: float,
+           cancel: threading.Event | None) -> tuple[TraceFacts, list[dict[str, str | None]]]:
+    """The facts, and the digests of the files each pass was given."""
     if not plan.targets:
-        return TraceFacts(status=TraceStatus.NOT_RUN, reason="no changed Python module of the model to trace")
+        return TraceFacts(status=TraceStatus.NOT_RUN,
+                          reason="no changed Python module of the model to trace"), []
     started = time.monotonic()
+    copied: list[dict[str, str | None]] = []
     try:
-        events, isolation = run_child(plan, timeout=timeout)
+        first = run_child(plan, timeout=timeout, cancel=cancel)
+        copied.append(first.copied)
+        events, isolation = first.events, first.isolation
         passes = 1
         keys = [e["key"] for e in events if e.get("kind") == "state-diff" and _state_effect(e, plan)]
         located: dict[str, tuple[str | None, int | None]] = {}
         indirect: dict[str, str] = {}
         if keys:
-            second, _ = run_child(plan, locate=keys[:MAX_LOCATE], timeout=timeout)
+            second = run_child(plan, locate=keys[:MAX_LOCATE], timeout=timeout, cancel=cancel)
+            copied.append(second.copied)
             passes = 2
-            for e in second:
+            for e in second.events:
                 if e.get("kind") == "located":
                     if e.get("changed"):
                         located[e["key"]] = (e.get("path"), e.get("line"))
@@ -151,21 +167,37 @@ def trace_plan(plan: TracePlan, *, timeout: float = TIMEOUT_S) -> TraceFacts:
                         located[e["key"]] = _ABSORBED
     except TraceFailure as exc:
         return TraceFacts(status=TraceStatus.FAILED, reason=str(exc), fix=exc.fix, modules=plan.targets,
-                          seconds=round(time.monotonic() - started, 2))
+                          seconds=round(time.monotonic() - started, 2)), copied
     effects, errors = _effects(events, plan, located, indirect)
     return TraceFacts(status=TraceStatus.FAILED if errors else TraceStatus.OK,
                       reason="a changed module failed to import under the trace" if errors else "",
                       fix=("make the module importable on CPU without network, GPU or credentials"
                            if errors else ""),
                       modules=plan.targets, effects=tuple(effects), import_errors=tuple(errors),
-                      isolation=isolation, seconds=round(time.monotonic() - started, 2), passes=passes)
+                      isolation=isolation, seconds=round(time.monotonic() - started, 2),
+                      passes=passes), copied
 
 
-def gather_trace(ctx: Context) -> TraceFacts:
-    """The trace's facts for a Context (fails closed: any error is a FAILED trace, never a pass)."""
+def gather_trace(ctx: Context, *, cache_dir: Path | None = None,
+                 cancel: threading.Event | None = None) -> TraceFacts:
+    """The trace's facts for a Context (fails closed: any error is a FAILED trace, never a pass).
+
+    With `cache_dir`, a finished trace is kept there under a digest of everything the child could see
+    (`fasttrack.confinement.trace.cache`) and read back by the next run with the same key. `cancel` stops
+    a running trace (its facts are then FAILED)."""
     try:
-        plan = build_plan(ctx)
+        plan = plan_files(ctx)
+        digests = file_digests(plan) if cache_dir is not None and plan.targets else None
+        key = cache_key(plan, digests, TIMEOUT_S) if cache_dir is not None and digests is not None else None
+        if key is not None and cache_dir is not None and (hit := load(cache_dir, key)) is not None:
+            return hit
+        plan = with_preimport(plan)
     except (OSError, ValueError) as exc:
         return TraceFacts(status=TraceStatus.FAILED, reason=f"the trace could not be planned: {exc}",
                           fix="check that the contribution's files are readable")
-    return trace_plan(plan)
+    facts, copied = _trace(plan, timeout=TIMEOUT_S, cancel=cancel)
+    # Stored only when every pass was given exactly the bytes the key names.
+    if key is not None and cache_dir is not None and digests is not None and copied \
+            and all(c == digests for c in copied):
+        store(cache_dir, key, facts)
+    return facts

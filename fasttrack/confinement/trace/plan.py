@@ -44,7 +44,7 @@ class TracePlan(BaseModel):
     own_op_namespaces: tuple[str, ...]
     engine_roots: tuple[str, ...]
     targets: tuple[str, ...]  # dotted modules imported under trace, in order
-    preimport: tuple[str, ...]
+    preimport: tuple[str, ...] = ()
     allowed_registrations: tuple[str, ...] = ()
 
 
@@ -78,6 +78,9 @@ def _copyable(path: Path) -> bool:
         return False
 
 
+_BLOCK_NODES = (ast.stmt, ast.excepthandler, ast.match_case)
+
+
 def _imports(text: str) -> set[str]:
     """Absolute module names a file's import statements name (any depth: functions, branches)."""
     try:
@@ -85,11 +88,21 @@ def _imports(text: str) -> set[str]:
     except (SyntaxError, ValueError):
         return set()
     names: set[str] = set()
-    for node in ast.walk(tree):
+    # Import statements are statements: only statement lists (bodies, branches, handlers, match cases) can
+    # hold one, never an expression (a lambda's body is an expression), so the walk skips every expression
+    # node (most of a file) and finds exactly what `ast.walk` would.
+    todo: list[ast.AST] = [tree]
+    while todo:
+        node = todo.pop()
         if isinstance(node, ast.Import):
             names.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.add(node.module)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 0 and node.module:
+                names.add(node.module)
+        else:
+            for _field, value in ast.iter_fields(node):
+                if isinstance(value, list):
+                    todo.extend(v for v in value if isinstance(v, _BLOCK_NODES))
     return names
 
 
@@ -117,8 +130,8 @@ def _index(files: dict[str, str], engine_roots: tuple[str, ...],
     return own_files, own_dirs
 
 
-def build_plan(ctx: Context) -> TracePlan:
-    """The plan for this Context (targets may be empty: nothing to trace)."""
+def plan_files(ctx: Context) -> TracePlan:
+    """The plan for this Context without its pre-imports (`with_preimport` adds them)."""
     policy = ctx.policy
     files: dict[str, str] = {}
     display: dict[str, str] = {}
@@ -173,13 +186,6 @@ def build_plan(ctx: Context) -> TracePlan:
             mod = _module(rel)
             if rel in changed and mod is not None and not tests.match_file(rel):
                 targets.append(mod[0])
-    named: set[str] = set()
-    for rel, source in files.items():
-        if rel.endswith(".py"):
-            try:
-                named |= _imports(Path(source).read_text(encoding="utf-8", errors="replace"))
-            except OSError:
-                continue
     engine_roots = tuple(sorted({policy.blast_radius.root_package, *policy.escapes.hidden_import_roots}))
     own_files, own_dirs = _index(files, engine_roots, prefixes)
     for alias_from, alias_to in aliases.items():
@@ -190,20 +196,39 @@ def build_plan(ctx: Context) -> TracePlan:
             if name == alias_from or name.startswith(alias_from + "."):
                 own_dirs[alias_to + name[len(alias_from):]] = rel
 
-    def external(name: str) -> bool:
-        top = name.split(".")[0]
-        return not (name in own_files or name in own_dirs or top in engine_roots
-                    or any(name == p or name.startswith(p + ".") for p in prefixes))
-
-    # The engine's stack is pre-imported when the PR's files name torch (a PR that reaches torch only by a
-    # computed name gets it imported under trace: its import-time work is absorbed as torch's own).
-    stack = list(ALWAYS_PREIMPORT) if any(n.split(".")[0] in ("torch", "triton") for n in named) else []
-    preimport = stack + sorted(n for n in named if external(n) and n not in stack)
     namespaces = {ctx.manifest.contribution.own_op_namespace} if ctx.manifest is not None else set()
     if ctx.model:
         namespaces.add(ctx.model)
     return TracePlan(files=files, display=display, own_files=own_files, own_dirs=own_dirs,
                      own_prefixes=tuple(sorted(prefixes)), own_op_namespaces=tuple(sorted(namespaces)),
                      engine_roots=engine_roots, targets=tuple(dict.fromkeys(targets)),
-                     preimport=tuple(preimport),
                      allowed_registrations=tuple(policy.escapes.allowed_registrations))
+
+
+def with_preimport(plan: TracePlan) -> TracePlan:
+    """The plan with what the child imports before its first snapshot: a function of the plan and of its
+    files' contents only (what their import statements name), so a key over both covers it."""
+    named: set[str] = set()
+    for rel, source in plan.files.items():
+        if rel.endswith(".py"):
+            try:
+                named |= _imports(Path(source).read_text(encoding="utf-8", errors="replace"))
+            except OSError:
+                continue
+    prefixes = plan.own_prefixes
+
+    def external(name: str) -> bool:
+        top = name.split(".")[0]
+        return not (name in plan.own_files or name in plan.own_dirs or top in plan.engine_roots
+                    or any(name == p or name.startswith(p + ".") for p in prefixes))
+
+    # The engine's stack is pre-imported when the PR's files name torch (a PR that reaches torch only by a
+    # computed name gets it imported under trace: its import-time work is absorbed as torch's own).
+    stack = list(ALWAYS_PREIMPORT) if any(n.split(".")[0] in ("torch", "triton") for n in named) else []
+    preimport = stack + sorted(n for n in named if external(n) and n not in stack)
+    return plan.model_copy(update={"preimport": tuple(preimport)})
+
+
+def build_plan(ctx: Context) -> TracePlan:
+    """The plan for this Context (targets may be empty: nothing to trace)."""
+    return with_preimport(plan_files(ctx))

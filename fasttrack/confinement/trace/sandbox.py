@@ -14,6 +14,7 @@ a pipe, one JSON line each, as they happen.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import resource
@@ -23,12 +24,15 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from fasttrack.confinement.trace.plan import TracePlan
+from fasttrack.confinement.trace.plan import MAX_FILE_BYTES, TracePlan
+from fasttrack.safe_read import NotRegular, read_regular
 
 CHILD_MODULES = ("__init__.py", "child.py", "snapshot.py", "standins.py")
 TIMEOUT_S = 120.0
@@ -81,7 +85,9 @@ def _writable_again(root: Path) -> None:
         os.chmod(dirpath, stat.S_IRWXU)
 
 
-def _lay_out(plan: TracePlan, box: Path) -> None:
+def _lay_out(plan: TracePlan, box: Path) -> dict[str, str | None]:
+    """Lay the sandbox out; returns the SHA-256 of each contribution file as copied (None: copied without
+    reading it whole, over MAX_FILE_BYTES or not a regular file: such a trace is never cached)."""
     tool = box / "tool" / "_fasttrack_trace"
     tool.mkdir(parents=True)
     here = Path(__file__).resolve().parent
@@ -89,22 +95,43 @@ def _lay_out(plan: TracePlan, box: Path) -> None:
         shutil.copyfile(here / name, tool / name)
     src = box / "src"
     src.mkdir()
+    copied: dict[str, str | None] = {}
     for rel, source in plan.files.items():
         dest = src / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, dest)
+        try:
+            data = read_regular(source, MAX_FILE_BYTES)
+        except (NotRegular, OSError):
+            data = None
+        if data is None:
+            shutil.copyfile(source, dest)
+            copied[rel] = None
+        else:
+            dest.write_bytes(data)
+            copied[rel] = hashlib.sha256(data).hexdigest()
     for d in ("home", "work", "tmp"):
         (box / d).mkdir()
     _read_only(box / "tool")
     _read_only(src)
+    return copied
 
 
-def run_child(plan: TracePlan, *, locate: list[str] | None = None,
-              timeout: float = TIMEOUT_S) -> tuple[list[dict[str, Any]], str]:
-    """Run one pass; returns (events, isolation). TraceFailure when it does not finish cleanly."""
+@dataclass(frozen=True)
+class Pass:
+    """One pass of the child: its events, the isolation it ran under, the digests of the files it saw."""
+
+    events: list[dict[str, Any]]
+    isolation: str
+    copied: dict[str, str | None]
+
+
+def run_child(plan: TracePlan, *, locate: list[str] | None = None, timeout: float = TIMEOUT_S,
+              cancel: threading.Event | None = None) -> Pass:
+    """Run one pass. TraceFailure when it does not finish cleanly (or `cancel` is set: the child is
+    killed, the caller no longer wants its result)."""
     box = Path(tempfile.mkdtemp(prefix="fasttrack-trace-"))
     try:
-        _lay_out(plan, box)
+        copied = _lay_out(plan, box)
         src = (box / "src").resolve()
         spec: dict[str, Any] = {
             "tool_dir": str((box / "tool").resolve()),
@@ -143,7 +170,7 @@ def run_child(plan: TracePlan, *, locate: list[str] | None = None,
                 raise TraceFailure(f"the trace sandbox could not start: {exc}",
                                    "run fasttrack where it can start a Python subprocess") from None
             os.close(write_fd)
-            data = _collect(proc, read_fd, started, timeout)
+            data = _collect(proc, read_fd, started, timeout, cancel)
         log = (box / "tmp" / "stdout").read_bytes()[-2000:].decode("utf-8", "replace")
         events = []
         for raw in data.splitlines():
@@ -159,24 +186,28 @@ def run_child(plan: TracePlan, *, locate: list[str] | None = None,
                 f"{log.strip()[-600:] or '(none)'}",
                 "make every changed module importable on a CPU-only machine without network, GPU or "
                 "credentials, and without exiting the interpreter at import")
-        return events, "unshare-net" if prefix else "audit-only"
+        return Pass(events=events, isolation="unshare-net" if prefix else "audit-only", copied=copied)
     finally:
         _writable_again(box)
         shutil.rmtree(box, ignore_errors=True)
 
 
-def _collect(proc: subprocess.Popen[bytes], fd: int, started: float, timeout: float) -> bytes:
+def _collect(proc: subprocess.Popen[bytes], fd: int, started: float, timeout: float,
+             cancel: threading.Event | None = None) -> bytes:
     chunks: list[bytes] = []
     size = 0
     try:
         while True:
+            if cancel is not None and cancel.is_set():
+                _kill(proc)
+                raise TraceFailure("the trace was cancelled", "rerun fasttrack verify")
             left = timeout - (time.monotonic() - started)
             if left <= 0:
                 _kill(proc)
                 raise TraceFailure(f"the traced import ran past {timeout:.0f} s",
                                    "keep import-time work small: no compilation, downloads or loops "
                                    "at import")
-            ready, _, _ = select.select([fd], [], [], min(left, 1.0))
+            ready, _, _ = select.select([fd], [], [], min(left, 0.2 if cancel is not None else 1.0))
             if ready:
                 chunk = os.read(fd, 65536)
                 if not chunk:

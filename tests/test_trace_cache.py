@@ -113,3 +113,36 @@ def test_a_stored_failure_is_not_read_back(tmp_path: Path, monkeypatch: pytest.M
 
     monkeypatch.setattr(gather, "run_child", counting)
     assert gather_trace(ctx, cache_dir=cache).status is TraceStatus.OK and ran
+
+
+def test_an_entry_planted_by_traced_code_is_never_read_back(tmp_path: Path) -> None:
+    """Attack: the traced code runs as the same user; at import it writes a "clean" entry into the cache
+    directory (under the key of its next, patching version). Every entry goes after such a trace."""
+    cache = tmp_path / "traces"
+    cache.mkdir()
+    (cache / "old.json").write_text("{}")
+    planted = cache / ("ab" * 32 + ".json")
+    plant = (f"from pathlib import Path\nPath({str(planted)!r}).write_text('{{}}')\n"
+             "def rms(xs):\n    return xs\n")
+    ctx, _ = _traced(tmp_path, plant)
+    gather_trace(ctx, cache_dir=cache)
+    assert not planted.exists() and not list(cache.iterdir())
+
+
+def test_a_write_the_audit_hooks_do_not_see_still_empties_the_cache(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Attack: the child writes into the cache by a path no audit event shows (played here by the run
+    itself): the directory changed during the trace, so nothing in it is kept."""
+    ctx, _ = _traced(tmp_path, HONEST)
+    cache = tmp_path / "traces"
+    cache.mkdir()
+    real = gather.run_child
+
+    def run_and_plant(*a: Any, **k: Any) -> Pass:
+        (cache / ("cd" * 32 + ".json")).write_text("{}")
+        return real(*a, **k)
+
+    monkeypatch.setattr(gather, "run_child", run_and_plant)
+    facts = gather_trace(ctx, cache_dir=cache)
+    assert facts.status is TraceStatus.OK and not facts.effects  # a clean trace, yet nothing is kept
+    assert not list(cache.iterdir())

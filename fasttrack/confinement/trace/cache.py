@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import site
 import sys
 import tempfile
@@ -140,3 +141,38 @@ def _prune(cache_dir: Path) -> None:
     entries = sorted((p for p in cache_dir.glob("*.json")), key=lambda p: p.stat().st_mtime, reverse=True)
     for old in entries[MAX_ENTRIES:]:
         old.unlink(missing_ok=True)
+
+
+def listing(cache_dir: Path) -> dict[str, tuple[int, int, int]]:
+    """Name -> (inode, size, mtime in ns) of every entry in the cache directory ({} when there is none)."""
+    out: dict[str, tuple[int, int, int]] = {}
+    try:
+        with os.scandir(cache_dir) as it:
+            for entry in it:
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                out[entry.name] = (st.st_ino, st.st_size, st.st_mtime_ns)
+    except OSError:
+        return {}
+    return out
+
+
+def clear(cache_dir: Path) -> None:
+    """Remove every entry (and anything else) in the cache directory: used when traced code may have written
+    there, so that nothing it planted is ever read back as a finished trace."""
+    try:
+        with os.scandir(cache_dir) as it:
+            names = [e.name for e in it]
+    except OSError:
+        return
+    for name in names:
+        path = cache_dir / name
+        try:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+        except OSError:
+            continue

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fasttrack.confinement.trace.cache import cache_key, file_digests, load, store
+from fasttrack.confinement.trace.cache import cache_key, clear, file_digests, listing, load, store
 from fasttrack.confinement.trace.facts import Effect, EffectKind, TraceFacts, TraceStatus
 from fasttrack.confinement.trace.plan import TracePlan, plan_files, with_preimport
 from fasttrack.confinement.trace.sandbox import TIMEOUT_S, TraceFailure, run_child
@@ -195,7 +195,15 @@ def gather_trace(ctx: Context, *, cache_dir: Path | None = None,
     except (OSError, ValueError) as exc:
         return TraceFacts(status=TraceStatus.FAILED, reason=f"the trace could not be planned: {exc}",
                           fix="check that the contribution's files are readable")
+    before = listing(cache_dir) if cache_dir is not None else {}
     facts, copied = _trace(plan, timeout=TIMEOUT_S, cancel=cancel)
+    if cache_dir is not None and (listing(cache_dir) != before or facts.status is not TraceStatus.OK
+                                  or facts.effects or facts.import_errors):
+        # The traced code runs as this user and could have written to the cache directory (a planted
+        # "clean" entry under the key of its next version): after a trace that had any effect, failed, or
+        # during which the directory changed, every entry goes and this trace is not kept.
+        clear(cache_dir)
+        return facts
     # Stored only when every pass was given exactly the bytes the key names.
     if key is not None and cache_dir is not None and digests is not None and copied \
             and all(c == digests for c in copied):

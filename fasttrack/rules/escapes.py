@@ -391,6 +391,7 @@ class _Analysis:
     def __init__(self, ctx: Context) -> None:
         # Computed now: the analysis must not keep the Context alive (it is cached by identity).
         self.files = self._analyse(ctx)
+        self.contribution_dir = ctx.contribution_dir
 
     @staticmethod
     def _analyse(ctx: Context) -> list[FileEscapes]:
@@ -456,9 +457,44 @@ class _Analysis:
                     at = f" at line {base_line[i]}" if i in base_line else ""
                     why = Downgrade(Severity.INFO,
                                     f"already in the base revision{at}: not introduced by this PR")
+                elif code != UNPARSEABLE and test and reaches_harness(esc) and self._collected(f.path):
+                    # Not lowered: the collector runs the contribution's tests, benchmark and evals in the
+                    # processes that record the evidence, where this reaches the harness's own objects.
+                    esc = dataclasses.replace(esc, message=f"{esc.message} ({HARNESS_REACH_WHY})")
                 elif code != UNPARSEABLE and test:
                     why = Downgrade(Severity.WARNING, "in a test file that no shipping file imports")
                 yield f, esc, why
+
+    def _collected(self, path: str) -> bool:
+        """Whether `fasttrack collect` may run this file: it lies in the contribution's directory (every
+        file, when the directory is not known: fail closed)."""
+        root = self.contribution_dir
+        if root is None or root in ("", "."):
+            return True
+        return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+# Calls and attributes that reach objects the calling code does not own: every live object, the frames of
+# its callers, the interpreter's tracing hooks, raw memory. In a test or benchmark file the collector runs,
+# that is the harness's records, timers and comparisons (FT120/FT146 stay errors there).
+HARNESS_REACH_CALLS = ("gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._getframe",
+                       "sys._current_frames", "sys._current_exceptions", "inspect.currentframe",
+                       "inspect.stack", "inspect.trace", "inspect.getouterframes", "inspect.getinnerframes",
+                       "sys.settrace", "sys.setprofile", "threading.settrace", "threading.setprofile",
+                       "sys.addaudithook", "sys.monitoring", "ctypes", "_ctypes")
+HARNESS_REACH_ATTRS = (".f_back", ".f_locals", ".f_globals", ".f_builtins", ".tb_frame", ".gi_frame",
+                       ".cr_frame", ".ag_frame")
+HARNESS_REACH_WHY = ("in a file `fasttrack collect` runs (the contribution's tests, benchmark or evals): "
+                     "there it reaches the evidence harness's own records and timers, so it is an error even "
+                     "in a test file")
+
+
+def reaches_harness(esc: Escape) -> bool:
+    """Whether an escape's target reaches objects its code does not own (see HARNESS_REACH_CALLS)."""
+    target = esc.target or ""
+    if any(target == c or target.startswith((c + ".", c + "(", c + "[")) for c in HARNESS_REACH_CALLS):
+        return True
+    return any(a in target for a in HARNESS_REACH_ATTRS)
 
 
 _CACHE: dict[int, tuple[weakref.ref[Context], _Analysis]] = {}

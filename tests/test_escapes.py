@@ -1049,3 +1049,35 @@ def test_contribution_test_and_benchmark_files(tmp_path: Path, policy: Policy) -
     found = {f.path: f.severity for f in RULES["FT120"].run(ctx)}
     assert found == {"kernels/kimi_k3/benchmarks/shim.py": Severity.ERROR,
                      "kernels/kimi_k3/benchmarks/aot.py": Severity.WARNING}
+
+
+GC_RECORD_CHEAT = '''import gc
+
+
+def candidates(baseline, point):
+    for obj in gc.get_objects():
+        if type(obj).__name__ == "CaseResult":
+            obj.variants["fused"].samples_us[:] = []
+    return {}
+'''
+
+
+def test_a_benchmark_that_reaches_the_harness_records_is_an_error_even_as_a_test_file(
+        tmp_path: Path, policy: Policy) -> None:
+    # Attack: the contribution's benchmark entry (a test-only file: no shipping file imports it) finds the
+    # timing protocol's records through gc and rewrites them; lowered to a warning it would pass.
+    bench = "vllm/models/kimi_k3/benchmarks/bench.py"
+    ctx = make_ctx(tmp_path, policy, {bench: GC_RECORD_CHEAT}, contribution_dir="vllm/models/kimi_k3")
+    found = [f for f in run_all(ctx) if f.path == bench]
+    errors = [f for f in found if f.severity == Severity.ERROR]
+    assert {f.code for f in errors} >= {"FT120", "FT146"}, [(f.code, f.severity, f.message) for f in found]
+    assert all("fasttrack collect` runs" in f.message for f in errors)
+
+
+def test_an_ordinary_patch_in_a_collected_test_file_stays_a_warning(tmp_path: Path, policy: Policy) -> None:
+    # Honest twin: a test that patches a library for the Triton interpreter reaches nothing of the harness.
+    test = "vllm/models/kimi_k3/tests/test_k3.py"
+    patch = "from vllm.v1.sample.sampler import Sampler\nSampler.forward = None\n"
+    ctx = make_ctx(tmp_path, policy, {test: patch}, contribution_dir="vllm/models/kimi_k3")
+    [f] = [f for f in RULES["FT120"].run(ctx) if f.path == test]
+    assert f.severity == Severity.WARNING and "test file" in f.message

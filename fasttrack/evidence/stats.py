@@ -3,16 +3,18 @@ percentile-bootstrap confidence interval.
 
 Each bootstrap round resamples the baseline and the candidate samples independently, with replacement, and
 takes the ratio of their medians; the interval is the (1-c)/2 and (1+c)/2 quantiles of those ratios. The
-seed is fixed, so the same samples always give the same interval. numpy is used when it is installed
-(vectorised, in bounded chunks); otherwise a pure-Python path computes the same statistic.
+seed is fixed, so the same samples always give the same interval on every machine: there is one bootstrap
+(numpy's seeded generator, vectorised in bounded chunks; numpy is a hard dependency), so a claim near its
+threshold cannot pass on one machine and fail on another because they drew different random streams.
 """
 
 from __future__ import annotations
 
 import math
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 DEFAULT_SEED = 20261130
 _CHUNK_ELEMENTS = 4_000_000
@@ -50,8 +52,7 @@ def quantile(sorted_values: Sequence[float], q: float) -> float:
 
 
 def median_ratio_ci(baseline: Sequence[float], candidate: Sequence[float], *, resamples: int = 2000,
-                    confidence: float = 0.95, seed: int = DEFAULT_SEED,
-                    use_numpy: bool | None = None) -> RatioEstimate:
+                    confidence: float = 0.95, seed: int = DEFAULT_SEED) -> RatioEstimate:
     """Ratio of medians with a bootstrap CI. Samples must be positive; at least 2 on each side."""
     if len(baseline) < 2 or len(candidate) < 2:
         raise ValueError("need at least 2 samples on each side")
@@ -61,13 +62,7 @@ def median_ratio_ci(baseline: Sequence[float], candidate: Sequence[float], *, re
         raise ValueError("resamples must be positive")
     if any(not (math.isfinite(x) and x > 0) for x in (*baseline, *candidate)):
         raise ValueError("samples must be positive finite numbers")
-    ratios = None
-    if use_numpy is not False:
-        ratios = _bootstrap_numpy(baseline, candidate, resamples, seed)
-        if ratios is None and use_numpy:
-            raise RuntimeError("numpy is not installed")
-    if ratios is None:
-        ratios = _bootstrap_python(baseline, candidate, resamples, seed)
+    ratios = _bootstrap(baseline, candidate, resamples, seed)
     ratios.sort()
     tail = (1.0 - confidence) / 2.0
     return RatioEstimate(
@@ -81,22 +76,8 @@ def median_ratio_ci(baseline: Sequence[float], candidate: Sequence[float], *, re
     )
 
 
-def _bootstrap_python(baseline: Sequence[float], candidate: Sequence[float], resamples: int,
-                      seed: int) -> list[float]:
-    rng = random.Random(seed)
-    b, c = list(baseline), list(candidate)
-    out = []
-    for _ in range(resamples):
-        out.append(median(rng.choices(b, k=len(b))) / median(rng.choices(c, k=len(c))))
-    return out
-
-
-def _bootstrap_numpy(baseline: Sequence[float], candidate: Sequence[float], resamples: int,
-                     seed: int) -> list[float] | None:
-    try:
-        import numpy as np
-    except ImportError:
-        return None
+def _bootstrap(baseline: Sequence[float], candidate: Sequence[float], resamples: int,
+               seed: int) -> list[float]:
     rng = np.random.default_rng(seed)
 
     def medians(values: Sequence[float]) -> object:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import posixpath
+import re
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,6 +21,8 @@ import pathspec
 
 from fasttrack.changes.model import Change
 from fasttrack.confinement.escapes import (
+    DYNAMIC_CODE,
+    GLOBAL_STATE,
     UNPARSEABLE,
     Escape,
     FileFacts,
@@ -28,6 +31,7 @@ from fasttrack.confinement.escapes import (
     module_name_for,
     state_like_receiver,
 )
+from fasttrack.confinement.harness_reach import Reach, find_reach, new_reach
 from fasttrack.confinement.source_text import SourceProblem, decode_python_source, read_python_source
 from fasttrack.context import Context
 from fasttrack.errors import InputError
@@ -138,6 +142,9 @@ class FileEscapes:
     param_writers: tuple[tuple[str, tuple[int | str, ...]], ...] = ()
     foreign_calls: tuple[tuple[str, tuple[tuple[int | str, str], ...], int], ...] = ()
     own_import_writes: tuple[OwnImportWrite, ...] = ()
+    # In a test file: references to gc, frames, tracers, ctypes the base revision did not have (an error
+    # only where `fasttrack collect` runs the file: see `_Analysis.escapes`).
+    reach: tuple[Reach, ...] = ()
 
 
 def _key(esc: Escape) -> tuple[str, str, str | None, str, str]:
@@ -227,12 +234,17 @@ def _analyse_file(ctx: Context, change: Change, own: _Ownership, is_test: bool) 
         before = base_text(ctx, change)
         if before is not None:  # judged with the head's module name and ownership: what the text meant
             old = _match_base(facts.escapes, analyse(before).escapes)
+    reach: tuple[Reach, ...] = ()
+    if is_test:
+        before_text = base_text(ctx, change) if change.status in (ChangeStatus.MODIFIED,
+                                                                  ChangeStatus.RENAMED) else None
+        reach = tuple(new_reach(find_reach(text), find_reach(before_text) if before_text else None))
     return FileEscapes(change.path, module, is_test, tuple(facts.escapes), frozenset(facts.imports),
                        import_names(ctx, change.path), frozenset(old), tuple(sorted(old.items())),
                        tuple(sorted((k, tuple(sorted(v, key=str))) for k, v in facts.param_writers.items())),
                        tuple((q, tuple(sorted(held.items(), key=lambda kv: str(kv[0]))), line)
                              for q, held, line in facts.foreign_calls),
-                       tuple(facts.own_import_writes))
+                       tuple(facts.own_import_writes), reach)
 
 
 def _same_home(ctx: Context, old: str, new: str) -> bool:
@@ -449,6 +461,9 @@ class _Analysis:
         for f in self.files:
             test = f.is_test and not (f.names & shipped)
             base_line = dict(f.base_lines)
+            known = self.contribution_dir not in (None, "", ".")
+            if code == GLOBAL_STATE and f.is_test and known and self._collected(f.path):
+                yield from ((f, r, None) for r in self._reach_escapes(f))
             for i, esc in enumerate(f.escapes):
                 if esc.code != code:
                     continue
@@ -457,13 +472,26 @@ class _Analysis:
                     at = f" at line {base_line[i]}" if i in base_line else ""
                     why = Downgrade(Severity.INFO,
                                     f"already in the base revision{at}: not introduced by this PR")
-                elif code != UNPARSEABLE and test and reaches_harness(esc) and self._collected(f.path):
+                elif code != UNPARSEABLE and test and reaches_harness(esc, computed_exec=known) and \
+                        self._collected(f.path):
                     # Not lowered: the collector runs the contribution's tests, benchmark and evals in the
                     # processes that record the evidence, where this reaches the harness's own objects.
                     esc = dataclasses.replace(esc, message=f"{esc.message} ({HARNESS_REACH_WHY})")
                 elif code != UNPARSEABLE and test:
                     why = Downgrade(Severity.WARNING, "in a test file that no shipping file imports")
                 yield f, esc, why
+
+    @staticmethod
+    def _reach_escapes(f: FileEscapes) -> Iterator[Escape]:
+        """The file's references to gc, frames, tracers and ctypes as FT146 errors, one a line, except
+        where the escape scan already reports one that reaches the harness on that line."""
+        done = {e.line for e in f.escapes if e.code == GLOBAL_STATE and reaches_harness(e)}
+        for r in f.reach:
+            if r.line in done:
+                continue
+            done.add(r.line)
+            yield Escape(GLOBAL_STATE, r.line, f"{r.how}: a way to reach objects this code does not own "
+                         f"({HARNESS_REACH_WHY})", target=r.what, path=f.path)
 
     def _collected(self, path: str) -> bool:
         """Whether `fasttrack collect` may run this file: it lies in the contribution's directory (every
@@ -489,12 +517,20 @@ HARNESS_REACH_WHY = ("in a file `fasttrack collect` runs (the contribution's tes
                      "in a test file")
 
 
-def reaches_harness(esc: Escape) -> bool:
-    """Whether an escape's target reaches objects its code does not own (see HARNESS_REACH_CALLS)."""
-    target = esc.target or ""
-    if any(target == c or target.startswith((c + ".", c + "(", c + "[")) for c in HARNESS_REACH_CALLS):
+_HARNESS_REACH_RE = re.compile(
+    r"(?<![\w.])(?:(?:" + "|".join(re.escape(c) for c in sorted(HARNESS_REACH_CALLS, key=len, reverse=True))
+    + r")(?!\w)|gc\.(?!(?:collect|disable|enable|freeze)\b))"
+    r"|(?<!\w)(?:" + "|".join(re.escape(a.lstrip(".")) for a in HARNESS_REACH_ATTRS) + r")(?!\w)")
+
+
+def reaches_harness(esc: Escape, *, computed_exec: bool = False) -> bool:
+    """Whether an escape's target reaches objects its code does not own (see HARNESS_REACH_CALLS): the
+    name anywhere in the target (`<f_locals of sys._getframe()>.values()[*].x`), any `gc.` attribute but
+    the collector's switches, a frame attribute; with `computed_exec` (the contribution's directory is
+    known), an `exec` of text the scan could not read, too."""
+    if computed_exec and esc.code == DYNAMIC_CODE and not esc.lenient:
         return True
-    return any(a in target for a in HARNESS_REACH_ATTRS)
+    return _HARNESS_REACH_RE.search(esc.target or "") is not None
 
 
 _CACHE: dict[int, tuple[weakref.ref[Context], _Analysis]] = {}

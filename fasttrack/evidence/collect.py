@@ -495,6 +495,10 @@ class Run:
     # Processes the collector had before any phase ran: not a phase's leftovers (see `reaper`).
     keep_pids: frozenset[int] = frozenset()
     subreaper: bool = False
+    # The bench passes' results as read right after each pass (`_run_pass`): {result file: CaseResult JSON}.
+    # The statement's engine figures come only from `engine_results` (never from disk).
+    engine_results: dict[str, Any] = field(default_factory=dict)
+    case_results: dict[str, Any] = field(default_factory=dict)
 
     def log(self, phase: str) -> Path:
         return self.work.path(LOG_FILES[phase])
@@ -602,17 +606,18 @@ def phase_bench(run: Run) -> None:
     engine_jobs: list[dict[str, Any]] = []
     for i, p in enumerate(run.grid.here):
         out = run.work.path("bench", f"{i:04d}-{hashlib.sha256(point_key(p).encode()).hexdigest()[:12]}.json")
-        if not _valid_case_file(engine_result_path(out)):
-            engine_jobs.append({"index": i, "point": p, "out": str(engine_result_path(out))})
-            out.unlink(missing_ok=True)  # a point's two passes are measured in the same run
-        if not _valid_case_file(out):
+        # The engine's figures are never taken from disk: contribution code of this run or an earlier one
+        # could have planted or rewritten a result file there. Every point's engine pass runs in this run
+        # and its result is read back right after it, before contribution code runs again (`_run_pass`).
+        engine_jobs.append({"index": i, "point": p, "out": str(engine_result_path(out))})
+        data = _read_json(out)
+        if _valid_case_data(data):
+            run.case_results[str(out)] = data  # resumed: the contribution pass's own figures
+        else:
             jobs.append({"index": i, "point": p, "out": str(out)})
     total = len(run.grid.here)
     run.progress.start("bench", total, f"benchmarks at {total} point(s)")
     run.progress.advance("bench", total - len(jobs), total)
-    if not jobs:
-        run.report("bench", "resumed", f"{total} point(s) already measured")
-        return
     done = total - len(jobs)
 
     def on_event(ev: dict[str, Any]) -> None:
@@ -626,7 +631,7 @@ def phase_bench(run: Run) -> None:
     codes: dict[str, int] = {}
     yard = run.yardstick
     assert yard is not None  # resolved before any phase runs
-    for n in tp_sizes([j["point"] for j in jobs]):  # one worker (n ranks under torchrun) per TP size
+    for n in tp_sizes([j["point"] for j in engine_jobs]):  # one worker (n ranks under torchrun) per TP size
         group = [j for j in jobs if j["point"]["tp"] == n]
         spec = {"backend": run.backend, "entry": entry, "search_dir": str(run.contribution.resolve().parent),
                 "iterations": run.opts.iterations, "warmup": run.opts.warmup,
@@ -647,20 +652,25 @@ def phase_bench(run: Run) -> None:
                 return
             codes[f"engine tp={n}"] = _run_pass(run, {**spec, "engine_only": True, "points": engine_group},
                                                 f"bench.engine{'' if n == 1 else f'.tp{n}'}.spec.json",
-                                                engine_group, n, on_event, engine=True)
+                                                engine_group, n, None, engine=True)
         codes[f"tp={n}"] = _run_pass(run, {**spec, "points": group},
                                      "bench.spec.json" if n == 1 else f"bench.tp{n}.spec.json", group, n,
                                      on_event, engine=False)
     rc = max(codes.values(), default=0)
-    missing = [j for j in jobs if not _valid_case_file(Path(j["out"]))]
-    missing += [j for j in engine_jobs if not _valid_case_file(Path(j["out"]))]
+    missing = [j for j in jobs if j["out"] not in run.case_results]
+    missing += [j for j in engine_jobs if j["out"] not in run.engine_results]
     if rc != 0 or missing:
         exits = ", ".join(f"{n}: {c}" for n, c in codes.items())
         run.report("bench", "failed", f"worker exit code(s) {exits}; {len(missing)} point(s) without a "
                                       f"result (see {LOG_FILES['bench']}; run again to resume)")
         return
-    run.report("bench", "ran", f"{len(jobs)} point(s) measured" + (f", {done - len(jobs)} resumed"
-                                                                  if done > len(jobs) else ""))
+    again = f"the engine's own pass ran again at {len(engine_jobs)} point(s) (its figures are never resumed)"
+    if not jobs:
+        run.report("bench", "resumed",
+                   f"{total} point(s) already measured by the contribution's pass; {again}")
+        return
+    run.report("bench", "ran", f"{len(jobs)} point(s) measured" + (f", {total - len(jobs)} resumed ({again})"
+                                                                  if total > len(jobs) else ""))
 
 
 def engine_result_path(out: Path) -> Path:
@@ -697,10 +707,20 @@ def reap_after(run: Run, phase: str) -> None:
 
 
 def _run_pass(run: Run, spec: dict[str, Any], spec_name: str, group: list[dict[str, Any]], n: int,
-              on_event: Callable[[dict[str, Any]], None], engine: bool) -> int:
-    """One bench pass (n ranks under torchrun when n > 1) over `group`; returns the worker's exit code."""
+              on_event: Callable[[dict[str, Any]], None] | None, engine: bool) -> int:
+    """One bench pass (n ranks under torchrun when n > 1) over `group`; returns the worker's exit code.
+
+    Its results are read back into the collector's custody (`Run.engine_results`, `Run.case_results`) as
+    soon as the pass and what it left running are gone, before any other contribution code runs: the files
+    stay in the work dir (for resume and the record), but the statement is built from what was read here,
+    so a later pass, phase or detached process of the contribution that rewrites them changes nothing. The
+    engine pass's files are removed before it starts (a result planted there by contribution code, or left
+    by an earlier run, is never read as this pass's)."""
     if not group:
         return 0
+    if engine:
+        for j in group:
+            Path(j["out"]).unlink(missing_ok=True)
     if n > 1:
         for j in group:  # stale rank files of an interrupted run must not mix with this one's
             for r in range(n):
@@ -720,6 +740,11 @@ def _run_pass(run: Run, spec: dict[str, Any], spec_name: str, group: list[dict[s
     reap_after(run, "engine bench pass" if engine else "bench")
     if n > 1:
         merge_rank_files([Path(j["out"]) for j in group], [j["point"] for j in group], n)
+    custody = run.engine_results if engine else run.case_results
+    for j in group:
+        data = _read_json(Path(j["out"]))
+        if _valid_case_data(data):
+            custody[j["out"]] = data
     return code
 
 
@@ -742,10 +767,9 @@ def bench_case_files(bench_dir: Path) -> list[Path]:
     return [p for p in sorted(bench_dir.glob("*.json")) if not is_rank_path(p)]
 
 
-def _valid_case_file(path: Path) -> bool:
+def _valid_case_data(data: Any) -> bool:
     from fasttrack.evidence.timing import CaseResult
 
-    data = _read_json(path)
     if data is None:
         return False
     try:
@@ -1011,8 +1035,14 @@ def build_statement(run: Run, digest: ContentDigest, environment: dict[str, Any]
     work = run.work
     stages = (run.yardstick.spec.stages_for(str(environment.get("compute_capability")))
               if run.yardstick else [])
-    benchmarks = [with_backends(benchmark_entry(d, _read_json(engine_result_path(p))), stages)
-                  for p, d in ((p, _read_json(p)) for p in bench_case_files(work.path("bench")))
+    # A point's two passes from the collector's custody (see `_run_pass`); an assemble-only run has no
+    # engine figures of its own, so its points carry no engine pass (FT347 says so).
+    files = bench_case_files(work.path("bench"))
+    if run.case_results or run.engine_results:
+        files = [Path(p) for p in sorted(run.case_results)]
+    alone = run.engine_results
+    benchmarks = [with_backends(benchmark_entry(d, alone.get(str(engine_result_path(p)))), stages)
+                  for p, d in ((p, run.case_results.get(str(p), _read_json(p))) for p in files)
                   if d is not None]
     measured = {point_key(b.point.as_dict()) for b in benchmarks}
     for p, why in run.grid.elsewhere:

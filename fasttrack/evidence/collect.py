@@ -43,7 +43,7 @@ from pydantic import ValidationError
 
 from fasttrack import __version__
 from fasttrack.errors import InputError
-from fasttrack.evidence import reaper
+from fasttrack.evidence import isolation, reaper
 from fasttrack.evidence import sanitizer as san
 from fasttrack.evidence.backends import identify
 from fasttrack.evidence.bundle import (
@@ -363,14 +363,22 @@ def _subprocess_env(contribution: Path, engine_root: Path | None = None) -> dict
     return env
 
 
-def engine_env(env: dict[str, str], contribution: Path, pycache: Path) -> dict[str, str]:
+def engine_env(env: dict[str, str], contribution: Path, pycache: Path, import_root: Path | None = None,
+               cache: Path | None = None) -> dict[str, str]:
     """The engine pass's environment: the contribution's directory is not on its path and its bytecode
     cache is a fresh directory no contribution process has seen (a poisoned .pyc of an engine module, left
-    in the shared cache by contribution code, would otherwise be loaded as the engine's)."""
+    in the shared cache by contribution code, would otherwise be loaded as the engine's). With
+    `import_root` (what the collector passes: `isolation.import_root`) that directory is its whole
+    `PYTHONPATH` (no checkout root, no entry of the user's own); with `cache`, the user site is off and the
+    kernel caches are fresh directories under it (`isolation.engine_cache_env`)."""
     parent = contribution.resolve().parent
     out = dict(env)
     out["PYTHONPATH"] = os.pathsep.join(p for p in env.get("PYTHONPATH", "").split(os.pathsep)
                                         if p and Path(p).resolve() != parent)
+    if import_root is not None:
+        out["PYTHONPATH"] = str(import_root)
+    if cache is not None:
+        out.update(isolation.engine_cache_env(cache))
     out["PYTHONPYCACHEPREFIX"] = str(pycache)
     return out
 
@@ -451,6 +459,9 @@ class Yardstick:
     caps: dict[str, dict[str, float]]
     harness_digest: str
     engine_base_commit: str | None
+    # What the engine pass imports and runs at start-up, as it was when the collection started
+    # (`isolation.surface`): checked again before every engine pass.
+    surface: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def record(self, model: str) -> BaselineRecord:
         return BaselineRecord(model=model, root=self.spec.root, case=self.spec.case,
@@ -476,7 +487,8 @@ def resolve_yardstick(opts: CollectOptions, manifest: Manifest) -> Yardstick:
     caps = {k: {"atol": c.atol, "rtol": c.rtol, "record": c.record}
             for k, c in policy.evidence.tolerance_caps.items()}
     return Yardstick(spec=spec, engine_root=engine_root, digest=contribution_digest(root), caps=caps,
-                     harness_digest=harness_digest(), engine_base_commit=engine_base_commit(engine_root))
+                     harness_digest=harness_digest(), engine_base_commit=engine_base_commit(engine_root),
+                     surface=isolation.surface(engine_root, spec.case))
 
 
 # ---------------------------------------------------------------------------------------------- phases
@@ -633,10 +645,11 @@ def phase_bench(run: Run) -> None:
     assert yard is not None  # resolved before any phase runs
     for n in tp_sizes([j["point"] for j in engine_jobs]):  # one worker (n ranks under torchrun) per TP size
         group = [j for j in jobs if j["point"]["tp"] == n]
+        baseline_spec = {"case": yard.spec.case, "search_dir": str(yard.engine_root), "caps": yard.caps}
         spec = {"backend": run.backend, "entry": entry, "search_dir": str(run.contribution.resolve().parent),
                 "iterations": run.opts.iterations, "warmup": run.opts.warmup,
                 "flush_bytes": run.opts.flush_bytes, "world_size": n,
-                "baseline": {"case": yard.spec.case, "search_dir": str(yard.engine_root), "caps": yard.caps}}
+                "baseline": baseline_spec}
         # First the engine's own pass: stock and the engine's extra variants alone, in a process that never
         # imports the contribution, started after every earlier phase's processes are gone and from files
         # checked against the digests recorded at the start (docs/baseline-contract.md). Its stock is the
@@ -650,7 +663,9 @@ def phase_bench(run: Run) -> None:
                     fh.write(f"\n===== collector: the engine pass did not start: {problem}\n")
                 run.report("bench", "failed", problem)
                 return
-            codes[f"engine tp={n}"] = _run_pass(run, {**spec, "engine_only": True, "points": engine_group},
+            engine_spec = {**spec, "engine_only": True, "points": engine_group,
+                           "baseline": {**baseline_spec, "search_dir": str(run.work.path("engine-path"))}}
+            codes[f"engine tp={n}"] = _run_pass(run, engine_spec,
                                                 f"bench.engine{'' if n == 1 else f'.tp{n}'}.spec.json",
                                                 engine_group, n, None, engine=True)
         codes[f"tp={n}"] = _run_pass(run, {**spec, "points": group},
@@ -693,7 +708,9 @@ def _engine_pass_problem(run: Run) -> str | None:
     if harness_digest() != yard.harness_digest:
         return ("fasttrack's evidence harness changed on disk after the collection started (contribution "
                 "code ran in an earlier phase): re-install fasttrack and collect again")
-    return None
+    # What the engine process imports is a copy of the checked trees, made now (no contribution code runs
+    # until the pass has ended): an edit made after this check is not seen by the pass.
+    return isolation.import_root(run.work.path("engine-path"), yard.engine_root, yard.spec.case, yard.surface)
 
 
 def reap_after(run: Run, phase: str) -> None:
@@ -729,11 +746,11 @@ def _run_pass(run: Run, spec: dict[str, Any], spec_name: str, group: list[dict[s
     if engine:
         cwd = run.work.path("engine-cwd")
         pycache = run.work.path("engine-pycache")
-        shutil.rmtree(cwd, ignore_errors=True)
-        shutil.rmtree(pycache, ignore_errors=True)
-        cwd.mkdir(parents=True)
-        pycache.mkdir(parents=True)
-        env = engine_env(run.env, run.contribution, pycache)
+        cache = run.work.path("engine-cache")
+        for d in (cwd, pycache, cache):
+            shutil.rmtree(d, ignore_errors=True)
+            d.mkdir(parents=True)
+        env = engine_env(run.env, run.contribution, pycache, run.work.path("engine-path"), cache)
         for j in group:
             Path(j["out"]).parent.mkdir(parents=True, exist_ok=True)
     code = _run_worker("bench", spec, run.work.path(spec_name), env, cwd, run.log("bench"), on_event, nproc=n)

@@ -43,7 +43,7 @@ from pydantic import ValidationError
 
 from fasttrack import __version__
 from fasttrack.errors import InputError
-from fasttrack.evidence import reaper
+from fasttrack.evidence import isolation, reaper
 from fasttrack.evidence import sanitizer as san
 from fasttrack.evidence.backends import identify
 from fasttrack.evidence.bundle import (
@@ -363,14 +363,22 @@ def _subprocess_env(contribution: Path, engine_root: Path | None = None) -> dict
     return env
 
 
-def engine_env(env: dict[str, str], contribution: Path, pycache: Path) -> dict[str, str]:
+def engine_env(env: dict[str, str], contribution: Path, pycache: Path, import_root: Path | None = None,
+               cache: Path | None = None) -> dict[str, str]:
     """The engine pass's environment: the contribution's directory is not on its path and its bytecode
     cache is a fresh directory no contribution process has seen (a poisoned .pyc of an engine module, left
-    in the shared cache by contribution code, would otherwise be loaded as the engine's)."""
+    in the shared cache by contribution code, would otherwise be loaded as the engine's). With
+    `import_root` (what the collector passes: `isolation.import_root`) that directory is its whole
+    `PYTHONPATH` (no checkout root, no entry of the user's own); with `cache`, the user site is off and the
+    kernel caches are fresh directories under it (`isolation.engine_cache_env`)."""
     parent = contribution.resolve().parent
     out = dict(env)
     out["PYTHONPATH"] = os.pathsep.join(p for p in env.get("PYTHONPATH", "").split(os.pathsep)
                                         if p and Path(p).resolve() != parent)
+    if import_root is not None:
+        out["PYTHONPATH"] = str(import_root)
+    if cache is not None:
+        out.update(isolation.engine_cache_env(cache))
     out["PYTHONPYCACHEPREFIX"] = str(pycache)
     return out
 
@@ -451,6 +459,9 @@ class Yardstick:
     caps: dict[str, dict[str, float]]
     harness_digest: str
     engine_base_commit: str | None
+    # What the engine pass imports and runs at start-up, as it was when the collection started
+    # (`isolation.surface`): checked again before every engine pass.
+    surface: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def record(self, model: str) -> BaselineRecord:
         return BaselineRecord(model=model, root=self.spec.root, case=self.spec.case,
@@ -476,7 +487,8 @@ def resolve_yardstick(opts: CollectOptions, manifest: Manifest) -> Yardstick:
     caps = {k: {"atol": c.atol, "rtol": c.rtol, "record": c.record}
             for k, c in policy.evidence.tolerance_caps.items()}
     return Yardstick(spec=spec, engine_root=engine_root, digest=contribution_digest(root), caps=caps,
-                     harness_digest=harness_digest(), engine_base_commit=engine_base_commit(engine_root))
+                     harness_digest=harness_digest(), engine_base_commit=engine_base_commit(engine_root),
+                     surface=isolation.surface(engine_root, spec.case))
 
 
 # ---------------------------------------------------------------------------------------------- phases
@@ -495,6 +507,10 @@ class Run:
     # Processes the collector had before any phase ran: not a phase's leftovers (see `reaper`).
     keep_pids: frozenset[int] = frozenset()
     subreaper: bool = False
+    # The bench passes' results as read right after each pass (`_run_pass`): {result file: CaseResult JSON}.
+    # The statement's engine figures come only from `engine_results` (never from disk).
+    engine_results: dict[str, Any] = field(default_factory=dict)
+    case_results: dict[str, Any] = field(default_factory=dict)
 
     def log(self, phase: str) -> Path:
         return self.work.path(LOG_FILES[phase])
@@ -602,17 +618,18 @@ def phase_bench(run: Run) -> None:
     engine_jobs: list[dict[str, Any]] = []
     for i, p in enumerate(run.grid.here):
         out = run.work.path("bench", f"{i:04d}-{hashlib.sha256(point_key(p).encode()).hexdigest()[:12]}.json")
-        if not _valid_case_file(engine_result_path(out)):
-            engine_jobs.append({"index": i, "point": p, "out": str(engine_result_path(out))})
-            out.unlink(missing_ok=True)  # a point's two passes are measured in the same run
-        if not _valid_case_file(out):
+        # The engine's figures are never taken from disk: contribution code of this run or an earlier one
+        # could have planted or rewritten a result file there. Every point's engine pass runs in this run
+        # and its result is read back right after it, before contribution code runs again (`_run_pass`).
+        engine_jobs.append({"index": i, "point": p, "out": str(engine_result_path(out))})
+        data = _read_json(out)
+        if _valid_case_data(data):
+            run.case_results[str(out)] = data  # resumed: the contribution pass's own figures
+        else:
             jobs.append({"index": i, "point": p, "out": str(out)})
     total = len(run.grid.here)
     run.progress.start("bench", total, f"benchmarks at {total} point(s)")
     run.progress.advance("bench", total - len(jobs), total)
-    if not jobs:
-        run.report("bench", "resumed", f"{total} point(s) already measured")
-        return
     done = total - len(jobs)
 
     def on_event(ev: dict[str, Any]) -> None:
@@ -626,12 +643,13 @@ def phase_bench(run: Run) -> None:
     codes: dict[str, int] = {}
     yard = run.yardstick
     assert yard is not None  # resolved before any phase runs
-    for n in tp_sizes([j["point"] for j in jobs]):  # one worker (n ranks under torchrun) per TP size
+    for n in tp_sizes([j["point"] for j in engine_jobs]):  # one worker (n ranks under torchrun) per TP size
         group = [j for j in jobs if j["point"]["tp"] == n]
+        baseline_spec = {"case": yard.spec.case, "search_dir": str(yard.engine_root), "caps": yard.caps}
         spec = {"backend": run.backend, "entry": entry, "search_dir": str(run.contribution.resolve().parent),
                 "iterations": run.opts.iterations, "warmup": run.opts.warmup,
                 "flush_bytes": run.opts.flush_bytes, "world_size": n,
-                "baseline": {"case": yard.spec.case, "search_dir": str(yard.engine_root), "caps": yard.caps}}
+                "baseline": baseline_spec}
         # First the engine's own pass: stock and the engine's extra variants alone, in a process that never
         # imports the contribution, started after every earlier phase's processes are gone and from files
         # checked against the digests recorded at the start (docs/baseline-contract.md). Its stock is the
@@ -645,22 +663,29 @@ def phase_bench(run: Run) -> None:
                     fh.write(f"\n===== collector: the engine pass did not start: {problem}\n")
                 run.report("bench", "failed", problem)
                 return
-            codes[f"engine tp={n}"] = _run_pass(run, {**spec, "engine_only": True, "points": engine_group},
+            engine_spec = {**spec, "engine_only": True, "points": engine_group,
+                           "baseline": {**baseline_spec, "search_dir": str(run.work.path("engine-path"))}}
+            codes[f"engine tp={n}"] = _run_pass(run, engine_spec,
                                                 f"bench.engine{'' if n == 1 else f'.tp{n}'}.spec.json",
-                                                engine_group, n, on_event, engine=True)
+                                                engine_group, n, None, engine=True)
         codes[f"tp={n}"] = _run_pass(run, {**spec, "points": group},
                                      "bench.spec.json" if n == 1 else f"bench.tp{n}.spec.json", group, n,
                                      on_event, engine=False)
     rc = max(codes.values(), default=0)
-    missing = [j for j in jobs if not _valid_case_file(Path(j["out"]))]
-    missing += [j for j in engine_jobs if not _valid_case_file(Path(j["out"]))]
+    missing = [j for j in jobs if j["out"] not in run.case_results]
+    missing += [j for j in engine_jobs if j["out"] not in run.engine_results]
     if rc != 0 or missing:
         exits = ", ".join(f"{n}: {c}" for n, c in codes.items())
         run.report("bench", "failed", f"worker exit code(s) {exits}; {len(missing)} point(s) without a "
                                       f"result (see {LOG_FILES['bench']}; run again to resume)")
         return
-    run.report("bench", "ran", f"{len(jobs)} point(s) measured" + (f", {done - len(jobs)} resumed"
-                                                                  if done > len(jobs) else ""))
+    again = f"the engine's own pass ran again at {len(engine_jobs)} point(s) (its figures are never resumed)"
+    if not jobs:
+        run.report("bench", "resumed",
+                   f"{total} point(s) already measured by the contribution's pass; {again}")
+        return
+    run.report("bench", "ran", f"{len(jobs)} point(s) measured" + (f", {total - len(jobs)} resumed ({again})"
+                                                                  if total > len(jobs) else ""))
 
 
 def engine_result_path(out: Path) -> Path:
@@ -683,7 +708,9 @@ def _engine_pass_problem(run: Run) -> str | None:
     if harness_digest() != yard.harness_digest:
         return ("fasttrack's evidence harness changed on disk after the collection started (contribution "
                 "code ran in an earlier phase): re-install fasttrack and collect again")
-    return None
+    # What the engine process imports is a copy of the checked trees, made now (no contribution code runs
+    # until the pass has ended): an edit made after this check is not seen by the pass.
+    return isolation.import_root(run.work.path("engine-path"), yard.engine_root, yard.spec.case, yard.surface)
 
 
 def reap_after(run: Run, phase: str) -> None:
@@ -697,10 +724,20 @@ def reap_after(run: Run, phase: str) -> None:
 
 
 def _run_pass(run: Run, spec: dict[str, Any], spec_name: str, group: list[dict[str, Any]], n: int,
-              on_event: Callable[[dict[str, Any]], None], engine: bool) -> int:
-    """One bench pass (n ranks under torchrun when n > 1) over `group`; returns the worker's exit code."""
+              on_event: Callable[[dict[str, Any]], None] | None, engine: bool) -> int:
+    """One bench pass (n ranks under torchrun when n > 1) over `group`; returns the worker's exit code.
+
+    Its results are read back into the collector's custody (`Run.engine_results`, `Run.case_results`) as
+    soon as the pass and what it left running are gone, before any other contribution code runs: the files
+    stay in the work dir (for resume and the record), but the statement is built from what was read here,
+    so a later pass, phase or detached process of the contribution that rewrites them changes nothing. The
+    engine pass's files are removed before it starts (a result planted there by contribution code, or left
+    by an earlier run, is never read as this pass's)."""
     if not group:
         return 0
+    if engine:
+        for j in group:
+            Path(j["out"]).unlink(missing_ok=True)
     if n > 1:
         for j in group:  # stale rank files of an interrupted run must not mix with this one's
             for r in range(n):
@@ -709,17 +746,22 @@ def _run_pass(run: Run, spec: dict[str, Any], spec_name: str, group: list[dict[s
     if engine:
         cwd = run.work.path("engine-cwd")
         pycache = run.work.path("engine-pycache")
-        shutil.rmtree(cwd, ignore_errors=True)
-        shutil.rmtree(pycache, ignore_errors=True)
-        cwd.mkdir(parents=True)
-        pycache.mkdir(parents=True)
-        env = engine_env(run.env, run.contribution, pycache)
+        cache = run.work.path("engine-cache")
+        for d in (cwd, pycache, cache):
+            shutil.rmtree(d, ignore_errors=True)
+            d.mkdir(parents=True)
+        env = engine_env(run.env, run.contribution, pycache, run.work.path("engine-path"), cache)
         for j in group:
             Path(j["out"]).parent.mkdir(parents=True, exist_ok=True)
     code = _run_worker("bench", spec, run.work.path(spec_name), env, cwd, run.log("bench"), on_event, nproc=n)
     reap_after(run, "engine bench pass" if engine else "bench")
     if n > 1:
         merge_rank_files([Path(j["out"]) for j in group], [j["point"] for j in group], n)
+    custody = run.engine_results if engine else run.case_results
+    for j in group:
+        data = _read_json(Path(j["out"]))
+        if _valid_case_data(data):
+            custody[j["out"]] = data
     return code
 
 
@@ -742,10 +784,9 @@ def bench_case_files(bench_dir: Path) -> list[Path]:
     return [p for p in sorted(bench_dir.glob("*.json")) if not is_rank_path(p)]
 
 
-def _valid_case_file(path: Path) -> bool:
+def _valid_case_data(data: Any) -> bool:
     from fasttrack.evidence.timing import CaseResult
 
-    data = _read_json(path)
     if data is None:
         return False
     try:
@@ -1011,8 +1052,14 @@ def build_statement(run: Run, digest: ContentDigest, environment: dict[str, Any]
     work = run.work
     stages = (run.yardstick.spec.stages_for(str(environment.get("compute_capability")))
               if run.yardstick else [])
-    benchmarks = [with_backends(benchmark_entry(d, _read_json(engine_result_path(p))), stages)
-                  for p, d in ((p, _read_json(p)) for p in bench_case_files(work.path("bench")))
+    # A point's two passes from the collector's custody (see `_run_pass`); an assemble-only run has no
+    # engine figures of its own, so its points carry no engine pass (FT347 says so).
+    files = bench_case_files(work.path("bench"))
+    if run.case_results or run.engine_results:
+        files = [Path(p) for p in sorted(run.case_results)]
+    alone = run.engine_results
+    benchmarks = [with_backends(benchmark_entry(d, alone.get(str(engine_result_path(p)))), stages)
+                  for p, d in ((p, run.case_results.get(str(p), _read_json(p))) for p in files)
                   if d is not None]
     measured = {point_key(b.point.as_dict()) for b in benchmarks}
     for p, why in run.grid.elsewhere:

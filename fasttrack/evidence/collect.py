@@ -364,19 +364,20 @@ def _subprocess_env(contribution: Path, engine_root: Path | None = None) -> dict
 
 
 def engine_env(env: dict[str, str], contribution: Path, pycache: Path, import_root: Path | None = None,
-               cache: Path | None = None) -> dict[str, str]:
+               cache: Path | None = None, surface: dict[str, dict[str, str]] | None = None) -> dict[str, str]:
     """The engine pass's environment: the contribution's directory is not on its path and its bytecode
     cache is a fresh directory no contribution process has seen (a poisoned .pyc of an engine module, left
     in the shared cache by contribution code, would otherwise be loaded as the engine's). With
     `import_root` (what the collector passes: `isolation.import_root`) that directory is its whole
-    `PYTHONPATH` (no checkout root, no entry of the user's own); with `cache`, the user site is off and the
+    `PYTHONPATH` (no checkout root), followed by the library directories `surface` recorded outside the
+    checkout (`isolation.engine_pythonpath`); with `cache`, the user site is off and the
     kernel caches are fresh directories under it (`isolation.engine_cache_env`)."""
     parent = contribution.resolve().parent
     out = dict(env)
     out["PYTHONPATH"] = os.pathsep.join(p for p in env.get("PYTHONPATH", "").split(os.pathsep)
                                         if p and Path(p).resolve() != parent)
     if import_root is not None:
-        out["PYTHONPATH"] = str(import_root)
+        out["PYTHONPATH"] = isolation.engine_pythonpath(import_root, surface or {})
     if cache is not None:
         out.update(isolation.engine_cache_env(cache))
     out["PYTHONPYCACHEPREFIX"] = str(pycache)
@@ -488,7 +489,7 @@ def resolve_yardstick(opts: CollectOptions, manifest: Manifest) -> Yardstick:
             for k, c in policy.evidence.tolerance_caps.items()}
     return Yardstick(spec=spec, engine_root=engine_root, digest=contribution_digest(root), caps=caps,
                      harness_digest=harness_digest(), engine_base_commit=engine_base_commit(engine_root),
-                     surface=isolation.surface(engine_root, spec.case))
+                     surface=isolation.surface(engine_root, spec.case, os.environ.get("PYTHONPATH", "")))
 
 
 # ---------------------------------------------------------------------------------------------- phases
@@ -750,7 +751,9 @@ def _run_pass(run: Run, spec: dict[str, Any], spec_name: str, group: list[dict[s
         for d in (cwd, pycache, cache):
             shutil.rmtree(d, ignore_errors=True)
             d.mkdir(parents=True)
-        env = engine_env(run.env, run.contribution, pycache, run.work.path("engine-path"), cache)
+        yard = run.yardstick
+        env = engine_env(run.env, run.contribution, pycache, run.work.path("engine-path"), cache,
+                         yard.surface if yard is not None else None)
         for j in group:
             Path(j["out"]).parent.mkdir(parents=True, exist_ok=True)
     code = _run_worker("bench", spec, run.work.path(spec_name), env, cwd, run.log("bench"), on_event, nproc=n)

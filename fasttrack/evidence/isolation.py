@@ -10,6 +10,8 @@ comes before the standard library), a `.pth` file in site-packages. So (docs/bas
 * `surface(...)`, taken when the collection starts, lists the two package trees the engine pass imports
   from the checkout (the baseline's top package, e.g. `baselines/`, and `fasttrack/`) and the start-up files
   of the interpreter's site and standard library directories (`*.pth`, `sitecustomize`, `usercustomize`);
+* the library directories of the collector's `PYTHONPATH` outside the checkout (FlashInfer carried onto
+  the box) are listed in the surface too, and follow the copies on the engine's path (`engine_pythonpath`);
 * `import_root(...)`, right before each engine pass (after every earlier process is gone), copies those two
   trees into a fresh directory, the only entry of the engine process's `PYTHONPATH`, and compares the copies
   and the start-up files with the surface: any file added, removed or changed stops the pass, named.
@@ -87,12 +89,41 @@ def package_trees(engine_root: Path, case_entry: str) -> dict[str, Path]:
     return trees
 
 
-def surface(engine_root: Path, case_entry: str) -> dict[str, dict[str, str]]:
-    """The engine pass's import surface now: {package: its file listing, "startup": start-up files}."""
+LIBRARY_PREFIX = "library:"
+
+
+def library_dirs(pythonpath: str, checkout: Path) -> list[Path]:
+    """The collector's `PYTHONPATH` entries outside the checkout (third-party libraries carried onto the
+    box, e.g. FlashInfer unpacked into /tmp/site): the engine pass needs them, so they are on its path
+    after the copied trees, checked against the surface like the trees. Entries inside the checkout (the
+    checkout root, `kernels/`) are the contribution's side and never on the engine's path."""
+    root = checkout.resolve()
+    out: list[Path] = []
+    for entry in pythonpath.split(os.pathsep):
+        if not entry:
+            continue
+        p = Path(entry).resolve()
+        if p == root or root in p.parents or not p.is_dir() or p in out:
+            continue
+        out.append(p)
+    return out
+
+
+def surface(engine_root: Path, case_entry: str, pythonpath: str = "") -> dict[str, dict[str, str]]:
+    """The engine pass's import surface now: {package: its file listing, "library:<dir>": the listing of
+    each library directory of `pythonpath` outside the checkout, "startup": start-up files}."""
     trees = package_trees(engine_root, case_entry)
     out = {name: contribution_digest(path).files for name, path in trees.items()}
+    for d in library_dirs(pythonpath, engine_root):
+        out[LIBRARY_PREFIX + str(d)] = contribution_digest(d).files
     out["startup"] = startup_files(startup_dirs())
     return out
+
+
+def engine_pythonpath(root: Path, recorded: dict[str, dict[str, str]]) -> str:
+    """The engine process's whole `PYTHONPATH`: the fresh import root, then the recorded library dirs."""
+    libs = [k[len(LIBRARY_PREFIX):] for k in recorded if k.startswith(LIBRARY_PREFIX)]
+    return os.pathsep.join([str(root), *libs])
 
 
 def _named(delta_files: tuple[str, ...], prefix: str) -> str:
@@ -118,6 +149,14 @@ def import_root(dest: Path, engine_root: Path, case_entry: str,
         for what, files in (("changed", delta.changed), ("added", delta.added), ("removed", delta.removed)):
             if files:
                 problems.append(f"{_named(files, name + '/')} {what}")
+    for key, listing in recorded.items():
+        if not key.startswith(LIBRARY_PREFIX):
+            continue
+        lib = Path(key[len(LIBRARY_PREFIX):])
+        delta = compare_listings(listing, contribution_digest(lib).files if lib.is_dir() else {})
+        for what, files in (("changed", delta.changed), ("added", delta.added), ("removed", delta.removed)):
+            if files:
+                problems.append(f"library {_named(files, str(lib) + '/')} {what}")
     now = startup_files(startup_dirs())
     before = recorded.get("startup", {})
     moved = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))

@@ -263,3 +263,37 @@ def test_the_engine_env_has_only_the_import_root_on_its_path_and_fresh_caches(tm
     assert env["TRITON_CACHE_DIR"] == str(tmp_path / "cache" / "triton")
     assert all(Path(env[v]).is_dir() and Path(env[v]).is_relative_to(tmp_path / "cache")
                for v in isolation.CACHE_VARS)
+
+
+def test_a_library_dir_on_the_collectors_path_follows_the_copies_and_is_checked(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Honest twin: FlashInfer carried onto the GPU box in /tmp/site is on the engine's path (after the
+    # copies); the checkout root and kernels/ (the contribution's side) are not.
+    monkeypatch.setattr(isolation, "startup_dirs", lambda: [])
+    engine, case = _fake_engine(tmp_path), "baselines.selftest.case:baseline_case"
+    lib = tmp_path / "site"
+    (lib / "flashinfer").mkdir(parents=True)
+    (lib / "flashinfer" / "__init__.py").write_text("", encoding="utf-8")
+    path = os.pathsep.join([str(lib), str(engine), str(engine / "kernels")])
+    (engine / "kernels").mkdir()
+    recorded = isolation.surface(engine, case, path)
+    assert isolation.import_root(tmp_path / "root", engine, case, recorded) is None
+    env = engine_env({"PYTHONPATH": path}, engine / "kernels" / "toy", tmp_path / "pyc", tmp_path / "root",
+                     tmp_path / "cache", recorded)
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(tmp_path / "root"), str(lib.resolve())]
+
+
+def test_a_module_planted_in_a_library_dir_stops_the_engine_pass(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # Attack: a kernel test writes json.py (shadowing the standard library: PYTHONPATH comes first) or
+    # edits flashinfer in the carried library dir the engine pass imports from.
+    monkeypatch.setattr(isolation, "startup_dirs", lambda: [])
+    engine, case = _fake_engine(tmp_path), "baselines.selftest.case:baseline_case"
+    lib = tmp_path / "site"
+    (lib / "flashinfer").mkdir(parents=True)
+    (lib / "flashinfer" / "__init__.py").write_text("", encoding="utf-8")
+    recorded = isolation.surface(engine, case, str(lib))
+    (lib / "json.py").write_text("import baselines.zz_planted\n", encoding="utf-8")
+    (lib / "flashinfer" / "__init__.py").write_text("SLOW = True\n", encoding="utf-8")
+    why = isolation.import_root(tmp_path / "root", engine, case, recorded)
+    assert why is not None and "json.py added" in why and "flashinfer/__init__.py changed" in why

@@ -1,7 +1,7 @@
 # Shared by scripts/collect_evidence_h200.sh and scripts/collect_evidence_h200x2.sh (sourced, not run).
 # Before sourcing: `out` (the output dir) and `budget` (seconds for the whole run). After sourcing, the
 # caller defines `collect` (its `fasttrack collect ...` command line, extra arguments appended) and calls
-# `run_phase PHASE MAX_SECONDS` per phase, then `collect ... --assemble-only`.
+# `run_all PHASE=SECONDS ...` (one collect run, each phase bounded inside it).
 # The box has torch + triton but no pydantic: wheels carried in .whl/ are installed to /tmp/site first.
 start=$(date +%s)
 left() { echo $(( budget - ($(date +%s) - start) )); }
@@ -13,12 +13,15 @@ else
 fi
 export PYTHONUNBUFFERED=1
 mkdir -p "$out"
-# One phase under a time limit (the smaller of MAX_SECONDS and what is left of the budget), interrupted with
-# SIGINT so the collector records what it finished; every phase resumes from the work dir.
-run_phase() {  # phase, max seconds
-  local t; t=$(left); [ "$t" -gt "$2" ] && t=$2
-  if [ "$t" -lt 20 ]; then echo "== skip phase $1: budget spent"; return; fi
-  echo "== phase $1 (limit ${t}s)"
-  COLLECT_ARGS="${COLLECT_ARGS:-}" out="$out" timeout -k 15 --signal=INT "$t" \
-    bash -c "$(declare -f collect); collect --phases $1" || echo "== phase $1 ended with $?"
+# One collect run over the named phases, each bounded inside the run (`--phase-limit PHASE=SECONDS`: the
+# collector interrupts a phase at its limit and keeps what it finished). Evidence must come from one run:
+# results resumed from an earlier run's work dir are FT349, so the run starts fresh. The whole run is also
+# bounded by what is left of the budget.
+run_all() {  # PHASE=SECONDS ...
+  local args="" phases="" p
+  for p in "$@"; do args="$args --phase-limit $p"; phases="$phases${phases:+,}${p%%=*}"; done
+  local t; t=$(left)
+  echo "== collect $phases in one run (limit ${t}s; phase limits: $*)"
+  COLLECT_ARGS="${COLLECT_ARGS:-}" out="$out" timeout -k 30 --signal=INT "$t" \
+    bash -c "$(declare -f collect); collect --fresh --phases $phases $args" || echo "== collect ended with $?"
 }

@@ -26,8 +26,5 @@ collect() {
   python3 -m fasttrack collect kernels/kimi_k3 --tp 2 --out "$out" --bundle-name statement.tp2 \
     --work-dir .cache/fasttrack/collect/kimi_k3.tp2 ${COLLECT_ARGS:-} "$@"
 }
-run_phase tests "${TESTS_S:-220}"
-run_phase bench "${BENCH_S:-280}"
-echo "== assemble from the work dir (runs nothing; $(left)s left)"
-collect --phases tests,bench --assemble-only || echo "== assemble ended with $?"
+run_all tests="${TESTS_S:-220}" bench="${BENCH_S:-280}"
 ls -la "$out"

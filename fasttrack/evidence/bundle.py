@@ -120,6 +120,12 @@ class Collector(Strict):
     # policy) and the engine commit the collection was based on. None only in statements written before.
     harness_digest: str | None = Field(default=None, pattern=SHA256_HEX)
     engine_base_commit: str | None = Field(default=None, pattern=r"^[0-9a-f]{40}([0-9a-f]{24})?$")
+    # Where each part of the predicate came from (`environment` and each phase that ran): "this-run" when the
+    # collecting process read it right after the phase that produced it, before any other contribution code
+    # ran; "resumed" when it was read back from the work dir of an earlier run, where contribution code of
+    # later phases could have rewritten it (FT349). None only in statements written before custody existed.
+    custody: dict[Literal["environment", "tests", "bench", "evals", "sanitizer"],
+                  Literal["this-run", "resumed"]] | None = None
 
 
 class BaselineRecord(Strict):

@@ -27,10 +27,12 @@ import json
 import math
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -117,6 +119,11 @@ class CollectOptions:
     # Only these envelope points (keys `gpu|tp<n>|b<batch>|c<context>|dtype`; empty: all). `fasttrack audit`
     # re-runs a subset this way; the rest are recorded as left out.
     only_points: tuple[str, ...] = ()
+    # Seconds each phase may run ({phase: seconds}; a phase not named has no limit). A phase that reaches its
+    # limit is interrupted (SIGINT, then SIGKILL after a grace period) and keeps what it finished: the one
+    # collection run stays bounded without being split into several runs (whose results would be resumed
+    # across contribution code: FT349).
+    phase_limits: dict[str, float] = field(default_factory=dict)
 
 
 def part_suffix(tp: Iterable[int]) -> str:
@@ -426,26 +433,75 @@ def pytest_argv(tests: list[str], grid_path: Path, results: Path | None, nproc: 
     return [sys.executable, "-m", "pytest", *args]
 
 
+INTERRUPT_GRACE_S = 20.0
+
+
+class Deadline:
+    """Interrupts a phase's process when the phase's time is up: SIGINT (the workers and pytest record what
+    they finished), then SIGKILL after `INTERRUPT_GRACE_S`. `at` is a `time.monotonic()` value (None: no
+    limit)."""
+
+    def __init__(self, at: float | None, log: Any) -> None:
+        self.at = at
+        self.log = log
+        self.hit = False
+        self._timers: list[threading.Timer] = []
+
+    def remaining(self) -> float | None:
+        return None if self.at is None else max(0.0, self.at - time.monotonic())
+
+    def watch(self, proc: subprocess.Popen[bytes]) -> None:
+        left = self.remaining()
+        if left is None:
+            return
+
+        def interrupt() -> None:
+            if proc.poll() is None:
+                self.hit = True
+                self.log.write(b"\n===== collector: the phase's time limit was reached: interrupted\n")
+                proc.send_signal(signal.SIGINT)
+
+        def kill() -> None:
+            if proc.poll() is None:
+                proc.kill()
+
+        for delay, fn in ((left, interrupt), (left + INTERRUPT_GRACE_S, kill)):
+            t = threading.Timer(delay, fn)
+            t.daemon = True
+            t.start()
+            self._timers.append(t)
+
+    def cancel(self) -> None:
+        for t in self._timers:
+            t.cancel()
+        self._timers.clear()
+
+
 def _run_worker(mode: str, spec: dict[str, Any], spec_path: Path, env: dict[str, str], cwd: Path,
                 log_path: Path, on_event: Callable[[dict[str, Any]], None] | None = None,
-                nproc: int = 1) -> int:
+                nproc: int = 1, deadline_at: float | None = None) -> int:
     _write_json(spec_path, spec)
     argv = worker_argv(mode, spec_path, nproc)
     with log_path.open("ab") as log:
         log.write(f"\n===== {mode}: {' '.join(argv)}\n".encode())
         log.flush()
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=log)
+        guard = Deadline(deadline_at, log)
+        guard.watch(proc)
         assert proc.stdout is not None
-        for raw in proc.stdout:
-            line = raw.decode("utf-8", "replace")
-            if line.startswith("FTPROGRESS ") and on_event is not None:
-                try:
-                    on_event(json.loads(line[len("FTPROGRESS "):]))
-                except json.JSONDecodeError:
+        try:
+            for raw in proc.stdout:
+                line = raw.decode("utf-8", "replace")
+                if line.startswith("FTPROGRESS ") and on_event is not None:
+                    try:
+                        on_event(json.loads(line[len("FTPROGRESS "):]))
+                    except json.JSONDecodeError:
+                        log.write(raw)
+                else:
                     log.write(raw)
-            else:
-                log.write(raw)
-        return proc.wait()
+            return proc.wait()
+        finally:
+            guard.cancel()
 
 
 # ------------------------------------------------------------------------------------------- yardstick
@@ -512,6 +568,15 @@ class Run:
     # The statement's engine figures come only from `engine_results` (never from disk).
     engine_results: dict[str, Any] = field(default_factory=dict)
     case_results: dict[str, Any] = field(default_factory=dict)
+    # Every other phase's results, read right after the phase (and what it left running) ended, before any
+    # other contribution code ran (`take_custody`): the statement is built from these, never from the work
+    # dir at the end. `custody` says, per part, whether this run produced it or resumed it from disk.
+    kernel_tests: list[KernelTest] = field(default_factory=list)
+    evals: tuple[list[Eval], list[str]] = field(default_factory=lambda: ([], []))
+    sanitizer: list[Sanitizer] = field(default_factory=list)
+    custody: dict[str, str] = field(default_factory=dict)
+    # When the running phase's time is up (`time.monotonic()`; None: no limit).
+    deadline_at: float | None = None
 
     def log(self, phase: str) -> Path:
         return self.work.path(LOG_FILES[phase])
@@ -580,9 +645,14 @@ def _run_pytest(run: Run, base: list[str], watch: Path) -> int:
         fh.flush()
         proc = subprocess.Popen([*base, "-q", "-rfEs"], cwd=run.contribution, env=run.env, stdout=fh,
                                 stderr=subprocess.STDOUT)
-        while proc.poll() is None:
-            time.sleep(0.5)
-            run.progress.advance("tests", _count_lines(watch), None, "results so far")
+        guard = Deadline(run.deadline_at, fh)
+        guard.watch(proc)
+        try:
+            while proc.poll() is None:
+                time.sleep(0.5)
+                run.progress.advance("tests", _count_lines(watch), None, "results so far")
+        finally:
+            guard.cancel()
     return proc.returncode
 
 
@@ -623,11 +693,10 @@ def phase_bench(run: Run) -> None:
         # could have planted or rewritten a result file there. Every point's engine pass runs in this run
         # and its result is read back right after it, before contribution code runs again (`_run_pass`).
         engine_jobs.append({"index": i, "point": p, "out": str(engine_result_path(out))})
-        data = _read_json(out)
-        if _valid_case_data(data):
-            run.case_results[str(out)] = data  # resumed: the contribution pass's own figures
-        else:
-            jobs.append({"index": i, "point": p, "out": str(out)})
+        # Nor the contribution pass's: a resumed file could have been rewritten by contribution code of a
+        # later phase of the earlier run (its evals, its sanitizer tests), and both passes of a point must
+        # come from this run to be compared. The bench phase always runs whole.
+        jobs.append({"index": i, "point": p, "out": str(out)})
     total = len(run.grid.here)
     run.progress.start("bench", total, f"benchmarks at {total} point(s)")
     run.progress.advance("bench", total - len(jobs), total)
@@ -680,13 +749,7 @@ def phase_bench(run: Run) -> None:
         run.report("bench", "failed", f"worker exit code(s) {exits}; {len(missing)} point(s) without a "
                                       f"result (see {LOG_FILES['bench']}; run again to resume)")
         return
-    again = f"the engine's own pass ran again at {len(engine_jobs)} point(s) (its figures are never resumed)"
-    if not jobs:
-        run.report("bench", "resumed",
-                   f"{total} point(s) already measured by the contribution's pass; {again}")
-        return
-    run.report("bench", "ran", f"{len(jobs)} point(s) measured" + (f", {total - len(jobs)} resumed ({again})"
-                                                                  if total > len(jobs) else ""))
+    run.report("bench", "ran", f"{len(jobs)} point(s) measured (the engine's pass and the contribution's)")
 
 
 def engine_result_path(out: Path) -> Path:
@@ -736,9 +799,8 @@ def _run_pass(run: Run, spec: dict[str, Any], spec_name: str, group: list[dict[s
     by an earlier run, is never read as this pass's)."""
     if not group:
         return 0
-    if engine:
-        for j in group:
-            Path(j["out"]).unlink(missing_ok=True)
+    for j in group:  # never read a file this pass did not write
+        Path(j["out"]).unlink(missing_ok=True)
     if n > 1:
         for j in group:  # stale rank files of an interrupted run must not mix with this one's
             for r in range(n):
@@ -756,7 +818,8 @@ def _run_pass(run: Run, spec: dict[str, Any], spec_name: str, group: list[dict[s
                          yard.surface if yard is not None else None)
         for j in group:
             Path(j["out"]).parent.mkdir(parents=True, exist_ok=True)
-    code = _run_worker("bench", spec, run.work.path(spec_name), env, cwd, run.log("bench"), on_event, nproc=n)
+    code = _run_worker("bench", spec, run.work.path(spec_name), env, cwd, run.log("bench"), on_event, nproc=n,
+                       deadline_at=run.deadline_at)
     reap_after(run, "engine bench pass" if engine else "bench")
     if n > 1:
         merge_rank_files([Path(j["out"]) for j in group], [j["point"] for j in group], n)
@@ -812,7 +875,7 @@ def phase_evals(run: Run) -> None:
     spec = {"entry": entry, "search_dir": str(run.contribution.resolve().parent), "out": str(out),
             "device": "cuda" if run.backend == "cuda" else "cpu"}
     rc = _run_worker("evals", spec, run.work.path("evals.spec.json"), run.env, run.contribution,
-                     run.log("evals"))
+                     run.log("evals"), deadline_at=run.deadline_at)
     if rc != 0 or not out.is_file():
         run.report("evals", "failed",
                    f"the evals entry point failed (exit code {rc}; see {LOG_FILES['evals']})")
@@ -860,8 +923,14 @@ def phase_sanitizer(run: Run, hw_count: int) -> None:
             pending = san.not_run("the sanitizer phase stopped before this tool finished", tests)
             _write_json(out, [{**r.__dict__, "tp": 1} for r in
                               [*results, *[p for p in pending if p.tool not in {r.tool for r in results}]]])
+            left = None if run.deadline_at is None else run.deadline_at - time.monotonic()
+            if left is not None and left < 1:
+                results.extend(p for p in pending if p.tool not in {r.tool for r in results})
+                break
+            cap = run.opts.sanitizer_timeout_s
+            timeout_s = cap if left is None else min(cap, left)
             results.append(san.run_tool(name, tool, argv, tests, run.contribution, run.env,
-                                        run.log("sanitizer"), run.opts.sanitizer_timeout_s))
+                                        run.log("sanitizer"), timeout_s))
     _write_json(out, [{**r.__dict__, "tp": 1} for r in results])  # compute-sanitizer runs one process: tp 1
     run.work.mark_done("sanitizer", {})
     run.progress.advance("sanitizer", len(san.TOOLS), len(san.TOOLS))
@@ -1052,18 +1121,15 @@ def lm_eval_entries(contribution: Path, files: Iterable[str]) -> list[dict[str, 
 
 def build_statement(run: Run, digest: ContentDigest, environment: dict[str, Any],
                     logs: dict[str, str]) -> Statement:
-    work = run.work
     stages = (run.yardstick.spec.stages_for(str(environment.get("compute_capability")))
               if run.yardstick else [])
     # A point's two passes from the collector's custody (see `_run_pass`); an assemble-only run has no
     # engine figures of its own, so its points carry no engine pass (FT347 says so).
-    files = bench_case_files(work.path("bench"))
-    if run.case_results or run.engine_results:
-        files = [Path(p) for p in sorted(run.case_results)]
+    files = [Path(p) for p in sorted(run.case_results)]
     alone = run.engine_results
-    benchmarks = [with_backends(benchmark_entry(d, alone.get(str(engine_result_path(p)))), stages)
-                  for p, d in ((p, run.case_results.get(str(p), _read_json(p))) for p in files)
-                  if d is not None]
+    benchmarks = [with_backends(benchmark_entry(run.case_results[str(p)],
+                                                alone.get(str(engine_result_path(p)))), stages)
+                  for p in files]
     measured = {point_key(b.point.as_dict()) for b in benchmarks}
     for p, why in run.grid.elsewhere:
         if point_key(p) not in measured:
@@ -1073,10 +1139,10 @@ def build_statement(run: Run, digest: ContentDigest, environment: dict[str, Any]
             if point_key(p) not in measured:
                 why = "the benchmark phase did not finish for this point"
                 benchmarks.append(Benchmark(point=p, not_run=why))
-    evals, problems = _eval_entries(work.path("evals.json"))
+    evals, problems = run.evals
     for prob in problems:
         run.progress.message(f"evals: {prob}")
-    sanitizer = [Sanitizer.model_validate(d) for d in (_read_json(work.path("sanitizer.json")) or [])]
+    sanitizer = run.sanitizer
     env_model = Environment.model_validate({
         k: environment.get(k) for k in Environment.model_fields if k in environment
     })
@@ -1088,9 +1154,10 @@ def build_statement(run: Run, digest: ContentDigest, environment: dict[str, Any]
         collector=Collector(fasttrack_version=__version__, command=run.opts.command[:4096],
                             hostname=socket.gethostname()[:256],
                             harness_digest=run.yardstick.harness_digest if run.yardstick else None,
-                            engine_base_commit=run.yardstick.engine_base_commit if run.yardstick else None),
+                            engine_base_commit=run.yardstick.engine_base_commit if run.yardstick else None,
+                            custody=dict(sorted(run.custody.items())) or None),
         environment=env_model,
-        kernel_tests=_kernel_tests(work.path("tests.jsonl")) if "tests" in run.opts.phases else [],
+        kernel_tests=run.kernel_tests if "tests" in run.opts.phases else [],
         benchmarks=benchmarks if "bench" in run.opts.phases else [],
         evals=evals if "evals" in run.opts.phases else [],
         lm_eval=lm_eval_entries(run.contribution, run.manifest.evidence.lm_eval_results)
@@ -1156,7 +1223,8 @@ def collect(opts: CollectOptions, progress: Progress | None = None) -> CollectRe
 
     # The environment first (a worker subprocess: the collector itself never imports torch).
     env_file = work.path("environment.json")
-    if not (resumed and env_file.is_file()):
+    env_custody = "resumed" if resumed and env_file.is_file() else "this-run"
+    if env_custody == "this-run":
         progress.start("environment", 1, "environment")
         rc = _run_worker("env", {"out": str(env_file), "measure_bandwidth": opts.measure_bandwidth},
                          work.path("env.spec.json"), env, contribution, work.path("bench.log"))
@@ -1182,6 +1250,7 @@ def collect(opts: CollectOptions, progress: Progress | None = None) -> CollectRe
     run = Run(opts=opts, manifest=manifest, contribution=contribution, work=work, env=env, progress=progress,
               backend=backend_kind, grid=grid, yardstick=yardstick, subreaper=subreaper,
               keep_pids=frozenset(pid for pid, _name in reaper.children(os.getpid())))
+    run.custody["environment"] = env_custody
     nothing_here = f"no envelope point for this machine's hardware ({environment['gpu_name']})"
     for phase in PHASES:
         if phase not in opts.phases:
@@ -1189,7 +1258,10 @@ def collect(opts: CollectOptions, progress: Progress | None = None) -> CollectRe
         if opts.assemble_only:
             run.report(phase, "resumed" if work.done(phase) else "skipped",
                        "assembled from what the work dir recorded (nothing was run)")
+            take_custody(run, phase, resumed=True)
             continue
+        limit = opts.phase_limits.get(phase)
+        run.deadline_at = None if limit is None else time.monotonic() + limit
         if phase == "evals":
             phase_evals(run)
         elif not grid.here:
@@ -1204,7 +1276,29 @@ def collect(opts: CollectOptions, progress: Progress | None = None) -> CollectRe
         else:
             phase_sanitizer(run, hw_count)
         reap_after(run, phase)
+        run.deadline_at = None
+        take_custody(run, phase, resumed=bool(run.reports) and run.reports[-1].phase == phase
+                     and run.reports[-1].status == "resumed")
     return write_bundle(run, digest, environment, out, bundle_name)
+
+
+def take_custody(run: Run, phase: str, resumed: bool) -> None:
+    """Read a phase's results into the run right after it (and what it left running) ended, before any other
+    contribution code runs; the statement is built from what was read here. Bench results are taken by
+    `_run_pass` (per pass), so only their provenance is recorded here."""
+    work = run.work
+    try:
+        if phase == "tests":
+            run.kernel_tests = _kernel_tests(work.path("tests.jsonl"))
+        elif phase == "evals":
+            run.evals = _eval_entries(work.path("evals.json"))
+        elif phase == "sanitizer":
+            raw = _read_json(work.path("sanitizer.json")) or []
+            run.sanitizer = [Sanitizer.model_validate(d) for d in raw]
+    except (ValidationError, json.JSONDecodeError, TypeError, AttributeError) as exc:
+        raise InputError(f"the {phase} phase's results do not fit the bundle schema: {exc}"[:600],
+                         path=work.root, fix="this is a fasttrack bug; report it with the work dir") from None
+    run.custody[phase] = "resumed" if resumed else "this-run"
 
 
 def write_bundle(run: Run, digest: ContentDigest, environment: dict[str, Any], out: Path,

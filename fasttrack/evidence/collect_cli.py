@@ -105,6 +105,10 @@ def collect_command(
     engine_root: Annotated[Path | None, typer.Option(
         "--engine-root", help="Where the policy's baselines/ are imported from (default: the installed "
         "fasttrack's checkout).")] = None,
+    phase_limit: Annotated[list[str] | None, typer.Option(
+        "--phase-limit", help="PHASE=SECONDS (repeatable): interrupt that phase after SECONDS and keep what "
+        "it finished, so one run stays bounded (evidence must come from one run: results resumed from an "
+        "earlier run are FT349).")] = None,
     allow_cpu: Annotated[bool, typer.Option(
         "--allow-cpu", help="Run even without a CUDA device (CPU toy contributions and tests; the GPU points "
         "are recorded as not collected).")] = False,
@@ -120,11 +124,12 @@ def collect_command(
     from fasttrack.evidence.collect import CollectOptions, collect
 
     chosen = tuple(p.strip() for p in phases.split(",") if p.strip())
+    limits = parse_phase_limits(phase_limit or [])
     opts = CollectOptions(
         contribution=contribution, out=out, phases=chosen, points_limit=points_limit, iterations=iterations,
         warmup=warmup, sign_key=sign_key, principal=principal, resume=resume, work_dir=work_dir,
         sanitizer_timeout_s=sanitizer_timeout, assemble_only=assemble_only, tp=tuple(tp or ()),
-        bundle_name=bundle_name, policy=policy, engine_root=engine_root,
+        bundle_name=bundle_name, policy=policy, engine_root=engine_root, phase_limits=limits,
         command=" ".join(shlex.quote(a) for a in ["fasttrack", *sys.argv[1:]]),
     )
     with RichProgress() as progress:
@@ -132,6 +137,28 @@ def collect_command(
     _summary(result)
     if any(r.status == "failed" for r in result.reports):
         raise typer.Exit(1)
+
+
+def parse_phase_limits(raw: list[str]) -> dict[str, float]:
+    """`["tests=130", "bench=280"]` -> {phase: seconds}; bad input is an InputError naming the option."""
+    import math
+
+    from fasttrack.errors import InputError
+    from fasttrack.evidence.collect import PHASES
+
+    out: dict[str, float] = {}
+    for item in raw:
+        phase, sep, value = item.partition("=")
+        phase = phase.strip()
+        try:
+            seconds = float(value)
+        except ValueError:
+            seconds = math.nan
+        if not sep or phase not in PHASES or not math.isfinite(seconds) or seconds <= 0:
+            raise InputError(f"{item!r} is not PHASE=SECONDS", field="--phase-limit",
+                             fix=f"e.g. --phase-limit bench=280 (phases: {', '.join(PHASES)}; seconds > 0)")
+        out[phase] = seconds
+    return out
 
 
 def _summary(result: CollectResult) -> None:

@@ -375,7 +375,8 @@ _TOOL_CHECKS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ),
     (
         "Evidence is for this code, fresh and signed",
-        ("FT300", "FT301", "FT302", "FT303", "FT317", "FT318", "FT320", "FT321", "FT322", "FT330", "FT335"),
+        ("FT300", "FT301", "FT302", "FT303", "FT317", "FT318", "FT320", "FT321", "FT322", "FT330", "FT335",
+         "FT349"),
         "bundle parses, digests match the head and the engine baseline, signature from an allowed signer, "
         "raw logs match",
     ),

@@ -1,4 +1,4 @@
-"""FT335-FT348: the engine's yardstick (docs/baseline-contract.md).
+"""FT335-FT349: the engine's yardstick (docs/baseline-contract.md).
 
 The contributor controls only the candidate: stock, the fp32 oracle, the inputs, the byte count, the
 tolerances and the eval bounds come from the engine side and are bound into the statement. These rules hold a
@@ -546,3 +546,30 @@ def audits_required(ctx: Context) -> Iterator[Finding]:
                                      f"evidence; it has {len(agreeing)}", evidence_file=an.bundle_label(ctx),
                             fix="ask a maintainer to run `fasttrack audit` on the statement on their own GPU "
                                 "and commit the signed record under audits/")
+
+
+@rule("FT349", "Every part of the evidence must come from the one collect run that wrote the statement.")
+def one_run_custody(ctx: Context) -> Iterator[Finding]:
+    """Each phase of `fasttrack collect` runs contribution code with write access to the work dir. Within one
+    run the collector reads every phase's results right after the phase ended (and killed what it left
+    running), before any other contribution code runs, and builds the statement from what it read. Results
+    resumed from the work dir of an earlier run were on disk while that run's later phases ran: a benchmark
+    rewritten by the contribution's evals, a test result by its sanitizer tests. So a statement whose
+    `collector.custody` marks a part `resumed`, or that records no custody at all, is an error: collect again
+    in one run (`--fresh`, with `--phase-limit` to bound each phase)."""
+    for part, st in an.parsed_parts(ctx):
+        coll = st.predicate.collector
+        label = f"{an.bundle_label(ctx)}/{part.name}"
+        custody = coll.custody if coll is not None else None
+        if custody is None:
+            yield Finding.error("FT349", f"{label} records no custody of its results: which of them the "
+                                         "collecting run read itself cannot be told", evidence_file=label,
+                                fix=an.recollect_fix(ctx, "collect with this fasttrack in one run"))
+            continue
+        resumed = [p for p, how in custody.items() if how == "resumed"]
+        if resumed:
+            yield Finding.error("FT349", f"{label}: {', '.join(resumed)} resumed from an earlier collect "
+                                         "run's work dir, where contribution code of that run's later "
+                                         "phases could rewrite them", evidence_file=label,
+                                fix="collect in one run: `fasttrack collect --fresh` (bound the phases with "
+                                    "--phase-limit PHASE=SECONDS instead of separate runs)")

@@ -236,7 +236,9 @@ class BundleFixture:
                 "files": dig.files,
                 "collected_at": datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z"),
                 "collector": {"fasttrack_version": "0.1.0", "command": "fasttrack collect kernels/demo",
-                              "hostname": "gpu-box"},
+                              "hostname": "gpu-box",
+                              "custody": {"environment": "this-run", "tests": "this-run", "bench": "this-run",
+                                          "evals": "this-run", "sanitizer": "this-run"}},
                 "environment": {
                     "gpu_name": GPU, "gpu_count": 1, "compute_capability": "9.0", "driver": "570.86",
                     "cuda": "12.8", "torch": "2.13.0", "triton": "3.6.0", "python": "3.11.9",

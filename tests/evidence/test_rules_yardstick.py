@@ -1,4 +1,4 @@
-"""The engine-yardstick rules FT335-FT348 (fasttrack/rules/yardstick.py): one attack per hole, each failing
+"""The engine-yardstick rules FT335-FT349 (fasttrack/rules/yardstick.py): one attack per hole, each failing
 with its code, while the honest fixture passes every rule."""
 
 from __future__ import annotations
@@ -202,6 +202,10 @@ CASES = [
          "requires 1 agreeing maintainer audit(s) of the evidence; it has 0"),
     Case("FT348", lambda fx: (fx.policy_data["evidence"].setdefault("audit", {}).update(required=1),
                               _write_audit(agreed=True, signed=False)(fx)), "it has 0"),
+    # FT349: results resumed from an earlier collect run's work dir, or no custody recorded
+    Case("FT349", edit(lambda fx: fx.pred["collector"]["custody"].update(tests="resumed", bench="resumed")),
+         "bench, tests resumed from an earlier collect run's work dir"),
+    Case("FT349", edit(lambda fx: fx.pred["collector"].pop("custody")), "records no custody of its results"),
 ]
 
 

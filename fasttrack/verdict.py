@@ -6,13 +6,15 @@ Bump VERDICT_SCHEMA_VERSION on any incompatible change. `fasttrack schema verdic
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fasttrack.findings import Finding, Severity
+from fasttrack.ruleinfo import RuleCode, RulesInfo
 
-VERDICT_SCHEMA_VERSION: Final = "1.0"
+# 1.1: `catalogue` (the metadata of the rules that ran). A 1.0 verdict has none; renderers say so.
+VERDICT_SCHEMA_VERSION: Final = "1.1"
 
 
 class Strict(BaseModel):
@@ -265,7 +267,7 @@ class EvidenceSummary(Strict):
 
 
 class Verdict(Strict):
-    schema_version: Literal["1.0"] = VERDICT_SCHEMA_VERSION
+    schema_version: Literal["1.0", "1.1"] = VERDICT_SCHEMA_VERSION
     tool_version: str
     verdict: Literal["pass", "fail"]
     mode: Literal["range", "contribution"]
@@ -287,7 +289,23 @@ class Verdict(Strict):
     fallback: dict[str, object] | None = None
     evidence: EvidenceSummary | None = None
     rules_run: list[str] = Field(default_factory=list)
+    # The metadata (checklist group, tags, severity, docs) of the rules that ran, as the judging fasttrack
+    # declared it: renderers read groups and docs from here, so an old verdict renders with its own. None in
+    # verdicts written before schema 1.1.
+    catalogue: RulesInfo | None = None
     generated_at: str
+
+    @model_validator(mode="before")
+    @classmethod
+    def _catalogue_of_rules_run(cls, data: Any) -> Any:
+        """In the process that ran the rules, `rules_run` holds `RuleCode`s that carry their metadata: record
+        it when `catalogue` is not given. A verdict read from JSON holds plain codes and keeps what it has."""
+        if not isinstance(data, dict) or data.get("catalogue") is not None:
+            return data
+        codes = data.get("rules_run")
+        if not isinstance(codes, list) or not codes or not all(isinstance(c, RuleCode) for c in codes):
+            return data
+        return {**data, "catalogue": RulesInfo(groups=codes[0].groups, rules=tuple(c.info for c in codes))}
 
     def counts(self) -> dict[str, int]:
         out = {s.value: 0 for s in Severity}

@@ -59,8 +59,6 @@ class Meta:
 
 
 W, INFO = Severity.WARNING, Severity.INFO
-_TRACE_EXEMPT = ("the effect trace runs the changed modules in a sandboxed subprocess; its pairs are the "
-                 "end-to-end cases of tests/test_trace.py, too slow for the catalogue-wide run")
 
 META: Final[dict[str, Meta]] = {
     # ----------------------------------------------------------------------------- confinement: paths
@@ -123,7 +121,7 @@ META: Final[dict[str, Meta]] = {
     "FT126": Meta(CONFINED, "loading or reloading shared modules by string hides the change from the graph",
                   "importlib.reload(vllm.model_executor.layers.linear)", tags=("escape",)),
     "FT127": Meta(CONFINED, "code built from strings hides everything the other escape rules look for",
-                  "exec(open('patch.txt').read())", tags=("escape",)),
+                  "exec(open('patch.txt').read())", severity=W, tags=("escape",)),
     "FT128": Meta(CONFINED, "a file that cannot be parsed cannot be checked (fail closed)",
                   "a changed .py file with a syntax error", tags=("escape",)),
     "FT146": Meta(CONFINED, "process-wide state outside the policy's allow-list changes every model",
@@ -131,19 +129,16 @@ META: Final[dict[str, Meta]] = {
     # ---------------------------------------------------------------------- confinement: effect trace
     "FT130": Meta(CONFINED, "what a module does when imported counts, whatever spelling did it",
                   "operator.setitem(vars(linear_mod), 'RowParallelLinear', Mine) seen by the trace",
-                  tags=("trace",), fixture_exempt=_TRACE_EXEMPT),
+                  tags=("trace",)),
     "FT131": Meta(CONFINED, "an effect nobody can attribute is still an effect (fail closed)",
-                  "a thread started at import that patches a shared class later", tags=("trace",),
-                  fixture_exempt=_TRACE_EXEMPT),
+                  "a thread started at import that patches a shared class later", tags=("trace",)),
     "FT132": Meta(CONFINED, "a module that cannot be imported in the sandbox cannot be shown confined",
-                  "a changed module that imports a package the sandbox does not have", tags=("trace",),
-                  fixture_exempt=_TRACE_EXEMPT),
+                  "a changed module that imports a package the sandbox does not have", tags=("trace",)),
     "FT133": Meta(CONFINED, "sockets, processes and native code reach past what the analysis can see",
-                  "ctypes.CDLL(None).setenv(b'X', b'1', 1) at import", tags=("trace",),
-                  fixture_exempt=_TRACE_EXEMPT),
+                  "ctypes.CDLL(None).setenv(b'X', b'1', 1) at import", tags=("trace",)),
     "FT134": Meta(CONFINED, "generated code and interpreter walks build what the static scan cannot read",
                   "[o for o in gc.get_objects() if type(o).__name__ == 'RowParallelLinear']",
-                  tags=("trace",), fixture_exempt=_TRACE_EXEMPT),
+                  tags=("trace",)),
     # ---------------------------------------------------------------------------- confinement: source
     "FT135": Meta(CONFINED, "Python would run other text than the UTF-8 a reviewer and the analysis read",
                   "a .py file that starts with '# coding: utf-7'", tags=("source",)),
@@ -252,7 +247,7 @@ META: Final[dict[str, Meta]] = {
     "FT341": Meta(PERFORMANCE, "a point left untimed must be one the machine cannot run, not a bad one",
                   "a benchmark marked not_run at a point the machine can run"),
     "FT343": Meta(PERFORMANCE, "a stock far below the roofline is a sign of a handicapped baseline",
-                  "stock at 10% of the measured roofline at a claimed point"),
+                  "stock at 10% of the measured roofline at a claimed point", severity=W),
     "FT344": Meta(PERFORMANCE, "bandwidth and plausibility checks need the engine's byte count",
                   "a timed variant with no bytes_moved", tags=(ANTI_GAMING,)),
     "FT345": Meta(EVALS, "a threshold the contributor sets can pass anything",

@@ -5,11 +5,12 @@ Bump VERDICT_SCHEMA_VERSION on any incompatible change. `fasttrack schema verdic
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from fasttrack.domain import ChangeStatus as ChangeStatus
+from fasttrack.domain import PointStatus as PointStatus
 from fasttrack.findings import Finding, Severity
 from fasttrack.ruleinfo import RuleCode, RulesInfo
 
@@ -19,16 +20,6 @@ VERDICT_SCHEMA_VERSION: Final = "1.1"
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-class ChangeStatus(StrEnum):
-    ADDED = "added"
-    MODIFIED = "modified"
-    DELETED = "deleted"
-    RENAMED = "renamed"
-    COPIED = "copied"
-    TYPE_CHANGED = "type-changed"  # file <-> symlink <-> submodule
-    MODE_CHANGED = "mode-changed"
 
 
 class ChangedFile(Strict):
@@ -119,15 +110,8 @@ class BlastRadius(Strict):
     shared_through_parent: int = 0
 
 
-class PointStatus(StrEnum):
-    PASSED = "passed"
-    FAILED = "failed"
-    MISSING = "missing"
-    STALE = "stale"
-
-
 class PointEvidence(Strict):
-    point: dict[str, str | int]  # gpu, tp, batch, context, dtype
+    point: dict[str, str | int]  # gpu, tp, batch, context, dtype (fasttrack.domain.Point.as_dict)
     status: PointStatus
     tests: int = 0
     failed: int = 0
@@ -221,7 +205,7 @@ class EvidencePart(Strict):
     collected_at: str | None = None
     machine: PartMachine | None = None  # None when the part did not parse or records no environment
     # Distinct envelope points this part holds kernel tests or a timed benchmark for: TP (as a string, since
-    # JSON keys are) -> count, and the points' keys (`gpu|tp<n>|b<batch>|c<context>|dtype`), sorted.
+    # JSON keys are) -> count, and the points' keys (`fasttrack.domain.Point.key`), sorted.
     points_by_tp: dict[str, int] = Field(default_factory=dict)
     points: list[str] = Field(default_factory=list)
     kernel_tests: int = 0  # kernel-test records in this part

@@ -8,15 +8,16 @@ from typing import Final
 
 import pydantic
 
-from fasttrack.evidence.bundle import REFERENCE_VARIANTS as REFERENCE_VARIANTS
-from fasttrack.evidence.bundle import STOCK_VARIANT as STOCK_VARIANT
+from fasttrack.domain import REFERENCE_VARIANTS as REFERENCE_VARIANTS
+from fasttrack.domain import Variant
 from fasttrack.findings import Finding, Severity
 from fasttrack.manifest import Envelope
 from fasttrack.ruleinfo import ANTI_GAMING, CUSTODY, PRESENCE, RulesInfo
 from fasttrack.verdict import EvalResult, EvidenceSummary, Verdict
 
 REQUIRED_SANITIZERS: Final = frozenset({"memcheck", "racecheck", "synccheck"})
-COMPILE_VARIANT: Final = "compile"
+STOCK_VARIANT: Final = Variant.STOCK.value
+COMPILE_VARIANT: Final = Variant.COMPILE.value
 
 # What to fix first when several errors block (from the verdict's own rule metadata): the judge, then
 # confinement, then whether evidence exists and belongs to this code, then cheating, then the envelope, then

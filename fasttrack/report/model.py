@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
+from fasttrack.domain import Point
 from fasttrack.findings import Finding, Severity
 from fasttrack.render.catalogue import rules_of
 from fasttrack.report.facts import (
@@ -113,46 +114,27 @@ class EnvelopeGrid:
     extra: tuple[str, ...] = ()  # evidence points outside the declared grid
 
 
-def _int(v: str | int | None, default: int = 0) -> int:
-    if isinstance(v, int):
-        return v
-    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
-        return int(v)
-    return default
-
-
-def _key(gpu: str, tp: int, batch: int, context: int, dtype: str) -> tuple[str, int, int, int, str]:
-    return (gpu, tp, batch, context, dtype)
-
-
 def build_grid(v: Verdict) -> EnvelopeGrid | None:
     """The envelope (hardware x TP x batch x context, per dtype) with each point's evidence status."""
     env = declared_envelope(v)
     ev = v.evidence
-    known: dict[tuple[str, int, int, int, str], CellEntry] = {}
+    known: dict[Point, CellEntry] = {}
     if ev is not None:
         for p in ev.points:
-            d = p.point
-            k = _key(
-                str(d.get("gpu", "?")),
-                _int(d.get("tp"), 1),
-                _int(d.get("batch")),
-                _int(d.get("context")),
-                str(d.get("dtype", "")),
-            )
+            k = Point.from_record(p.point)
             known[k] = CellEntry(
-                dtype=k[4], status=p.status, tests=p.tests, failed=p.failed, max_error=p.max_error
+                dtype=k.dtype, status=p.status, tests=p.tests, failed=p.failed, max_error=p.max_error
             )
     if env is not None:
         gpus = [h.name for h in env.hardware]
         tps, batches, contexts, dtypes = sorted(env.tp), env.batches(), env.contexts(), list(env.dtypes)
         source = "the manifest's declared envelope"
     elif known:
-        gpus = sorted({k[0] for k in known})
-        tps = sorted({k[1] for k in known})
-        batches = sorted({k[2] for k in known})
-        contexts = sorted({k[3] for k in known})
-        dtypes = sorted({k[4] for k in known})
+        gpus = sorted({k.gpu for k in known})
+        tps = sorted({k.tp for k in known})
+        batches = sorted({k.batch for k in known})
+        contexts = sorted({k.context for k in known})
+        dtypes = sorted({k.dtype for k in known})
         source = "the evidence's points (the verdict records no valid envelope)"
     else:
         return None
@@ -167,7 +149,7 @@ def build_grid(v: Verdict) -> EnvelopeGrid | None:
                 for c in contexts:
                     entries = []
                     for dt in dtypes:
-                        k = _key(gpu, tp, b, c, dt)
+                        k = Point(gpu=gpu, tp=tp, batch=b, context=c, dtype=dt)
                         declared.add(k)
                         entry = known.get(k) or CellEntry(
                             dtype=dt, status=PointStatus.MISSING, tests=0, failed=0, max_error=None
@@ -177,11 +159,7 @@ def build_grid(v: Verdict) -> EnvelopeGrid | None:
                     cells.append(tuple(entries))
                 rows.append(GridRow(batch=b, cells=tuple(cells)))
             panels.append(GridPanel(gpu=gpu, tp=tp, contexts=tuple(contexts), rows=tuple(rows)))
-    extra = tuple(
-        f"{k[0]} TP{k[1]} batch {k[2]} context {k[3]} {k[4]}".strip()
-        for k in sorted(known)
-        if k not in declared
-    )
+    extra = tuple(k.label() for k in sorted(known) if k not in declared)
     return EnvelopeGrid(
         panels=tuple(panels),
         counts={s.value: counts[s.value] for s in STATUS_ORDER},

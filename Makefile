@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: verify test lint typecheck install engine-tree
+.PHONY: verify test lint typecheck imports install engine-tree
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -30,5 +30,9 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict fasttrack
 
-test: $(STAMP) lint typecheck engine-tree
+# The layers contract of fasttrack itself ([tool.importlinter] in pyproject.toml).
+imports: $(STAMP)
+	$(BIN)/lint-imports
+
+test: $(STAMP) lint typecheck imports engine-tree
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile

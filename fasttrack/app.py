@@ -57,9 +57,14 @@ def rules_command(
                              fix="run `fasttrack rules` for the list")
         r = match[0]
         typer.echo(f"{r.code} [{r.family}] {r.summary}\n\n{r.doc}")
+        if r.info is not None:
+            typer.echo(f"\nWhy: {r.info.doc.why}\nExample: {r.info.doc.example}\nGroup: {r.info.group} · "
+                       f"default severity: {r.info.severity.value}"
+                       + (f" · tags: {', '.join(r.info.tags)}" if r.info.tags else ""))
         return
     if as_json:
-        typer.echo(json.dumps([{"code": r.code, "family": r.family, "summary": r.summary, "doc": r.doc}
+        typer.echo(json.dumps([{"code": r.code, "family": r.family, "summary": r.summary, "doc": r.doc,
+                                **({"metadata": r.info.model_dump(mode="json")} if r.info else {})}
                                for r in rules], indent=2))
         return
     for r in rules:

@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from fasttrack.domain import Point
 from fasttrack.loading import load_toml_model
 
 MANIFEST_FILE = "fasttrack.toml"
@@ -127,8 +128,11 @@ class EnvelopePoint(Strict):
     context: int
     dtype: str
 
+    def point(self) -> Point:
+        return Point(gpu=self.gpu, tp=self.tp, batch=self.batch, context=self.context, dtype=self.dtype)
+
     def key(self) -> str:
-        return f"{self.gpu}|tp{self.tp}|b{self.batch}|c{self.context}|{self.dtype}"
+        return self.point().key()
 
 
 class Fallback(Strict):

@@ -5,28 +5,21 @@ Bump VERDICT_SCHEMA_VERSION on any incompatible change. `fasttrack schema verdic
 
 from __future__ import annotations
 
-from enum import StrEnum
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from fasttrack.domain import ChangeStatus as ChangeStatus
+from fasttrack.domain import PointStatus as PointStatus
 from fasttrack.findings import Finding, Severity
+from fasttrack.ruleinfo import RuleCode, RulesInfo
 
-VERDICT_SCHEMA_VERSION: Final = "1.0"
+# 1.1: `catalogue` (the metadata of the rules that ran). A 1.0 verdict has none; renderers say so.
+VERDICT_SCHEMA_VERSION: Final = "1.1"
 
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-class ChangeStatus(StrEnum):
-    ADDED = "added"
-    MODIFIED = "modified"
-    DELETED = "deleted"
-    RENAMED = "renamed"
-    COPIED = "copied"
-    TYPE_CHANGED = "type-changed"  # file <-> symlink <-> submodule
-    MODE_CHANGED = "mode-changed"
 
 
 class ChangedFile(Strict):
@@ -117,15 +110,8 @@ class BlastRadius(Strict):
     shared_through_parent: int = 0
 
 
-class PointStatus(StrEnum):
-    PASSED = "passed"
-    FAILED = "failed"
-    MISSING = "missing"
-    STALE = "stale"
-
-
 class PointEvidence(Strict):
-    point: dict[str, str | int]  # gpu, tp, batch, context, dtype
+    point: dict[str, str | int]  # gpu, tp, batch, context, dtype (fasttrack.domain.Point.as_dict)
     status: PointStatus
     tests: int = 0
     failed: int = 0
@@ -219,7 +205,7 @@ class EvidencePart(Strict):
     collected_at: str | None = None
     machine: PartMachine | None = None  # None when the part did not parse or records no environment
     # Distinct envelope points this part holds kernel tests or a timed benchmark for: TP (as a string, since
-    # JSON keys are) -> count, and the points' keys (`gpu|tp<n>|b<batch>|c<context>|dtype`), sorted.
+    # JSON keys are) -> count, and the points' keys (`fasttrack.domain.Point.key`), sorted.
     points_by_tp: dict[str, int] = Field(default_factory=dict)
     points: list[str] = Field(default_factory=list)
     kernel_tests: int = 0  # kernel-test records in this part
@@ -265,7 +251,7 @@ class EvidenceSummary(Strict):
 
 
 class Verdict(Strict):
-    schema_version: Literal["1.0"] = VERDICT_SCHEMA_VERSION
+    schema_version: Literal["1.0", "1.1"] = VERDICT_SCHEMA_VERSION
     tool_version: str
     verdict: Literal["pass", "fail"]
     mode: Literal["range", "contribution"]
@@ -287,7 +273,23 @@ class Verdict(Strict):
     fallback: dict[str, object] | None = None
     evidence: EvidenceSummary | None = None
     rules_run: list[str] = Field(default_factory=list)
+    # The metadata (checklist group, tags, severity, docs) of the rules that ran, as the judging fasttrack
+    # declared it: renderers read groups and docs from here, so an old verdict renders with its own. None in
+    # verdicts written before schema 1.1.
+    catalogue: RulesInfo | None = None
     generated_at: str
+
+    @model_validator(mode="before")
+    @classmethod
+    def _catalogue_of_rules_run(cls, data: Any) -> Any:
+        """In the process that ran the rules, `rules_run` holds `RuleCode`s that carry their metadata: record
+        it when `catalogue` is not given. A verdict read from JSON holds plain codes and keeps what it has."""
+        if not isinstance(data, dict) or data.get("catalogue") is not None:
+            return data
+        codes = data.get("rules_run")
+        if not isinstance(codes, list) or not codes or not all(isinstance(c, RuleCode) for c in codes):
+            return data
+        return {**data, "catalogue": RulesInfo(groups=codes[0].groups, rules=tuple(c.info for c in codes))}
 
     def counts(self) -> dict[str, int]:
         out = {s.value: 0 for s in Severity}

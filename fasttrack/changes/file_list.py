@@ -19,8 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fasttrack.changes.git import parse_hunks
 from fasttrack.changes.model import Change
+from fasttrack.domain import ChangeStatus
 from fasttrack.errors import InputError, from_validation_error
-from fasttrack.verdict import ChangeStatus
 
 TEXT_SUFFIXES = frozenset({".py", ".pyi", ".md", ".rst", ".txt", ".toml", ".yaml", ".yml", ".json", ".cfg",
                            ".ini", ".cu", ".cuh", ".c", ".cc", ".cpp", ".h", ".hpp", ".sh", ".cmake", ""})

@@ -43,8 +43,8 @@ from pathlib import Path
 
 from fasttrack.cache import cache_root as cache_root  # re-exported for older callers
 from fasttrack.changes.model import Change, Hunk
+from fasttrack.domain import ChangeStatus
 from fasttrack.errors import InputError
-from fasttrack.verdict import ChangeStatus
 
 WORKTREE = "WORKTREE"
 NULL_MODE = "000000"

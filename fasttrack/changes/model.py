@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fasttrack.verdict import ChangeStatus
+from fasttrack.domain import ChangeStatus
 
 
 @dataclass(frozen=True)

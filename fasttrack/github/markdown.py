@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
+from fasttrack.render.catalogue import failing_groups, rules_of
 from fasttrack.render.markdown import (
     COMMENT_LIMIT,
     ICON,
@@ -59,12 +60,26 @@ def headline(verdict: Verdict, outcome: Outcome) -> str:
 def sections(verdict: Verdict, outcome: Outcome) -> list[Section]:
     out: list[Section] = []
     findings = sort_findings(verdict.findings)
+    rules = rules_of(verdict)
     if findings:
+        failing = failing_groups(verdict, rules.info)
+        head = ["", "#### Findings", ""]
+        if failing:  # the checklist groups come from the verdict's own rule metadata
+            head += ["Failing checks: " + " · ".join(f"**{esc(title, 120)}** ({esc(', '.join(codes), 200)})"
+                                                     for title, codes in failing), ""]
+        if rules.note:
+            head += [f"_Note: {esc(rules.note, 400)}._", ""]
         out.append(Section(
-            head=["", "#### Findings", "", "| | Code | Where | Message | Fix |", "|---|---|---|---|---|"],
+            head=[*head, "| | Code | Where | Message | Fix |", "|---|---|---|---|---|"],
             rows=[f"| {ICON[f.severity]} | {esc(f.code, 10)} | {finding_where(f)} | {prose(f.message)} | "
                   f"{prose(f.fix or '')} |" for f in findings],
             noun="findings"))
+        failed = sorted({f.code for f in findings if f.severity.value != "info"})
+        docs = [f"- {esc(c, 10)}: {prose(info.summary)} {esc('Why: ' + info.doc.why, 300)}"
+                for c in failed if (info := rules.info.rule(c)) is not None]
+        if docs:  # the rules' docs as the judging run declared them (the verdict's own metadata)
+            out.append(Section(head=["", "<details><summary>The rules behind these findings</summary>", ""],
+                               rows=docs, foot=["", "</details>"], noun="rules"))
     br = verdict.blast_radius
     blast_rows: list[str] = []
     for m in br.models:

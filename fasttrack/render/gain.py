@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fasttrack.domain import Point
 from fasttrack.verdict import BenchmarkRow, Verdict
 
 MAX_GAIN_ROWS = 5
@@ -26,8 +27,7 @@ class GainView:
 
 
 def _point(row: BenchmarkRow) -> str:
-    p = row.point
-    return f"tp{p.get('tp')} b{p.get('batch')} c{p.get('context')} {p.get('dtype')}"
+    return Point.from_record(row.point).short()
 
 
 def views(v: Verdict) -> list[GainView]:

@@ -1,9 +1,12 @@
 """SARIF 2.1.0 from a Verdict, for GitHub code scanning (`github/codeql-action/upload-sarif`) and IDEs.
 
-One `reportingDescriptor` per rule in the catalogue (id = FT code, shortDescription = the one-line summary,
-fullDescription = the rule's doc), one result per finding with its level, message and location (the
-file and line when the finding has them; else the evidence file). Findings with no place at all stay in
-the log without a location: valid SARIF, though code scanning only shows results that have one.
+One `reportingDescriptor` per rule that ran, from the verdict's own rule metadata (id = FT code,
+shortDescription = the one-line summary, fullDescription = what it checks, help = what / why / example,
+defaultConfiguration = its default severity, properties = family, tags and checklist group; a verdict
+without metadata falls back to the installed catalogue, said in the run's properties). One result per
+finding with its level, message and location (the file and line when the finding has them; else the
+evidence file). Findings with no place at all stay in the log without a location: valid SARIF, though
+code scanning only shows results that have one.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import json
 from typing import Any
 
 from fasttrack.findings import Finding, Severity
+from fasttrack.render.catalogue import rules_of
+from fasttrack.ruleinfo import RulesInfo
 from fasttrack.verdict import Verdict
 
 SARIF_VERSION = "2.1.0"
@@ -21,18 +26,21 @@ INFORMATION_URI = "https://github.com/fasttrack-ci/fasttrack"
 _LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
 
 
-def _rules() -> list[dict[str, Any]]:
-    from fasttrack.rules import all_rules
-
+def _rules(info: RulesInfo) -> list[dict[str, Any]]:
     out = []
-    for r in all_rules():
+    for r in sorted(info.rules, key=lambda r: r.code):
+        group = info.group_of(r.code)
+        d = r.doc
         out.append({
             "id": r.code,
             "name": _camel(r.summary) or r.code,
             "shortDescription": {"text": r.summary},
-            "fullDescription": {"text": r.doc or r.summary},
-            "help": {"text": r.doc or r.summary, "markdown": f"**{r.code}**: {r.doc or r.summary}"},
-            "properties": {"family": r.family, "tags": ["fasttrack", *([r.family] if r.family else [])]},
+            "fullDescription": {"text": d.what},
+            "help": {"text": f"{d.what}\n\nWhy: {d.why}\n\nExample: {d.example}",
+                     "markdown": f"**{r.code}**: {d.what}\n\n**Why:** {d.why}\n\n**Example:** {d.example}"},
+            "defaultConfiguration": {"level": _LEVEL[r.severity]},
+            "properties": {"family": r.family, "group": group.title if group else None,
+                           "tags": ["fasttrack", *([r.family] if r.family else []), *r.tags]},
         })
     return out
 
@@ -59,7 +67,8 @@ def _fingerprint(f: Finding) -> str:
 
 
 def to_sarif(verdict: Verdict) -> dict[str, Any]:
-    rules = _rules()
+    meta = rules_of(verdict)
+    rules = _rules(meta.info)
     index = {r["id"]: i for i, r in enumerate(rules)}
     results = []
     for f in verdict.findings:
@@ -95,6 +104,8 @@ def to_sarif(verdict: Verdict) -> dict[str, Any]:
                        "base": verdict.base, "head": verdict.head, "pr": verdict.pr,
                        "policyDigest": verdict.policy_digest, "rulesRun": verdict.rules_run},
     }
+    if meta.note:
+        run["properties"]["ruleMetadataNote"] = meta.note
     if verdict.head and _is_sha(verdict.head) and verdict.repo and verdict.repo.startswith(("https://", "http://")):
         run["versionControlProvenance"] = [{"repositoryUri": verdict.repo, "revisionId": verdict.head}]
     return {"$schema": SARIF_SCHEMA, "version": SARIF_VERSION, "runs": [run]}

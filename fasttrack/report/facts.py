@@ -8,32 +8,22 @@ from typing import Final
 
 import pydantic
 
-from fasttrack.evidence.bundle import REFERENCE_VARIANTS as REFERENCE_VARIANTS
-from fasttrack.evidence.bundle import STOCK_VARIANT as STOCK_VARIANT
+from fasttrack.domain import REFERENCE_VARIANTS as REFERENCE_VARIANTS
+from fasttrack.domain import Variant
 from fasttrack.findings import Finding, Severity
 from fasttrack.manifest import Envelope
+from fasttrack.ruleinfo import ANTI_GAMING, CUSTODY, PRESENCE, RulesInfo
 from fasttrack.verdict import EvalResult, EvidenceSummary, Verdict
 
-# Rules that catch a harness being gamed or the judge being edited (issue 3's anti-gaming list): like-for-like
-# comparisons, physically implausible results, timed outputs that differ from stock, a timing protocol that
-# is not fasttrack's, raw logs that do not match the statement, a bundle for another contribution, and a PR
-# that edits its own judge.
-ANTI_GAMING_CODES: Final = frozenset({"FT309", "FT311", "FT313", "FT319", "FT320", "FT321", "FT330", "FT335",
-                                      "FT336", "FT337", "FT338", "FT339", "FT344", "FT346", "FT401", "FT402"})
 REQUIRED_SANITIZERS: Final = frozenset({"memcheck", "racecheck", "synccheck"})
-COMPILE_VARIANT: Final = "compile"
+STOCK_VARIANT: Final = Variant.STOCK.value
+COMPILE_VARIANT: Final = Variant.COMPILE.value
 
-# What to fix first when several errors block: the judge, then confinement, then whether evidence exists and
-# belongs to this code, then cheating, then the envelope, then the remaining evidence rules.
-_BLOCKER_ORDER: Final = (
-    ("FT4",),
-    ("FT1",),
-    ("FT300", "FT301", "FT321"),
-    ("FT302", "FT303"),
-    tuple(sorted(ANTI_GAMING_CODES)),
-    ("FT2",),
-    ("FT3",),
-)
+# What to fix first when several errors block (from the verdict's own rule metadata): the judge, then
+# confinement, then whether evidence exists and belongs to this code, then cheating, then the envelope, then
+# the remaining rules, then codes the verdict's catalogue does not hold.
+_BLOCKER_GROUPS: Final = ("judge", "confined")
+_BLOCKER_TAGS: Final = (PRESENCE, CUSTODY, ANTI_GAMING)
 
 
 def declared_envelope(v: Verdict) -> Envelope | None:
@@ -87,19 +77,31 @@ def eval_margin(e: EvalResult) -> float:
     return delta / room if room > 0 else delta
 
 
-def _blocker_rank(code: str) -> int:
-    for i, group in enumerate(_BLOCKER_ORDER):
-        if any(code.startswith(prefix) for prefix in group):
-            return i
-    return len(_BLOCKER_ORDER)
+def _blocker_rank(code: str, rules: RulesInfo) -> int:
+    info = rules.rule(code)
+    if info is None:
+        return len(_BLOCKER_GROUPS) + len(_BLOCKER_TAGS) + 2
+    if info.group in _BLOCKER_GROUPS:
+        return _BLOCKER_GROUPS.index(info.group)
+    ranks = [i for i, tag in enumerate(_BLOCKER_TAGS) if tag in info.tags]
+    if ranks:
+        return len(_BLOCKER_GROUPS) + min(ranks)
+    return len(_BLOCKER_GROUPS) + len(_BLOCKER_TAGS) + (0 if info.group == "envelope" else 1)
 
 
-def blocker(findings: list[Finding]) -> Finding | None:
-    """The error to fix first (None when nothing blocks)."""
+def blocker(findings: list[Finding], rules: RulesInfo) -> Finding | None:
+    """The error to fix first (None when nothing blocks), ranked by the verdict's rule metadata."""
     errors = [f for f in findings if f.severity is Severity.ERROR]
     if not errors:
         return None
-    return min(errors, key=lambda f: (_blocker_rank(f.code), f.code, f.path or "", f.line or 0, f.message))
+    return min(errors, key=lambda f: (_blocker_rank(f.code, rules), f.code, f.path or "", f.line or 0,
+                                      f.message))
+
+
+def anti_gaming(findings: list[Finding], rules: RulesInfo) -> list[Finding]:
+    """The warnings and errors of rules tagged anti-gaming (a harness gamed, the judge edited)."""
+    tagged = rules.tagged(ANTI_GAMING)
+    return [f for f in findings if f.code in tagged and f.severity is not Severity.INFO]
 
 
 def where(f: Finding) -> str:

@@ -244,6 +244,8 @@ def _findings(c: ContributionView) -> list[str]:
 
 def _checklist(c: ContributionView) -> list[str]:
     out = ["", "**Review checklist**", ""]
+    if c.catalogue_note:
+        out += [f"_Note: {esc(c.catalogue_note, 400)}._", ""]
     for item in c.checklist:
         box = "x" if item.state == "ok" else " "
         codes = f" ({', '.join(item.codes)})" if item.codes else ""

@@ -13,12 +13,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
+from fasttrack.domain import Point
 from fasttrack.findings import Finding, Severity
+from fasttrack.render.catalogue import rules_of
 from fasttrack.report.facts import (
-    ANTI_GAMING_CODES,
     COMPILE_VARIANT,
     REQUIRED_SANITIZERS,
     STOCK_VARIANT,
+    anti_gaming,
     blocker,
     declared_envelope,
     eval_margin,
@@ -27,6 +29,7 @@ from fasttrack.report.facts import (
 )
 from fasttrack.report.plot import Plot, build_plots
 from fasttrack.report.risk import Risk, assess
+from fasttrack.ruleinfo import RulesInfo
 from fasttrack.verdict import EvalResult, PointStatus, SanitizerResult, Verdict
 
 MAX_FINDINGS_SHOWN = 1000  # per severity on a page; the verdict JSON beside the page has all of them
@@ -111,46 +114,27 @@ class EnvelopeGrid:
     extra: tuple[str, ...] = ()  # evidence points outside the declared grid
 
 
-def _int(v: str | int | None, default: int = 0) -> int:
-    if isinstance(v, int):
-        return v
-    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
-        return int(v)
-    return default
-
-
-def _key(gpu: str, tp: int, batch: int, context: int, dtype: str) -> tuple[str, int, int, int, str]:
-    return (gpu, tp, batch, context, dtype)
-
-
 def build_grid(v: Verdict) -> EnvelopeGrid | None:
     """The envelope (hardware x TP x batch x context, per dtype) with each point's evidence status."""
     env = declared_envelope(v)
     ev = v.evidence
-    known: dict[tuple[str, int, int, int, str], CellEntry] = {}
+    known: dict[Point, CellEntry] = {}
     if ev is not None:
         for p in ev.points:
-            d = p.point
-            k = _key(
-                str(d.get("gpu", "?")),
-                _int(d.get("tp"), 1),
-                _int(d.get("batch")),
-                _int(d.get("context")),
-                str(d.get("dtype", "")),
-            )
+            k = Point.from_record(p.point)
             known[k] = CellEntry(
-                dtype=k[4], status=p.status, tests=p.tests, failed=p.failed, max_error=p.max_error
+                dtype=k.dtype, status=p.status, tests=p.tests, failed=p.failed, max_error=p.max_error
             )
     if env is not None:
         gpus = [h.name for h in env.hardware]
         tps, batches, contexts, dtypes = sorted(env.tp), env.batches(), env.contexts(), list(env.dtypes)
         source = "the manifest's declared envelope"
     elif known:
-        gpus = sorted({k[0] for k in known})
-        tps = sorted({k[1] for k in known})
-        batches = sorted({k[2] for k in known})
-        contexts = sorted({k[3] for k in known})
-        dtypes = sorted({k[4] for k in known})
+        gpus = sorted({k.gpu for k in known})
+        tps = sorted({k.tp for k in known})
+        batches = sorted({k.batch for k in known})
+        contexts = sorted({k.context for k in known})
+        dtypes = sorted({k.dtype for k in known})
         source = "the evidence's points (the verdict records no valid envelope)"
     else:
         return None
@@ -165,7 +149,7 @@ def build_grid(v: Verdict) -> EnvelopeGrid | None:
                 for c in contexts:
                     entries = []
                     for dt in dtypes:
-                        k = _key(gpu, tp, b, c, dt)
+                        k = Point(gpu=gpu, tp=tp, batch=b, context=c, dtype=dt)
                         declared.add(k)
                         entry = known.get(k) or CellEntry(
                             dtype=dt, status=PointStatus.MISSING, tests=0, failed=0, max_error=None
@@ -175,11 +159,7 @@ def build_grid(v: Verdict) -> EnvelopeGrid | None:
                     cells.append(tuple(entries))
                 rows.append(GridRow(batch=b, cells=tuple(cells)))
             panels.append(GridPanel(gpu=gpu, tp=tp, contexts=tuple(contexts), rows=tuple(rows)))
-    extra = tuple(
-        f"{k[0]} TP{k[1]} batch {k[2]} context {k[3]} {k[4]}".strip()
-        for k in sorted(known)
-        if k not in declared
-    )
+    extra = tuple(k.label() for k in sorted(known) if k not in declared)
     return EnvelopeGrid(
         panels=tuple(panels),
         counts={s.value: counts[s.value] for s in STATUS_ORDER},
@@ -358,102 +338,60 @@ class CheckItem:
     signer: str | None = None
 
 
-# Checklist items the tool decides: title, the rule codes behind it (a code, or a family prefix of fewer than
-# five characters), what it means. Every rule code belongs to exactly one item (`checklist_group`; a test
-# checks the catalogue), and an error whose code belongs to none fails the catch-all item, never "ok".
-_TOOL_CHECKS: tuple[tuple[str, tuple[str, ...], str], ...] = (
-    ("The judge is untouched", ("FT4",),
-     "no edit to the policy, allowed signers, baselines, workflows or fasttrack; an accepted harness"),
-    ("Confined to one model's own code", ("FT1",),
-     "path zones, hooks, symlinks, modes, loadable files, escapes and the effect trace, and nothing else "
-     "importing the changed code"),
-    (
-        "Envelope bounded and honoured",
-        ("FT2",),
-        "finite hardware, TP in one NVLink domain, bounded batch and context, guard agrees with the "
-        "manifest",
-    ),
-    (
-        "Evidence is for this code, fresh and signed",
-        ("FT300", "FT301", "FT302", "FT303", "FT317", "FT318", "FT320", "FT321", "FT322", "FT330", "FT335",
-         "FT349"),
-        "bundle parses, digests match the head and the engine baseline, signature from an allowed signer, "
-        "raw logs match",
-    ),
-    (
-        "Performance claims hold",
-        ("FT305", "FT308", "FT309", "FT310", "FT311", "FT312", "FT319", "FT336", "FT337", "FT341", "FT343",
-         "FT344", "FT346", "FT347", "FT348"),
-        "recomputed from raw samples at the CI's lower bound against the engine's stock, like with like, "
-        "never slower than stock, audits agree",
-    ),
-    ("Model-level evals within thresholds", ("FT314", "FT345"),
-     "every eval on the right side of a threshold the policy bounds"),
-    ("Sanitizers clean", ("FT315", "FT316"), "memcheck, racecheck and synccheck ran and found nothing"),
-)
-NUMERICAL_CODES = ("FT304", "FT306", "FT307", "FT313", "FT338", "FT339", "FT340")
+NUMERICAL_GROUP = "numerical"
+
+
+def _signer(v: Verdict) -> str | None:
+    ev = v.evidence
+    return ev.signer if ev is not None and ev.present and ev.signature_valid is not None else None
+
+
+def _numerical_detail(v: Verdict, detail: str) -> str:
+    """Who vouches for the numerical evidence, then the group's own detail."""
+    ev = v.evidence
+    if ev is None or not ev.present:
+        who = "nobody yet: there is no evidence bundle"
+    elif ev.signature_valid:
+        who = f"signed by {ev.signer or 'an allowed signer'} (signature verified)"
+    elif ev.signature_valid is False:
+        who = f"claimed by {ev.signer or 'an unknown key'}, but the signature does not verify"
+    else:
+        who = "nobody: the evidence is unsigned"
+    return f"{who}; {detail}" if detail else who
+
+
 OTHER_CHECK = "Every other rule"
 
 
-def _matches(code: str, prefixes: tuple[str, ...]) -> bool:
-    return any(code == p or (len(p) < 5 and code.startswith(p)) for p in prefixes)
+def _group_state(v: Verdict, rules: RulesInfo, group: str) -> tuple[CheckState, tuple[str, ...]]:
+    def in_group(code: str) -> bool:
+        g = rules.group_of(code)
+        return g is not None and g.id == group
 
-
-def checklist_group(code: str) -> str | None:
-    """The checklist item a rule code belongs to (None: no item claims it)."""
-    for title, prefixes, _ in _TOOL_CHECKS:
-        if _matches(code, prefixes):
-            return title
-    if _matches(code, NUMERICAL_CODES):
-        return "numerical"
-    return None
-
-
-def _tool_state(v: Verdict, prefixes: tuple[str, ...]) -> tuple[CheckState, tuple[str, ...]]:
-    failing = sorted(
-        {f.code for f in v.findings if f.severity is Severity.ERROR and _matches(f.code, prefixes)}
-    )
+    failing = sorted({f.code for f in v.findings if f.severity is Severity.ERROR and in_group(f.code)})
     if failing:
         return "failed", tuple(failing)
-    if not any(_matches(c, prefixes) for c in v.rules_run):
+    if not any(in_group(c) for c in v.rules_run):
         return "not-run", ()
     return "ok", ()
 
 
 def build_checklist(v: Verdict) -> tuple[CheckItem, ...]:
+    """The tool-decided items are the checklist groups of the verdict's own rule metadata, in its order; an
+    error whose code that metadata does not hold fails a catch-all item (never hidden behind an "ok")."""
+    rules = rules_of(v).info
     items = []
-    for title, prefixes, what in _TOOL_CHECKS:
-        state, codes = _tool_state(v, prefixes)
-        items.append(CheckItem(title=title, state=state, detail=what, codes=codes))
+    for g in rules.groups:
+        state, codes = _group_state(v, rules, g.id)
+        detail = _numerical_detail(v, g.detail) if g.id == NUMERICAL_GROUP else g.detail
+        signer = _signer(v) if g.id == NUMERICAL_GROUP else None
+        items.append(CheckItem(title=g.title, state=state, detail=detail, codes=codes, signer=signer))
     stray = sorted({f.code for f in v.findings
-                    if f.severity is Severity.ERROR and checklist_group(f.code) is None})
-    if stray:  # fail closed: an error no item claims is shown failing, never hidden behind an "ok"
+                    if f.severity is Severity.ERROR and rules.group_of(f.code) is None})
+    if stray:
         items.append(CheckItem(title=OTHER_CHECK, state="failed",
-                               detail="errors of rules no item above covers", codes=tuple(stray)))
-    ev = v.evidence
-    state, codes = _tool_state(v, NUMERICAL_CODES)
-    if ev is None or not ev.present:
-        signer = None
-        who = "nobody yet: there is no evidence bundle"
-    elif ev.signature_valid:
-        signer = ev.signer
-        who = f"signed by {ev.signer or 'an allowed signer'} (signature verified)"
-    elif ev.signature_valid is False:
-        signer = ev.signer
-        who = f"claimed by {ev.signer or 'an unknown key'}, but the signature does not verify"
-    else:
-        signer = None
-        who = "nobody: the evidence is unsigned"
-    items.insert(
-        4,
-        CheckItem(
-            title="Numerical check: kernel tests at every envelope point, timed outputs match stock",
-            state=state,
-            codes=codes,
-            signer=signer,
-            detail=f"{who}; a maintainer countersigns below after reading the tolerances",
-        ),
-    )
+                               detail="errors of rules the verdict's catalogue does not hold",
+                               codes=tuple(stray)))
     items += [
         CheckItem(
             "Blast radius read: every witness import chain is expected",
@@ -497,6 +435,7 @@ class ContributionView:
     evidence_age_days: float | None
     superseded: int = 0
     generated: datetime | None = field(default=None)
+    catalogue_note: str | None = None  # the verdict records no rule metadata: today's stands in (why)
 
     @property
     def ready(self) -> bool:
@@ -545,7 +484,8 @@ def build_view(
     v: Verdict, *, slug: str, origin: str, now: datetime, max_age_days: int, superseded: int = 0
 ) -> ContributionView:
     _, title, kind = identity(v)
-    block = blocker(v.findings)
+    rules = rules_of(v)
+    block = blocker(v.findings, rules.info)
     counts = v.counts()
     by_sev: dict[str, list[Finding]] = {s.value: [] for s in Severity}
     for f in v.findings:
@@ -572,9 +512,8 @@ def build_view(
         checklist=build_checklist(v),
         findings=shown,
         hidden=hidden,
-        anti_gaming=tuple(
-            f for f in v.findings if f.code in ANTI_GAMING_CODES and f.severity is not Severity.INFO
-        ),
+        anti_gaming=tuple(anti_gaming(v.findings, rules.info)),
+        catalogue_note=rules.note,
         evidence_age_days=evidence_age_days(ev, now) if ev else None,
         superseded=superseded,
         generated=parse_time(v.generated_at),

@@ -14,9 +14,10 @@ from datetime import datetime
 from typing import Final, Literal
 
 from fasttrack.findings import Severity
+from fasttrack.render.catalogue import rules_of
 from fasttrack.report.facts import (
-    ANTI_GAMING_CODES,
     REQUIRED_SANITIZERS,
+    anti_gaming,
     eval_margin,
     evidence_age_days,
     grid_size,
@@ -67,8 +68,8 @@ RISK_RULES: Final[tuple[RiskRule, ...]] = (
     RiskRule("evals", "8 per eval outside its threshold, 2 per eval within 5% of it", 16),
     RiskRule(
         "anti-gaming",
-        "15 per error and 5 per warning from the anti-gaming and integrity rules "
-        f"({', '.join(sorted(ANTI_GAMING_CODES))})",
+        "15 per error and 5 per warning from the rules the verdict's catalogue tags anti-gaming "
+        "(a harness gamed, the judge edited)",
         30,
     ),
 )
@@ -214,7 +215,7 @@ def assess(v: Verdict, *, now: datetime, max_age_days: int) -> Risk:
             parts.append(f"within 5% of threshold: {', '.join(tight)}")
         add("evals", 8 * len(failed_evals) + 2 * len(tight), "; ".join(parts))
 
-    gaming = [f for f in v.findings if f.code in ANTI_GAMING_CODES and f.severity is not Severity.INFO]
+    gaming = anti_gaming(v.findings, rules_of(v).info)
     if gaming:
         g_err = sum(1 for f in gaming if f.severity is Severity.ERROR)
         add(

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from fasttrack.findings import Finding
+from fasttrack.ruleinfo import RuleInfo
 
 if TYPE_CHECKING:
     from fasttrack.context import Context
@@ -25,6 +26,9 @@ class Rule:
     check: Check
     doc: str = ""
     family: str = ""
+    # The catalogue's metadata (fasttrack.rules.catalogue), joined by `fasttrack.rules.all_rules()`.
+    info: RuleInfo | None = None
+    fixture_exempt: str | None = None
 
     def run(self, ctx: Context) -> list[Finding]:
         """Run the rule; a rule that crashes yields an error finding (fail closed), never a pass."""

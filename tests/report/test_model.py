@@ -21,6 +21,7 @@ from fasttrack.report.model import (
     worst,
 )
 from fasttrack.report.plot import build_plots, nice_ticks
+from fasttrack.rules import all_rules, describe
 from fasttrack.verdict import BenchmarkRow, EvalResult, PointStatus, Verdict
 
 
@@ -215,11 +216,16 @@ def test_blocker_prefers_the_judge_then_confinement_then_evidence() -> None:
     ft101 = Finding.error("FT101", "shared code", path="vllm/a.py")
     ft401 = Finding.error("FT401", "edits the policy")
     warn = Finding.warning("FT318", "old")
-    assert blocker([warn]) is None
-    assert blocker([ft311, ft300]) == ft300
-    assert blocker([ft311, ft300, ft101]) == ft101
-    assert blocker([ft311, ft300, ft101, ft401]) == ft401
-    assert blocker([Finding.error("FT307", "a test failed"), ft311]) == ft311  # anti-gaming before failures
+    rules = describe(all_rules())
+    assert blocker([warn], rules) is None
+    assert blocker([ft311, ft300], rules) == ft300
+    assert blocker([ft311, ft300, ft101], rules) == ft101
+    assert blocker([ft311, ft300, ft101, ft401], rules) == ft401
+    # anti-gaming before failures, the envelope before the other evidence rules, unknown codes last
+    assert blocker([Finding.error("FT307", "a test failed"), ft311], rules) == ft311
+    ft204, ft307 = Finding.error("FT204", "batch"), Finding.error("FT307", "a test failed")
+    assert blocker([ft307, ft204], rules) == ft204
+    assert blocker([Finding.error("FT999", "?"), ft307], rules) == ft307
 
 
 def test_view_of_a_failing_verdict() -> None:

@@ -46,6 +46,37 @@ _MUTATORS = frozenset({
     "update", "setdefault", "pop", "popitem", "clear", "append", "extend", "insert", "remove", "add",
     "discard", "__setitem__", "__delitem__", "__ior__", "cache_clear",
 })
+# Methods that change the object they are called on beyond a container's (a module's children, hooks,
+# buffers and parameters; a descriptor or pickled state; in-place operators; deque, OrderedDict and set
+# updates; a ContextVar or Event): called on the engine's objects, a write to them (FT120).
+# A module's children, hooks, buffers and parameters: also recorded when called on a parameter (judged
+# where a caller hands the helper a foreign object).
+_MODULE_MUTATORS = frozenset({
+    "add_module", "register_module", "register_buffer", "register_parameter", "register_forward_hook",
+    "register_forward_pre_hook", "register_full_backward_hook", "register_full_backward_pre_hook",
+    "register_backward_hook", "register_load_state_dict_post_hook", "register_load_state_dict_pre_hook",
+    "register_state_dict_pre_hook", "register_state_dict_post_hook", "_register_state_dict_hook",
+    "_register_load_state_dict_pre_hook", "load_state_dict", "requires_grad_", "share_memory_",
+})
+_OBJECT_MUTATORS = _MODULE_MUTATORS | frozenset({
+    "__set__", "__set_name__", "__setstate__", "__init__", "__iadd__", "__isub__", "__imul__", "__iand__",
+    "__ixor__", "__delattr__", "sort", "reverse", "appendleft", "extendleft", "rotate", "move_to_end",
+    "difference_update", "intersection_update", "symmetric_difference_update", "put", "put_nowait",
+    "set", "reset",
+})
+
+
+def mutating_method(name: str) -> bool:
+    """Whether a method of that name changes its receiver: a container method, one of `_OBJECT_MUTATORS`,
+    or torch's in-place convention (`zero_`, `copy_`, `fill_`: a trailing underscore, not a dunder)."""
+    return name in _MUTATORS or name in _OBJECT_MUTATORS or (
+        name.endswith("_") and not name.endswith("__") and name.strip("_") != "")
+
+
+# The dotted head of a parameter the engine fills with its own object (policy `engine_parameter_names` /
+# `engine_parameter_types`): `~param.vllm_config.model_config.hf_config` is what `vllm_config.model_config.
+# hf_config` refers to in model code. Not a module name, so never the contribution's own.
+ENGINE_PARAM = "~param"
 # C modules that are other names for a stdlib module (`posix.putenv` is `os.putenv`).
 _MODULE_ALIASES = {
     "posix": "os", "nt": "os", "_posixsubprocess": "subprocess", "_signal": "signal", "_thread": "threading",
@@ -124,6 +155,8 @@ def state_like_receiver(receiver: str, hidden_import_roots: Sequence[str],
     """Whether a foreign dotted receiver of `.add()`/`.update()`/... is state rather than a module whose
     function happens to have that name (`torch.add`, `os.remove`): in the engine's packages anything not
     imported as a module (lower-case registries too); elsewhere constants, classes and private names."""
+    if receiver.startswith(ENGINE_PARAM + "."):
+        return True
     if receiver not in module_imports and any(receiver.startswith(r + ".") for r in hidden_import_roots):
         return True
     parts = receiver.replace("[", ".[").split(".")
@@ -242,6 +275,7 @@ class _Ref:
 
 
 _LOCAL_REF = _Ref("local")
+_COPY = "<shallow copy>"  # a local ref: `copy.copy(x)`, whose `elements` are what its attributes are
 _INSTANCE = "<instance of "  # + an own class's dotted name + ">": a local object of an own class
 # a thread or thread pool made here: starting it at import time is FT146
 _THREAD_REF = _Ref("local", "<thread>")
@@ -378,6 +412,12 @@ class _Analyser:
         # `x.attr = value` on any object: attribute name -> the values stored (taint by attribute name,
         # so `self.target = SharedClass; self.target.forward = f` is a write to SharedClass).
         self.attr_stores: dict[str, list[tuple[ast.expr, _Scope]]] = {}
+        # Model code (a module of the contribution's own packages, or one that cannot be placed: fail
+        # closed): its parameters named or annotated like the engine's objects are the engine's.
+        self.model_code = module is None or self.is_own(module)
+        self._engine_params: dict[tuple[str, str], _Ref | None] = {}
+        self.engine_param_why: dict[str, str] = {}  # parameter name -> why it is the engine's
+        self._kept: list[ast.AST] = []  # parsed string annotations (memo keys are node ids: keep them alive)
 
     # ---------------------------------------------------------------- ownership
 
@@ -760,7 +800,7 @@ class _Analyser:
                 r = self.resolve(b.value, b.scope)
                 refs.append(r if r is not None else _LOCAL_REF)
             elif isinstance(b, _Param):
-                refs.append(_Ref("param", f"{b.function}{_SEP}{b.name}"))
+                refs.append(self._engine_param(b) or _Ref("param", f"{b.function}{_SEP}{b.name}"))
             elif isinstance(b, _Elem):
                 refs.append(self._element(self.resolve(b.value, b.scope)) or _LOCAL_REF)
             else:
@@ -779,6 +819,90 @@ class _Analyser:
         if _THREAD_REF in refs:
             return _THREAD_REF
         return next((r for r in refs if r.qualname.startswith(_INSTANCE)), _LOCAL_REF)
+
+    def _engine_param(self, param: _Param) -> _Ref | None:
+        """What a parameter of model code is when the engine fills it: the engine's object when it is named
+        (`engine_parameter_names`) or annotated (`engine_parameter_types`) like one; in a method of a class
+        deriving from an engine class, `*args`/`**kwargs` hold the engine's objects. None otherwise (what it
+        is depends on the caller)."""
+        key = (param.function, param.name)
+        if key in self._engine_params:
+            return self._engine_params[key]
+        self._engine_params[key] = None  # a cycle (an annotation naming the parameter): no information
+        ref = self._engine_param_uncached(param) if self.model_code else None
+        self._engine_params[key] = ref
+        return ref
+
+    def _engine_param_uncached(self, param: _Param) -> _Ref | None:
+        s = self.settings
+        for fn in self.functions.get(param.function, []):
+            args = fn.node.args
+            outer = fn.scope.parent or self.module_scope
+            if param.name in ("*", "**"):
+                arg = args.vararg if param.name == "*" else args.kwarg
+                if arg is None:
+                    continue
+                cls = outer.name if outer.kind == "class" else None
+                base = self._engine_base(cls) if cls is not None else None
+                if base is not None:
+                    self.engine_param_why.setdefault(arg.arg, f"the `{param.name}{arg.arg}` of a method of a "
+                                                     f"class deriving from the engine's `{base}`")
+                    return _Ref("local", "<container>", (_Ref("import", f"{ENGINE_PARAM}.{arg.arg}[*]"),))
+                continue
+            every = [*args.posonlyargs, *args.args, *args.kwonlyargs]
+            node = next((a for a in every if a.arg == param.name), None)
+            if node is None:
+                continue
+            if _matches(param.name, s.engine_parameter_names):
+                self.engine_param_why.setdefault(param.name, "named like the engine's config objects")
+                return _Ref("import", f"{ENGINE_PARAM}.{param.name}")
+            if node.annotation is not None:
+                hit = self._engine_annotation(node.annotation, outer)
+                if hit is not None:
+                    self.engine_param_why.setdefault(param.name, f"annotated with the engine's `{hit}`")
+                    return _Ref("import", f"{ENGINE_PARAM}.{param.name}")
+        return None
+
+    def _engine_annotation(self, ann: ast.expr, scope: _Scope, depth: int = 0) -> str | None:
+        """The engine type (`engine_parameter_types`) any part of an annotation names, or None:
+        `VllmConfig`, `VllmConfig | None`, `Optional["VllmConfig"]`, `"config.ModelConfig"`."""
+        if depth > 6:
+            return None
+        if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
+            try:
+                parsed = ast.parse(ann.value, mode="eval").body
+            except (SyntaxError, ValueError, RecursionError):
+                return None
+            self._kept.append(parsed)
+            return self._engine_annotation(parsed, scope, depth + 1)
+        if isinstance(ann, ast.BinOp):
+            return self._engine_annotation(ann.left, scope, depth + 1) or \
+                self._engine_annotation(ann.right, scope, depth + 1)
+        if isinstance(ann, ast.Subscript):
+            parts = ann.slice.elts if isinstance(ann.slice, ast.Tuple) else [ann.slice]
+            for part in [ann.value, *parts]:
+                hit = self._engine_annotation(part, scope, depth + 1)
+                if hit is not None:
+                    return hit
+            return None
+        if isinstance(ann, ast.Name | ast.Attribute):
+            ref = self.resolve(ann, scope)
+            if self.foreign(ref) and ref is not None and \
+                    _matches(ref.qualname, self.settings.engine_parameter_types):
+                return ref.qualname
+        return None
+
+    def _engine_base(self, cls: str) -> str | None:
+        """The engine class (under `hidden_import_roots`) an own class derives from, through own classes."""
+        roots = self.settings.hidden_import_roots
+        for c in self._own_bases(cls):
+            for node, outer in self.classes.get(c, []):
+                for b in node.bases:
+                    r = self.resolve(b, outer)
+                    if self.foreign(r) and r is not None and any(
+                            r.qualname == x or r.qualname.startswith(x + ".") for x in roots):
+                        return r.qualname
+        return None
 
     def _stored_attr(self, attr: str) -> _Ref | None:
         """The foreign object some `x.<attr> = value` of this file stored, if any (flow- and
@@ -840,6 +964,9 @@ class _Analyser:
                 if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
                     return _Ref("own", "<own class>")
                 return _Ref("classof", "<class of a local object>")
+            if base.origin == "local" and base.qualname == _COPY and base.elements:
+                shared = base.elements[0]  # the copy's attributes are the original's objects
+                return _Ref(shared.origin, f"{shared.qualname}.{node.attr}")
             if base.origin == "local":
                 return self._stored_attr(node.attr) or _LOCAL_REF
             return _Ref(base.origin, f"{base.qualname}.{node.attr}")
@@ -915,12 +1042,16 @@ class _Analyser:
             return _Ref("import", f"{q}()")
         if _matches(q, self.settings.engine_accessors):
             return _Ref("import", f"{q}()")  # the engine's own object (its config, forward context, groups)
+        if q == "copy.copy" and first is not None:
+            # a new object (writes to it are the copy's) whose attributes and items are the original's
+            return _Ref("local", _COPY, self._container([first], scope).elements)
         if q in _ELEMENT_CALLS:
             held = self._container(list(node.args), scope)
             return held
         receiver, _, method = q.rpartition(".")
         if receiver and method in _ELEMENT_METHODS and not self.is_own(receiver) and (
-                receiver.startswith(("sys.modules", "builtins.")) or receiver.endswith("__dict__")
+                receiver.startswith(("sys.modules", "builtins.", ENGINE_PARAM + "."))
+                or receiver.endswith("__dict__")
                 or _matches(receiver, ["vllm.*", "torch.*", "transformers.*"])):
             return _Ref("import", f"{receiver}[*]")
         if q in ("importlib.import_module", "builtins.__import__"):
@@ -1127,6 +1258,7 @@ class _Analyser:
         if key in self._found:
             return
         self._found.add(key)
+        message = message.replace(f"`{ENGINE_PARAM}.", "`")
         self.facts.escapes.append(Escape(code=code, line=line, col=col, message=message,
                                          severity=severity, target=target, path=self.path,
                                          context=self._context(node), lenient=lenient))
@@ -1263,6 +1395,15 @@ class _Analyser:
                       import_time: bool, how: str) -> None:
         if _matches(target, self.settings.allowed_writes):
             return
+        if target.startswith(ENGINE_PARAM + "."):
+            shown = target[len(ENGINE_PARAM) + 1:]
+            name = re.split(r"[.\[]", shown, maxsplit=1)[0]
+            why = self.engine_param_why.get(name, "the engine's object")
+            self.report(default_code, node, f"{verb} `{shown}` ({how}): `{name}` is a parameter the engine "
+                        f"fills with its own object ({why}), which every layer and request of the engine "
+                        "shares; model code may read it, not write it (copy what you need into the model's "
+                        "own object, e.g. `self.x = ...`)", target=target)
+            return
         accessor = self._accessor_of(target)
         if accessor is not None:
             self.report(default_code, node, f"{verb} `{target}` ({how}): state of the engine reached through "
@@ -1305,7 +1446,7 @@ class _Analyser:
         if base.origin == "param":
             self._record_param_write(base, node)
             return
-        if base.elements and not self.foreign(base):
+        if base.elements and not self.foreign(base) and base.qualname != _COPY:
             base = base.elements[0]
         if base.origin == "classof":
             self.report(MONKEYPATCH, node, f"{verb} `{node.attr}` on the class of an object "
@@ -1367,6 +1508,9 @@ class _Analyser:
         """`cc.static_forward_context[prefix] = self` in a method: a layer registering itself where the
         engine asks it to (policy `engine_self_registrations`). Only a plain assignment of the method's own
         instance qualifies; deletes, other values and augmented assignments do not."""
+        head = f"{ENGINE_PARAM}.vllm_config."
+        if container.startswith(head):  # the model's `vllm_config` is the current VllmConfig
+            container = f"vllm.config.get_current_vllm_config().{container[len(head):]}"
         if not isinstance(node.ctx, ast.Store) or not _matches(container,
                                                                self.settings.engine_self_registrations):
             return False
@@ -1412,7 +1556,7 @@ class _Analyser:
         self._check_thread_start(node, scope, import_time)
         callee = self.resolve(node.func, scope)
         if callee is not None and callee.origin == "param" and isinstance(node.func, ast.Attribute) \
-                and node.func.attr in _MUTATORS:
+                and (node.func.attr in _MUTATORS or node.func.attr in _MODULE_MUTATORS):
             self._record_param_write(callee, node)
         if isinstance(node.func, ast.Attribute) and node.func.attr in _FILE_WRITE_METHODS and (
                 callee is None or callee.origin != "import"):
@@ -1474,17 +1618,17 @@ class _Analyser:
             self.report(ENVIRONMENT, node, f"calls `{q}` {when}: changes process-wide state that every "
                         "model sees", severity=self._env_severity(import_time), target=q)
             return
-        if method in _MUTATORS and receiver and self._check_mutator(node, receiver, method, import_time,
-                                                                     scope):
+        if receiver and (method in _MUTATORS or (mutating_method(method) and self._engine_state(receiver))) \
+                and self._check_mutator(node, receiver, method, import_time, scope):
             return
         if self._check_torch_library(node, q, receiver, method, scope):
             return
         if self._check_importlib(node, q, scope):
             return
         if q in ("builtins.type", "types.new_class"):
-            self._check_dynamic_class(node, q)
+            self._check_dynamic_class(node, q, scope)
         elif self._is_metaclass_call(node, q, scope):
-            self._check_dynamic_class(node, q, metaclass=True)
+            self._check_dynamic_class(node, q, scope, metaclass=True)
         if self._check_global_state(node, q, scope, import_time):
             return
         self._check_registration(node, q, registered=None,
@@ -1539,27 +1683,72 @@ class _Analyser:
         `X.__class__(...)` (also through an alias) or a class named `*Meta`/`*Metaclass`."""
         if len(node.args) + len(node.keywords) != 3:
             return False
-        f = node.func
-        if isinstance(f, ast.Call) and len(f.args) == 1 and not f.keywords:
-            maker = self.resolve(f.func, scope)
-            if maker is not None and maker.qualname == "builtins.type":
-                return True
+        if self._class_of_expr(node.func, scope) is not None:
+            return True
         last = q.rsplit(".", 1)[-1]
         return last == "__class__" or last.endswith(("Meta", "Metaclass", "MetaClass"))
 
-    def _check_dynamic_class(self, node: ast.Call, q: str, metaclass: bool = False) -> None:
+    def _class_of_expr(self, expr: ast.expr, scope: _Scope, depth: int = 0) -> ast.expr | None:
+        """X when `expr` is `type(X)` or `X.__class__`, also through names bound to either
+        (`meta = type(X); meta(...)`); None otherwise."""
+        if depth > 8:
+            return None
+        if isinstance(expr, ast.Call) and len(expr.args) == 1 and not expr.keywords:
+            maker = self.resolve(expr.func, scope)
+            if maker is not None and maker.qualname == "builtins.type":
+                return expr.args[0]
+        if isinstance(expr, ast.Attribute) and expr.attr == "__class__":
+            return expr.value
+        if isinstance(expr, ast.Name):
+            for b in self._lookup(expr.id, scope) or []:
+                if isinstance(b, _Alias):
+                    found = self._class_of_expr(b.value, b.scope, depth + 1)
+                    if found is not None:
+                        return found
+        return None
+
+    def _engine_class(self, ref: _Ref | None) -> bool:
+        """Whether a resolved class is the engine's (a name of `hidden_import_roots`, an engine parameter's,
+        or one reached through `__bases__`/`__subclasses__`/...: not provably anyone else's)."""
+        if ref is None or not self.foreign(ref):
+            return False
+        q = ref.qualname
+        return q.startswith(("<", ENGINE_PARAM + ".")) or any(
+            q == r or q.startswith(r + ".") for r in self.settings.hidden_import_roots)
+
+    def _check_dynamic_class(self, node: ast.Call, q: str, scope: _Scope, metaclass: bool = False) -> None:
         """`type(name, bases, ns)` / `types.new_class(...)` / a metaclass called directly run the bases'
-        `__init_subclass__` and metaclass like a class statement; bases the scan cannot read cannot be
-        judged (blast radius)."""
+        `__init_subclass__` and metaclass like a class statement, out of sight of a reader: an engine base
+        or an engine metaclass is an error (it may register the new class in a shared registry; write a
+        class statement), and so are bases the scan cannot read."""
         if (q == "builtins.type" or metaclass) and len(node.args) + len(node.keywords) != 3:
             return
         bases = node.args[1] if len(node.args) > 1 else next(
             (k.value for k in node.keywords if k.arg == "bases"), None)
+        if metaclass:
+            of = self._class_of_expr(node.func, scope)
+            meta = self.resolve(of, scope) if of is not None else self.resolve(node.func, scope)
+            if self._engine_class(meta) and meta is not None:
+                how = f"`type({meta.qualname})`" if of is not None else f"`{meta.qualname}`"
+                self.report(GLOBAL_STATE, node, f"creates a class by calling the engine's metaclass ({how}) "
+                            "directly: its `__new__`/`__init__` may register the new class in a shared "
+                            "registry, out of sight of a class statement (write a class statement with the "
+                            "model's own bases)", target=meta.qualname)
+                return
         if q == "types.new_class" and bases is None:
             return  # no bases: a plain class
         if isinstance(bases, ast.Tuple | ast.List) and \
                 not any(isinstance(e, ast.Starred) for e in bases.elts):
-            return  # literal bases: judged like a class statement's (registering bases, blast radius)
+            for e in bases.elts:
+                base = self.resolve(e, scope)
+                if self._engine_class(base) and base is not None:
+                    maker = "a metaclass" if metaclass else f"`{q.removeprefix('builtins.')}`"
+                    self.report(GLOBAL_STATE, node, f"creates a subclass of the engine's `{base.qualname}` "
+                                f"dynamically (with {maker}): the base's `__init_subclass__` or metaclass "
+                                "may register it in a shared registry (write a class statement, which the "
+                                "blast radius and review see)", target=base.qualname)
+                    return
+            return  # literal bases of the contribution's own or of torch/the stdlib: a plain class
         shown = f"the metaclass `{q}`" if metaclass else f"`{q.removeprefix('builtins.')}`"
         self.report(GLOBAL_STATE, node, f"creates a class with {shown} from computed "
                     "bases: the scan cannot tell whether a base registers its subclasses in a shared "
@@ -1755,7 +1944,7 @@ class _Analyser:
             self._record_param_write(obj, node)
             return
         self._own_import_write(obj, SETATTR, f".{name}", f"{verb} `{name}` by `{fn}()` on", node)
-        if obj.elements and not self.foreign(obj):
+        if obj.elements and not self.foreign(obj) and obj.qualname != _COPY:
             obj = obj.elements[0]
         if obj is not None and obj.origin == "classof":
             self.report(SETATTR, node, f"{fn}() on the class of an object (`type(x)`/`x.__class__`): a "
@@ -1798,6 +1987,18 @@ class _Analyser:
         target = _dotted_literal(first)
         if target and not self.is_own(target):
             self._report_write(node, target, "patches", SETATTR, import_time, "mock.patch")
+
+    def _engine_state(self, receiver: str) -> bool:
+        """Whether a dotted receiver is an object of the engine's (not a module of it): reached through an
+        engine parameter, an engine accessor, or a name of the engine's packages not imported as a module."""
+        if receiver.startswith(ENGINE_PARAM + ".") or self._accessor_of(receiver) is not None:
+            return True
+        # a class, a constant or an item of the engine's (`vllm.x.Registry`, `vllm.x.TABLE[...]`); not a
+        # module of it bound by `from vllm.x import ops` (`ops.rms_norm_(...)` writes its arguments)
+        parts = receiver.replace("[", ".[").split(".")
+        return receiver not in self.module_imports and not self.is_own(receiver) and any(
+            receiver.startswith(r + ".") for r in self.settings.hidden_import_roots) and \
+            any(p[:1].isupper() or p.startswith("[") for p in parts[1:])
 
     def _check_mutator(self, node: ast.Call, receiver: str, method: str, import_time: bool,
                        scope: _Scope) -> bool:
@@ -2072,7 +2273,9 @@ class _Analyser:
             return
         if _matches(q, s.allowed_registrations):
             return  # what a decorator registers is judged where it is applied (_check_decorator_application)
-        if not explicit and first_arg_local:
+        receiver = q.rpartition(".")[0]
+        onto_engine = receiver.startswith(ENGINE_PARAM + ".") or self._accessor_of(receiver) is not None
+        if not explicit and first_arg_local and not onto_engine:
             return  # registering onto a local object (a hook on an own module instance), not a registry
         if not explicit and scope is not None and isinstance(node, ast.Call) and node.args and \
                 not isinstance(node.args[0], ast.Starred):

@@ -583,9 +583,9 @@ def monkeypatch(ctx: Context) -> Iterator[Finding]:
     Writes to `self.x`, to local objects and to the contribution's own modules are fine. Writing to the
     class of an object whose class cannot be known statically (`type(x).f = ...`) is a warning."""
     yield from _findings(ctx, "FT120", "keep the change inside the contribution: subclass or wrap the shared "
-                         "class in the model's own package and use that, instead of assigning to it; read the "
-                         "engine's config and objects, never write or mutate them (copy what you need, e.g. "
-                         "`copy.copy(config)`, into the model's own objects)")
+                         "class in the model's own package and use that, instead of assigning to it; read "
+                         "the engine's config and objects, never write or mutate them (copy what you need, "
+                         "e.g. `copy.copy(config)`, into the model's own objects)")
 
 
 @catalogue.rule("FT121", "A changed file patches a module or class outside the contribution by setattr.")

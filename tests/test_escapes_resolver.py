@@ -76,7 +76,8 @@ def test_engine_parameters_only_in_model_code() -> None:
 
 
 def test_kwargs_of_an_engine_subclass_hold_engine_objects() -> None:
-    r = resolver("from vllm.x import Base\nclass K(Base):\n    def f(self, **kw):\n        kw['vllm_config']\n")
+    r = resolver("from vllm.x import Base\nclass K(Base):\n"
+                 "    def f(self, **kw):\n        kw['vllm_config']\n")
     ref = r.resolve(*last_expr(r, "f"))
     assert ref is not None and r.tainted(ref) is not None
     own = resolver("class K:\n    def f(self, **kw):\n        kw['vllm_config']\n")

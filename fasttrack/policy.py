@@ -312,11 +312,35 @@ class EscapesSpec(Strict):
     # itself in the compilation config's static forward context (`cc.static_forward_context[prefix] = self`
     # in a method, as every vLLM attention layer does). Allowed only as `<container>[key] = self` with
     # `self` the method's own instance; any other value, a delete or an in-place method stays an error.
-    # fnmatch patterns over the container's dotted name as the scan spells it (`<accessor>().<path>`).
+    # fnmatch patterns over the container's dotted name as the scan spells it (`<accessor>().<path>`). A
+    # model's `vllm_config` parameter is the current VllmConfig (the engine sets it while it builds the
+    # model): `vllm_config.<path>` is matched as `vllm.config.get_current_vllm_config().<path>`.
     engine_self_registrations: list[str] = Field(default_factory=lambda: [
         "vllm.config*.get_current_vllm_config().compilation_config.static_forward_context",
         "vllm.config*.get_current_vllm_config_or_none().compilation_config.static_forward_context",
         "vllm.config*.get_cached_compilation_config().static_forward_context",
+    ])
+    # Parameters of model code that the engine fills with its own objects: the VllmConfig a model's
+    # `__init__(self, vllm_config, prefix)` gets, the HF config and the sub-configs handed down to layers.
+    # In model code (files of the contribution's own packages) a parameter named like these (fnmatch over
+    # the name) or annotated with a type matching `engine_parameter_types` (fnmatch over the resolved dotted
+    # name of any part of the annotation) is the engine's object: writes through it (attributes, items,
+    # setattr, in-place and mutating methods; directly, through aliases, `self.<attr>` or helpers) are
+    # FT120/FT121 like a write to an engine module. In a method of a class deriving from an engine class,
+    # `*args`/`**kwargs` hold the engine's objects too.
+    engine_parameter_names: list[str] = Field(default_factory=lambda: [
+        "vllm_config", "config", "hf_config", "hf_text_config", "text_config", "vision_config",
+        "model_config", "cache_config", "parallel_config", "scheduler_config", "device_config",
+        "load_config", "attention_config", "kernel_config", "mamba_config", "lora_config",
+        "speculative_config", "quant_config", "compilation_config", "multimodal_config",
+        "observability_config", "kv_transfer_config", "structured_outputs_config", "offload_config",
+        "additional_config", "forward_context", "attn_metadata",
+    ])
+    engine_parameter_types: list[str] = Field(default_factory=lambda: [
+        "vllm.config*.*Config", "vllm.config*.VllmConfig", "vllm.transformers_utils.config*.*Config",
+        "vllm.transformers_utils.configs.*", "vllm.model_executor.layers.quantization*.*Config",
+        "vllm.forward_context.ForwardContext", "vllm.distributed*.GroupCoordinator",
+        "transformers.*Config", "transformers.configuration_utils.*",
     ])
     # gitwildmatch patterns of code that does not run when the engine serves (tests, benchmarks): their
     # escapes are warnings, unless a non-test changed file imports them.

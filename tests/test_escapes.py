@@ -628,8 +628,8 @@ NEAR_MISSES: list[tuple[str, str]] = [
     ("annotation-only", """
         from vllm.config import VllmConfig
         cfg: VllmConfig
-        def f(config: VllmConfig) -> None:
-            config.model_config = None
+        def f(config: VllmConfig) -> VllmConfig:
+            return config
         """),
 ]
 
@@ -902,8 +902,11 @@ def test_kimi_k3_package_on_the_real_tree(vllm_models: Path) -> None:
      [(167, "FT120", "flashinfer.gemm.kernels.cute_dsl.low_latency_blockscaled_gemm.autotune_tactics"),
       (171, "FT120", "flashinfer.gemm.kernels.cute_dsl.low_latency_blockscaled_gemm.autotune_tactics")]),
     # dots3_note swaps torch.nn.Linear.reset_parameters while building its vision tower
+    # ... and writes the image token id into the engine's HF config (`self.config`, stored from
+    # `model_config.hf_config` of its `vllm_config` parameter: the engine's object)
     ("dots3_note/nvidia/multimodal.py",
-     [(53, "FT120", "torch.nn.Linear.reset_parameters"), (57, "FT120", "torch.nn.Linear.reset_parameters")]),
+     [(53, "FT120", "torch.nn.Linear.reset_parameters"), (57, "FT120", "torch.nn.Linear.reset_parameters"),
+      (105, "FT120", "~param.vllm_config.model_config.hf_config.image_token_index")]),
     # qwen4_exp defines ops in vLLM's namespace without its own prefix
     ("qwen4_exp/amd/ops/sequence_parallel.py",
      [(26, "FT125", "vllm::sp_reduce_scatter"), (31, "FT125", "vllm::sp_shard")]),

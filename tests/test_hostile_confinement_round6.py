@@ -407,8 +407,17 @@ def test_direct_metaclass_call_with_computed_bases_is_an_error(src: str) -> None
     assert errors(found, "FT146") == marked(src), found
 
 
-def test_metaclass_call_with_literal_bases_and_ordinary_calls_are_clean() -> None:
-    src = ("from vllm.plugins import Plugin, PluginMeta, Helper\nimport torch\n"
-           "A = PluginMeta('A', (Helper,), {})\nB = type(Plugin)('B', (), {})\n"
+def test_engine_metaclass_or_engine_base_with_literal_bases_is_an_error() -> None:
+    # (issue 15 item 3: an engine metaclass called directly, or an engine base listed literally, may
+    # register the new class: a class statement is what the blast radius and review read)
+    src = ("from vllm.plugins import Plugin, PluginMeta, Helper\n"
+           "A = PluginMeta('A', (Helper,), {})  # <-\nB = type(Plugin)('B', (), {})  # <-\n")
+    found = scan(src)
+    assert errors(found, "FT146") == marked(src), found
+
+
+def test_metaclass_call_with_own_bases_and_ordinary_calls_are_clean() -> None:
+    src = ("from vllm.plugins import Helper\nimport abc\nimport torch\nclass Own:\n    pass\n"
+           "A = abc.ABCMeta('A', (Own,), {})\nB = type(Own)('B', (), {})\n"
            "x = torch.zeros(2, 3, 4)\nh = Helper('a', [1], {})\n")
     assert scan(src) == []

@@ -574,11 +574,18 @@ def monkeypatch(ctx: Context) -> Iterator[Finding]:
     Python's scoping) to a module, class or object outside the contribution, including what the policy's
     `escapes.engine_accessors` return (`get_current_vllm_config()`, `get_forward_context()`, process groups:
     the engine's own objects; only a layer's `static_forward_context[key] = self`,
-    `engine_self_registrations`, is allowed) and names another changed file re-exports from the engine.
+    `engine_self_registrations`, is allowed), names another changed file re-exports from the engine, and, in
+    model code, parameters the engine fills (`escapes.engine_parameter_names`/`engine_parameter_types`:
+    `vllm_config`, `config`, `quant_config`, ... or annotated `VllmConfig`; the `*args`/`**kwargs` of a
+    method of a class deriving from an engine class), also through `self.<attr>` and helpers. Mutating
+    methods called on the engine's objects count as writes (`update`, `setdefault`, `add_module`,
+    `register_forward_hook`, `load_state_dict`, `__setitem__`, in-place `zero_()`, ...).
     Writes to `self.x`, to local objects and to the contribution's own modules are fine. Writing to the
     class of an object whose class cannot be known statically (`type(x).f = ...`) is a warning."""
     yield from _findings(ctx, "FT120", "keep the change inside the contribution: subclass or wrap the shared "
-                         "class in the model's own package and use that, instead of assigning to it")
+                         "class in the model's own package and use that, instead of assigning to it; read "
+                         "the engine's config and objects, never write or mutate them (copy what you need, "
+                         "e.g. `copy.copy(config)`, into the model's own objects)")
 
 
 @catalogue.rule("FT121", "A changed file patches a module or class outside the contribution by setattr.")

@@ -1,0 +1,212 @@
+"""The escape scan of one file: the resolver and one checker per escape kind, run over the nodes the
+binding pass collected; `find_escapes`/`analyse_source` are the pure entry points."""
+
+from __future__ import annotations
+
+import ast
+
+from fasttrack.confinement.escapes.common import (
+    _FILE_WRITE_METHODS,
+    _INTERPRETER_HOOKS,
+    _ITEM_WRITERS,
+    _MOCK_PATCH,
+    _MODULE_MUTATORS,
+    _MUTATORS,
+    ENVIRONMENT,
+    GLOBAL_STATE,
+    INTERPRETER,
+    MONKEYPATCH,
+    SETATTR,
+    UNPARSEABLE,
+    Escape,
+    FileFacts,
+    _arg,
+    _matches,
+    module_name_for,
+    mutating_method,
+)
+from fasttrack.confinement.escapes.dynamic_code import DynamicCodeChecks
+from fasttrack.confinement.escapes.global_state import GlobalStateChecks
+from fasttrack.confinement.escapes.monkeypatch import MonkeypatchChecks
+from fasttrack.confinement.escapes.registries import RegistryChecks
+from fasttrack.confinement.escapes.scope import (
+    _Ref,
+    _Scope,
+)
+from fasttrack.confinement.escapes.torch_library import TorchLibraryChecks
+from fasttrack.policy import EscapesSpec
+
+
+class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibraryChecks,
+               DynamicCodeChecks):
+    """Every checker over one file; `check` dispatches each collected node."""
+
+    def check(self) -> None:
+        for node, scope, import_time in self.candidates:
+            if isinstance(node, ast.Attribute):
+                self._check_attribute_write(node, scope, import_time)
+            elif isinstance(node, ast.Subscript):
+                self._check_subscript_write(node, scope, import_time)
+            elif isinstance(node, ast.Call):
+                self._check_call(node, scope, import_time)
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                self._check_bare_decorators(node, scope)
+            elif isinstance(node, ast.AugAssign):
+                self._check_aug_name(node, scope, import_time)
+        self._check_helper_calls()
+        self._check_import_time_thread_calls()
+
+    def _check_call(self, node: ast.Call, scope: _Scope, import_time: bool) -> None:
+        if isinstance(node.func, ast.Call):
+            self._check_decorator_application(node, scope)
+        keys = self._callee_keys(node, scope)
+        for k in keys:
+            self.own_calls.append((node, scope, k))
+        if keys and import_time:
+            self.import_time_calls.add(id(node))
+        key = keys[0] if keys else None
+        self._check_writer_values(node, scope)
+        self._check_manual_enter(node, scope)
+        self._check_methodcaller(node, scope)
+        self._check_thread_start(node, scope, import_time)
+        callee = self.resolve(node.func, scope)
+        if callee is not None and callee.origin == "param" and isinstance(node.func, ast.Attribute) \
+                and (node.func.attr in _MUTATORS or node.func.attr in _MODULE_MUTATORS):
+            self._record_param_write(callee, node)
+        if isinstance(node.func, ast.Attribute) and node.func.attr in _FILE_WRITE_METHODS and (
+                callee is None or callee.origin != "import"):
+            self.report(GLOBAL_STATE, node, f"calls `.{node.func.attr}()`: writes to the file system, "
+                        "outside the contribution (a `.pth` or a module file changes every process)",
+                        target=f".{node.func.attr}")
+        if callee is not None and callee.origin == "import" and self.is_own(callee.qualname) and \
+                isinstance(node.func, ast.Attribute) and node.func.attr in _MUTATORS:
+            self._own_import_write(_Ref("import", callee.qualname.rpartition(".")[0]), MONKEYPATCH,
+                                   f".{node.func.attr}()", f"calls `.{node.func.attr}()` on", node, True)
+        if callee is None or callee.origin != "import" or self.is_own(callee.qualname):
+            self._check_library_method_on_local(node, scope)
+            if callee is not None and callee.origin == "import" and key is None:
+                self._record_foreign_call(node, callee.qualname, scope)
+            return
+        q = callee.qualname
+        receiver, _, method = q.rpartition(".")
+        if method == "*" and not self.is_own(receiver):
+            self.report(GLOBAL_STATE, node, f"calls an attribute of `{receiver}` chosen by a computed name "
+                        "(`getattr(m, <computed>)(...)`): what it calls cannot be checked", target=q)
+            return
+        if q in ("torch.load", "torch.serialization.load"):
+            safe = _arg(node, 99, "weights_only")
+            hidden = any(k.arg is None for k in node.keywords)  # `**kw` may say weights_only=False
+            if hidden or (safe is not None and not (isinstance(safe, ast.Constant) and safe.value is True)):
+                self.report(GLOBAL_STATE, node, f"calls `{q}` without `weights_only=True`: unpickling runs "
+                            "whatever the file says", target=q)
+            return
+        if q == "functools.update_wrapper" and node.args:
+            t = self.tainted(self.resolve(node.args[0], scope))
+            if t is not None:
+                self.report(SETATTR, node, f"`functools.update_wrapper` writes `__name__`, `__doc__`, "
+                            f"`__wrapped__`, ... onto `{t.qualname}`, which the contribution does not own",
+                            target=t.qualname)
+                return
+        if q == "functools.partial" and node.args:
+            self._check_partial(node, scope, import_time)
+            return
+        if q in _ITEM_WRITERS:
+            self._check_item_writer(node, q, scope, import_time)
+            return
+        if q in ("builtins.exec", "builtins.eval", "builtins.compile"):
+            self._check_dynamic_code(node, q, scope)
+            return
+        if q in ("builtins.setattr", "builtins.delattr"):
+            self._check_setattr(node, q, scope, import_time)
+            return
+        if method in ("__setattr__", "__delattr__"):
+            self._check_dunder_setattr(node, receiver, scope, import_time)
+            return
+        if q in _MOCK_PATCH or receiver in _MOCK_PATCH:
+            self._check_mock_patch(node, q, scope, import_time)
+            return
+        if q in _INTERPRETER_HOOKS:
+            self.report(INTERPRETER, node, f"calls `{q}`: installs an interpreter-wide hook", target=q)
+            return
+        if _matches(q, self.settings.global_flag_calls):
+            when = "at import time" if import_time else "inside a function"
+            self.report(ENVIRONMENT, node, f"calls `{q}` {when}: changes process-wide state that every "
+                        "model sees", severity=self._env_severity(import_time), target=q)
+            return
+        if receiver and (method in _MUTATORS or (mutating_method(method) and self._engine_state(receiver))) \
+                and self._check_mutator(node, receiver, method, import_time, scope):
+            return
+        if self._check_torch_library(node, q, receiver, method, scope):
+            return
+        if self._check_importlib(node, q, scope):
+            return
+        if q in ("builtins.type", "types.new_class"):
+            self._check_dynamic_class(node, q, scope)
+        elif self._is_metaclass_call(node, q, scope):
+            self._check_dynamic_class(node, q, scope, metaclass=True)
+        if self._check_global_state(node, q, scope, import_time):
+            return
+        self._check_registration(node, q, registered=None,
+                                 first_arg_local=self._first_arg_local(node, scope), scope=scope)
+
+    def _nested(self, source: str) -> FileFacts:
+        return _analyse(source, self.path, self.own_packages, self.module, self.is_package, self.own_ops,
+                        self.settings, self.exec_depth + 1, self.foreign_ops)
+
+    def _check_partial(self, node: ast.Call, scope: _Scope, import_time: bool) -> None:
+        """`functools.partial(f, *a, **kw)` is judged as the call `f(*a, **kw)` it prepares."""
+        fake = ast.Call(func=node.args[0], args=list(node.args[1:]), keywords=list(node.keywords))
+        ast.copy_location(fake, node)
+        self._check_call(fake, scope, import_time)
+
+
+def _analyse(source: str, path: str, own_packages: set[str], module: str | None, is_package: bool,
+             own_op_namespaces: set[str], settings: EscapesSpec, exec_depth: int,
+             foreign_op_namespaces: frozenset[str] = frozenset()) -> FileFacts:
+    try:
+        tree = ast.parse(source, filename=path)
+    except (SyntaxError, ValueError) as exc:
+        line = getattr(exc, "lineno", None) or 1
+        msg = getattr(exc, "msg", None) or str(exc)
+        return FileFacts(escapes=[Escape(UNPARSEABLE, max(int(line), 1),
+                                         f"does not parse ({msg}), so it cannot be checked for escapes",
+                                         path=path)])
+    except RecursionError:
+        return FileFacts(escapes=[Escape(UNPARSEABLE, 1, "is nested too deeply to parse, so it cannot be "
+                                         "checked for escapes", path=path)])
+    analyser = Analyser(tree, path, own_packages, module, is_package, own_op_namespaces, settings,
+                         exec_depth, foreign_op_namespaces)
+    try:
+        analyser.bind_all()
+        analyser.check()
+    except RecursionError:
+        analyser.facts.escapes.append(Escape(UNPARSEABLE, 1, "is nested too deeply to analyse, so it cannot "
+                                             "be checked for escapes", path=path))
+    analyser.facts.escapes.sort(key=lambda e: (e.line, e.col, e.code))
+    return analyser.facts
+
+
+def analyse_source(source: str, path: str, own_packages: set[str], *, module: str | None = None,
+                   own_op_namespaces: set[str] | None = None, foreign_op_namespaces: set[str] | None = None,
+                   settings: EscapesSpec | None = None) -> FileFacts:
+    """Escapes and imported modules of one file. `module` (the file's dotted name, defaulting to one
+    derived from `path`) places relative imports; without it they count as the contribution's own."""
+    if module is None:
+        module = module_name_for(path)
+    is_package = path.endswith("__init__.py")
+    return _analyse(source, path, set(own_packages), module, is_package, set(own_op_namespaces or ()),
+                    settings or EscapesSpec(), 0, frozenset(foreign_op_namespaces or ()))
+
+
+def find_escapes(source: str, path: str, own_packages: set[str], *, module: str | None = None,
+                 own_op_namespaces: set[str] | None = None, foreign_op_namespaces: set[str] | None = None,
+                 settings: EscapesSpec | None = None) -> list[Escape]:
+    """Every escape in `source` (the text of `path`), ordered by line. Never raises on bad source.
+
+    `own_packages`: dotted packages that are the contribution's own (writes into them are fine).
+    `own_op_namespaces`: torch op namespaces the contribution owns (e.g. {"kimi_k3"}); namespaces
+    `<own>_*` are own too unless listed in `foreign_op_namespaces` (other models' names).
+    `module`: the file's dotted module name, to place relative imports (default: from `path`).
+    """
+    return analyse_source(source, path, own_packages, module=module, own_op_namespaces=own_op_namespaces,
+                          foreign_op_namespaces=foreign_op_namespaces, settings=settings).escapes

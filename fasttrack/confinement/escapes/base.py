@@ -1,0 +1,136 @@
+"""What every escape checker shares: the state of the check pass (writes through parameters, calls to
+the file's own functions, threads started) and how a write to a foreign target is classified and
+reported (monkeypatch, interpreter, environment, process-wide state, engine state)."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from fasttrack.confinement.escapes.common import (
+    _ENVIRON,
+    _IMPORT_SYSTEM,
+    _STATE_OBJECTS,
+    ENGINE_PARAM,
+    ENVIRONMENT,
+    GLOBAL_STATE,
+    INTERPRETER,
+    SETATTR,
+    EscapeSeverity,
+    FileFacts,
+    OwnImportWrite,
+    _matches,
+)
+from fasttrack.confinement.escapes.scope import (
+    _SEP,
+    Resolver,
+    _Ref,
+    _Scope,
+)
+
+
+class CheckBase(Resolver):
+    """The resolver plus the shared state and reporting of the check pass."""
+
+    def _record_param_write(self, ref: _Ref, node: ast.AST) -> None:
+        key, _, name = ref.qualname.rpartition(_SEP)
+        self.param_writes.setdefault((key, name), node)
+
+    def _unresolved_write(self, node: ast.AST, what: str, code: str) -> None:
+        self.report(code, node, f"{what} on an object the scan cannot resolve: it cannot be shown to be the "
+                    "contribution's own", severity="warning", target="<unresolved>")
+
+    def _classify(self, target: str) -> str | None:
+        """The escape family of a write to `target`, when it is more specific than a monkeypatch."""
+        if target == "builtins" or target.startswith(("builtins.", "builtins[")):
+            return INTERPRETER
+        if any(target == m or target.startswith((m + ".", m + "[")) for m in _IMPORT_SYSTEM):
+            return INTERPRETER
+        if target == "sys.path" or target.startswith(("sys.path.", "sys.path[")):
+            return INTERPRETER
+        if any(target == e or target.startswith((e + ".", e + "[")) for e in _ENVIRON):
+            return ENVIRONMENT
+        if any(target.startswith(m + ".") for m in self.settings.global_flag_modules):
+            return ENVIRONMENT
+        if any(target.startswith((o + ".", o + "[")) for o in _STATE_OBJECTS):
+            return GLOBAL_STATE
+        return None
+
+    def _env_severity(self, import_time: bool) -> EscapeSeverity:
+        return "error" if import_time else "warning"
+
+    def _report_write(self, node: ast.AST, target: str, verb: str, default_code: str,
+                      import_time: bool, how: str) -> None:
+        if _matches(target, self.settings.allowed_writes):
+            return
+        if target.startswith(ENGINE_PARAM + "."):
+            shown = target[len(ENGINE_PARAM) + 1:]
+            name = re.split(r"[.\[]", shown, maxsplit=1)[0]
+            why = self.engine_param_why.get(name, "the engine's object")
+            self.report(default_code, node, f"{verb} `{shown}` ({how}): `{name}` is a parameter the engine "
+                        f"fills with its own object ({why}), which every layer and request of the engine "
+                        "shares; model code may read it, not write it (copy what you need into the model's "
+                        "own object, e.g. `self.x = ...`)", target=target)
+            return
+        accessor = self._accessor_of(target)
+        if accessor is not None:
+            self.report(default_code, node, f"{verb} `{target}` ({how}): state of the engine reached through "
+                        f"`{accessor.rsplit('.', 1)[-1]}()` (its config, forward context or process groups), "
+                        "which every layer and request of the engine shares; model code may read it, not "
+                        "write it", target=target)
+            return
+        code = self._classify(target) or default_code
+        if code == INTERPRETER:
+            sev: EscapeSeverity = "warning" if target.startswith("sys.path") else "error"
+            what = ("the builtins module" if target.startswith("builtins") else
+                    "the import system" if not target.startswith("sys.path") else "sys.path")
+            self.report(code, node, f"{verb} `{target}` ({how}): edits {what}, which every module shares",
+                        severity=sev, target=target)
+        elif code == ENVIRONMENT:
+            when = "at import time" if import_time else "inside a function"
+            self.report(code, node, f"{verb} `{target}` {when} ({how}): changes process-wide state that "
+                        "every model sees", severity=self._env_severity(import_time), target=target)
+        elif code == GLOBAL_STATE:
+            self.report(code, node, f"{verb} `{target}` ({how}): process-wide state every model shares "
+                        "(use a scoped form such as `with decimal.localcontext():`)", target=target)
+        elif code == SETATTR:
+            self.report(code, node, f"{verb} `{target}` ({how}) on a module or class outside the "
+                        "contribution", target=target)
+        else:
+            self.report(code, node, f"{verb} `{target}` ({how}), an attribute of a module or class outside "
+                        "the contribution: a monkeypatch that changes it for every model", target=target)
+
+    def _own_import_write(self, ref: _Ref | None, code: str, what: str, how: str, node: ast.AST,
+                          in_place: bool = False) -> None:
+        """A write to a name imported from another of the contribution's modules: judged across files
+        (a re-export of an engine object is the engine's)."""
+        if ref is not None and ref.origin == "import" and self.is_own(ref.qualname) and \
+                ref.qualname != self.module and not ref.elements:
+            self.facts.own_import_writes.append(OwnImportWrite(code, ref.qualname, what, how,
+                                                               getattr(node, "lineno", 1), in_place))
+
+    def _engine_state(self, receiver: str) -> bool:
+        """Whether a dotted receiver is an object of the engine's (not a module of it): reached through an
+        engine parameter, an engine accessor, or a name of the engine's packages not imported as a module."""
+        if receiver.startswith(ENGINE_PARAM + ".") or self._accessor_of(receiver) is not None:
+            return True
+        # a class, a constant or an item of the engine's (`vllm.x.Registry`, `vllm.x.TABLE[...]`); not a
+        # module of it bound by `from vllm.x import ops` (`ops.rms_norm_(...)` writes its arguments)
+        parts = receiver.replace("[", ".[").split(".")
+        return receiver not in self.module_imports and not self.is_own(receiver) and any(
+            receiver.startswith(r + ".") for r in self.settings.hidden_import_roots) and \
+            any(p[:1].isupper() or p.startswith("[") for p in parts[1:])
+
+    def _first_arg_local(self, node: ast.Call, scope: _Scope) -> bool:
+        if not node.args or isinstance(node.args[0], ast.Starred):
+            return False
+        ref = self.resolve(node.args[0], scope)
+        return ref is not None and ref.origin == "local" and not isinstance(node.args[0], ast.Constant)
+
+    def _nested(self, source: str) -> FileFacts:
+        """The facts of code given as a literal string (`exec("...")`), analysed like the file itself."""
+        raise NotImplementedError
+
+    def _check_call(self, node: ast.Call, scope: _Scope, import_time: bool) -> None:
+        """Judge one call (the analyser dispatches it to every checker)."""
+        raise NotImplementedError

@@ -1,0 +1,165 @@
+"""Code the scan cannot read or that loads code by name: `exec`/`eval`/`compile` (FT127), `importlib`
+tricks (FT126), and classes created dynamically from engine bases or metaclasses (FT146)."""
+
+from __future__ import annotations
+
+import ast
+
+from fasttrack.confinement.escapes.base import CheckBase
+from fasttrack.confinement.escapes.common import (
+    _FILE_LOADERS,
+    _MAX_EXEC_DEPTH,
+    DYNAMIC_CODE,
+    ENGINE_PARAM,
+    GLOBAL_STATE,
+    IMPORTLIB,
+    UNPARSEABLE,
+    _arg,
+    _dotted_literal,
+)
+from fasttrack.confinement.escapes.scope import (
+    _Alias,
+    _Ref,
+    _Scope,
+)
+
+
+class DynamicCodeChecks(CheckBase):
+    """Code the scan cannot read or that loads code by name: `exec`/`eval`/`compile` (FT127), `importlib`"""
+
+    def _check_importlib(self, node: ast.Call, q: str, scope: _Scope) -> bool:
+        if q in ("importlib.import_module", "builtins.__import__"):
+            if self._is_relative_load(node):
+                loaded = self._loaded_module(node, q)
+                if loaded is None or self.is_own(loaded) or not self.own_packages:
+                    return True
+            else:
+                loaded = self._loaded_module(node, q)
+            fn = "__import__" if q.endswith("__import__") else "importlib.import_module"
+            if loaded in (None, "*"):
+                self.report(IMPORTLIB, node, f"`{fn}` with a computed name: what it loads (and patches "
+                            "through it) cannot be checked", severity="warning", target=q)
+            elif not self.is_own(loaded) and any(
+                    loaded == r or loaded.startswith(r + ".") for r in self.settings.hidden_import_roots):
+                self.report(IMPORTLIB, node, f"`{fn}({loaded!r})` loads a module outside the contribution by "
+                            "string, hidden from the import graph", severity="warning", target=loaded,
+                            lenient=True)
+            return True
+        if q == "importlib.reload":
+            first = _arg(node, 0, "module")
+            mod = self.resolve(first, scope) if first is not None else None
+            if mod is None or self.foreign(mod):
+                shown = mod.qualname if mod is not None else "<unknown>"
+                self.report(IMPORTLIB, node, f"`importlib.reload` re-executes `{shown}`, a module outside "
+                            "the contribution", target=shown)
+            return True
+        if q in _FILE_LOADERS:
+            name = _dotted_literal(_arg(node, 0, "name", "fullname"))
+            if name is not None and not self.is_own(name) and "." in name:
+                self.report(IMPORTLIB, node, f"`{q}` creates module `{name}` from a file: a second copy of a "
+                            "module outside the contribution", target=name)
+            else:
+                self.report(IMPORTLIB, node, f"`{q}` loads a module from a file path that cannot be checked "
+                            "statically", severity="warning", target=name or q)
+            return True
+        if q == "runpy.run_module":
+            name = _dotted_literal(_arg(node, 0, "mod_name"))
+            if name is None or not self.is_own(name):
+                self.report(IMPORTLIB, node, f"`runpy.run_module` runs `{name or '<computed>'}`, outside the "
+                            "contribution", target=name or q)
+            return True
+        if q == "runpy.run_path":
+            self.report(IMPORTLIB, node, "`runpy.run_path` runs a file that cannot be checked statically",
+                        severity="warning", target=q)
+            return True
+        return False
+
+    def _check_dynamic_code(self, node: ast.Call, q: str, scope: _Scope) -> None:
+        fn = q.split(".")[-1]
+        src = _dotted_literal(_arg(node, 0, "source"))
+        self.report(DYNAMIC_CODE, node, f"calls `{fn}()`: code built from strings cannot be checked for "
+                    "escapes" + ("; its literal source was checked too" if src is not None else ""),
+                    severity="warning", target=q, lenient=src is not None)
+        if src is not None and self.exec_depth < _MAX_EXEC_DEPTH:
+            inner = self._nested(src)
+            for esc in inner.escapes:
+                if esc.code == UNPARSEABLE:
+                    continue
+                self.report(esc.code, node, f"in the string passed to `{fn}()`: {esc.message}",
+                            severity=esc.severity, target=esc.target)
+
+    def _is_metaclass_call(self, node: ast.Call, q: str, scope: _Scope) -> bool:
+        """A foreign metaclass called directly with (name, bases, namespace): `type(X)(...)`,
+        `X.__class__(...)` (also through an alias) or a class named `*Meta`/`*Metaclass`."""
+        if len(node.args) + len(node.keywords) != 3:
+            return False
+        if self._class_of_expr(node.func, scope) is not None:
+            return True
+        last = q.rsplit(".", 1)[-1]
+        return last == "__class__" or last.endswith(("Meta", "Metaclass", "MetaClass"))
+
+    def _class_of_expr(self, expr: ast.expr, scope: _Scope, depth: int = 0) -> ast.expr | None:
+        """X when `expr` is `type(X)` or `X.__class__`, also through names bound to either
+        (`meta = type(X); meta(...)`); None otherwise."""
+        if depth > 8:
+            return None
+        if isinstance(expr, ast.Call) and len(expr.args) == 1 and not expr.keywords:
+            maker = self.resolve(expr.func, scope)
+            if maker is not None and maker.qualname == "builtins.type":
+                return expr.args[0]
+        if isinstance(expr, ast.Attribute) and expr.attr == "__class__":
+            return expr.value
+        if isinstance(expr, ast.Name):
+            for b in self._lookup(expr.id, scope) or []:
+                if isinstance(b, _Alias):
+                    found = self._class_of_expr(b.value, b.scope, depth + 1)
+                    if found is not None:
+                        return found
+        return None
+
+    def _engine_class(self, ref: _Ref | None) -> bool:
+        """Whether a resolved class is the engine's (a name of `hidden_import_roots`, an engine parameter's,
+        or one reached through `__bases__`/`__subclasses__`/...: not provably anyone else's)."""
+        if ref is None or not self.foreign(ref):
+            return False
+        q = ref.qualname
+        return q.startswith(("<", ENGINE_PARAM + ".")) or any(
+            q == r or q.startswith(r + ".") for r in self.settings.hidden_import_roots)
+
+    def _check_dynamic_class(self, node: ast.Call, q: str, scope: _Scope, metaclass: bool = False) -> None:
+        """`type(name, bases, ns)` / `types.new_class(...)` / a metaclass called directly run the bases'
+        `__init_subclass__` and metaclass like a class statement, out of sight of a reader: an engine base
+        or an engine metaclass is an error (it may register the new class in a shared registry; write a
+        class statement), and so are bases the scan cannot read."""
+        if (q == "builtins.type" or metaclass) and len(node.args) + len(node.keywords) != 3:
+            return
+        bases = node.args[1] if len(node.args) > 1 else next(
+            (k.value for k in node.keywords if k.arg == "bases"), None)
+        if metaclass:
+            of = self._class_of_expr(node.func, scope)
+            meta = self.resolve(of, scope) if of is not None else self.resolve(node.func, scope)
+            if self._engine_class(meta) and meta is not None:
+                how = f"`type({meta.qualname})`" if of is not None else f"`{meta.qualname}`"
+                self.report(GLOBAL_STATE, node, f"creates a class by calling the engine's metaclass ({how}) "
+                            "directly: its `__new__`/`__init__` may register the new class in a shared "
+                            "registry, out of sight of a class statement (write a class statement with the "
+                            "model's own bases)", target=meta.qualname)
+                return
+        if q == "types.new_class" and bases is None:
+            return  # no bases: a plain class
+        if isinstance(bases, ast.Tuple | ast.List) and \
+                not any(isinstance(e, ast.Starred) for e in bases.elts):
+            for e in bases.elts:
+                base = self.resolve(e, scope)
+                if self._engine_class(base) and base is not None:
+                    maker = "a metaclass" if metaclass else f"`{q.removeprefix('builtins.')}`"
+                    self.report(GLOBAL_STATE, node, f"creates a subclass of the engine's `{base.qualname}` "
+                                f"dynamically (with {maker}): the base's `__init_subclass__` or metaclass "
+                                "may register it in a shared registry (write a class statement, which the "
+                                "blast radius and review see)", target=base.qualname)
+                    return
+            return  # literal bases of the contribution's own or of torch/the stdlib: a plain class
+        shown = f"the metaclass `{q}`" if metaclass else f"`{q.removeprefix('builtins.')}`"
+        self.report(GLOBAL_STATE, node, f"creates a class with {shown} from computed "
+                    "bases: the scan cannot tell whether a base registers its subclasses in a shared "
+                    "registry (write a class statement, or list the bases literally)", target=q)

@@ -1,0 +1,153 @@
+"""Process-wide state (FT146, and FT123 for the environment and global flags): the policy's allow-list of
+state calls, files written, threads started at import time, scoped switches entered by hand, and
+state-changing callables handed on as values."""
+
+from __future__ import annotations
+
+import ast
+
+from fasttrack.confinement.escapes.base import CheckBase
+from fasttrack.confinement.escapes.common import (
+    _INTERPRETER_HOOKS,
+    _MUTATORS,
+    _THREAD_STARTS,
+    _WRITERS,
+    GLOBAL_STATE,
+    SETATTR,
+    _arg,
+    _dotted_literal,
+    _matches,
+)
+from fasttrack.confinement.escapes.scope import (
+    _THREAD_REF,
+    _Scope,
+)
+
+
+class GlobalStateChecks(CheckBase):
+    """Process-wide state: FT146 (and FT123 for the environment and global flags)."""
+
+    def _check_thread_start(self, node: ast.Call, scope: _Scope, import_time: bool) -> None:
+        """A thread (or pool) started at import time keeps running beside the engine after the import."""
+        if not isinstance(node.func, ast.Attribute) or node.func.attr not in _THREAD_STARTS or \
+                self.resolve(node.func.value, scope) != _THREAD_REF:
+            return
+        if not import_time:
+            key = self._enclosing_function(scope)
+            if key is not None:
+                self.thread_starts.setdefault(key, node)  # judged where the function is called
+        else:
+            self.report(GLOBAL_STATE, node, f"starts a thread at import time (`.{node.func.attr}()` on a "
+                        "thread or thread pool): it outlives the import and runs beside the engine in every "
+                        "process that imports the model (start it from the model's code at run time)",
+                        target=f"<thread>.{node.func.attr}")
+
+    def _check_import_time_thread_calls(self) -> None:
+        """An own function that starts a thread (itself or through further own calls), called at import
+        time, starts it at import time."""
+        changed = True
+        while changed:
+            changed = False
+            for _call, scope, key in self.own_calls:
+                caller = self._enclosing_function(scope)
+                if key in self.thread_starts and caller is not None and caller not in self.thread_starts:
+                    self.thread_starts[caller] = self.thread_starts[key]
+                    changed = True
+        for call, _, key in self.own_calls:
+            start = self.thread_starts.get(key)
+            if start is not None and id(call) in self.import_time_calls:
+                shown = key.rsplit(".", 1)[-1]
+                self.report(GLOBAL_STATE, call, f"calls `{shown}` at import time, which starts a thread "
+                            f"(line {getattr(start, 'lineno', '?')}): it outlives the import and runs "
+                            "beside the engine (start it from the model's code at run time)",
+                            target="<thread>.start")
+
+    def _check_manual_enter(self, node: ast.Call, scope: _Scope) -> None:
+        """`torch.no_grad().__enter__()` or `stack.enter_context(cm)` outside a `with`: a scoped switch
+        (grad mode, a TorchFunctionMode, a config patch) entered and never left is process-wide."""
+        if not isinstance(node.func, ast.Attribute):
+            return
+        attr = node.func.attr
+        if attr in ("__enter__", "__aenter__"):
+            cm: ast.expr | None = node.func.value
+        elif attr in ("enter_context", "enter_async_context"):
+            cm = node.args[0] if node.args else None
+        else:
+            return
+        if not isinstance(cm, ast.Call):
+            return
+        maker = self.resolve(cm.func, scope)
+        if maker is None or not self.foreign(maker):
+            return
+        context = self._context(node)
+        if attr.startswith("__") and any(p in context for p in ("def __enter__", "def __aenter__")):
+            return  # an own context manager entering the one it wraps
+        if not attr.startswith("__") and "with " in context:
+            return  # an ExitStack used inside a with block is closed with it
+        self.report(GLOBAL_STATE, node, f"enters `{maker.qualname}` by `.{attr}()` outside a `with` block: "
+                    "what it switches on (grad mode, a dispatch mode, a config patch) is never restored "
+                    "and changes every model", target=maker.qualname)
+
+    def _check_writer_values(self, node: ast.Call, scope: _Scope) -> None:
+        """`functools.reduce(setattr, ...)`, `map(setattr, mods, ...)`: a writer handed on as a value writes
+        to objects the scan cannot follow."""
+        callee = self.resolve(node.func, scope)
+        skip_first = callee is not None and callee.qualname == "functools.partial"
+        values = [*node.args, *(k.value for k in node.keywords)]
+        for i, v in enumerate(values):
+            if skip_first and i == 0:
+                continue
+            r = self.resolve(v.value if isinstance(v, ast.Starred) else v, scope)
+            if r is not None and r.origin == "import" and self._deferred_state_call(r.qualname):
+                to = callee.qualname if callee is not None and callee.qualname else "a call"
+                self.report(GLOBAL_STATE, v, f"passes `{r.qualname}` as a value to "
+                            f"`{to.removeprefix('builtins.')}`: it changes process-wide state when that "
+                            "code calls it later (at exit, in a thread, per element)", target=r.qualname)
+                continue
+            if r is not None and r.origin == "import" and r.qualname in _WRITERS - {"builtins.vars"}:
+                to = callee.qualname if callee is not None and callee.qualname else "a call"
+                self.report(SETATTR, v, f"passes `{r.qualname.removeprefix('builtins.')}` as a value to "
+                            f"`{to.removeprefix('builtins.')}`: what it writes to cannot be checked",
+                            target=r.qualname)
+
+    def _deferred_state_call(self, q: str) -> bool:
+        """A function (snake_case last part: not a constant or a class) that changes process-wide state,
+        handed on as a value instead of being called here."""
+        last = q.rsplit(".", 1)[-1]
+        if not last[:1].islower() or self.is_own(q):
+            return False
+        s = self.settings
+        if q in _INTERPRETER_HOOKS or _matches(q, s.global_flag_calls):
+            return True
+        if q.startswith("os.environ.") and last in _MUTATORS:
+            return True
+        return _matches(q, s.global_state_calls) and not _matches(q, s.allowed_global_calls) \
+            and not _matches(q, s.scoped_global_calls)
+
+    def _check_global_state(self, node: ast.Call, q: str, scope: _Scope, import_time: bool) -> bool:
+        """Process-wide state is an allow-list: a call the policy's `global_state_calls` recognises (torch
+        switches, signals, subprocesses, native libraries, ...) is FT146 unless `allowed_global_calls`
+        lists it, or it is a `scoped_global_calls` context manager used as a `with` item."""
+        s = self.settings
+        if q in ("builtins.open", "io.open", "codecs.open", "os.fdopen"):
+            mode = _arg(node, 1, "mode")
+            lit = "r" if mode is None else _dotted_literal(mode)
+            if lit is None or any(c in lit for c in "wax+"):
+                self.report(GLOBAL_STATE, node, f"opens a file for writing (`{q.removeprefix('builtins.')}`, "
+                            f"mode {lit or '<computed>'!r}): model code may not write files (a `.pth` in "
+                            "site-packages or a module file changes every process)", target=q)
+            return True
+        if _matches(q, s.allowed_global_calls) or not _matches(q, s.global_state_calls):
+            return False
+        if id(node) in self.with_items and _matches(q, s.scoped_global_calls):
+            return True
+        if q.startswith("warnings.") and "with warnings.catch_warnings(" in self._context(node):
+            return True  # a filter inside catch_warnings() is restored when the block ends
+        if q.startswith(("pickle.", "marshal.", "runpy.", "torch.hub.", "dill.", "cloudpickle.")):
+            self.report(GLOBAL_STATE, node, f"calls `{q}`: runs code that comes from data (unpickled, "
+                        "marshalled or downloaded), which the scan cannot check", target=q)
+            return True
+        scoped = " (allowed only as a `with` item)" if _matches(q, s.scoped_global_calls) else ""
+        self.report(GLOBAL_STATE, node, f"calls `{q}`{scoped}: changes process-wide state that every model "
+                    "shares, which the policy's allow-list does not grant model code", target=q)
+        return True

@@ -1,0 +1,313 @@
+"""Monkeypatches (FT120/FT121): writes to objects outside the contribution, by attribute, item, `del`, `+=`,
+`setattr`, `__setattr__`, `operator.setitem`, `mock.patch`, mutating methods, and through the file's own
+helpers that write their parameters (propagated to a fixpoint, and across files via `FileFacts`)."""
+
+from __future__ import annotations
+
+import ast
+
+from fasttrack.confinement.escapes.base import CheckBase
+from fasttrack.confinement.escapes.common import (
+    _MUTATORS,
+    ENGINE_PARAM,
+    MONKEYPATCH,
+    SETATTR,
+    _arg,
+    _dotted_literal,
+    _matches,
+    state_like_receiver,
+)
+from fasttrack.confinement.escapes.scope import (
+    _COPY,
+    _LOCAL,
+    _SEP,
+    _Function,
+    _Ref,
+    _Scope,
+)
+
+
+class MonkeypatchChecks(CheckBase):
+    """Monkeypatches (FT120/FT121): writes to objects outside the contribution."""
+
+    def _check_helper_calls(self) -> None:
+        """A call handing a foreign object to an own function that writes through that parameter (directly
+        or through further own calls: propagated to a fixpoint) is the write itself."""
+        changed = True
+        while changed:
+            changed = False
+            for call, scope, key in self.own_calls:
+                for fn in self.functions.get(key, []):
+                    for name, exprs in self._call_arguments(call, fn).items():
+                        if (key, name) not in self.param_writes:
+                            continue
+                        for e in exprs:
+                            r = self.resolve(e, scope)
+                            held = [r] if r is not None and r.origin == "param" else [
+                                x for x in (r.elements if r is not None else ()) if x.origin == "param"]
+                            for p in held:
+                                k2, _, n2 = p.qualname.rpartition(_SEP)
+                                if (k2, n2) not in self.param_writes:
+                                    self.param_writes[(k2, n2)] = self.param_writes[(key, name)]
+                                    changed = True
+        for call, scope, key in self.own_calls:
+            for fn in self.functions.get(key, []):
+                for name, exprs in self._call_arguments(call, fn).items():
+                    write = self.param_writes.get((key, name))
+                    if write is None:
+                        continue
+                    for e in exprs:
+                        t = self.tainted(self.resolve(e, scope))
+                        if t is not None:
+                            shown = key.rsplit(".", 1)[-1]
+                            at = getattr(write, "lineno", "?")
+                            self.report(MONKEYPATCH, call, f"passes `{t.qualname}` to `{shown}`, which "
+                                        f"writes through its parameter `{name}` (line {at}): a monkeypatch "
+                                        "of an object outside the contribution",
+                                        target=t.qualname)
+        for key, fns in self.functions.items():
+            if key in self.method_keys or key.startswith("<lambda>"):
+                continue
+            written = frozenset(r for (k, n) in self.param_writes if k == key for fn in fns
+                                for r in self._param_refs(fn, n))
+            if written:
+                self.facts.param_writers[key] = written
+
+    @staticmethod
+    def _param_refs(fn: _Function, name: str) -> tuple[int | str, ...]:
+        """A written parameter as a caller can fill it: its position (when positional) and its name."""
+        return (fn.positional.index(name), name) if name in fn.positional else (name,)
+
+    def _check_attribute_write(self, node: ast.Attribute, scope: _Scope, import_time: bool) -> None:
+        base = self.resolve(node.value, scope)
+        verb = "deletes" if isinstance(node.ctx, ast.Del) else "assigns"
+        if base is None:
+            self._unresolved_write(node, f"{verb} `{node.attr}`", MONKEYPATCH)
+            return
+        if base.origin == "param" and node.attr in ("__class__", "__dict__"):
+            self.report(MONKEYPATCH, node, f"{verb} `{node.attr}` of an object the function was given: "
+                        "swapping an object's class or namespace changes it for everyone who holds it "
+                        "(wrap or subclass it instead)", target=f"<parameter>.{node.attr}")
+            return
+        if base.origin == "param":
+            self._record_param_write(base, node)
+            return
+        if base.elements and not self.foreign(base) and base.qualname != _COPY:
+            base = base.elements[0]
+        if base.origin == "classof":
+            self.report(MONKEYPATCH, node, f"{verb} `{node.attr}` on the class of an object "
+                        "(`type(x)`/`x.__class__`): a class-wide patch whose class cannot be checked "
+                        "statically", severity="warning", target=f"{base.qualname}.{node.attr}")
+            return
+        if not self.foreign(base):
+            self._own_import_write(base, MONKEYPATCH, f".{node.attr}", f"{verb} `{node.attr}` on", node)
+            return
+        self._report_write(node, f"{base.qualname}.{node.attr}", verb, MONKEYPATCH, import_time,
+                           "attribute assignment" if verb == "assigns" else "del")
+
+    def _check_aug_name(self, node: ast.AugAssign, scope: _Scope, import_time: bool) -> None:
+        """`NAME += v` / `NAME |= v` on a name bound to an imported object: a list's, dict's or set's
+        `__iadd__`/`__ior__` updates the object in place before the name is rebound."""
+        assert isinstance(node.target, ast.Name)
+        ref = self.resolve(node.target, scope)
+        op = type(node.op).__name__
+        if ref is None:
+            return
+        if ref.origin == "param":
+            self._record_param_write(ref, node)
+        elif self.foreign(ref):
+            self._report_write(node, ref.qualname, "updates", MONKEYPATCH, import_time,
+                               f"augmented assignment ({op}), in place on a list, dict or set")
+        else:
+            self._own_import_write(ref, MONKEYPATCH, "", "updates in place (augmented assignment)", node)
+
+    def _check_subscript_write(self, node: ast.Subscript, scope: _Scope, import_time: bool) -> None:
+        base = self.resolve(node.value, scope)
+        if base is None:
+            self._unresolved_write(node, "writes an item", MONKEYPATCH)
+            return
+        if base.origin == "param":
+            self._record_param_write(base, node)
+            return
+        if not self.foreign(base):
+            verb = "deletes an item of" if isinstance(node.ctx, ast.Del) else "writes an item of"
+            self._own_import_write(base, MONKEYPATCH, "[...]", verb, node)
+            return
+        if self._self_registration(node, base.qualname, scope):
+            return
+        key = _dotted_literal(node.slice)
+        target = f"{base.qualname}[{key!r}]" if key else f"{base.qualname}[...]"
+        verb = "deletes" if isinstance(node.ctx, ast.Del) else "writes"
+        default = SETATTR if base.qualname.endswith(".__dict__") else MONKEYPATCH
+        self._report_write(node, target, verb, default, import_time, "item assignment")
+
+    def _self_registration(self, node: ast.Subscript, container: str, scope: _Scope) -> bool:
+        """`cc.static_forward_context[prefix] = self` in a method: a layer registering itself where the
+        engine asks it to (policy `engine_self_registrations`). Only a plain assignment of the method's own
+        instance qualifies; deletes, other values and augmented assignments do not."""
+        head = f"{ENGINE_PARAM}.vllm_config."
+        if container.startswith(head):  # the model's `vllm_config` is the current VllmConfig
+            container = f"vllm.config.get_current_vllm_config().{container[len(head):]}"
+        if not isinstance(node.ctx, ast.Store) or not _matches(container,
+                                                               self.settings.engine_self_registrations):
+            return False
+        if self._parents is None:
+            self._parents = {id(c): p for p in ast.walk(self.tree) for c in ast.iter_child_nodes(p)}
+        stmt = self._parents.get(id(node))
+        if not isinstance(stmt, ast.Assign) or stmt.targets != [node] or not isinstance(stmt.value, ast.Name):
+            return False
+        key = self._enclosing_function(scope)
+        for fn in self.functions.get(key or "", []):
+            node_args = fn.node.args
+            first = [*node_args.posonlyargs, *node_args.args][:1]
+            if fn.scope.parent is not None and fn.scope.parent.kind == "class" and first and \
+                    first[0].arg == stmt.value.id and fn.scope is scope and \
+                    scope.bindings.get(stmt.value.id) == [_LOCAL]:
+                return True
+        return False
+
+    def _check_item_writer(self, node: ast.Call, q: str, scope: _Scope, import_time: bool) -> None:
+        first = _arg(node, 0)
+        obj = self.resolve(first, scope) if first is not None else None
+        fn = q.rsplit(".", 1)[-1]
+        if obj is None:
+            self._unresolved_write(node, f"`{q}`", MONKEYPATCH)
+        elif obj.origin == "param":
+            self._record_param_write(obj, node)
+        else:
+            self._own_import_write(obj, MONKEYPATCH, "[...]", f"writes an item by `operator.{fn}()` of", node)
+            t = self.tainted(obj)
+            if t is not None:
+                code = SETATTR if t.qualname.endswith(".__dict__") else MONKEYPATCH
+                self._report_write(node, f"{t.qualname}[...]", "writes", code, import_time,
+                                   f"operator.{fn}()")
+
+    def _record_foreign_call(self, node: ast.Call, q: str, scope: _Scope) -> None:
+        """A call into another module of the contribution with foreign arguments: judged across files
+        against that module's `param_writers` (fasttrack.rules.escapes)."""
+        held: dict[int | str, str] = {}
+        for i, a in enumerate(node.args):
+            t = self.tainted(self.resolve(a.value if isinstance(a, ast.Starred) else a, scope))
+            if t is not None:
+                held["*" if isinstance(a, ast.Starred) else i] = t.qualname
+        for kw in node.keywords:
+            t = self.tainted(self.resolve(kw.value, scope))
+            if t is not None:
+                held[kw.arg or "**"] = t.qualname
+        if held:
+            self.facts.foreign_calls.append((q, held, getattr(node, "lineno", 1)))
+
+    def _check_setattr(self, node: ast.Call, q: str, scope: _Scope, import_time: bool) -> None:
+        fn = q.split(".")[-1]
+        verb = "deletes" if fn == "delattr" else "sets"
+        first = _arg(node, 0)
+        if first is None:
+            star = next((a for a in node.args if isinstance(a, ast.Starred)), None)
+            if star is None:
+                return
+            held = self.resolve(star.value, scope)
+            t = self.tainted(held)
+            if t is not None:
+                self._report_write(node, f"{t.qualname}.*", verb, SETATTR, import_time, f"{fn}(*args)")
+            elif held is not None and held.origin == "param":
+                self._record_param_write(held, node)
+            else:
+                self._unresolved_write(node, f"{fn}(*args)", SETATTR)
+            return
+        obj = self.resolve(first, scope)
+        name = _dotted_literal(_arg(node, 1)) or "*"
+        if obj is None:
+            self._unresolved_write(node, f"{fn}()", SETATTR)
+            return
+        if obj.origin == "param":
+            self._record_param_write(obj, node)
+            return
+        self._own_import_write(obj, SETATTR, f".{name}", f"{verb} `{name}` by `{fn}()` on", node)
+        if obj.elements and not self.foreign(obj) and obj.qualname != _COPY:
+            obj = obj.elements[0]
+        if obj is not None and obj.origin == "classof":
+            self.report(SETATTR, node, f"{fn}() on the class of an object (`type(x)`/`x.__class__`): a "
+                        "class-wide patch whose class cannot be checked statically", severity="warning",
+                        target=f"{obj.qualname}.{name}")
+        elif self.foreign(obj) and obj is not None:
+            self._report_write(node, f"{obj.qualname}.{name}", verb, SETATTR, import_time, f"{fn}()")
+
+    def _check_dunder_setattr(self, node: ast.Call, receiver: str, scope: _Scope,
+                              import_time: bool) -> None:
+        # object.__setattr__(target, name, value) vs. Foreign.__setattr__(name, value)
+        if receiver in ("builtins.object", "builtins.type"):
+            first = _arg(node, 0)
+            obj = self.resolve(first, scope) if first is not None else None
+            name = _dotted_literal(_arg(node, 1)) or "*"
+        else:
+            obj = _Ref("import", receiver)
+            name = _dotted_literal(_arg(node, 0)) or "*"
+        self._own_import_write(obj, SETATTR, f".{name}", f"sets `{name}` by `__setattr__` on", node)
+        if self.foreign(obj) and obj is not None:
+            self._report_write(node, f"{obj.qualname}.{name}", "sets", SETATTR, import_time, "__setattr__")
+
+    def _check_mock_patch(self, node: ast.Call, q: str, scope: _Scope, import_time: bool) -> None:
+        first = _arg(node, 0, "target")
+        if first is None:
+            return
+        if q.endswith(".object"):
+            obj = self.resolve(first, scope)
+            name = _dotted_literal(_arg(node, 1, "attribute")) or "*"
+            if self.foreign(obj) and obj is not None:
+                self._report_write(node, f"{obj.qualname}.{name}", "patches", SETATTR, import_time,
+                                   "mock.patch.object")
+            return
+        if q.endswith(".dict"):
+            lit = _dotted_literal(first)
+            obj = _Ref("import", lit) if lit else self.resolve(first, scope)
+            if self.foreign(obj) and obj is not None:
+                self._report_write(node, obj.qualname, "patches", SETATTR, import_time, "mock.patch.dict")
+            return
+        target = _dotted_literal(first)
+        if target and not self.is_own(target):
+            self._report_write(node, target, "patches", SETATTR, import_time, "mock.patch")
+
+    def _check_mutator(self, node: ast.Call, receiver: str, method: str, import_time: bool,
+                       scope: _Scope) -> bool:
+        last = receiver.rsplit(".", 1)[-1]
+        if (receiver.startswith("builtins.") and receiver != "builtins.__dict__") or (
+                last[:1].isupper() and not last.isupper() and node.args):
+            # An unbound method (dict.update(d, ...), OrderedDict.pop(d, k)) mutates its first argument.
+            first = _arg(node, 0)
+            obj = self.resolve(first, scope) if first is not None else None
+            if self.foreign(obj) and obj is not None and not obj.qualname.startswith("builtins."):
+                self._report_write(node, obj.qualname, "mutates", MONKEYPATCH, import_time,
+                                   f"{last}.{method}()")
+                return True
+            if receiver.startswith("builtins.") or obj is None or obj.origin != "import":
+                return receiver.startswith("builtins.")
+        code = self._classify(receiver)
+        how = f".{method}()"
+        if code is not None:
+            self._report_write(node, receiver, "mutates", code, import_time, how)
+            return True
+        if receiver.endswith(".__dict__"):
+            self._report_write(node, receiver, "mutates", SETATTR, import_time, how)
+            return True
+        # Only state-like receivers: a module function named `add`/`remove` (torch.add, os.remove) is not
+        # a container.
+        if state_like_receiver(receiver, self.settings.hidden_import_roots, self.module_imports):
+            self._report_write(node, receiver, "mutates", MONKEYPATCH, import_time, how)
+            return True
+        return False
+
+    def _check_methodcaller(self, node: ast.Call, scope: _Scope) -> None:
+        """`operator.methodcaller("__setattr__", "forward", f)(SharedClass)`: a method chosen by name
+        called on a foreign object; only a literal, non-dunder, non-mutating name is a read."""
+        if not isinstance(node.func, ast.Call) or not node.args:
+            return
+        maker = self.resolve(node.func.func, scope)
+        if maker is None or maker.qualname != "operator.methodcaller":
+            return
+        target = self.tainted(self.resolve(node.args[0], scope))
+        name = _dotted_literal(_arg(node.func, 0))
+        if target is None or (name is not None and not name.startswith("__") and name not in _MUTATORS):
+            return
+        self.report(SETATTR, node, f"calls `{name or '<computed>'}` on `{target.qualname}` through "
+                    "`operator.methodcaller`: a write to an object the contribution does not own",
+                    target=target.qualname)

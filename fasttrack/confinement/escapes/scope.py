@@ -1,0 +1,1064 @@
+"""The scope and taint resolver of the escape scan: one pass binds every name of a file in its scope
+(Python's rules: functions, lambdas, classes and comprehensions have their own) and collects the nodes
+the checkers judge; `resolve` then says what an expression refers to (an imported dotted name, the file's
+own thing, a local object, a parameter, a local container holding foreign objects), following aliases,
+parameters, return values, containers, conditionals, unpacking, `operator`/`functools` getters, stored
+attributes and the parameters the engine fills (`ENGINE_PARAM`). It reports nothing itself but keeps the
+findings list (`report`) the checkers write to."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from fasttrack.confinement.escapes.common import (
+    _BUILTIN_NAMES,
+    _ELEMENT_CALLS,
+    _ELEMENT_METHODS,
+    _EVERYTHING_CALLS,
+    _LEAVES,
+    _REACH_ATTRS,
+    _THREAD_MAKERS,
+    ENGINE_PARAM,
+    Escape,
+    EscapeSeverity,
+    FileFacts,
+    _annotations,
+    _arg,
+    _canonical_module,
+    _dotted_literal,
+    _is_main_guard,
+    _matches,
+    _string_prefix,
+)
+from fasttrack.policy import EscapesSpec
+
+
+@dataclass(frozen=True)
+class _Import:
+    qualname: str  # absolute dotted name the binding refers to
+
+
+@dataclass(frozen=True)
+class _Own:
+    qualname: str  # a def/class in this file, or a relative import we could not place
+
+
+@dataclass(frozen=True, eq=False)
+class _Alias:
+    value: ast.expr
+    scope: _Scope
+
+
+@dataclass(frozen=True)
+class _Local:
+    pass
+
+
+@dataclass(frozen=True)
+class _Param:
+    """A parameter of a function defined in this file: what it is depends on the caller."""
+
+    function: str  # the function's key in _Analyser.functions
+    name: str
+
+
+@dataclass(frozen=True, eq=False)
+class _Elem:
+    """A name bound to an element of a container (loop target, unpacking, `*rest`)."""
+
+    value: ast.expr
+    scope: _Scope
+
+
+_Binding = _Import | _Own | _Alias | _Local | _Param | _Elem
+_LOCAL = _Local()
+
+
+@dataclass(eq=False)
+class _Scope:
+    kind: Literal["module", "function", "class", "comprehension"]
+    parent: _Scope | None
+    bindings: dict[str, list[_Binding]] = field(default_factory=dict)
+    globals_: set[str] = field(default_factory=set)
+    nonlocals: set[str] = field(default_factory=set)
+    name: str = ""  # a class scope: the class's dotted name (`<module>.<Class>`)
+
+    def bind(self, name: str, binding: _Binding) -> None:
+        self.bindings.setdefault(name, []).append(binding)
+
+
+@dataclass(frozen=True, eq=False)
+class _Function:
+    node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
+    scope: _Scope
+    positional: tuple[str, ...]  # positional parameters a caller fills, in order (self/cls left out)
+    keyword_only: frozenset[str]
+
+    def returns(self) -> list[ast.expr]:
+        """The expressions the function returns (nested defs and lambdas left out)."""
+        if isinstance(self.node, ast.Lambda):
+            return [self.node.body]
+        out: list[ast.expr] = []
+        todo: list[ast.AST] = list(self.node.body)
+        while todo:
+            n = todo.pop()
+            if isinstance(n, ast.Return | ast.Yield) and n.value is not None:
+                out.append(n.value)
+            elif isinstance(n, ast.YieldFrom):
+                out.append(ast.Starred(value=n.value, ctx=ast.Load()))
+            if not isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
+                todo.extend(ast.iter_child_nodes(n))
+        return out
+
+
+@dataclass(frozen=True)
+class _Ref:
+    """What an expression refers to: an imported (dotted) name, the file's own thing, a local object,
+    or the class of a local object (`type(x)`, `x.__class__`)."""
+
+    origin: Literal["import", "own", "local", "classof", "param"]
+    qualname: str = ""
+    # A local container: the foreign objects it holds (an element, a value, an unpacked item).
+    elements: tuple[_Ref, ...] = ()
+
+
+
+
+_LOCAL_REF = _Ref("local")
+_COPY = "<shallow copy>"  # a local ref: `copy.copy(x)`, whose `elements` are what its attributes are
+_INSTANCE = "<instance of "  # + an own class's dotted name + ">": a local object of an own class
+# a thread or thread pool made here: starting it at import time is FT146
+_THREAD_REF = _Ref("local", "<thread>")
+_SEP = "\x1f"  # between a function key and a parameter name in a "param" _Ref
+_Handler = Callable[[ast.AST, "_Scope", bool], None]
+
+
+class Resolver:
+    """Bindings, scopes and what expressions refer to, for one parsed file."""
+
+    def __init__(self, tree: ast.Module, path: str, own_packages: set[str], module: str | None,
+                 is_package: bool, own_op_namespaces: set[str], settings: EscapesSpec,
+                 exec_depth: int, foreign_op_namespaces: frozenset[str] = frozenset()) -> None:
+        self.tree = tree
+        self.path = path
+        self.own_packages = {p for p in own_packages if p}
+        self.module = module
+        self.is_package = is_package
+        self.own_ops = own_op_namespaces
+        self.foreign_ops = foreign_op_namespaces
+        self.settings = settings
+        self.exec_depth = exec_depth
+        self.scopes: dict[ast.AST, _Scope] = {}
+        self.module_scope = _Scope("module", None)
+        self.star_imports: list[str] = []
+        self.facts = FileFacts()
+        self._resolving: set[int] = set()
+        self._memo: dict[int, _Ref | None] = {}
+        self._resolving_names: set[tuple[int, str]] = set()
+        self._name_memo: dict[tuple[int, str], _Ref | None] = {}
+        self._found: set[tuple[str, int, int, str]] = set()
+        self._stack: list[tuple[ast.AST, _Scope, bool]] = []
+        self.candidates: list[tuple[ast.AST, _Scope, bool]] = []
+        self._binders = self._make_binders()
+        self.functions: dict[str, list[_Function]] = {}
+        self.method_keys: set[str] = set()  # keys of functions defined in a class body
+        self.classes: dict[str, list[tuple[ast.ClassDef, _Scope]]] = {}  # own class -> (node, outer scope)
+        # Parameters written through ((function key, parameter) -> the write), and calls to own functions.
+        self.param_writes: dict[tuple[str, str], ast.AST] = {}
+        self.own_calls: list[tuple[ast.Call, _Scope, str]] = []
+        self.import_time_calls: set[int] = set()  # ids of own calls made at import time
+        self.thread_starts: dict[str, ast.AST] = {}  # own function key -> a thread start inside it
+        self.with_items: set[int] = set()
+        self.module_imports: set[str] = set()  # names bound by `import x.y`: modules, not containers
+        self._parents: dict[int, ast.AST] | None = None
+        self._function_of_scope: dict[int, str] | None = None
+        # `x.attr = value` on any object: attribute name -> the values stored (taint by attribute name,
+        # so `self.target = SharedClass; self.target.forward = f` is a write to SharedClass).
+        self.attr_stores: dict[str, list[tuple[ast.expr, _Scope]]] = {}
+        # Model code (a module of the contribution's own packages, or one that cannot be placed: fail
+        # closed): its parameters named or annotated like the engine's objects are the engine's.
+        self.model_code = module is None or self.is_own(module)
+        self._engine_params: dict[tuple[str, str], _Ref | None] = {}
+        self.engine_param_why: dict[str, str] = {}  # parameter name -> why it is the engine's
+        self._kept: list[ast.AST] = []  # parsed string annotations (memo keys are node ids: keep them alive)
+
+    def is_own(self, qualname: str) -> bool:
+        return any(qualname == p or qualname.startswith(p + ".") for p in self.own_packages)
+
+    def foreign(self, ref: _Ref | None) -> bool:
+        return ref is not None and ref.origin == "import" and not self.is_own(ref.qualname)
+
+    def _absolute(self, level: int, module: str | None) -> str | None:
+        """Absolute name of a relative import, or None if the file's module is unknown."""
+        if level == 0:
+            return module
+        if self.module is None:
+            return None
+        parts = self.module.split(".")
+        if not self.is_package:
+            parts = parts[:-1]
+        if level - 1 > len(parts) - 1:
+            return None
+        base = parts[: len(parts) - (level - 1)]
+        return ".".join(base + ([module] if module else []))
+
+    def bind_all(self) -> None:
+        """One pass over the tree: bind every name in its scope (Python's rules: functions, lambdas,
+        classes and comprehensions have their own) and collect the nodes the check pass judges, with
+        the scope they run in and whether they run when the module is imported."""
+        self.scopes[self.tree] = self.module_scope
+        stack: list[tuple[ast.AST, _Scope, bool]] = [
+            (n, self.module_scope, True) for n in reversed(self.tree.body)]
+        self._stack = stack
+        while stack:
+            node, scope, import_time = stack.pop()
+            handler = self._binders.get(type(node))
+            if handler is not None:
+                handler(node, scope, import_time)
+            else:
+                self._push_children(node, scope, import_time)
+
+    def _push(self, nodes: Sequence[ast.AST | None], scope: _Scope, import_time: bool) -> None:
+        self._stack.extend((n, scope, import_time) for n in reversed(nodes)
+                           if n is not None and type(n) not in _LEAVES)
+
+    def _push_children(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
+        self._push(list(ast.iter_child_nodes(node)), scope, import_time)
+
+    def _bind_target(self, target: ast.expr, scope: _Scope, value: ast.expr | None,
+                     import_time: bool, element_of: ast.expr | None = None) -> None:
+        """Bind `target = value`; `element_of`: the target takes an element of that container (unpacking,
+        loop targets), so `a, b = pair` keeps a foreign object in `pair` foreign in `a` and `b`."""
+        if isinstance(target, ast.Name):
+            home = self.module_scope if target.id in scope.globals_ else scope
+            if target.id in scope.nonlocals:
+                outer = scope.parent
+                while outer is not None and (outer.kind == "class" or target.id not in outer.bindings):
+                    outer = outer.parent
+                home = outer or scope
+            if value is not None:
+                home.bind(target.id, _Alias(value, scope))
+            elif element_of is not None:
+                home.bind(target.id, _Elem(element_of, scope))
+            else:
+                home.bind(target.id, _LOCAL)
+        elif isinstance(target, ast.Starred):
+            self._bind_target(target.value, scope, None, import_time, element_of or value)
+        elif isinstance(target, ast.Tuple | ast.List):
+            values: list[ast.expr] | None = None
+            if isinstance(value, ast.Tuple | ast.List) and len(value.elts) == len(target.elts) and not any(
+                    isinstance(e, ast.Starred) for e in [*value.elts, *target.elts]):
+                values = list(value.elts)
+            for i, elt in enumerate(target.elts):
+                if values:
+                    self._bind_target(elt, scope, values[i], import_time)
+                else:
+                    self._bind_target(elt, scope, None, import_time, element_of or value)
+        else:
+            self._push([target], scope, import_time)
+
+    def _bind_loop_target(self, target: ast.expr, iterable: ast.expr, scope: _Scope,
+                          import_time: bool) -> None:
+        """`for m in (a, b)` binds m to each element (so `m.x = 1` is judged for a and b)."""
+        if isinstance(target, ast.Name) and isinstance(iterable, ast.Tuple | ast.List | ast.Set) and not any(
+                isinstance(e, ast.Starred) for e in iterable.elts):
+            for elt in iterable.elts:
+                scope.bind(target.id, _Alias(elt, scope))
+            if not iterable.elts:
+                scope.bind(target.id, _LOCAL)
+        else:
+            self._bind_target(target, scope, None, import_time, iterable)
+
+    def _function_key(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda, scope: _Scope) -> str:
+        if isinstance(node, ast.Lambda):
+            return f"<lambda>@{node.lineno}:{node.col_offset}"
+        if scope.kind == "class":
+            return f"{scope.name}.{node.name}"
+        return f"{self.module or '<file>'}.{node.name}"
+
+    def _bind_args(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda, scope: _Scope,
+                   outer: _Scope, key: str) -> None:
+        """Parameters are `_Param`s (what they are depends on the caller), except a method's first one
+        (self/cls: an instance or subclass of the contribution's own class)."""
+        args = node.args
+        positional = [*args.posonlyargs, *args.args]
+        is_method = outer.kind == "class" and not any(
+            isinstance(d, ast.Name) and d.id == "staticmethod" for d in getattr(node, "decorator_list", []))
+        names: list[str] = []
+        for i, a in enumerate(positional):
+            if i == 0 and is_method:
+                scope.bind(a.arg, _LOCAL)
+                continue
+            names.append(a.arg)
+            scope.bind(a.arg, _Param(key, a.arg))
+        for a in args.kwonlyargs:
+            scope.bind(a.arg, _Param(key, a.arg))
+        # a caller that omits an argument gets the default, evaluated in the enclosing scope
+        for a, d in [*zip(positional[len(positional) - len(args.defaults):], args.defaults, strict=True),
+                     *zip(args.kwonlyargs, args.kw_defaults, strict=True)]:
+            if d is not None and not isinstance(d, ast.Constant):
+                scope.bind(a.arg, _Alias(d, outer))
+        if args.vararg:
+            scope.bind(args.vararg.arg, _Param(key, "*"))
+        if args.kwarg:
+            scope.bind(args.kwarg.arg, _Param(key, "**"))
+        self.functions.setdefault(key, []).append(_Function(node, scope, tuple(names),
+                                                            frozenset(a.arg for a in args.kwonlyargs)))
+        if outer.kind == "class":
+            self.method_keys.add(key)
+
+    def _b_function(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
+        assert isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+        if not isinstance(node, ast.Lambda):
+            scope.bind(node.name, _Own(f"{self.module or '<file>'}.{node.name}"))
+            if node.decorator_list:
+                self.candidates.append((node, scope, import_time))
+        child = _Scope("function", scope)
+        self.scopes[node] = child
+        self._bind_args(node, child, scope, self._function_key(node, scope))
+        body = node.body if isinstance(node.body, list) else [node.body]
+        self._push(body, child, False)
+        self._push([*getattr(node, "decorator_list", []), *node.args.defaults, *node.args.kw_defaults,
+                    *_annotations(node)], scope, import_time)
+
+    def _b_class(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
+        assert isinstance(node, ast.ClassDef)
+        scope.bind(node.name, _Own(f"{self.module or '<file>'}.{node.name}"))
+        if node.decorator_list:
+            self.candidates.append((node, scope, import_time))
+        child = _Scope("class", scope, name=f"{self.module or '<file>'}.{node.name}")
+        self.scopes[node] = child
+        self.classes.setdefault(child.name, []).append((node, scope))
+        self._push(node.body, child, import_time)
+        self._push([*node.decorator_list, *node.bases, *(k.value for k in node.keywords)], scope, import_time)
+
+    def _b_comprehension(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
+        assert isinstance(node, ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp)
+        child = _Scope("comprehension", scope)
+        self.scopes[node] = child
+        parts: list[ast.AST] = [node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]
+        for i, gen in enumerate(node.generators):
+            self._bind_loop_target(gen.target, gen.iter, child, import_time)
+            parts.extend(gen.ifs)
+            if i:
+                parts.append(gen.iter)
+        self._push(parts, child, import_time)
+        if node.generators:
+            self._push([node.generators[0].iter], scope, import_time)
+
+    def _b_import(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
+        assert isinstance(node, ast.Import)
+        for alias in node.names:
+            self.facts.imports.add(alias.name)
+            if alias.asname:
+                scope.bind(alias.asname, _Import(_canonical_module(alias.name)))
+                self.module_imports.add(alias.name)
+            else:
+                top = alias.name.split(".")[0]
+                scope.bind(top, _Import(_canonical_module(top)))
+                self.module_imports.update(".".join(alias.name.split(".")[:i + 1])
+                                           for i in range(alias.name.count(".") + 1))
+
+    def _b_import_from(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
+        assert isinstance(node, ast.ImportFrom)
+        base = self._absolute(node.level, node.module)
+        if base is not None:
+            self.facts.imports.add(base)
+            base = _canonical_module(base) if node.level == 0 else base
+        for alias in node.names:
+            if alias.name == "*":
+                if base is not None:
+                    self.star_imports.append(base)
+                continue
+            name = alias.asname or alias.name
+            if base is None:
+                scope.bind(name, _Own(f"<relative>.{alias.name}"))
+            else:
+                self.facts.imports.add(f"{base}.{alias.name}")
+                scope.bind(name, _Import(f"{base}.{alias.name}"))
+
+    def _b_assign(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
+        if isinstance(node, ast.Assign):
+            for t in node.targets:
+                self._bind_target(t, scope, node.value, import_time)
+                if isinstance(t, ast.Attribute):
+                    self.attr_stores.setdefault(t.attr, []).append((node.value, scope))
+            self._push([node.value], scope, import_time)
+        elif isinstance(node, ast.AnnAssign):
+            if node.value is not None:
+                self._bind_target(node.target, scope, node.value, import_time)
+                self._push([node.value], scope, import_time)
+            elif not isinstance(node.target, ast.Name):
+                self._push([node.target], scope, import_time)
+        elif isinstance(node, ast.AugAssign):
+            if isinstance(node.target, ast.Name):
+                self.candidates.append((node, scope, import_time))  # judged before the rebinding counts
+                scope.bind(node.target.id, _LOCAL)
+            else:
+                self._push([node.target], scope, import_time)
+            self._push([node.value], scope, import_time)
+        elif isinstance(node, ast.NamedExpr):
+            home = scope
+            while home.kind == "comprehension" and home.parent is not None:
+                home = home.parent
+            home.bind(node.target.id, _Alias(node.value, scope))
+            self._push([node.value], scope, import_time)
+
+    def _b_for(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
+        assert isinstance(node, ast.For | ast.AsyncFor)
+        self._bind_loop_target(node.target, node.iter, scope, import_time)
+        self._push([node.iter, *node.body, *node.orelse], scope, import_time)
+
+    def _b_with(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
+        assert isinstance(node, ast.With | ast.AsyncWith)
+        for item in node.items:
+            self.with_items.add(id(item.context_expr))
+            if item.optional_vars is not None:
+                cm = item.context_expr
+                value: ast.expr | None = None
+                if isinstance(cm, ast.Call) and cm.args:
+                    maker = self.resolve(cm.func, scope)
+                    if maker is not None and maker.qualname == "contextlib.nullcontext":
+                        value = cm.args[0]  # `with nullcontext(x) as c`: c is x
+                if isinstance(cm, ast.Call) and value is None and self.resolve(cm, scope) == _THREAD_REF:
+                    value = cm  # `with ThreadPoolExecutor() as ex`: ex is the pool (its __enter__ returns it)
+                self._bind_target(item.optional_vars, scope, value, import_time)
+        self._push([*(i.context_expr for i in node.items), *node.body], scope, import_time)
+
+    def _b_except(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
+        assert isinstance(node, ast.ExceptHandler)
+        if node.name:
+            scope.bind(node.name, _LOCAL)
+        self._push([node.type, *node.body], scope, import_time)
+
+    def _b_global(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
+        if isinstance(node, ast.Global):
+            scope.globals_.update(node.names)
+        elif isinstance(node, ast.Nonlocal):
+            scope.nonlocals.update(node.names)
+
+    def _b_match(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
+        name = getattr(node, "name", None) or getattr(node, "rest", None)
+        if isinstance(name, str):
+            scope.bind(name, _LOCAL)
+        self._push_children(node, scope, import_time)
+
+    def _b_match_statement(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
+        """`case c:` binds c to the subject; a name inside a sub-pattern to an element of it."""
+        assert isinstance(node, ast.Match)
+        for case in node.cases:
+            for sub in ast.walk(case.pattern):
+                name = getattr(sub, "name", None) or getattr(sub, "rest", None)
+                if not isinstance(name, str):
+                    continue
+                whole = sub is case.pattern and isinstance(sub, ast.MatchAs)
+                scope.bind(name, _Alias(node.subject, scope) if whole else _Elem(node.subject, scope))
+        self._push_children(node, scope, import_time)
+
+    def _b_if(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
+        assert isinstance(node, ast.If)
+        if scope.kind == "module" and _is_main_guard(node.test):
+            self._push(node.orelse, scope, import_time)
+            self._push(node.body, scope, False)  # runs as a script, not on import
+            self._push([node.test], scope, import_time)
+        else:
+            self._push_children(node, scope, import_time)
+
+    def _b_candidate(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
+        if isinstance(node, ast.Call) or isinstance(getattr(node, "ctx", None), ast.Store | ast.Del):
+            self.candidates.append((node, scope, import_time))
+        self._push_children(node, scope, import_time)
+
+    def _make_binders(self) -> dict[type[ast.AST], _Handler]:
+        return {
+            ast.FunctionDef: self._b_function, ast.AsyncFunctionDef: self._b_function,
+            ast.Lambda: self._b_function, ast.ClassDef: self._b_class,
+            ast.ListComp: self._b_comprehension, ast.SetComp: self._b_comprehension,
+            ast.GeneratorExp: self._b_comprehension, ast.DictComp: self._b_comprehension,
+            ast.Import: self._b_import, ast.ImportFrom: self._b_import_from,
+            ast.Assign: self._b_assign, ast.AnnAssign: self._b_assign, ast.AugAssign: self._b_assign,
+            ast.NamedExpr: self._b_assign, ast.For: self._b_for, ast.AsyncFor: self._b_for,
+            ast.With: self._b_with, ast.AsyncWith: self._b_with, ast.ExceptHandler: self._b_except,
+            ast.Global: self._b_global, ast.Nonlocal: self._b_global, ast.MatchAs: self._b_match,
+            ast.Match: self._b_match_statement,
+            ast.MatchStar: self._b_match, ast.MatchMapping: self._b_match, ast.If: self._b_if,
+            ast.Call: self._b_candidate, ast.Attribute: self._b_candidate, ast.Subscript: self._b_candidate,
+        }
+
+    def _lookup(self, name: str, scope: _Scope) -> list[_Binding] | None:
+        s: _Scope | None = scope
+        first = True
+        while s is not None:
+            if s.kind == "class" and not first:
+                s = s.parent
+                continue
+            if name in s.globals_:
+                return self.module_scope.bindings.get(name)
+            if name in s.nonlocals:
+                s = s.parent
+                first = False
+                continue
+            if name in s.bindings:
+                return s.bindings[name]
+            s = s.parent
+            first = False
+        return None
+
+    def resolve(self, node: ast.expr, scope: _Scope) -> _Ref | None:
+        """What `node` refers to, or None when it is not a name-like expression."""
+        key = id(node)
+        if key in self._memo:
+            return self._memo[key]
+        if key in self._resolving:
+            return None  # a cycle (x = x.y): no further information
+        self._resolving.add(key)
+        try:
+            ref = self._resolve(node, scope)
+        finally:
+            self._resolving.discard(key)
+        self._memo[key] = ref
+        return ref
+
+    def _resolve_name(self, name: str, scope: _Scope) -> _Ref | None:
+        # Flow-insensitive, so one answer per (scope, name); memoised, which also keeps a name with many
+        # assignments (s = s.a; s = s.b; ...) linear instead of exponential.
+        key = (id(scope), name)
+        if key in self._name_memo:
+            return self._name_memo[key]
+        if key in self._resolving_names:
+            return None
+        self._resolving_names.add(key)
+        try:
+            ref = self._resolve_name_uncached(name, scope)
+        finally:
+            self._resolving_names.discard(key)
+        self._name_memo[key] = ref
+        return ref
+
+    def _resolve_name_uncached(self, name: str, scope: _Scope) -> _Ref | None:
+        if name == "__builtins__":
+            return _Ref("import", "builtins")
+        if name in ("__name__", "__package__", "__spec__"):
+            return _LOCAL_REF
+        bindings = self._lookup(name, scope)
+        if bindings is None:
+            if name in _BUILTIN_NAMES:
+                return _Ref("import", f"builtins.{name}")
+            for star in self.star_imports:
+                return _Ref("import", f"{star}.{name}")
+            return None
+        refs: list[_Ref] = []
+        for b in bindings:
+            if isinstance(b, _Import):
+                refs.append(_Ref("import", b.qualname))
+            elif isinstance(b, _Own):
+                refs.append(_Ref("own", b.qualname))
+            elif isinstance(b, _Alias):
+                r = self.resolve(b.value, b.scope)
+                refs.append(r if r is not None else _LOCAL_REF)
+            elif isinstance(b, _Param):
+                refs.append(self._engine_param(b) or _Ref("param", f"{b.function}{_SEP}{b.name}"))
+            elif isinstance(b, _Elem):
+                refs.append(self._element(self.resolve(b.value, b.scope)) or _LOCAL_REF)
+            else:
+                refs.append(_LOCAL_REF)
+        # Conservative: if any binding of the name reaches a foreign object, judge it as that object.
+        for r in refs:
+            if self.foreign(r):
+                return r
+        for r in refs:
+            if r.elements:
+                return r
+        for origin in ("param", "import", "own", "classof"):
+            for r in refs:
+                if r.origin == origin:
+                    return r
+        if _THREAD_REF in refs:
+            return _THREAD_REF
+        return next((r for r in refs if r.qualname.startswith(_INSTANCE)), _LOCAL_REF)
+
+    def _engine_param(self, param: _Param) -> _Ref | None:
+        """What a parameter of model code is when the engine fills it: the engine's object when it is named
+        (`engine_parameter_names`) or annotated (`engine_parameter_types`) like one; in a method of a class
+        deriving from an engine class, `*args`/`**kwargs` hold the engine's objects. None otherwise (what it
+        is depends on the caller)."""
+        key = (param.function, param.name)
+        if key in self._engine_params:
+            return self._engine_params[key]
+        self._engine_params[key] = None  # a cycle (an annotation naming the parameter): no information
+        ref = self._engine_param_uncached(param) if self.model_code else None
+        self._engine_params[key] = ref
+        return ref
+
+    def _engine_param_uncached(self, param: _Param) -> _Ref | None:
+        s = self.settings
+        for fn in self.functions.get(param.function, []):
+            args = fn.node.args
+            outer = fn.scope.parent or self.module_scope
+            if param.name in ("*", "**"):
+                arg = args.vararg if param.name == "*" else args.kwarg
+                if arg is None:
+                    continue
+                cls = outer.name if outer.kind == "class" else None
+                base = self._engine_base(cls) if cls is not None else None
+                if base is not None:
+                    self.engine_param_why.setdefault(arg.arg, f"the `{param.name}{arg.arg}` of a method of a "
+                                                     f"class deriving from the engine's `{base}`")
+                    return _Ref("local", "<container>", (_Ref("import", f"{ENGINE_PARAM}.{arg.arg}[*]"),))
+                continue
+            every = [*args.posonlyargs, *args.args, *args.kwonlyargs]
+            node = next((a for a in every if a.arg == param.name), None)
+            if node is None:
+                continue
+            if _matches(param.name, s.engine_parameter_names):
+                self.engine_param_why.setdefault(param.name, "named like the engine's config objects")
+                return _Ref("import", f"{ENGINE_PARAM}.{param.name}")
+            if node.annotation is not None:
+                hit = self._engine_annotation(node.annotation, outer)
+                if hit is not None:
+                    self.engine_param_why.setdefault(param.name, f"annotated with the engine's `{hit}`")
+                    return _Ref("import", f"{ENGINE_PARAM}.{param.name}")
+        return None
+
+    def _engine_annotation(self, ann: ast.expr, scope: _Scope, depth: int = 0) -> str | None:
+        """The engine type (`engine_parameter_types`) any part of an annotation names, or None:
+        `VllmConfig`, `VllmConfig | None`, `Optional["VllmConfig"]`, `"config.ModelConfig"`."""
+        if depth > 6:
+            return None
+        if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
+            try:
+                parsed = ast.parse(ann.value, mode="eval").body
+            except (SyntaxError, ValueError, RecursionError):
+                return None
+            self._kept.append(parsed)
+            return self._engine_annotation(parsed, scope, depth + 1)
+        if isinstance(ann, ast.BinOp):
+            return self._engine_annotation(ann.left, scope, depth + 1) or \
+                self._engine_annotation(ann.right, scope, depth + 1)
+        if isinstance(ann, ast.Subscript):
+            parts = ann.slice.elts if isinstance(ann.slice, ast.Tuple) else [ann.slice]
+            for part in [ann.value, *parts]:
+                hit = self._engine_annotation(part, scope, depth + 1)
+                if hit is not None:
+                    return hit
+            return None
+        if isinstance(ann, ast.Name | ast.Attribute):
+            ref = self.resolve(ann, scope)
+            if self.foreign(ref) and ref is not None and \
+                    _matches(ref.qualname, self.settings.engine_parameter_types):
+                return ref.qualname
+        return None
+
+    def _engine_base(self, cls: str) -> str | None:
+        """The engine class (under `hidden_import_roots`) an own class derives from, through own classes."""
+        roots = self.settings.hidden_import_roots
+        for c in self._own_bases(cls):
+            for node, outer in self.classes.get(c, []):
+                for b in node.bases:
+                    r = self.resolve(b, outer)
+                    if self.foreign(r) and r is not None and any(
+                            r.qualname == x or r.qualname.startswith(x + ".") for x in roots):
+                        return r.qualname
+        return None
+
+    def _stored_attr(self, attr: str) -> _Ref | None:
+        """The foreign object some `x.<attr> = value` of this file stored, if any (flow- and
+        receiver-insensitive: fail closed)."""
+        for value, scope in self.attr_stores.get(attr, []):
+            t = self.tainted(self.resolve(value, scope))
+            if t is not None:
+                return t
+        return None
+
+    def tainted(self, ref: _Ref | None) -> _Ref | None:
+        """The foreign object `ref` is or holds (a container's foreign element), or None."""
+        if ref is None:
+            return None
+        if self.foreign(ref):
+            return ref
+        return next((e for e in ref.elements if self.foreign(e)), None)
+
+    def _element(self, ref: _Ref | None) -> _Ref | None:
+        """What an element of `ref` (iterated, indexed, unpacked) is: a foreign container's elements are
+        foreign, a local container's are what it holds, a parameter's are the parameter."""
+        if ref is None:
+            return None
+        if self.foreign(ref):
+            return _Ref("import", f"{ref.qualname}[*]")
+        if ref.elements:
+            return ref.elements[0]
+        if ref.origin == "param":
+            return ref
+        return None
+
+    def _container(self, elts: Sequence[ast.expr | None], scope: _Scope) -> _Ref:
+        held: list[_Ref] = []
+        for e in elts:
+            if e is None:
+                continue
+            r = self.resolve(e.value if isinstance(e, ast.Starred) else e, scope)
+            t = self.tainted(r)
+            if t is not None:
+                held.append(t)
+            elif r is not None and r.origin == "param":
+                held.append(r)
+        return _Ref("local", "<container>", tuple(held)) if held else _LOCAL_REF
+
+    def _resolve(self, node: ast.expr, scope: _Scope) -> _Ref | None:
+        if isinstance(node, ast.Name):
+            return self._resolve_name(node.id, scope)
+        if isinstance(node, ast.Attribute):
+            base = self.resolve(node.value, scope)
+            if base is None:
+                return None
+            if node.attr in _REACH_ATTRS:
+                return _Ref("import", f"<{node.attr} of {base.qualname or 'a local object'}>")
+            if node.attr == "__class__" and base.origin == "param":
+                return _Ref("classof", "<class of a parameter>")
+            if base.origin == "param":
+                return base
+            if node.attr == "__class__" and base.origin == "local":
+                if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                    return _Ref("own", "<own class>")
+                return _Ref("classof", "<class of a local object>")
+            if base.origin == "local" and base.qualname == _COPY and base.elements:
+                shared = base.elements[0]  # the copy's attributes are the original's objects
+                return _Ref(shared.origin, f"{shared.qualname}.{node.attr}")
+            if base.origin == "local":
+                return self._stored_attr(node.attr) or _LOCAL_REF
+            return _Ref(base.origin, f"{base.qualname}.{node.attr}")
+        if isinstance(node, ast.Subscript):
+            base = self.resolve(node.value, scope)
+            if base is None:
+                return None
+            key = _dotted_literal(node.slice)
+            if key == "__builtins__" and base.qualname.endswith("__dict__"):
+                return _Ref("import", "builtins")
+            if key is not None and base.origin == "import" and base.qualname.endswith(".__dict__"):
+                return _Ref("import", f"{base.qualname.removesuffix('.__dict__')}.{key}")
+            if base.origin == "import" and base.qualname == "sys.modules":
+                if isinstance(node.slice, ast.Name) and node.slice.id == "__name__":
+                    return _Ref("own", self.module or "<this module>")
+                if key is not None:
+                    return _Ref("import", key)
+                return _Ref("import", "sys.modules[*]")
+            if base.origin == "param":
+                return base
+            if base.origin == "local":
+                if base.elements:
+                    return base.elements[0]
+                return _LOCAL_REF
+            return _Ref(base.origin, f"{base.qualname}[{key!r}]" if key else f"{base.qualname}[...]")
+        if isinstance(node, ast.Call):
+            return self._resolve_call(node, scope)
+        if isinstance(node, ast.NamedExpr):
+            return self.resolve(node.value, scope)
+        if isinstance(node, ast.List | ast.Tuple | ast.Set):
+            return self._container(node.elts, scope)
+        if isinstance(node, ast.Dict):
+            # `{**other}` merges other's values; keys are not what a write would reach
+            return self._container(node.values, scope)
+        if isinstance(node, ast.IfExp | ast.BoolOp):
+            options = [node.body, node.orelse] if isinstance(node, ast.IfExp) else list(node.values)
+            refs = [self.resolve(o, scope) for o in options]
+            for r in refs:
+                if self.tainted(r) is not None or (r is not None and r.origin == "param"):
+                    return r
+            return next((r for r in refs if r is not None), None)
+        if isinstance(node, ast.Starred):
+            return self.resolve(node.value, scope)
+        if isinstance(node, ast.Lambda):
+            return _Ref("own", self._function_key(node, scope))
+        if isinstance(node, ast.Constant | ast.JoinedStr | ast.BinOp | ast.UnaryOp | ast.Compare):
+            return _LOCAL_REF  # a value built here: nothing shared
+        return None
+
+    def _resolve_call(self, node: ast.Call, scope: _Scope) -> _Ref:
+        getter = self._getter_call(node, scope)
+        if getter is not None:
+            return getter
+        callee = self.resolve(node.func, scope)
+        if callee is not None and callee.origin == "own" and callee.qualname in self.classes:
+            if self._is_thread_class(callee.qualname):
+                return _THREAD_REF
+            return _Ref("local", f"{_INSTANCE}{callee.qualname}>")
+        if callee is not None and callee.origin == "own":
+            return self._own_return(node, callee.qualname, scope)
+        if callee is not None and callee.origin in ("local", "param") and \
+                isinstance(node.func, ast.Attribute) and node.func.attr in _ELEMENT_METHODS:
+            base = self.resolve(node.func.value, scope)
+            if base is not None and (base.elements or base.origin == "param"):
+                return base  # d.values() / d.get(k) of a container holding foreign objects
+        if callee is None or callee.origin != "import":
+            return _LOCAL_REF
+        q = callee.qualname
+        first = _arg(node, 0, "name", "o", "object")
+        if q.startswith("<"):
+            return _Ref("import", f"{q}()")  # called through __subclasses__, __globals__, ...
+        if q in _EVERYTHING_CALLS or q.rsplit(".", 1)[-1] in ("__subclasses__", "mro"):
+            return _Ref("import", f"{q}()")
+        if _matches(q, self.settings.engine_accessors):
+            return _Ref("import", f"{q}()")  # the engine's own object (its config, forward context, groups)
+        if q == "copy.copy" and first is not None:
+            # a new object (writes to it are the copy's) whose attributes and items are the original's
+            return _Ref("local", _COPY, self._container([first], scope).elements)
+        if q in _ELEMENT_CALLS:
+            held = self._container(list(node.args), scope)
+            return held
+        receiver, _, method = q.rpartition(".")
+        if receiver and method in _ELEMENT_METHODS and not self.is_own(receiver) and (
+                receiver.startswith(("sys.modules", "builtins.", ENGINE_PARAM + "."))
+                or receiver.endswith("__dict__")
+                or _matches(receiver, ["vllm.*", "torch.*", "transformers.*"])):
+            return _Ref("import", f"{receiver}[*]")
+        if q in ("importlib.import_module", "builtins.__import__"):
+            loaded = self._loaded_module(node, q)
+            # a relative load we cannot place is the file's own package; a placed one is judged by name
+            return _Ref("own", "<relative>") if loaded is None else _Ref("import", loaded)
+        if q in ("builtins.getattr", "builtins.vars", "builtins.type") and first is not None:
+            base = self.resolve(first, scope)
+            if base is not None and base.origin == "param":
+                return _Ref("classof", "<class of a parameter>") if q == "builtins.type" else base
+        if q == "builtins.getattr" and first is not None:
+            base = self.resolve(first, scope)
+            attr = _dotted_literal(_arg(node, 1))
+            if base is None or base.origin == "local":
+                return _LOCAL_REF
+            return _Ref(base.origin, f"{base.qualname}.{attr if attr else '*'}")
+        if q == "builtins.vars" and first is not None:
+            base = self.resolve(first, scope)
+            if base is None or base.origin == "local":
+                return _LOCAL_REF
+            return _Ref(base.origin, f"{base.qualname}.__dict__")
+        if q == "logging.getLogger":
+            name = "root" if first is None else _dotted_literal(first)
+            if name is not None and name != "root" and not self.is_own(name) and name != "__main__":
+                return _Ref("import", f"logging.loggers.{name}")
+            if name == "root" or (first is not None and isinstance(first, ast.Constant) and not first.value):
+                return _Ref("import", "logging.loggers.root")
+            return _LOCAL_REF  # getLogger(__name__), an own or a computed name: the model's own logger
+        if q == "inspect.getmodule" and first is not None:
+            base = self.tainted(self.resolve(first, scope))
+            if base is not None:
+                return _Ref("import", f"<module of {base.qualname}>")
+        if q == "builtins.globals":
+            return _Ref("own", f"{self.module or '<this module>'}.__dict__")
+        if q == "builtins.type" and len(node.args) == 1 and first is not None:
+            base = self.resolve(first, scope)
+            if isinstance(first, ast.Name) and first.id in ("self", "cls"):
+                return _Ref("own", "<own class>")
+            if base is None or base.origin == "local":
+                return _Ref("classof", "<class of a local object>")
+            return base  # type(<module or class>) is as foreign as the thing itself
+        if q == "decimal.getcontext":
+            return _Ref("import", "decimal.context")  # the thread's current context, shared by everyone
+        if _matches(q, _THREAD_MAKERS):
+            return _THREAD_REF
+        if q == "sys.modules.get" and first is not None:
+            key = _dotted_literal(first)
+            return _Ref("import", key) if key else _Ref("import", "sys.modules[*]")
+        return _LOCAL_REF
+
+    def _getter_call(self, node: ast.Call, scope: _Scope) -> _Ref | None:
+        """`operator.attrgetter("a.b")(obj)` / `itemgetter(k)(obj)`: the attribute or item of obj."""
+        if not isinstance(node.func, ast.Call) or not node.args:
+            return None
+        maker = self.resolve(node.func.func, scope)
+        if maker is None or maker.qualname not in ("operator.attrgetter", "operator.itemgetter"):
+            return None
+        base = self.resolve(node.args[0], scope)
+        if base is None or base.origin == "local":
+            return self._element(base) if base is not None and base.elements else base
+        if base.origin == "param":
+            return base
+        attr = _dotted_literal(_arg(node.func, 0)) or "*"
+        return _Ref(base.origin, f"{base.qualname}.{attr}")
+
+    def _call_arguments(self, node: ast.Call, fn: _Function) -> dict[str, list[ast.expr]]:
+        """Which argument expressions of a call land in which parameter of `fn` (a starred argument in every
+        parameter from its position on, `**kw` in every keyword one)."""
+        out: dict[str, list[ast.expr]] = {}
+        pos = list(fn.positional)
+        i = 0
+        for a in node.args:
+            if isinstance(a, ast.Starred):
+                for name in [*pos[i:], "*"]:
+                    out.setdefault(name, []).append(a.value)
+                continue
+            out.setdefault(pos[i] if i < len(pos) else "*", []).append(a)
+            i += 1
+        for kw in node.keywords:
+            if kw.arg is None:
+                for name in [*pos, *fn.keyword_only, "**"]:
+                    out.setdefault(name, []).append(kw.value)
+            else:
+                known = kw.arg in pos or kw.arg in fn.keyword_only
+                out.setdefault(kw.arg if known else "**", []).append(kw.value)
+        return out
+
+    def _own_bases(self, cls: str, depth: int = 0) -> list[str]:
+        """An own class and its own base classes (this file's), nearest first."""
+        out = [cls]
+        if depth > 8:
+            return out
+        for node, outer in self.classes.get(cls, []):
+            for b in node.bases:
+                r = self.resolve(b, outer)
+                if r is not None and r.origin == "own" and r.qualname in self.classes and r.qualname != cls:
+                    out += [c for c in self._own_bases(r.qualname, depth + 1) if c not in out]
+        return out
+
+    def _is_thread_class(self, cls: str) -> bool:
+        """An own class deriving (through own classes) from threading.Thread or another thread maker."""
+        for c in self._own_bases(cls):
+            for node, outer in self.classes.get(c, []):
+                for b in node.bases:
+                    r = self.resolve(b, outer)
+                    if r is not None and r.origin == "import" and _matches(r.qualname, _THREAD_MAKERS):
+                        return True
+        return False
+
+    def _method_keys(self, cls: str, names: Sequence[str]) -> list[str]:
+        """The own functions `cls.<name>` runs, for each name: the nearest own class defining it."""
+        out: list[str] = []
+        for name in names:
+            found = [f"{c}.{name}" for c in self._own_bases(cls) if f"{c}.{name}" in self.functions]
+            out += found[:1]
+        return out
+
+    def _enclosing_class(self, scope: _Scope) -> str | None:
+        s: _Scope | None = scope
+        while s is not None and s.kind != "class":
+            s = s.parent
+        return s.name if s is not None else None
+
+    def _callee_keys(self, node: ast.Call, scope: _Scope) -> list[str]:
+        """The keys of the own functions a call runs: a def or lambda of this file, a method through
+        `self`/`cls`, the class or an instance of an own class (instantiation runs `__new__`, `__init__`
+        and `__post_init__`)."""
+        if isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name) and \
+                node.func.value.id in ("self", "cls"):
+            attr = node.func.attr
+            cls = self._enclosing_class(scope)
+            keys = self._method_keys(cls, [attr]) if cls is not None else []
+            # a method a subclass or mixin of this file defines: any own method of that name (fail closed)
+            return keys or sorted(k for k in self.method_keys if k.rsplit(".", 1)[-1] == attr)
+        callee = self.resolve(node.func, scope)
+        if callee is not None and callee.origin == "own" and callee.qualname in self.functions:
+            return [callee.qualname]
+        if callee is not None and callee.origin == "own" and callee.qualname in self.classes:
+            return self._method_keys(callee.qualname, ["__new__", "__init__", "__post_init__"])
+        if isinstance(node.func, ast.Attribute):
+            base = self.resolve(node.func.value, scope)
+            if base is not None and base.qualname.startswith(_INSTANCE):
+                return self._method_keys(base.qualname[len(_INSTANCE):-1], [node.func.attr])
+        return []
+
+    def _own_return(self, node: ast.Call, key: str, scope: _Scope) -> _Ref:
+        """What a call to an own function returns: a foreign object it returns (or the foreign argument
+        it hands back), else a local value."""
+        local: _Ref = _LOCAL_REF
+        for fn in self.functions.get(key, []):
+            args = self._call_arguments(node, fn)
+            for value in fn.returns():
+                r = self.resolve(value, fn.scope)
+                if r is not None and r.origin == "param" and r.qualname.startswith(key + _SEP):
+                    name = r.qualname.rpartition(_SEP)[2]
+                    for a in args.get(name, []):
+                        t = self.tainted(self.resolve(a, scope))
+                        if t is not None:
+                            return t
+                    continue
+                t = self.tainted(r)
+                if t is not None:
+                    return t
+        return local
+
+    def _is_relative_load(self, node: ast.Call) -> bool:
+        first = _arg(node, 0, "name")
+        prefix = _string_prefix(first) if first is not None else None
+        return bool(prefix) and prefix is not None and prefix.startswith(".")
+
+    def _loaded_module(self, node: ast.Call, q: str) -> str | None:
+        """The module an import_module/__import__ call loads ('x.*' when only a prefix is literal)."""
+        first = _arg(node, 0, "name")
+        if first is None:
+            return None
+        lit = _dotted_literal(first)
+        prefix = _string_prefix(first)
+        if lit is not None:
+            name = lit
+        elif prefix:
+            name = prefix.rstrip(".") + ".*" if not prefix.endswith(".") else prefix + "*"
+        else:
+            return "*"
+        if name.startswith("."):
+            level = len(name) - len(name.lstrip("."))
+            absolute = self._absolute(level, name.lstrip(".") or None)
+            return absolute
+        if q == "builtins.__import__":
+            fromlist = _arg(node, 3, "fromlist")
+            has_fromlist = fromlist is not None and not (
+                isinstance(fromlist, ast.Constant) and not fromlist.value) and not (
+                isinstance(fromlist, ast.Tuple | ast.List) and not fromlist.elts)
+            if not has_fromlist:
+                return name.split(".")[0]
+        return name
+
+    def report(self, code: str, node: ast.AST, message: str, *, severity: EscapeSeverity = "error",
+               target: str | None = None, lenient: bool = False) -> None:
+        line = getattr(node, "lineno", 1) or 1
+        col = getattr(node, "col_offset", 0) or 0
+        key = (code, line, col, target or message)
+        if key in self._found:
+            return
+        self._found.add(key)
+        message = message.replace(f"`{ENGINE_PARAM}.", "`")
+        self.facts.escapes.append(Escape(code=code, line=line, col=col, message=message,
+                                         severity=severity, target=target, path=self.path,
+                                         context=self._context(node), lenient=lenient))
+
+    def _context(self, node: ast.AST) -> str:
+        """The defs, classes and guards around `node`, outermost first (`def f > if X > else`)."""
+        if self._parents is None:
+            self._parents = {id(c): p for p in ast.walk(self.tree) for c in ast.iter_child_nodes(p)}
+        parts: list[str] = []
+        child, parent = node, self._parents.get(id(node))
+        while parent is not None:
+            if isinstance(parent, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                parts.append(f"{'class' if isinstance(parent, ast.ClassDef) else 'def'} {parent.name}")
+            elif isinstance(parent, ast.Lambda):
+                parts.append("lambda")
+            elif isinstance(parent, ast.If | ast.While):
+                branch = " else" if child in parent.orelse else ""
+                parts.append(f"{type(parent).__name__.lower()} {ast.unparse(parent.test)[:80]}{branch}")
+            elif isinstance(parent, ast.For | ast.AsyncFor):
+                parts.append(f"for {ast.unparse(parent.iter)[:80]}")
+            elif isinstance(parent, ast.Try | ast.TryStar):
+                parts.append("try" if child in parent.body else "try-else" if child in parent.orelse else
+                             "finally" if child in parent.finalbody else "except")
+            elif isinstance(parent, ast.ExceptHandler):
+                parts.append(f"except {ast.unparse(parent.type)[:60] if parent.type else ''}".rstrip())
+            elif isinstance(parent, ast.With | ast.AsyncWith):
+                parts.append("with " + ", ".join(ast.unparse(i.context_expr)[:60] for i in parent.items))
+            elif isinstance(parent, ast.match_case):
+                parts.append(f"case {ast.unparse(parent.pattern)[:60]}")
+            child, parent = parent, self._parents.get(id(parent))
+        return " > ".join(reversed(parts))
+
+    def _enclosing_function(self, scope: _Scope) -> str | None:
+        """The key of the own function whose body `scope` is (or is nested in: comprehensions)."""
+        if self._function_of_scope is None:
+            self._function_of_scope = {id(fn.scope): key for key, fns in self.functions.items() for fn in fns}
+        s: _Scope | None = scope
+        while s is not None and s.kind == "comprehension":
+            s = s.parent
+        return self._function_of_scope.get(id(s)) if s is not None else None
+
+    def _accessor_of(self, target: str) -> str | None:
+        """The engine accessor a dotted target was reached from (`<accessor>().x.y`), if any."""
+        head, paren, _ = target.partition("()")
+        return head if paren and _matches(head, self.settings.engine_accessors) else None

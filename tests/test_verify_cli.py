@@ -13,8 +13,8 @@ import pytest
 from git_helpers import Executable, GitRepo, Symlink
 
 from fasttrack import cli
-from fasttrack.pipeline import judge as judge_mod
 from fasttrack.commands.verify import VerifyOptions, build_context, run_verify
+from fasttrack.pipeline import judge as judge_mod
 from fasttrack.rules import all_rules
 from fasttrack.rules.base import Rule
 from fasttrack.verdict import ChangeStatus, Verdict

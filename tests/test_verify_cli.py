@@ -13,8 +13,8 @@ import pytest
 from git_helpers import Executable, GitRepo, Symlink
 
 from fasttrack import cli
-from fasttrack.commands import verify as verify_mod
 from fasttrack.commands.verify import VerifyOptions, build_context, run_verify
+from fasttrack.pipeline import judge as judge_mod
 from fasttrack.rules import all_rules
 from fasttrack.rules.base import Rule
 from fasttrack.verdict import ChangeStatus, Verdict
@@ -87,7 +87,7 @@ def main(monkeypatch: MP, capsys: Cap, *args: str) -> tuple[int, str, str]:
 def confinement_only(monkeypatch: MP) -> None:
     """Judge with the FT1xx confinement and FT4xx integrity rules only (the exit-0 path needs no evidence)."""
     keep: list[Rule] = [r for r in all_rules() if r.family in ("confinement", "integrity")]
-    monkeypatch.setattr(verify_mod, "all_rules", lambda: keep)
+    monkeypatch.setattr(judge_mod, "all_rules", lambda: keep)
 
 
 def range_args(repo: GitRepo, *extra: str) -> list[str]:

@@ -404,13 +404,41 @@ def _submodule_binding(key: str, value: Any) -> bool:
     return value.__name__ == f"{name}.{attr}"
 
 
-def main(spec_path: str) -> None:
-    with open(spec_path, encoding="utf-8") as f:
+def _read_spec(path: str) -> dict[str, Any]:
+    with open(path, encoding="utf-8") as f:
         spec: dict[str, Any] = json.load(f)
-    os.unlink(spec_path)
+    os.unlink(path)
+    return spec
+
+
+def _await_plan(spec_path: str) -> dict[str, Any]:
+    """A prestarted child: wait for the parent's word on stdin, then read the full spec it wrote beside the
+    first (tmp/plan.json). stdin is /dev/null from then on, as for a child started with its plan; EOF
+    without the word (the parent gave the child up) ends it here, before any code of the contribution."""
+    word = sys.stdin.buffer.readline()
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    if word != b"go\n":
+        os._exit(0)
+    return _read_spec(os.path.join(os.path.dirname(spec_path), "plan.json"))
+
+
+def main(spec_path: str) -> None:
+    spec = _read_spec(spec_path)
+    stack: list[str] = []
+    failed_stack: list[str] = []
+    if "prestart" in spec:
+        # Started before the plan was known: import the engine stack now (nothing of the contribution is
+        # in the sandbox yet), then take the plan, whose pre-imports must begin with exactly this stack.
+        stack = list(spec["prestart"])
+        failed_stack = _preimport(stack)
+        spec = _await_plan(spec_path)
+        if spec["preimport"][:len(stack)] != stack:
+            raise SystemExit("the plan's pre-imports do not begin with the stack this child imported")
     tracer = Tracer(spec)
     started = time.monotonic()
-    failed_pre = _preimport(spec["preimport"])
+    failed_pre = failed_stack + _preimport(spec["preimport"][len(stack):])
     sys.path[:] = [p for p in sys.path if not p.startswith(spec["tool_dir"])]
     sys.meta_path.insert(0, tracer)
     missing = standins.install(lambda kind, target, detail: tracer.record(kind, target, detail),

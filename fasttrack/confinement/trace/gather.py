@@ -10,13 +10,14 @@ from __future__ import annotations
 import fnmatch
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from fasttrack.confinement.trace.cache import cache_key, clear, file_digests, listing, load, store
 from fasttrack.confinement.trace.facts import Effect, EffectKind, TraceFacts, TraceStatus
 from fasttrack.confinement.trace.plan import TracePlan, plan_files, with_preimport
-from fasttrack.confinement.trace.sandbox import TIMEOUT_S, TraceFailure, run_child
+from fasttrack.confinement.trace.sandbox import TIMEOUT_S, TraceFailure, Warm, run_child
 from fasttrack.context import Context
 
 MAX_LOCATE = 4096
@@ -137,16 +138,19 @@ def trace_plan(plan: TracePlan, *, timeout: float = TIMEOUT_S,
     return facts
 
 
-def _trace(plan: TracePlan, *, timeout: float,
-           cancel: threading.Event | None) -> tuple[TraceFacts, list[dict[str, str | None]]]:
-    """The facts, and the digests of the files each pass was given."""
+def _trace(plan: TracePlan, *, timeout: float, cancel: threading.Event | None,
+           warm: Warm | None = None) -> tuple[TraceFacts, list[dict[str, str | None]]]:
+    """The facts, and the digests of the files each pass was given (`warm`: a prestarted child for the
+    first pass, consumed either way)."""
     if not plan.targets:
+        if warm is not None:
+            warm.close()
         return TraceFacts(status=TraceStatus.NOT_RUN,
                           reason="no changed Python module of the model to trace"), []
     started = time.monotonic()
     copied: list[dict[str, str | None]] = []
     try:
-        first = run_child(plan, timeout=timeout, cancel=cancel)
+        first = run_child(plan, timeout=timeout, cancel=cancel, warm=warm)
         copied.append(first.copied)
         events, isolation = first.events, first.isolation
         passes = 1
@@ -178,26 +182,50 @@ def _trace(plan: TracePlan, *, timeout: float,
                       passes=passes), copied
 
 
-def gather_trace(ctx: Context, *, cache_dir: Path | None = None,
-                 cancel: threading.Event | None = None) -> TraceFacts:
-    """The trace's facts for a Context (fails closed: any error is a FAILED trace, never a pass).
+@dataclass(frozen=True)
+class PreparedTrace:
+    """A trace planned, keyed and looked up (`prepare_trace`): `hit` holds the cached facts, or a failure to
+    plan; else `plan` is to be run (`run_prepared`)."""
 
-    With `cache_dir`, a finished trace is kept there under a digest of everything the child could see
-    (`fasttrack.confinement.trace.cache`) and read back by the next run with the same key. `cancel` stops
-    a running trace (its facts are then FAILED)."""
+    hit: TraceFacts | None = None
+    plan: TracePlan | None = None
+    key: str | None = None
+    digests: dict[str, str] | None = None
+    cache_dir: Path | None = None
+    before: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+
+
+def prepare_trace(ctx: Context, *, cache_dir: Path | None = None) -> PreparedTrace:
+    """Plan the trace of a Context, key it and look the key up (the part of `gather_trace` that runs no
+    child; `fasttrack verify` does it before the graph build, the child's run beside it)."""
     try:
         plan = plan_files(ctx)
         digests = file_digests(plan) if cache_dir is not None and plan.targets else None
         key = cache_key(plan, digests, TIMEOUT_S) if cache_dir is not None and digests is not None else None
         if key is not None and cache_dir is not None and (hit := load(cache_dir, key)) is not None:
-            return hit
+            return PreparedTrace(hit=hit)
         plan = with_preimport(plan)
     except (OSError, ValueError) as exc:
-        return TraceFacts(status=TraceStatus.FAILED, reason=f"the trace could not be planned: {exc}",
-                          fix="check that the contribution's files are readable")
-    before = listing(cache_dir) if cache_dir is not None else {}
-    facts, copied = _trace(plan, timeout=TIMEOUT_S, cancel=cancel)
-    if cache_dir is not None and (listing(cache_dir) != before or facts.status is not TraceStatus.OK
+        return PreparedTrace(hit=TraceFacts(status=TraceStatus.FAILED,
+                                            reason=f"the trace could not be planned: {exc}",
+                                            fix="check that the contribution's files are readable"))
+    return PreparedTrace(plan=plan, key=key, digests=digests, cache_dir=cache_dir,
+                         before=listing(cache_dir) if cache_dir is not None else {})
+
+
+def run_prepared(prepared: PreparedTrace, *, cancel: threading.Event | None = None,
+                 warm: Warm | None = None) -> TraceFacts:
+    """Run a prepared trace (or return its hit) and keep its facts in the cache when they may be kept.
+    `warm`: a prestarted child (`sandbox.prestart`), used for the first pass when the plan's pre-imports begin
+    with its stack, closed otherwise."""
+    if prepared.plan is None:
+        if warm is not None:
+            warm.close()
+        assert prepared.hit is not None
+        return prepared.hit
+    plan, key, digests, cache_dir = prepared.plan, prepared.key, prepared.digests, prepared.cache_dir
+    facts, copied = _trace(plan, timeout=TIMEOUT_S, cancel=cancel, warm=warm)
+    if cache_dir is not None and (listing(cache_dir) != prepared.before or facts.status is not TraceStatus.OK
                                   or facts.effects or facts.import_errors):
         # The traced code runs as this user and could have written to the cache directory (a planted
         # "clean" entry under the key of its next version): after a trace that had any effect, failed, or
@@ -209,3 +237,19 @@ def gather_trace(ctx: Context, *, cache_dir: Path | None = None,
             and all(c == digests for c in copied):
         store(cache_dir, key, facts)
     return facts
+
+
+def gather_trace(ctx: Context, *, cache_dir: Path | None = None,
+                 cancel: threading.Event | None = None, warm: Warm | None = None) -> TraceFacts:
+    """The trace's facts for a Context (fails closed: any error is a FAILED trace, never a pass).
+
+    With `cache_dir`, a finished trace is kept there under a digest of everything the child could see
+    (`fasttrack.confinement.trace.cache`) and read back by the next run with the same key. `cancel` stops
+    a running trace (its facts are then FAILED). `warm`: a prestarted child (see `run_prepared`)."""
+    try:
+        prepared = prepare_trace(ctx, cache_dir=cache_dir)
+    except BaseException:
+        if warm is not None:
+            warm.close()
+        raise
+    return run_prepared(prepared, cancel=cancel, warm=warm)

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from fasttrack.confinement.trace.plan import MAX_FILE_BYTES, TracePlan
 from fasttrack.safe_read import NotRegular, read_regular
@@ -85,14 +85,24 @@ def _writable_again(root: Path) -> None:
         os.chmod(dirpath, stat.S_IRWXU)
 
 
-def _lay_out(plan: TracePlan, box: Path) -> dict[str, str | None]:
-    """Lay the sandbox out; returns the SHA-256 of each contribution file as copied (None: copied without
-    reading it whole, over MAX_FILE_BYTES or not a regular file: such a trace is never cached)."""
+def _new_box() -> Path:
+    """A fresh sandbox with the child's own modules (read-only) and its writable directories; no `src/`."""
+    box = Path(tempfile.mkdtemp(prefix="fasttrack-trace-"))
     tool = box / "tool" / "_fasttrack_trace"
     tool.mkdir(parents=True)
     here = Path(__file__).resolve().parent
     for name in CHILD_MODULES:
         shutil.copyfile(here / name, tool / name)
+    for d in ("home", "work", "tmp"):
+        (box / d).mkdir()
+    _read_only(box / "tool")
+    return box
+
+
+def _lay_out_src(plan: TracePlan, box: Path) -> dict[str, str | None]:
+    """Copy the contribution's files into `src/` (read-only); returns the SHA-256 of each file as copied
+    (None: copied without reading it whole, over MAX_FILE_BYTES or not a regular file: such a trace is never
+    cached)."""
     src = box / "src"
     src.mkdir()
     copied: dict[str, str | None] = {}
@@ -109,11 +119,102 @@ def _lay_out(plan: TracePlan, box: Path) -> dict[str, str | None]:
         else:
             dest.write_bytes(data)
             copied[rel] = hashlib.sha256(data).hexdigest()
-    for d in ("home", "work", "tmp"):
-        (box / d).mkdir()
-    _read_only(box / "tool")
     _read_only(src)
     return copied
+
+
+def _env(box: Path) -> dict[str, str]:
+    """Nothing of the caller's environment: a temp HOME, and the compiler caches torch and Triton would
+    otherwise set up (and write into os.environ) on first use pointed into the sandbox up front."""
+    return {"HOME": str(box / "home"), "TMPDIR": str(box / "tmp"), "PATH": "/usr/bin:/bin",
+            "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+            "TORCHINDUCTOR_CACHE_DIR": str(box / "tmp" / "inductor"),
+            "TRITON_CACHE_DIR": str(box / "tmp" / "triton"), "CUDA_VISIBLE_DEVICES": ""}
+
+
+@dataclass
+class _Child:
+    """A started child: its process, the read end of its event pipe, its log, when it started."""
+
+    proc: subprocess.Popen[bytes]
+    read_fd: int
+    log: BinaryIO
+    started: float
+    prefix: tuple[str, ...]
+    child_fd: int  # the event pipe's number in the child (pass_fds keeps the parent's number)
+
+
+def _spawn(box: Path, spec: dict[str, Any], timeout: float, *, go: bool) -> _Child:
+    """Start `python -I -B` in the sandbox on `spec` (written to tmp/spec.json, which the child removes).
+    With `go`, its stdin is a pipe on which it waits for the word to read its full spec (a child started
+    before its plan); else /dev/null."""
+    read_fd, write_fd = os.pipe()
+    spec = {**spec, "fd": write_fd}
+    spec_path = box / "tmp" / "spec.json"
+    spec_path.write_text(json.dumps(spec), encoding="utf-8")
+    prefix = unshare_prefix()
+    tool_dir = str((box / "tool").resolve())
+    cmd = [*prefix, sys.executable, "-I", "-B", "-c", BOOTSTRAP, tool_dir, str(spec_path)]
+    log = open(box / "tmp" / "stdout", "wb")  # noqa: SIM115 - closed by run_child or Warm.close
+    started = time.monotonic()
+    try:
+        proc = subprocess.Popen(cmd, cwd=box / "work", env=_env(box),
+                                stdin=subprocess.PIPE if go else subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, pass_fds=(write_fd,),
+                                preexec_fn=lambda: _limits(timeout))
+    except OSError as exc:
+        os.close(read_fd)
+        os.close(write_fd)
+        log.close()
+        raise TraceFailure(f"the trace sandbox could not start: {exc}",
+                           "run fasttrack where it can start a Python subprocess") from None
+    os.close(write_fd)
+    return _Child(proc=proc, read_fd=read_fd, log=log, started=started, prefix=prefix, child_fd=write_fd)
+
+
+class Warm:
+    """A child started before its plan is known (`prestart`): the sandbox laid out but for `src/`, the engine
+    stack (`stack`) imported while the caller builds the plan. `run_child(plan, warm=...)` hands it the plan
+    when the plan's pre-imports begin with exactly that stack; `close()` kills it unused. It has run nothing
+    but the stack's imports until then, in the same sandbox, interpreter, environment and limits as a child
+    started with its plan."""
+
+    def __init__(self, box: Path, child: _Child, stack: tuple[str, ...]) -> None:
+        self.box = box
+        self.child: _Child | None = child
+        self.stack = stack
+
+    def take(self) -> _Child:
+        if self.child is None:
+            raise ValueError("this warm child was already used or closed")
+        child, self.child = self.child, None
+        return child
+
+    def close(self) -> None:
+        """Kill the child if it was not used, and remove its sandbox (idempotent)."""
+        if self.child is not None:
+            child, self.child = self.child, None
+            _kill(child.proc)
+            os.close(child.read_fd)
+            child.log.close()
+            _cleanup(self.box)
+
+
+def prestart(stack: tuple[str, ...], *, timeout: float = TIMEOUT_S) -> Warm | None:
+    """Start a child that imports `stack` now and waits for its plan (None when it cannot start: the
+    caller then starts one with its plan, which reports the failure)."""
+    box = _new_box()
+    try:
+        child = _spawn(box, {"prestart": list(stack)}, timeout, go=True)
+    except TraceFailure:
+        _cleanup(box)
+        return None
+    return Warm(box, child, stack)
+
+
+def _cleanup(box: Path) -> None:
+    _writable_again(box)
+    shutil.rmtree(box, ignore_errors=True)
 
 
 @dataclass(frozen=True)
@@ -126,12 +227,18 @@ class Pass:
 
 
 def run_child(plan: TracePlan, *, locate: list[str] | None = None, timeout: float = TIMEOUT_S,
-              cancel: threading.Event | None = None) -> Pass:
+              cancel: threading.Event | None = None, warm: Warm | None = None) -> Pass:
     """Run one pass. TraceFailure when it does not finish cleanly (or `cancel` is set: the child is
-    killed, the caller no longer wants its result)."""
-    box = Path(tempfile.mkdtemp(prefix="fasttrack-trace-"))
+    killed, the caller no longer wants its result). `warm`: a prestarted child to run it in, used only when
+    the plan's pre-imports begin with exactly its stack (else it is closed and a fresh child runs); it is
+    consumed either way."""
+    if warm is not None and tuple(plan.preimport[:len(warm.stack)]) != warm.stack:
+        warm.close()
+        warm = None
+    box = warm.box if warm is not None else _new_box()
+    child: _Child | None = None
     try:
-        copied = _lay_out(plan, box)
+        copied = _lay_out_src(plan, box)
         src = (box / "src").resolve()
         spec: dict[str, Any] = {
             "tool_dir": str((box / "tool").resolve()),
@@ -146,32 +253,19 @@ def run_child(plan: TracePlan, *, locate: list[str] | None = None, timeout: floa
             "writable": [str((box / d).resolve()) for d in ("home", "work", "tmp")],
             "locate": locate or [],
         }
-        read_fd, write_fd = os.pipe()
-        spec["fd"] = write_fd
-        spec_path = box / "tmp" / "spec.json"
-        spec_path.write_text(json.dumps(spec), encoding="utf-8")
-        # Nothing of the caller's environment: a temp HOME, and the compiler caches torch and Triton would
-        # otherwise set up (and write into os.environ) on first use pointed into the sandbox up front.
-        env = {"HOME": str(box / "home"), "TMPDIR": str(box / "tmp"), "PATH": "/usr/bin:/bin",
-               "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
-               "TORCHINDUCTOR_CACHE_DIR": str(box / "tmp" / "inductor"),
-               "TRITON_CACHE_DIR": str(box / "tmp" / "triton"), "CUDA_VISIBLE_DEVICES": ""}
-        prefix = unshare_prefix()
-        cmd = [*prefix, sys.executable, "-I", "-B", "-c", BOOTSTRAP, spec["tool_dir"], str(spec_path)]
-        started = time.monotonic()
-        with open(box / "tmp" / "stdout", "wb") as out:
-            try:
-                proc = subprocess.Popen(cmd, cwd=box / "work", env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                        stderr=subprocess.STDOUT, pass_fds=(write_fd,),
-                                        preexec_fn=lambda: _limits(timeout))
-            except OSError as exc:
-                os.close(read_fd)
-                os.close(write_fd)
-                raise TraceFailure(f"the trace sandbox could not start: {exc}",
-                                   "run fasttrack where it can start a Python subprocess") from None
-            os.close(write_fd)
-            data = _collect(proc, read_fd, started, timeout, cancel)
+        if warm is not None:
+            child = warm.take()
+            spec["fd"] = child.child_fd
+            (box / "tmp" / "plan.json").write_text(json.dumps(spec), encoding="utf-8")
+            _go(child)
+        else:
+            child = _spawn(box, spec, timeout, go=False)
+        try:
+            data = _collect(child.proc, child.read_fd, child.started, timeout, cancel)
+        finally:
+            child.log.close()
         log = (box / "tmp" / "stdout").read_bytes()[-2000:].decode("utf-8", "replace")
+        proc = child.proc
         events = []
         for raw in data.splitlines():
             try:
@@ -186,10 +280,26 @@ def run_child(plan: TracePlan, *, locate: list[str] | None = None, timeout: floa
                 f"{log.strip()[-600:] or '(none)'}",
                 "make every changed module importable on a CPU-only machine without network, GPU or "
                 "credentials, and without exiting the interpreter at import")
-        return Pass(events=events, isolation="unshare-net" if prefix else "audit-only", copied=copied)
+        return Pass(events=events, isolation="unshare-net" if child.prefix else "audit-only", copied=copied)
     finally:
-        _writable_again(box)
-        shutil.rmtree(box, ignore_errors=True)
+        if child is None and warm is not None:
+            warm.close()  # not handed its plan (the layout failed): killed unused
+        elif child is not None and child.proc.poll() is None:
+            _kill(child.proc)  # an error between the hand-over and the collection: never left waiting
+        _cleanup(box)
+
+
+def _go(child: _Child) -> None:
+    """Tell a prestarted child that its plan is written (tmp/plan.json). A child that died meanwhile reads
+    nothing; `_collect` then reports it (no `done` event)."""
+    stdin = child.proc.stdin
+    if stdin is None:
+        return
+    try:
+        stdin.write(b"go\n")
+        stdin.close()
+    except OSError:
+        return
 
 
 def _collect(proc: subprocess.Popen[bytes], fd: int, started: float, timeout: float,

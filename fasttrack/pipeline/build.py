@@ -1,0 +1,89 @@
+"""Build the Context: the mode's loaders, then the facts gathered before any rule runs (the blast radius and
+the effect trace, side by side).
+
+The effect trace's child spends most of its time importing the engine's stack (torch and its compiler, a
+fixed list: `ALWAYS_PREIMPORT`), which does not depend on the PR. On a cold run (no trace cached yet) that
+child is started first, before the mode's loaders (`sandbox.prestart`): it imports the stack while this
+process diffs, plans and builds the import graph, and is handed its plan when the plan is ready. It is used
+only when the plan's pre-imports begin with exactly that stack (a PR naming torch), else it is killed and a
+child started with its plan runs, as without the prestart. Until it is handed its plan it has run nothing but
+those imports, in the same sandbox, interpreter, environment and limits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from fasttrack.cache import cache_root
+from fasttrack.context import Context
+from fasttrack.pipeline.contribution_mode import build_contribution_context
+from fasttrack.pipeline.options import TRACE_ENV, VerifyOptions
+from fasttrack.pipeline.range_mode import build_range_context
+
+if TYPE_CHECKING:
+    from fasttrack.confinement.trace.sandbox import Warm
+
+
+def trace_enabled(opts: VerifyOptions) -> bool:
+    return opts.trace if opts.trace is not None else os.environ.get(TRACE_ENV, "1") != "0"
+
+
+def _prestart(cache_dir: Path) -> Warm | None:
+    """A child importing the engine stack, when no trace is cached yet (a cold run, as in CI); on a warm
+    cache the key is looked up first and a child starts only on a miss (no child is wasted on a hit)."""
+    try:
+        if any(cache_dir.glob("*.json")):
+            return None
+    except OSError:
+        pass
+    from fasttrack.confinement.trace.plan import ALWAYS_PREIMPORT
+    from fasttrack.confinement.trace.sandbox import prestart
+
+    return prestart(ALWAYS_PREIMPORT)
+
+
+def build_context(opts: VerifyOptions) -> Context:
+    """Load every input into the immutable Context the rules read (InputError on bad input)."""
+    cwd = (opts.cwd or Path.cwd()).resolve()
+    traced = trace_enabled(opts)
+    cache_dir = cache_root() / "traces"
+    warm = _prestart(cache_dir) if traced else None
+    try:
+        if opts.base is not None or opts.head is not None:
+            ctx, blast = build_range_context(opts, cwd)
+        else:
+            ctx, blast = build_contribution_context(opts, cwd)
+        if not traced:
+            return dataclasses.replace(ctx, blast_radius=blast())
+        from fasttrack.confinement.trace.gather import prepare_trace, run_prepared
+
+        # Planned, keyed and looked up here, before the graph build (grimp holds the GIL: Python work in a
+        # thread beside it slows both).
+        prepared = prepare_trace(ctx, cache_dir=cache_dir)
+    except BaseException:
+        if warm is not None:
+            warm.close()
+        raise
+    if prepared.plan is None:
+        if warm is not None:
+            warm.close()
+        return dataclasses.replace(ctx, blast_radius=blast(), trace=prepared.hit)
+
+    # The effect trace runs the PR's code (sandboxed): it is a fact gathered here, before any rule runs. Its
+    # subprocess runs while this process builds the import graph (neither reads the other's result: the
+    # trace's plan comes from the change set and the head's files, not from the blast radius).
+    cancel = threading.Event()
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fasttrack-trace")
+    trace = pool.submit(run_prepared, prepared, cancel=cancel, warm=warm)
+    pool.shutdown(wait=False)
+    try:
+        radius = blast()
+    except BaseException:
+        cancel.set()  # the verdict will not be written: stop the child rather than wait for it
+        raise
+    return dataclasses.replace(ctx, blast_radius=radius, trace=trace.result())

@@ -124,7 +124,9 @@ def test_json_verdict_validates_and_names_zones(engine: GitRepo, monkeypatch: MP
     code, out, _ = main(monkeypatch, capsys, *range_args(engine, "--format", "json", "--pr", "7"))
     assert code == 1
     v = Verdict.model_validate_json(out)
-    assert (v.schema_version, v.verdict, v.mode, v.model, v.pr) == ("1.0", "fail", "range", "kimi_k3", 7)
+    assert (v.schema_version, v.verdict, v.mode, v.model, v.pr) == ("1.1", "fail", "range", "kimi_k3", 7)
+    # the metadata of exactly the rules that ran travels with the verdict (groups and docs for renderers)
+    assert v.catalogue is not None and [r.code for r in v.catalogue.rules] == v.rules_run
     zones = {cf.path: (cf.zone, cf.zone_kind, cf.status) for cf in v.changed_files}
     assert zones == {f"{K3}/model.py": ("model-local", "model-local", ChangeStatus.MODIFIED),
                      # a symlink is classified by its real location on disk (issue 15)

@@ -779,7 +779,15 @@ def _engine_pass_problem(run: Run) -> str | None:
 
 def reap_after(run: Run, phase: str) -> None:
     """Kill what a phase left running; say so in the bench log and on the progress display."""
-    note = reaper.reap(run.keep_pids).note(phase)
+    reaped = reaper.reap(run.keep_pids)
+    problem = reaped.problem(phase)
+    if problem is not None:
+        with run.log("bench").open("a", encoding="utf-8") as fh:
+            fh.write(f"\n===== collector: {problem}; the collection is refused\n")
+        raise InputError(problem, path=run.work.root,
+                         fix="a contribution's processes must end with their phase: nothing it starts may "
+                             "keep running (or re-spawning) after it")
+    note = reaped.note(phase)
     if note is None:
         return
     run.progress.message(note)
@@ -1209,6 +1217,8 @@ def collect(opts: CollectOptions, progress: Progress | None = None) -> CollectRe
     env = _subprocess_env(contribution, yardstick.engine_root)
     # Orphans of the processes the phases start are re-parented here, so each phase's leftovers are killed.
     subreaper = reaper.become_subreaper()
+    # Processes the collector had before it started any: never a phase's leftovers (see `reaper`).
+    keep_pids = frozenset(pid for pid, _name in reaper.children(os.getpid()))
     work = WorkDir((opts.work_dir or default_work_dir(name, tp_filter)).resolve())
     # Results are reused only for the same code, settings, TP filter and machine (the environment is read
     # once).
@@ -1249,7 +1259,8 @@ def collect(opts: CollectOptions, progress: Progress | None = None) -> CollectRe
                          f"sm {environment['compute_capability']}): every point is recorded as not collected")
     run = Run(opts=opts, manifest=manifest, contribution=contribution, work=work, env=env, progress=progress,
               backend=backend_kind, grid=grid, yardstick=yardstick, subreaper=subreaper,
-              keep_pids=frozenset(pid for pid, _name in reaper.children(os.getpid())))
+              keep_pids=keep_pids)
+    reap_after(run, "environment")  # the probe imports torch: nothing it started may stay
     run.custody["environment"] = env_custody
     nothing_here = f"no envelope point for this machine's hardware ({environment['gpu_name']})"
     for phase in PHASES:

@@ -1,0 +1,186 @@
+"""Hostile review of custody and the reaper (CPU): attacks nobody wrote in test_custody.py or
+test_engine_pass.py.
+
+Each test plays a contribution whose code (its kernel tests, its candidates, its evals) runs in subprocesses
+of the collector and tries to get a signed statement that shows more than really happened: a process that
+outlives the reaper and rewrites a pass's result file before the collector takes custody of it, a result
+planted in the work dir for a later phase to pick up, a phase cut short that looks complete. Each attack is
+followed by its fix's honest twin."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from collect_toy import make_toy, options
+
+from fasttrack.errors import InputError
+from fasttrack.evidence import reaper
+from fasttrack.evidence.bundle import Benchmark, Statement
+from fasttrack.evidence.collect import NullProgress, collect
+
+pytest.importorskip("torch")
+
+SLOW = 1e7  # what the attacks add to stock's samples (us): far above any real CPU sample of the toy
+LINUX = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+
+
+def _statement(toy: Path, tmp: Path, **kw: object) -> Statement:
+    res = collect(options(tmp, toy, **kw), NullProgress())
+    return Statement.model_validate_json(res.statement_path.read_bytes())
+
+
+def _timed(st: Statement) -> list[Benchmark]:
+    return [b for b in st.predicate.benchmarks if b.point.gpu == "cpu" and b.not_run is None]
+
+
+# A process that never sits still: each generation forks the next and exits at once, so the pid the reaper
+# saw in /proc is gone by the time it is killed (or is never listed at all), and its child is re-parented to
+# the collector, a new pid again. Between hops it watches the work dir and slows stock in every bench result
+# file (the engine pass's and the contribution pass's alike, so FT347 sees two agreeing stocks) between the
+# worker writing it and the collector reading it back.
+HOPPER = r'''
+import json, os, sys, time
+from pathlib import Path
+
+work, stop = Path(sys.argv[1]), Path(sys.argv[2])
+SLOW = 1e7
+end = time.time() + 120
+seen = {}
+while True:
+    if os.fork():
+        os._exit(0)
+    if time.time() > end or stop.exists():
+        os._exit(0)
+    for d in (work / "bench" / "engine", work / "bench"):
+        try:
+            files = [f for f in d.iterdir() if f.suffix == ".json"]
+        except OSError:
+            continue
+        for f in files:
+            try:
+                m = f.stat().st_mtime_ns
+                if seen.get(f) == m:
+                    continue
+                data = json.loads(f.read_text())
+                s = data["variants"]["stock"]
+                if min(s["samples_us"]) < 1e6:
+                    s["samples_us"] = [x + SLOW for x in s["samples_us"]]
+                    tmp = f.with_name(f.name + ".hop")
+                    tmp.write_text(json.dumps(data))
+                    os.replace(tmp, f)
+                    (stop.parent / "hopper.hits").open("a").write(f.name + "\n")
+                seen[f] = f.stat().st_mtime_ns
+            except (OSError, ValueError, KeyError, TypeError):
+                pass
+'''
+
+HOPPER_TEST = '''
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+def test_starts_a_hopper():
+    grid = Path(sys.argv[sys.argv.index("--fasttrack-grid") + 1])
+    subprocess.Popen([sys.executable, "-c", os.environ["TOY_HOPPER"], str(grid.parent),
+                      os.environ["TOY_STOP"]], start_new_session=True)
+'''
+
+
+def _stop_hopper(stop: Path) -> None:
+    stop.write_text("stop")
+    time.sleep(0.3)
+    reaper.reap()
+
+
+@pytest.mark.slow
+@LINUX
+def test_a_hopping_process_cannot_outlive_the_reaper_and_rewrite_the_bench_results(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    toy = make_toy(tmp_path)
+    tests = toy / "tests" / "test_toy.py"
+    tests.write_text(tests.read_text(encoding="utf-8") + HOPPER_TEST, encoding="utf-8")
+    stop = tmp_path / "stop"
+    monkeypatch.setenv("TOY_HOPPER", HOPPER)
+    monkeypatch.setenv("TOY_STOP", str(stop))
+    try:
+        try:
+            st = _statement(toy, tmp_path, phases=("tests", "bench"), points_limit=1)
+        except InputError as exc:  # the fix: a process that keeps re-spawning refuses the collection
+            assert "re-spawn" in str(exc) or "still running" in str(exc)
+            return
+        hits = (tmp_path / "hopper.hits").read_text() if (tmp_path / "hopper.hits").exists() else ""
+        [b] = _timed(st)
+        alone = b.variants["stock"].samples_us
+        assert max(alone) < 1e6, f"the hopper slowed the engine pass's stock (files it rewrote: {hits!r})"
+        assert not hits, f"the hopper outlived the reaper and rewrote {hits!r}"
+    finally:
+        _stop_hopper(stop)
+
+
+
+def _hop(tmp: Path) -> Path:
+    """Start the hopper (detached from its starter, which exits at once): returns its stop file."""
+    import subprocess
+    import sys
+
+    stop = tmp / "stop"
+    (tmp / "bench").mkdir(exist_ok=True)
+    subprocess.run([sys.executable, "-c", "import subprocess, sys; subprocess.Popen(sys.argv[1:], "
+                    "start_new_session=True)", sys.executable, "-c", HOPPER, str(tmp), str(stop)], check=True)
+    return stop
+
+
+def _hopper_alive(tmp: Path) -> bool:
+    """Whether the hopper still runs: it rewrites a planted result file within a second."""
+    f = tmp / "bench" / "probe.json"
+    f.write_text('{"variants": {"stock": {"samples_us": [1.0]}}}')
+    deadline = time.monotonic() + 1.5
+    while time.monotonic() < deadline:
+        if "1000000" in f.read_text():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+@LINUX
+def test_the_reaper_kills_a_process_that_forks_its_successor_and_exits(tmp_path: Path) -> None:
+    assert reaper.become_subreaper()
+    stop = _hop(tmp_path)
+    try:
+        time.sleep(0.3)
+        assert _hopper_alive(tmp_path)  # the attack is real: it runs, re-parented to us at a new pid
+        got = reaper.reap()
+        assert got.problem("tests") is None
+        assert got.killed, "the reaper saw nothing: the hopper was never at a pid it listed"
+        assert not _hopper_alive(tmp_path), "the hopper outlived the reaper"
+    finally:
+        _stop_hopper(stop)
+
+
+@LINUX
+def test_a_leftover_the_reaper_cannot_finish_refuses_the_collection(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+    from types import SimpleNamespace
+
+    from fasttrack.evidence.collect import reap_after
+
+    assert reaper.become_subreaper()
+    proc = subprocess.Popen(["sleep", "30"])
+    try:
+        got = reaper.reap(timeout_s=0.0)  # gives up at once: what a re-spawning process makes it do
+        assert got.remaining and "re-spawning" in (got.problem("tests") or "")
+        run = SimpleNamespace(keep_pids=frozenset(), work=SimpleNamespace(root=tmp_path),
+                              log=lambda _phase: tmp_path / "bench.log", progress=NullProgress())
+        monkeypatch.setattr(reaper, "reap", lambda keep=frozenset(), **_kw: got)
+        with pytest.raises(InputError) as err:
+            reap_after(run, "tests")  # type: ignore[arg-type]
+        assert "could not all be killed" in str(err.value)
+        assert "refused" in (tmp_path / "bench.log").read_text()
+    finally:
+        proc.kill()
+        proc.wait()

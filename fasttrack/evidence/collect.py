@@ -577,6 +577,9 @@ class Run:
     custody: dict[str, str] = field(default_factory=dict)
     # When the running phase's time is up (`time.monotonic()`; None: no limit).
     deadline_at: float | None = None
+    # Whether this run resumed an earlier run's work dir (`WorkDir.prepare`). In a fresh work dir any
+    # result a phase finds on disk before it wrote its own was planted by contribution code of this run.
+    resumed_work: bool = False
 
     def log(self, phase: str) -> Path:
         return self.work.path(LOG_FILES[phase])
@@ -904,6 +907,7 @@ def phase_sanitizer(run: Run, hw_count: int) -> None:
         return
     run.progress.start("sanitizer", len(san.TOOLS), "compute-sanitizer")
     results: list[san.SanitizerRun]
+    reused: list[str] = []  # tools whose result was taken from a resumed work dir
     tool = san.find_sanitizer()
     points = sanitizer_points(run.grid.here)
     if run.backend != "cuda":
@@ -920,8 +924,12 @@ def phase_sanitizer(run: Run, hw_count: int) -> None:
         argv = [*argv[:3], "-q", *argv[3:]]
         # Each tool's result is written as soon as it finishes (a phase cut short keeps what ran, and a
         # resumed phase runs only the tools still missing); the rest read "not run" until they have run.
-        earlier = _read_json(out) or []
+        # Only a resumed work dir holds results of an earlier run; in a fresh one, a sanitizer.json there
+        # was written by contribution code of an earlier phase of this run (its kernel tests can write the
+        # work dir) and is never taken as a tool that ran. What is reused is custody "resumed" (FT349).
+        earlier = (_read_json(out) or []) if run.resumed_work else []
         done = {str(d.get("tool")): d for d in earlier if isinstance(d, dict) and d.get("ran")}
+        reused = [name for name in san.TOOLS if name in done]
         results = []
         for i, name in enumerate(san.TOOLS):
             run.progress.advance("sanitizer", i, len(san.TOOLS), name)
@@ -943,7 +951,8 @@ def phase_sanitizer(run: Run, hw_count: int) -> None:
     run.work.mark_done("sanitizer", {})
     run.progress.advance("sanitizer", len(san.TOOLS), len(san.TOOLS))
     ran = [r for r in results if r.ran]
-    run.report("sanitizer", "ran" if ran else "skipped",
+    status = "resumed" if reused else ("ran" if ran else "skipped")
+    run.report("sanitizer", status,
                ", ".join(f"{r.tool}: {r.errors} error(s)" if r.ran else f"{r.tool}: not run ({r.reason})"
                          for r in results))
 
@@ -1259,7 +1268,7 @@ def collect(opts: CollectOptions, progress: Progress | None = None) -> CollectRe
                          f"sm {environment['compute_capability']}): every point is recorded as not collected")
     run = Run(opts=opts, manifest=manifest, contribution=contribution, work=work, env=env, progress=progress,
               backend=backend_kind, grid=grid, yardstick=yardstick, subreaper=subreaper,
-              keep_pids=keep_pids)
+              keep_pids=keep_pids, resumed_work=resumed)
     reap_after(run, "environment")  # the probe imports torch: nothing it started may stay
     run.custody["environment"] = env_custody
     nothing_here = f"no envelope point for this machine's hardware ({environment['gpu_name']})"

@@ -184,3 +184,52 @@ def test_a_leftover_the_reaper_cannot_finish_refuses_the_collection(
     finally:
         proc.kill()
         proc.wait()
+
+
+# The sanitizer phase keeps each tool's result as soon as it finishes and, on a resume, runs only the tools
+# still missing. The kernel tests run before it with write access to the work dir (the grid they are given
+# lies there): they plant a sanitizer.json in which every tool ran clean, and the phase used to take those
+# as "done" in a fresh run too, under custody "this-run" (FT349 blind), while the real tools found errors.
+def _sanitizer_run(tmp: Path, monkeypatch: pytest.MonkeyPatch, resumed: bool) -> tuple[object, list[str]]:
+    from fasttrack.evidence import collect as col
+    from fasttrack.evidence import sanitizer as san
+    from fasttrack.manifest import load_manifest
+
+    toy = make_toy(tmp)
+    work = col.WorkDir(tmp / "work")
+    work.prepare({"v": 1}, resume=False, progress=col.NullProgress())
+    point = {"gpu": "cpu", "tp": 1, "batch": 1, "context": 8, "dtype": "float32"}
+    run = col.Run(opts=col.CollectOptions(contribution=toy), manifest=load_manifest(toy), contribution=toy,
+                  work=work, env={}, progress=col.NullProgress(), backend="cuda",
+                  grid=col.Grid(here=[point], elsewhere=[]), resumed_work=resumed)
+    planted = [{"tool": t, "ran": True, "errors": 0, "summary": "ERROR SUMMARY: 0 errors", "tests": [],
+                "reason": None, "tp": 1} for t in san.TOOLS]
+    col._write_json(work.path("sanitizer.json"), planted)  # what the kernel tests wrote
+    ran: list[str] = []
+
+    def real_tool(name: str, *_rest: object) -> san.SanitizerRun:
+        ran.append(name)
+        return san.SanitizerRun(tool=name, ran=True, errors=7, summary="ERROR SUMMARY: 7 errors")
+
+    monkeypatch.setattr(san, "find_sanitizer", lambda: "/usr/bin/compute-sanitizer")
+    monkeypatch.setattr(san, "run_tool", real_tool)
+    col.phase_sanitizer(run, 1)
+    col.take_custody(run, "sanitizer", resumed=run.reports[-1].status == "resumed")
+    return run, ran
+
+
+def test_a_sanitizer_result_planted_in_a_fresh_work_dir_is_never_taken_as_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run, ran = _sanitizer_run(tmp_path, monkeypatch, resumed=False)
+    assert ran == ["memcheck", "racecheck", "synccheck"]  # every tool ran in this run
+    assert [s.errors for s in run.sanitizer] == [7, 7, 7]  # type: ignore[attr-defined]
+    assert run.custody["sanitizer"] == "this-run"  # type: ignore[attr-defined]
+
+
+def test_a_sanitizer_result_taken_from_a_resumed_work_dir_is_custody_resumed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the honest resume (an earlier run was cut short after some tools): what is reused from disk is
+    # resumed, so FT349 says the part does not come from the run that wrote the statement
+    run, ran = _sanitizer_run(tmp_path, monkeypatch, resumed=True)
+    assert ran == []
+    assert run.custody["sanitizer"] == "resumed"  # type: ignore[attr-defined]

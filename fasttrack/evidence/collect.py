@@ -1245,8 +1245,16 @@ def collect(opts: CollectOptions, progress: Progress | None = None) -> CollectRe
     env_custody = "resumed" if resumed and env_file.is_file() else "this-run"
     if env_custody == "this-run":
         progress.start("environment", 1, "environment")
+        # The collector's own reading of the machine: from an empty working directory (`python -m` puts
+        # the working directory first on sys.path, and the contribution's would let a module of it named
+        # like one the probe imports run in the probe), without the contribution's parent on its path
+        # (PYTHONSAFEPATH too) and with a fresh bytecode cache.
+        probe_cwd = work.path("env-cwd")
+        shutil.rmtree(probe_cwd, ignore_errors=True)
+        probe_cwd.mkdir(parents=True)
+        probe_env = {**engine_env(env, contribution, work.path("env-pycache")), "PYTHONSAFEPATH": "1"}
         rc = _run_worker("env", {"out": str(env_file), "measure_bandwidth": opts.measure_bandwidth},
-                         work.path("env.spec.json"), env, contribution, work.path("bench.log"))
+                         work.path("env.spec.json"), probe_env, probe_cwd, work.path("bench.log"))
         if rc != 0 or not env_file.is_file():
             raise InputError(f"could not read this machine's environment (worker exit code {rc})",
                              path=work.path("bench.log"), fix="see the log; is torch installed?")

@@ -233,3 +233,37 @@ def test_a_sanitizer_result_taken_from_a_resumed_work_dir_is_custody_resumed(
     run, ran = _sanitizer_run(tmp_path, monkeypatch, resumed=True)
     assert ran == []
     assert run.custody["sanitizer"] == "resumed"  # type: ignore[attr-defined]
+
+
+# The environment probe is the collector's own reading of the machine (what GPU and driver the statement
+# claims), run before any contribution code. It ran with the contribution as its working directory, which
+# `python -m` puts first on sys.path: a module of the contribution named like one the probe imports (json)
+# ran inside the probe, and could write any environment.json (and leave a process that the collector then
+# took for one of its own).
+SHADOW_JSON = '''
+import os
+import sys
+
+with open(os.environ["TOY_MARK"], "a") as fh:
+    fh.write(" ".join(sys.argv) + "\\n")
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
+del sys.modules["json"]
+import json as _real  # noqa: E402
+
+sys.modules["json"] = _real
+globals().update({k: getattr(_real, k) for k in dir(_real) if not k.startswith("__")})
+'''
+
+
+@pytest.mark.slow
+def test_the_environment_probe_runs_no_module_of_the_contribution(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    toy = make_toy(tmp_path)
+    (toy / "json.py").write_text(SHADOW_JSON, encoding="utf-8")
+    mark = tmp_path / "mark"
+    monkeypatch.setenv("TOY_MARK", str(mark))
+    _statement(toy, tmp_path, phases=("evals",), points_limit=1)
+    seen = mark.read_text() if mark.exists() else ""
+    assert "env.spec.json" not in seen, f"the contribution's json.py ran in the environment probe: {seen!r}"
+    assert "evals.spec.json" in seen  # the attack is real: the evals worker (contribution code) imports it

@@ -9,6 +9,7 @@ followed by its fix's honest twin."""
 
 from __future__ import annotations
 
+import statistics
 import time
 from pathlib import Path
 
@@ -267,3 +268,52 @@ def test_the_environment_probe_runs_no_module_of_the_contribution(
     seen = mark.read_text() if mark.exists() else ""
     assert "env.spec.json" not in seen, f"the contribution's json.py ran in the environment probe: {seen!r}"
     assert "evals.spec.json" in seen  # the attack is real: the evals worker (contribution code) imports it
+
+
+# OPEN: the contribution pass's results are written by a process that hosts contribution code (its
+# candidates entry), and the collector takes custody only after that process exits. The candidates entry
+# registers an exit hook that rewrites its own pass's result file (the fused candidate 100x faster; stock
+# beside untouched, so FT347 agrees); the same can be done in memory (gc) before the worker writes it.
+ATEXIT_BENCH = '''
+import atexit
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+
+def _faster():
+    spec = json.loads(Path(sys.argv[-1]).read_text())
+    for job in spec.get("points", []):
+        f = Path(job["out"])
+        if f.is_file() and not spec.get("engine_only"):
+            data = json.loads(f.read_text())
+            fused = data["variants"]["fused"]
+            fused["samples_us"] = [x / 100 for x in fused["samples_us"]]
+            f.write_text(json.dumps(data))
+
+
+def candidates(baseline, point):
+    atexit.register(_faster)
+    s = baseline.state
+
+    def fused(inputs):
+        y = s.reduce(torch.mm(inputs["x"][:, s.lo:s.hi], s.weight))
+        return (y + s.bias).clamp_min_(0)
+
+    return {"fused": fused}
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="open: the contribution pass's figures are in contribution code's "
+                                       "hands until its process exits")
+def test_the_contribution_pass_cannot_rewrite_its_own_result_at_exit(tmp_path: Path) -> None:
+    toy = make_toy(tmp_path)
+    (toy / "bench.py").write_text(ATEXIT_BENCH, encoding="utf-8")
+    st = _statement(toy, tmp_path, phases=("bench",), points_limit=1)
+    [b] = _timed(st)
+    fused = statistics.median(b.variants["fused"].samples_us)
+    stock = statistics.median(b.variants["stock"].samples_us)
+    assert fused > stock / 20, f"fused {fused:.3g} us vs stock {stock:.3g} us: the exit hook's figures"

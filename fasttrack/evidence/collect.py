@@ -577,6 +577,9 @@ class Run:
     custody: dict[str, str] = field(default_factory=dict)
     # When the running phase's time is up (`time.monotonic()`; None: no limit).
     deadline_at: float | None = None
+    # Whether this run resumed an earlier run's work dir (`WorkDir.prepare`). In a fresh work dir any
+    # result a phase finds on disk before it wrote its own was planted by contribution code of this run.
+    resumed_work: bool = False
 
     def log(self, phase: str) -> Path:
         return self.work.path(LOG_FILES[phase])
@@ -779,7 +782,15 @@ def _engine_pass_problem(run: Run) -> str | None:
 
 def reap_after(run: Run, phase: str) -> None:
     """Kill what a phase left running; say so in the bench log and on the progress display."""
-    note = reaper.reap(run.keep_pids).note(phase)
+    reaped = reaper.reap(run.keep_pids)
+    problem = reaped.problem(phase)
+    if problem is not None:
+        with run.log("bench").open("a", encoding="utf-8") as fh:
+            fh.write(f"\n===== collector: {problem}; the collection is refused\n")
+        raise InputError(problem, path=run.work.root,
+                         fix="a contribution's processes must end with their phase: nothing it starts may "
+                             "keep running (or re-spawning) after it")
+    note = reaped.note(phase)
     if note is None:
         return
     run.progress.message(note)
@@ -896,6 +907,7 @@ def phase_sanitizer(run: Run, hw_count: int) -> None:
         return
     run.progress.start("sanitizer", len(san.TOOLS), "compute-sanitizer")
     results: list[san.SanitizerRun]
+    reused: list[str] = []  # tools whose result was taken from a resumed work dir
     tool = san.find_sanitizer()
     points = sanitizer_points(run.grid.here)
     if run.backend != "cuda":
@@ -912,8 +924,12 @@ def phase_sanitizer(run: Run, hw_count: int) -> None:
         argv = [*argv[:3], "-q", *argv[3:]]
         # Each tool's result is written as soon as it finishes (a phase cut short keeps what ran, and a
         # resumed phase runs only the tools still missing); the rest read "not run" until they have run.
-        earlier = _read_json(out) or []
+        # Only a resumed work dir holds results of an earlier run; in a fresh one, a sanitizer.json there
+        # was written by contribution code of an earlier phase of this run (its kernel tests can write the
+        # work dir) and is never taken as a tool that ran. What is reused is custody "resumed" (FT349).
+        earlier = (_read_json(out) or []) if run.resumed_work else []
         done = {str(d.get("tool")): d for d in earlier if isinstance(d, dict) and d.get("ran")}
+        reused = [name for name in san.TOOLS if name in done]
         results = []
         for i, name in enumerate(san.TOOLS):
             run.progress.advance("sanitizer", i, len(san.TOOLS), name)
@@ -935,7 +951,8 @@ def phase_sanitizer(run: Run, hw_count: int) -> None:
     run.work.mark_done("sanitizer", {})
     run.progress.advance("sanitizer", len(san.TOOLS), len(san.TOOLS))
     ran = [r for r in results if r.ran]
-    run.report("sanitizer", "ran" if ran else "skipped",
+    status = "resumed" if reused else ("ran" if ran else "skipped")
+    run.report("sanitizer", status,
                ", ".join(f"{r.tool}: {r.errors} error(s)" if r.ran else f"{r.tool}: not run ({r.reason})"
                          for r in results))
 
@@ -1209,6 +1226,8 @@ def collect(opts: CollectOptions, progress: Progress | None = None) -> CollectRe
     env = _subprocess_env(contribution, yardstick.engine_root)
     # Orphans of the processes the phases start are re-parented here, so each phase's leftovers are killed.
     subreaper = reaper.become_subreaper()
+    # Processes the collector had before it started any: never a phase's leftovers (see `reaper`).
+    keep_pids = frozenset(pid for pid, _name in reaper.children(os.getpid()))
     work = WorkDir((opts.work_dir or default_work_dir(name, tp_filter)).resolve())
     # Results are reused only for the same code, settings, TP filter and machine (the environment is read
     # once).
@@ -1226,8 +1245,16 @@ def collect(opts: CollectOptions, progress: Progress | None = None) -> CollectRe
     env_custody = "resumed" if resumed and env_file.is_file() else "this-run"
     if env_custody == "this-run":
         progress.start("environment", 1, "environment")
+        # The collector's own reading of the machine: from an empty working directory (`python -m` puts
+        # the working directory first on sys.path, and the contribution's would let a module of it named
+        # like one the probe imports run in the probe), without the contribution's parent on its path
+        # (PYTHONSAFEPATH too) and with a fresh bytecode cache.
+        probe_cwd = work.path("env-cwd")
+        shutil.rmtree(probe_cwd, ignore_errors=True)
+        probe_cwd.mkdir(parents=True)
+        probe_env = {**engine_env(env, contribution, work.path("env-pycache")), "PYTHONSAFEPATH": "1"}
         rc = _run_worker("env", {"out": str(env_file), "measure_bandwidth": opts.measure_bandwidth},
-                         work.path("env.spec.json"), env, contribution, work.path("bench.log"))
+                         work.path("env.spec.json"), probe_env, probe_cwd, work.path("bench.log"))
         if rc != 0 or not env_file.is_file():
             raise InputError(f"could not read this machine's environment (worker exit code {rc})",
                              path=work.path("bench.log"), fix="see the log; is torch installed?")
@@ -1249,7 +1276,8 @@ def collect(opts: CollectOptions, progress: Progress | None = None) -> CollectRe
                          f"sm {environment['compute_capability']}): every point is recorded as not collected")
     run = Run(opts=opts, manifest=manifest, contribution=contribution, work=work, env=env, progress=progress,
               backend=backend_kind, grid=grid, yardstick=yardstick, subreaper=subreaper,
-              keep_pids=frozenset(pid for pid, _name in reaper.children(os.getpid())))
+              keep_pids=keep_pids, resumed_work=resumed)
+    reap_after(run, "environment")  # the probe imports torch: nothing it started may stay
     run.custody["environment"] = env_custody
     nothing_here = f"no envelope point for this machine's hardware ({environment['gpu_name']})"
     for phase in PHASES:

@@ -143,7 +143,9 @@ def test_a_sanitizer_phase_cut_short_keeps_what_ran_and_resumes(tmp_path: Path,
     assert [(d["tool"], d["ran"]) for d in kept] == [("memcheck", True), ("racecheck", False),
                                                     ("synccheck", False)]
     assert "--confcutdir" in calls[0][1] and "-c" in calls[0][1]  # no conftest or ini outside the toy
+    run.resumed_work = True  # the next collect run resumes this work dir
     col.phase_sanitizer(run, 1)
     assert [c[0] for c in calls] == ["memcheck", "racecheck", "racecheck", "synccheck"]
+    assert run.reports[-1].status == "resumed"  # memcheck's result came from disk: custody "resumed"
     final = col._read_json(work.path("sanitizer.json"))
     assert all(d["ran"] and d["errors"] == 0 for d in final)

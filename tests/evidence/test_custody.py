@@ -114,7 +114,7 @@ def test_a_phase_limit_interrupts_the_phase_and_the_run_goes_on(tmp_path: Path) 
     t0 = time.monotonic()
     res = collect(options(tmp_path, toy, phases=("bench", "evals"), points_limit=1,
                           phase_limits={"evals": 3.0}), NullProgress())
-    assert time.monotonic() - t0 < 120
+    assert time.monotonic() - t0 < 400  # far below the 600 s the evals would sleep (loaded 2-core CI)
     status = {r.phase: r.status for r in res.reports}
     assert status == {"bench": "ran", "evals": "failed"}
     assert "time limit" in (tmp_path / "work" / "evals.log").read_text()

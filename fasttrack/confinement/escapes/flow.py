@@ -88,37 +88,44 @@ class _Flow:
         self.out.uses[id(node)] = self.out.uses.get(id(node), frozenset()) | got
 
     # -- expressions --------------------------------------------------------------------------------
-    def _expr_nodes(self, node: ast.AST) -> Iterable[ast.AST]:
+    def _expr_nodes(self, node: ast.AST) -> Iterable[tuple[ast.AST, bool]]:
         """The nodes of an expression evaluated here (not inside lambdas or comprehensions, but their
-        defaults and first iterable)."""
-        todo: list[ast.AST] = [node]
+        defaults and first iterable), each with whether it runs only on some paths (`a and b`, `x if c
+        else y`: the right-hand operands and branches)."""
+        todo: list[tuple[ast.AST, bool]] = [(node, False)]
         while todo:
-            n = todo.pop()
-            yield n
+            n, maybe = todo.pop()
+            yield n, maybe
             if isinstance(n, ast.Lambda):
-                todo.extend(d for d in [*n.args.defaults, *n.args.kw_defaults] if d is not None)
+                todo.extend((d, maybe) for d in [*n.args.defaults, *n.args.kw_defaults] if d is not None)
             elif isinstance(n, ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp):
                 if n.generators:
-                    todo.append(n.generators[0].iter)
+                    todo.append((n.generators[0].iter, maybe))
+            elif isinstance(n, ast.BoolOp):
+                todo.extend((v, maybe or i > 0) for i, v in enumerate(n.values))
+            elif isinstance(n, ast.IfExp):
+                todo += [(n.test, maybe), (n.body, True), (n.orelse, True)]
             else:
-                todo.extend(ast.iter_child_nodes(n))
+                todo.extend((c, maybe) for c in ast.iter_child_nodes(n))
 
     def expr(self, node: ast.AST | None, st: _State | None) -> _State | None:
-        """Record the uses in an expression; a walrus in it may bind (short-circuits: no kill), and every
-        use in the same expression sees it (order inside one expression is not modelled)."""
-        if node is None or st is None:
-            if node is not None:
-                for n in self._expr_nodes(node):
-                    if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
-                        self.use(n, None)
+        """Record the uses in an expression. A walrus binds (a conditional one keeps what was bound before
+        too); every use in the same expression sees both (order inside one expression is not modelled)."""
+        if node is None:
             return st
         nodes = list(self._expr_nodes(node))
-        for n in nodes:
-            if isinstance(n, ast.NamedExpr):
-                st = self.bind(st, n.target.id, id(n.target), kill=False)
-        for n in nodes:
+        if st is not None:
+            before = st
+            walrus = [(n.target.id, n.target, maybe) for n, maybe in nodes if isinstance(n, ast.NamedExpr)]
+            names = [w[0] for w in walrus]
+            for name, target, maybe in walrus:  # (two of one name: which runs last is not modelled)
+                st = self.bind(st, name, id(target), kill=not maybe and names.count(name) == 1)
+            seen = _join(before, st)
+        else:
+            seen = None
+        for n, _ in nodes:
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
-                self.use(n, st)
+                self.use(n, seen)
         return st
 
     def exprs(self, nodes: Sequence[ast.AST | None], st: _State | None) -> _State | None:
@@ -296,6 +303,8 @@ class _Flow:
                     pending = self.bind(pending, name, id(sub), kill=False)
             cs = self.expr(case.guard, cs)
             ends = _join(ends, self.body(case.body, cs))
+            if case.guard is None and isinstance(case.pattern, ast.MatchAs) and case.pattern.pattern is None:
+                return ends  # `case _:` / `case name:` always matches: no way past the cases
         return _join(ends, pending)
 
 

@@ -787,6 +787,8 @@ class Resolver:
                 return _Ref("classof", "<class of a local object>")
             if base.origin == "local" and base.qualname == _COPY and base.elements:
                 shared = base.elements[0]  # the copy's attributes are the original's objects
+                if shared.origin == "param":
+                    return shared
                 return _Ref(shared.origin, f"{shared.qualname}.{node.attr}")
             if base.origin == "local":
                 return self._stored_attr(node.attr) or _LOCAL_REF
@@ -852,6 +854,8 @@ class Resolver:
                 isinstance(node.func, ast.Attribute) and node.func.attr in _ELEMENT_METHODS:
             base = self.resolve(node.func.value, scope)
             if base is not None and (base.elements or base.origin == "param"):
+                if node.func.attr == "copy":  # a new container (its items are the original's objects)
+                    return _Ref("local", _COPY, base.elements or (base,))
                 return base  # d.values() / d.get(k) of a container holding foreign objects
         if callee is None or callee.origin != "import":
             return _LOCAL_REF

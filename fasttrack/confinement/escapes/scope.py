@@ -139,6 +139,9 @@ _INSTANCE = "<instance of "  # + an own class's dotted name + ">": a local objec
 _THREAD_REF = _Ref("local", "<thread>")
 _SEP = "\x1f"  # between a function key and a parameter name in a "param" _Ref
 _Handler = Callable[[ast.AST, "_Scope", bool], None]
+# (engine class, method) -> the method's positional parameters after self, () when the engine does not
+# define it, None when its source cannot be read (engine_signatures.EngineSignatures.method_params)
+Signatures = Callable[[str, str], "tuple[str, ...] | None"]
 
 
 class Resolver:
@@ -146,8 +149,11 @@ class Resolver:
 
     def __init__(self, tree: ast.Module, path: str, own_packages: set[str], module: str | None,
                  is_package: bool, own_op_namespaces: set[str], settings: EscapesSpec,
-                 exec_depth: int, foreign_op_namespaces: frozenset[str] = frozenset()) -> None:
+                 exec_depth: int, foreign_op_namespaces: frozenset[str] = frozenset(),
+                 signatures: Signatures | None = None) -> None:
         self.tree = tree
+        # the positional parameters of an engine class's method (engine_signatures.py), None: unknown
+        self.signatures = signatures
         self.path = path
         self.own_packages = {p for p in own_packages if p}
         self.module = module
@@ -677,12 +683,50 @@ class Resolver:
             if _matches(param.name, s.engine_parameter_names):
                 self.engine_param_why.setdefault(param.name, "named like the engine's config objects")
                 return _Ref("import", f"{ENGINE_PARAM}.{param.name}")
+            why = self._engine_position(fn, param.name, outer)
+            if why is not None:
+                self.engine_param_why.setdefault(param.name, why)
+                return _Ref("import", f"{ENGINE_PARAM}.{param.name}")
             if node.annotation is not None:
                 hit = self._engine_annotation(node.annotation, outer)
                 if hit is not None:
                     self.engine_param_why.setdefault(param.name, f"annotated with the engine's `{hit}`")
                     return _Ref("import", f"{ENGINE_PARAM}.{param.name}")
         return None
+
+    def _engine_position(self, fn: _Function, name: str, outer: _Scope) -> str | None:
+        """Why a positional parameter of a method overriding an engine class's method is the engine's
+        object, whatever it is called: the engine's own signature has a parameter named like its objects
+        in that position (`forward(self, layer, q, k, v, kv_cache, attn_metadata)`), or the engine's
+        signature cannot be read (fail closed). None otherwise."""
+        if self.signatures is None or outer.kind != "class" or name not in fn.positional or \
+                isinstance(fn.node, ast.Lambda):
+            return None
+        if len(fn.positional) == len([*fn.node.args.posonlyargs, *fn.node.args.args]):
+            return None  # a staticmethod (`self`/`cls` is left out of a method's): judged by its name
+        index = fn.positional.index(name)
+        for base in self._engine_bases(outer.name):
+            params = self.signatures(base, fn.node.name)
+            if params is None:
+                return (f"a parameter of a method of a class deriving from the engine's `{base}`, whose "
+                        f"signature the scan cannot read (so it may be any of the engine's objects)")
+            if index < len(params) and _matches(params[index], self.settings.engine_parameter_names):
+                return (f"in the position of `{params[index]}` in the engine's "
+                        f"`{base.rsplit('.', 1)[-1]}.{fn.node.name}`, which the engine fills")
+        return None
+
+    def _engine_bases(self, cls: str) -> list[str]:
+        """The engine classes (under `hidden_import_roots`) an own class derives from, through own classes."""
+        roots = self.settings.hidden_import_roots
+        out: list[str] = []
+        for c in self._own_bases(cls):
+            for node, outer in self.classes.get(c, []):
+                for b in node.bases:
+                    r = self.resolve(b.value if isinstance(b, ast.Subscript) else b, outer)
+                    if self.foreign(r) and r is not None and r.qualname not in out and any(
+                            r.qualname == x or r.qualname.startswith(x + ".") for x in roots):
+                        out.append(r.qualname)
+        return out
 
     def _engine_annotation(self, ann: ast.expr, scope: _Scope, depth: int = 0) -> str | None:
         """The engine type (`engine_parameter_types`) any part of an annotation names, or None:

@@ -351,3 +351,35 @@ def test_reaching_bindings_of_one_function() -> None:
     assert by_line[2] == {ENTRY}
     assert by_line[5] == {stores[2], stores[4]}
     assert by_line[7] == {stores[6]}
+
+
+# Bindings the resolver cannot follow at all (issue 15 audit): a name of the module bound through its own
+# namespace or by a literal `exec`/`eval` would afterwards refer to what the scan never saw.
+NAMESPACE_ATTACKS: list[tuple[str, str]] = [
+    ("globals-item", "x = {}\nglobals()['x'] = L  # <-\nx.forward = None\n"),
+    ("globals-update", "x = {}\nglobals().update(x=L)  # <-\nx.forward = None\n"),
+    ("globals-alias-setitem", "x = {}\ng = globals()\ng.__setitem__('x', L)  # <-\nx.forward = None\n"),
+    ("vars-item", "x = {}\nvars()['x'] = L  # <-\nx.forward = None\n"),
+    ("sys-modules-attribute", "import sys\nx = {}\nsys.modules[__name__].x = L  # <-\nx.forward = None\n"),
+    ("setattr-on-sys-modules", "import sys\nx = {}\nsetattr(sys.modules[__name__], 'x', L)  # <-\n"
+                               "x.forward = None\n"),
+    ("globals-in-a-function", "x = {}\ndef f():\n    globals()['x'] = L  # <-\n    x.forward = None\n"),
+    ("globals-from-a-parameter", "def bind(v):\n    globals()['x'] = v  # <-\nbind(L)\n"),
+    ("exec-binds", "x = {}\nexec('x = L')  # <-\nx.forward = None\n"),
+    ("eval-walrus-binds", "x = {}\neval('(x := L)')  # <-\nx.forward = None\n"),
+]
+
+
+@pytest.mark.parametrize("source", [a[1] for a in NAMESPACE_ATTACKS], ids=[a[0] for a in NAMESPACE_ATTACKS])
+def test_namespace_binding_is_an_error(source: str) -> None:
+    assert error_lines(scan(source)) == marked(source)
+
+
+@pytest.mark.parametrize("source", [
+    "import sys\ny = globals().get('x')\nz = sys.modules[__name__].__name__\nw = vars(L)\n",
+    "exec('print(1)')\n",
+    "import sys\ndef helper():\n    pass\nglobals()['Y'] = 2\nsetattr(sys.modules[__name__], 'h', helper)\n",
+    "import sys\nd = {}\nd.update(a=1)\nsys.modules.get(__name__)\n",
+])
+def test_reading_the_namespace_is_fine(source: str) -> None:
+    assert [e for e in scan(source) if e.severity == "error"] == []

@@ -44,6 +44,7 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
 
     def check(self) -> None:
         for node, scope, import_time in self.candidates:
+            self._check_namespace_write(node, scope)
             if isinstance(node, ast.Attribute):
                 self._check_attribute_write(node, scope, import_time)
             elif isinstance(node, ast.Subscript):

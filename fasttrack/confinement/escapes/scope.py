@@ -953,7 +953,8 @@ class Resolver:
             base = self.tainted(self.resolve(first, scope))
             if base is not None:
                 return _Ref("import", f"<module of {base.qualname}>")
-        if q == "builtins.globals":
+        if q == "builtins.globals" or (q in ("builtins.vars", "builtins.locals") and not node.args):
+            # (a function's vars()/locals() is a snapshot, but judged as the module's: fail closed)
             return _Ref("own", f"{self.module or '<this module>'}.__dict__")
         if q == "builtins.type" and len(node.args) == 1 and first is not None:
             base = self.resolve(first, scope)

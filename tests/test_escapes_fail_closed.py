@@ -406,8 +406,14 @@ def test_warning_families_are_errors_in_shipping_code(name: str, tmp_path: Path,
 
 
 def test_a_checked_literal_exec_stays_a_warning(tmp_path: Path, policy: Policy) -> None:
-    found = findings(ctx_for(tmp_path, policy, {"vllm/models/kimi_k3/k3.py": "exec('x = 1')\n"}))
+    found = findings(ctx_for(tmp_path, policy, {"vllm/models/kimi_k3/k3.py": "exec('print(1)')\n"}))
     assert [(f.code, f.severity) for f in found] == [("FT127", Severity.WARNING)]
+
+
+def test_a_literal_exec_that_binds_a_name_is_an_error(tmp_path: Path, policy: Policy) -> None:
+    # `exec('x = L')` rebinds a module name where the scan cannot follow it (issue 15 follow-up)
+    found = findings(ctx_for(tmp_path, policy, {"vllm/models/kimi_k3/k3.py": "exec('x = 1')\n"}))
+    assert ("FT127", Severity.ERROR) in [(f.code, f.severity) for f in found]
 
 
 def test_test_leniency_follows_the_import_graph(tmp_path: Path, policy: Policy) -> None:

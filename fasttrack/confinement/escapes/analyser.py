@@ -30,6 +30,7 @@ from fasttrack.confinement.escapes.global_state import GlobalStateChecks
 from fasttrack.confinement.escapes.monkeypatch import MonkeypatchChecks
 from fasttrack.confinement.escapes.registries import RegistryChecks
 from fasttrack.confinement.escapes.scope import (
+    Signatures,
     _Ref,
     _Scope,
 )
@@ -43,6 +44,7 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
 
     def check(self) -> None:
         for node, scope, import_time in self.candidates:
+            self._check_namespace_write(node, scope)
             if isinstance(node, ast.Attribute):
                 self._check_attribute_write(node, scope, import_time)
             elif isinstance(node, ast.Subscript):
@@ -151,7 +153,7 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
 
     def _nested(self, source: str) -> FileFacts:
         return _analyse(source, self.path, self.own_packages, self.module, self.is_package, self.own_ops,
-                        self.settings, self.exec_depth + 1, self.foreign_ops)
+                        self.settings, self.exec_depth + 1, self.foreign_ops, self.signatures)
 
     def _check_partial(self, node: ast.Call, scope: _Scope, import_time: bool) -> None:
         """`functools.partial(f, *a, **kw)` is judged as the call `f(*a, **kw)` it prepares."""
@@ -162,7 +164,8 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
 
 def _analyse(source: str, path: str, own_packages: set[str], module: str | None, is_package: bool,
              own_op_namespaces: set[str], settings: EscapesSpec, exec_depth: int,
-             foreign_op_namespaces: frozenset[str] = frozenset()) -> FileFacts:
+             foreign_op_namespaces: frozenset[str] = frozenset(),
+             signatures: Signatures | None = None) -> FileFacts:
     try:
         tree = ast.parse(source, filename=path)
     except (SyntaxError, ValueError) as exc:
@@ -175,7 +178,7 @@ def _analyse(source: str, path: str, own_packages: set[str], module: str | None,
         return FileFacts(escapes=[Escape(UNPARSEABLE, 1, "is nested too deeply to parse, so it cannot be "
                                          "checked for escapes", path=path)])
     analyser = Analyser(tree, path, own_packages, module, is_package, own_op_namespaces, settings,
-                         exec_depth, foreign_op_namespaces)
+                         exec_depth, foreign_op_namespaces, signatures)
     try:
         analyser.bind_all()
         analyser.check()
@@ -188,19 +191,21 @@ def _analyse(source: str, path: str, own_packages: set[str], module: str | None,
 
 def analyse_source(source: str, path: str, own_packages: set[str], *, module: str | None = None,
                    own_op_namespaces: set[str] | None = None, foreign_op_namespaces: set[str] | None = None,
-                   settings: EscapesSpec | None = None) -> FileFacts:
+                   settings: EscapesSpec | None = None, signatures: Signatures | None = None) -> FileFacts:
     """Escapes and imported modules of one file. `module` (the file's dotted name, defaulting to one
-    derived from `path`) places relative imports; without it they count as the contribution's own."""
+    derived from `path`) places relative imports; without it they count as the contribution's own.
+    `signatures`: the engine's method parameters (engine_signatures.py), so an override's parameters are
+    tainted by position too; without it only by name and annotation."""
     if module is None:
         module = module_name_for(path)
     is_package = path.endswith("__init__.py")
     return _analyse(source, path, set(own_packages), module, is_package, set(own_op_namespaces or ()),
-                    settings or EscapesSpec(), 0, frozenset(foreign_op_namespaces or ()))
+                    settings or EscapesSpec(), 0, frozenset(foreign_op_namespaces or ()), signatures)
 
 
 def find_escapes(source: str, path: str, own_packages: set[str], *, module: str | None = None,
                  own_op_namespaces: set[str] | None = None, foreign_op_namespaces: set[str] | None = None,
-                 settings: EscapesSpec | None = None) -> list[Escape]:
+                 settings: EscapesSpec | None = None, signatures: Signatures | None = None) -> list[Escape]:
     """Every escape in `source` (the text of `path`), ordered by line. Never raises on bad source.
 
     `own_packages`: dotted packages that are the contribution's own (writes into them are fine).
@@ -209,4 +214,5 @@ def find_escapes(source: str, path: str, own_packages: set[str], *, module: str 
     `module`: the file's dotted module name, to place relative imports (default: from `path`).
     """
     return analyse_source(source, path, own_packages, module=module, own_op_namespaces=own_op_namespaces,
-                          foreign_op_namespaces=foreign_op_namespaces, settings=settings).escapes
+                          foreign_op_namespaces=foreign_op_namespaces, settings=settings,
+                          signatures=signatures).escapes

@@ -10,15 +10,18 @@ import re
 from fasttrack.confinement.escapes.common import (
     _ENVIRON,
     _IMPORT_SYSTEM,
+    _MUTATORS,
     _STATE_OBJECTS,
     ENGINE_PARAM,
     ENVIRONMENT,
     GLOBAL_STATE,
     INTERPRETER,
+    MONKEYPATCH,
     SETATTR,
     EscapeSeverity,
     FileFacts,
     OwnImportWrite,
+    _arg,
     _matches,
 )
 from fasttrack.confinement.escapes.scope import (
@@ -108,6 +111,66 @@ class CheckBase(Resolver):
                 ref.qualname != self.module and not ref.elements:
             self.facts.own_import_writes.append(OwnImportWrite(code, ref.qualname, what, how,
                                                                getattr(node, "lineno", 1), in_place))
+
+    def _own_namespace(self, ref: _Ref | None) -> bool:
+        here = self.module or "<this module>"
+        return ref is not None and ref.origin in ("own", "import") and not ref.elements and \
+            ref.qualname in (here, f"{here}.__dict__", "<this module>", "<this module>.__dict__")
+
+    def _check_namespace_write(self, node: ast.AST, scope: _Scope) -> None:
+        """`globals()[k] = v`, `globals().update(...)`, `vars()[k] = v`, `sys.modules[__name__].k = v`,
+        `setattr(sys.modules[__name__], k, v)`: binds a name of this module in a way the resolver cannot
+        follow, so the name would then refer to what the scan never saw. An error (FT120) unless every value
+        bound is provably a local value or the file's own thing (a constant, a def, a class)."""
+        values: list[ast.expr] | None = None
+        target: _Ref | None = None
+        how = "assigns into"
+        if isinstance(node, ast.Attribute | ast.Subscript) and isinstance(node.ctx, ast.Store):
+            target = self.resolve(node.value, scope)
+            if not self._own_namespace(target):
+                return
+            if self._parents is None:
+                self._parents = {id(c): p for p in ast.walk(self.tree) for c in ast.iter_child_nodes(p)}
+            parent = self._parents.get(id(node))
+            targets = parent.targets if isinstance(parent, ast.Assign) else \
+                [parent.target] if isinstance(parent, ast.AnnAssign) else []
+            values = [parent.value] if isinstance(parent, ast.Assign | ast.AnnAssign) and \
+                parent.value is not None and node in targets else None
+        elif isinstance(node, ast.Call):
+            callee = self.resolve(node.func, scope)
+            if callee is not None and callee.qualname == "builtins.setattr" and node.args:
+                target = self.resolve(node.args[0], scope)
+                value = _arg(node, 2, "value")
+                values = [value] if value is not None and not any(
+                    isinstance(a, ast.Starred) for a in node.args) else None
+                how = "sets a name by `setattr()` in"
+            elif callee is not None and callee.origin == "own" and isinstance(node.func, ast.Attribute) and \
+                    node.func.attr in _MUTATORS:
+                target = _Ref("own", callee.qualname.rpartition(".")[0])
+                values = [a.value if isinstance(a, ast.Starred) else a for a in node.args] + \
+                    [k.value for k in node.keywords]
+                how = f"calls `.{node.func.attr}()` on"
+            else:
+                return
+        else:
+            return
+        if not self._own_namespace(target):
+            return
+        if values is not None and all(self._plain_value(v, scope) for v in values):
+            return
+        here = self.module or "<this module>"
+        self.report(MONKEYPATCH, node, f"{how} this module's own namespace (`globals()`, `vars()`, "
+                    "`sys.modules[__name__]`) a value the scan cannot show to be a plain local one: a name "
+                    "bound that way is invisible to the scan, so what it refers to afterwards cannot be "
+                    "checked; bind it with a plain assignment", target=f"{here}.__dict__")
+
+    def _plain_value(self, value: ast.expr, scope: _Scope) -> bool:
+        """A value built here or the file's own def/class: nothing foreign, no parameter, nothing unknown."""
+        if isinstance(value, ast.Constant):
+            return True
+        r = self.resolve(value, scope)
+        return r is not None and r.origin in ("local", "own") and not r.elements and \
+            not r.qualname.startswith("<")
 
     def _engine_state(self, receiver: str) -> bool:
         """Whether a dotted receiver is an object of the engine's (not a module of it): reached through an

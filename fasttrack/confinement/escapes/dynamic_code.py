@@ -80,6 +80,12 @@ class DynamicCodeChecks(CheckBase):
         self.report(DYNAMIC_CODE, node, f"calls `{fn}()`: code built from strings cannot be checked for "
                     "escapes" + ("; its literal source was checked too" if src is not None else ""),
                     severity="warning", target=q, lenient=src is not None)
+        bound = _names_bound(src) if src is not None and fn in ("exec", "eval") else []
+        if bound:
+            self.report(DYNAMIC_CODE, node, f"the string passed to `{fn}()` binds `{bound[0]}` in the "
+                        "namespace it runs in: a binding made by `exec`/`eval` is invisible to the scan, so "
+                        "what the name refers to afterwards cannot be checked; write the statement out",
+                        target=f"{q}:{bound[0]}")
         if src is not None and self.exec_depth < _MAX_EXEC_DEPTH:
             inner = self._nested(src)
             for esc in inner.escapes:
@@ -163,3 +169,23 @@ class DynamicCodeChecks(CheckBase):
         self.report(GLOBAL_STATE, node, f"creates a class with {shown} from computed "
                     "bases: the scan cannot tell whether a base registers its subclasses in a shared "
                     "registry (write a class statement, or list the bases literally)", target=q)
+
+
+def _names_bound(src: str) -> list[str]:
+    """The names a literal `exec`/`eval` source binds anywhere in it (stores, walrus, imports, defs,
+    classes, global/nonlocal declarations), in order; empty when it does not parse (judged elsewhere)."""
+    try:
+        tree = ast.parse(src)
+    except (SyntaxError, ValueError, RecursionError):
+        return []
+    out: list[str] = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store | ast.Del):
+            out.append(n.id)
+        elif isinstance(n, ast.Import | ast.ImportFrom):
+            out += [a.asname or a.name.split(".")[0] for a in n.names]
+        elif isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            out.append(n.name)
+        elif isinstance(n, ast.Global | ast.Nonlocal):
+            out += n.names
+    return out

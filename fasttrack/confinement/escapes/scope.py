@@ -33,6 +33,7 @@ from fasttrack.confinement.escapes.common import (
     _matches,
     _string_prefix,
 )
+from fasttrack.confinement.escapes.flow import ENTRY, reaching
 from fasttrack.policy import EscapesSpec
 
 
@@ -82,12 +83,16 @@ class _Scope:
     kind: Literal["module", "function", "class", "comprehension"]
     parent: _Scope | None
     bindings: dict[str, list[_Binding]] = field(default_factory=dict)
+    # the site of each binding (parallel to `bindings`): the node that binds, `flow.ENTRY` for a parameter,
+    # None for one made from elsewhere (a nested function's `nonlocal`), which reaches every use
+    sites: dict[str, list[int | None]] = field(default_factory=dict)
     globals_: set[str] = field(default_factory=set)
     nonlocals: set[str] = field(default_factory=set)
     name: str = ""  # a class scope: the class's dotted name (`<module>.<Class>`)
 
-    def bind(self, name: str, binding: _Binding) -> None:
+    def bind(self, name: str, binding: _Binding, site: int | None = None) -> None:
         self.bindings.setdefault(name, []).append(binding)
+        self.sites.setdefault(name, []).append(site)
 
 
 @dataclass(frozen=True, eq=False)
@@ -134,6 +139,9 @@ _INSTANCE = "<instance of "  # + an own class's dotted name + ">": a local objec
 _THREAD_REF = _Ref("local", "<thread>")
 _SEP = "\x1f"  # between a function key and a parameter name in a "param" _Ref
 _Handler = Callable[[ast.AST, "_Scope", bool], None]
+# (engine class, method) -> the method's positional parameters after self, () when the engine does not
+# define it, None when its source cannot be read (engine_signatures.EngineSignatures.method_params)
+Signatures = Callable[[str, str], "tuple[str, ...] | None"]
 
 
 class Resolver:
@@ -141,8 +149,11 @@ class Resolver:
 
     def __init__(self, tree: ast.Module, path: str, own_packages: set[str], module: str | None,
                  is_package: bool, own_op_namespaces: set[str], settings: EscapesSpec,
-                 exec_depth: int, foreign_op_namespaces: frozenset[str] = frozenset()) -> None:
+                 exec_depth: int, foreign_op_namespaces: frozenset[str] = frozenset(),
+                 signatures: Signatures | None = None) -> None:
         self.tree = tree
+        # the positional parameters of an engine class's method (engine_signatures.py), None: unknown
+        self.signatures = signatures
         self.path = path
         self.own_packages = {p for p in own_packages if p}
         self.module = module
@@ -157,8 +168,12 @@ class Resolver:
         self.facts = FileFacts()
         self._resolving: set[int] = set()
         self._memo: dict[int, _Ref | None] = {}
-        self._resolving_names: set[tuple[int, str]] = set()
-        self._name_memo: dict[tuple[int, str], _Ref | None] = {}
+        self._resolving_names: set[tuple[int, str, frozenset[int] | None]] = set()
+        self._name_memo: dict[tuple[int, str, frozenset[int] | None], _Ref | None] = {}
+        # statement order inside functions: a use (id of a Name load) -> the binding sites reaching it, and
+        # per function scope the sites the flow pass saw (flow.py)
+        self.flow_uses: dict[int, frozenset[int]] = {}
+        self.flow_sites: dict[int, set[int]] = {}
         self._found: set[tuple[str, int, int, str]] = set()
         self._stack: list[tuple[ast.AST, _Scope, bool]] = []
         self.candidates: list[tuple[ast.AST, _Scope, bool]] = []
@@ -220,6 +235,22 @@ class Resolver:
                 handler(node, scope, import_time)
             else:
                 self._push_children(node, scope, import_time)
+        self._order_functions()
+
+    def _order_functions(self) -> None:
+        """Which binding reaches each use of a function's own names (statement order; flow.py)."""
+        for fns in self.functions.values():
+            for fn in fns:
+                if isinstance(fn.node, ast.Lambda):
+                    continue
+                scope = fn.scope
+                tracked = {n for n in scope.bindings if n not in scope.globals_ and n not in scope.nonlocals}
+                a = fn.node.args
+                params = {x.arg for x in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg]
+                          if x is not None}
+                got = reaching(fn.node, tracked, params)
+                self.flow_uses.update(got.uses)
+                self.flow_sites[id(scope)] = got.sites
 
     def _push(self, nodes: Sequence[ast.AST | None], scope: _Scope, import_time: bool) -> None:
         self._stack.extend((n, scope, import_time) for n in reversed(nodes)
@@ -233,18 +264,12 @@ class Resolver:
         """Bind `target = value`; `element_of`: the target takes an element of that container (unpacking,
         loop targets), so `a, b = pair` keeps a foreign object in `pair` foreign in `a` and `b`."""
         if isinstance(target, ast.Name):
-            home = self.module_scope if target.id in scope.globals_ else scope
-            if target.id in scope.nonlocals:
-                outer = scope.parent
-                while outer is not None and (outer.kind == "class" or target.id not in outer.bindings):
-                    outer = outer.parent
-                home = outer or scope
             if value is not None:
-                home.bind(target.id, _Alias(value, scope))
+                self._bind_name(scope, target.id, _Alias(value, scope), target)
             elif element_of is not None:
-                home.bind(target.id, _Elem(element_of, scope))
+                self._bind_name(scope, target.id, _Elem(element_of, scope), target)
             else:
-                home.bind(target.id, _LOCAL)
+                self._bind_name(scope, target.id, _LOCAL, target)
         elif isinstance(target, ast.Starred):
             self._bind_target(target.value, scope, None, import_time, element_of or value)
         elif isinstance(target, ast.Tuple | ast.List):
@@ -260,15 +285,39 @@ class Resolver:
         else:
             self._push([target], scope, import_time)
 
+    def _homes(self, scope: _Scope, name: str) -> list[_Scope]:
+        """The scopes a binding of `name` made in `scope` lands in: the module for a `global` name; for a
+        `nonlocal` one every enclosing function scope (which one Python picks depends on bindings the
+        pass may not have seen yet: all of them, fail closed)."""
+        if name in scope.globals_:
+            return [self.module_scope]
+        if name in scope.nonlocals:
+            outer = [s for s in self._enclosing(scope) if s.kind == "function"]
+            return outer or [scope]
+        return [scope]
+
+    def _enclosing(self, scope: _Scope) -> list[_Scope]:
+        out: list[_Scope] = []
+        s = scope.parent
+        while s is not None:
+            out.append(s)
+            s = s.parent
+        return out
+
+    def _bind_name(self, scope: _Scope, name: str, binding: _Binding, site: ast.AST | None) -> None:
+        """Bind `name` in the scope it belongs to; the binding's site counts only in its own scope."""
+        for home in self._homes(scope, name):
+            home.bind(name, binding, id(site) if site is not None and home is scope else None)
+
     def _bind_loop_target(self, target: ast.expr, iterable: ast.expr, scope: _Scope,
                           import_time: bool) -> None:
         """`for m in (a, b)` binds m to each element (so `m.x = 1` is judged for a and b)."""
         if isinstance(target, ast.Name) and isinstance(iterable, ast.Tuple | ast.List | ast.Set) and not any(
                 isinstance(e, ast.Starred) for e in iterable.elts):
             for elt in iterable.elts:
-                scope.bind(target.id, _Alias(elt, scope))
+                self._bind_name(scope, target.id, _Alias(elt, scope), target)
             if not iterable.elts:
-                scope.bind(target.id, _LOCAL)
+                self._bind_name(scope, target.id, _LOCAL, target)
         else:
             self._bind_target(target, scope, None, import_time, iterable)
 
@@ -290,21 +339,21 @@ class Resolver:
         names: list[str] = []
         for i, a in enumerate(positional):
             if i == 0 and is_method:
-                scope.bind(a.arg, _LOCAL)
+                scope.bind(a.arg, _LOCAL, ENTRY)
                 continue
             names.append(a.arg)
-            scope.bind(a.arg, _Param(key, a.arg))
+            scope.bind(a.arg, _Param(key, a.arg), ENTRY)
         for a in args.kwonlyargs:
-            scope.bind(a.arg, _Param(key, a.arg))
+            scope.bind(a.arg, _Param(key, a.arg), ENTRY)
         # a caller that omits an argument gets the default, evaluated in the enclosing scope
         for a, d in [*zip(positional[len(positional) - len(args.defaults):], args.defaults, strict=True),
                      *zip(args.kwonlyargs, args.kw_defaults, strict=True)]:
             if d is not None and not isinstance(d, ast.Constant):
-                scope.bind(a.arg, _Alias(d, outer))
+                scope.bind(a.arg, _Alias(d, outer), ENTRY)
         if args.vararg:
-            scope.bind(args.vararg.arg, _Param(key, "*"))
+            scope.bind(args.vararg.arg, _Param(key, "*"), ENTRY)
         if args.kwarg:
-            scope.bind(args.kwarg.arg, _Param(key, "**"))
+            scope.bind(args.kwarg.arg, _Param(key, "**"), ENTRY)
         self.functions.setdefault(key, []).append(_Function(node, scope, tuple(names),
                                                             frozenset(a.arg for a in args.kwonlyargs)))
         if outer.kind == "class":
@@ -313,7 +362,7 @@ class Resolver:
     def _b_function(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
         assert isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
         if not isinstance(node, ast.Lambda):
-            scope.bind(node.name, _Own(f"{self.module or '<file>'}.{node.name}"))
+            self._bind_name(scope, node.name, _Own(f"{self.module or '<file>'}.{node.name}"), node)
             if node.decorator_list:
                 self.candidates.append((node, scope, import_time))
         child = _Scope("function", scope)
@@ -326,7 +375,7 @@ class Resolver:
 
     def _b_class(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
         assert isinstance(node, ast.ClassDef)
-        scope.bind(node.name, _Own(f"{self.module or '<file>'}.{node.name}"))
+        self._bind_name(scope, node.name, _Own(f"{self.module or '<file>'}.{node.name}"), node)
         if node.decorator_list:
             self.candidates.append((node, scope, import_time))
         child = _Scope("class", scope, name=f"{self.module or '<file>'}.{node.name}")
@@ -354,11 +403,11 @@ class Resolver:
         for alias in node.names:
             self.facts.imports.add(alias.name)
             if alias.asname:
-                scope.bind(alias.asname, _Import(_canonical_module(alias.name)))
+                self._bind_name(scope, alias.asname, _Import(_canonical_module(alias.name)), alias)
                 self.module_imports.add(alias.name)
             else:
                 top = alias.name.split(".")[0]
-                scope.bind(top, _Import(_canonical_module(top)))
+                self._bind_name(scope, top, _Import(_canonical_module(top)), alias)
                 self.module_imports.update(".".join(alias.name.split(".")[:i + 1])
                                            for i in range(alias.name.count(".") + 1))
 
@@ -375,10 +424,10 @@ class Resolver:
                 continue
             name = alias.asname or alias.name
             if base is None:
-                scope.bind(name, _Own(f"<relative>.{alias.name}"))
+                self._bind_name(scope, name, _Own(f"<relative>.{alias.name}"), alias)
             else:
                 self.facts.imports.add(f"{base}.{alias.name}")
-                scope.bind(name, _Import(f"{base}.{alias.name}"))
+                self._bind_name(scope, name, _Import(f"{base}.{alias.name}"), alias)
 
     def _b_assign(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
         if isinstance(node, ast.Assign):
@@ -396,7 +445,7 @@ class Resolver:
         elif isinstance(node, ast.AugAssign):
             if isinstance(node.target, ast.Name):
                 self.candidates.append((node, scope, import_time))  # judged before the rebinding counts
-                scope.bind(node.target.id, _LOCAL)
+                self._bind_name(scope, node.target.id, _LOCAL, node.target)
             else:
                 self._push([node.target], scope, import_time)
             self._push([node.value], scope, import_time)
@@ -404,7 +453,9 @@ class Resolver:
             home = scope
             while home.kind == "comprehension" and home.parent is not None:
                 home = home.parent
-            home.bind(node.target.id, _Alias(node.value, scope))
+            # bound in the enclosing scope; from a comprehension (lazy in a generator) at no known point
+            self._bind_name(home, node.target.id, _Alias(node.value, scope),
+                            node.target if home is scope else None)
             self._push([node.value], scope, import_time)
 
     def _b_for(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
@@ -431,7 +482,7 @@ class Resolver:
     def _b_except(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
         assert isinstance(node, ast.ExceptHandler)
         if node.name:
-            scope.bind(node.name, _LOCAL)
+            self._bind_name(scope, node.name, _LOCAL, node)
         self._push([node.type, *node.body], scope, import_time)
 
     def _b_global(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
@@ -443,7 +494,7 @@ class Resolver:
     def _b_match(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
         name = getattr(node, "name", None) or getattr(node, "rest", None)
         if isinstance(name, str):
-            scope.bind(name, _LOCAL)
+            self._bind_name(scope, name, _LOCAL, node)
         self._push_children(node, scope, import_time)
 
     def _b_match_statement(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
@@ -455,7 +506,8 @@ class Resolver:
                 if not isinstance(name, str):
                     continue
                 whole = sub is case.pattern and isinstance(sub, ast.MatchAs)
-                scope.bind(name, _Alias(node.subject, scope) if whole else _Elem(node.subject, scope))
+                value = _Alias(node.subject, scope) if whole else _Elem(node.subject, scope)
+                self._bind_name(scope, name, value, sub)
         self._push_children(node, scope, import_time)
 
     def _b_if(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
@@ -522,28 +574,43 @@ class Resolver:
         self._memo[key] = ref
         return ref
 
-    def _resolve_name(self, name: str, scope: _Scope) -> _Ref | None:
-        # Flow-insensitive, so one answer per (scope, name); memoised, which also keeps a name with many
+    def _resolve_name(self, name: str, scope: _Scope, reach: frozenset[int] | None = None) -> _Ref | None:
+        # One answer per (scope, name, reaching sites); memoised, which also keeps a name with many
         # assignments (s = s.a; s = s.b; ...) linear instead of exponential.
-        key = (id(scope), name)
+        key = (id(scope), name, reach)
         if key in self._name_memo:
             return self._name_memo[key]
         if key in self._resolving_names:
             return None
         self._resolving_names.add(key)
         try:
-            ref = self._resolve_name_uncached(name, scope)
+            ref = self._resolve_name_uncached(name, scope, reach)
         finally:
             self._resolving_names.discard(key)
         self._name_memo[key] = ref
         return ref
 
-    def _resolve_name_uncached(self, name: str, scope: _Scope) -> _Ref | None:
+    def _reaching(self, name: str, scope: _Scope, reach: frozenset[int] | None) -> list[_Binding] | None:
+        """The bindings of `name` that reach a use in `scope`: those whose site the flow pass says reaches
+        it, plus any it does not know (made from elsewhere, or a site it did not see). All of them when the
+        use or the scope was not ordered, or when nothing reaches (fail closed)."""
+        bindings = scope.bindings.get(name)
+        known = self.flow_sites.get(id(scope))
+        if reach is None or bindings is None or known is None or name in scope.globals_ or \
+                name in scope.nonlocals:
+            return None
+        sites = scope.sites.get(name, [])
+        kept = [b for b, site in zip(bindings, sites, strict=True)
+                if site is None or site not in known or site in reach]
+        return kept or None
+
+    def _resolve_name_uncached(self, name: str, scope: _Scope,
+                               reach: frozenset[int] | None = None) -> _Ref | None:
         if name == "__builtins__":
             return _Ref("import", "builtins")
         if name in ("__name__", "__package__", "__spec__"):
             return _LOCAL_REF
-        bindings = self._lookup(name, scope)
+        bindings = self._reaching(name, scope, reach) or self._lookup(name, scope)
         if bindings is None:
             if name in _BUILTIN_NAMES:
                 return _Ref("import", f"builtins.{name}")
@@ -616,12 +683,50 @@ class Resolver:
             if _matches(param.name, s.engine_parameter_names):
                 self.engine_param_why.setdefault(param.name, "named like the engine's config objects")
                 return _Ref("import", f"{ENGINE_PARAM}.{param.name}")
+            why = self._engine_position(fn, param.name, outer)
+            if why is not None:
+                self.engine_param_why.setdefault(param.name, why)
+                return _Ref("import", f"{ENGINE_PARAM}.{param.name}")
             if node.annotation is not None:
                 hit = self._engine_annotation(node.annotation, outer)
                 if hit is not None:
                     self.engine_param_why.setdefault(param.name, f"annotated with the engine's `{hit}`")
                     return _Ref("import", f"{ENGINE_PARAM}.{param.name}")
         return None
+
+    def _engine_position(self, fn: _Function, name: str, outer: _Scope) -> str | None:
+        """Why a positional parameter of a method overriding an engine class's method is the engine's
+        object, whatever it is called: the engine's own signature has a parameter named like its objects
+        in that position (`forward(self, layer, q, k, v, kv_cache, attn_metadata)`), or the engine's
+        signature cannot be read (fail closed). None otherwise."""
+        if self.signatures is None or outer.kind != "class" or name not in fn.positional or \
+                isinstance(fn.node, ast.Lambda):
+            return None
+        if len(fn.positional) == len([*fn.node.args.posonlyargs, *fn.node.args.args]):
+            return None  # a staticmethod (`self`/`cls` is left out of a method's): judged by its name
+        index = fn.positional.index(name)
+        for base in self._engine_bases(outer.name):
+            params = self.signatures(base, fn.node.name)
+            if params is None:
+                return (f"a parameter of a method of a class deriving from the engine's `{base}`, whose "
+                        f"signature the scan cannot read (so it may be any of the engine's objects)")
+            if index < len(params) and _matches(params[index], self.settings.engine_parameter_names):
+                return (f"in the position of `{params[index]}` in the engine's "
+                        f"`{base.rsplit('.', 1)[-1]}.{fn.node.name}`, which the engine fills")
+        return None
+
+    def _engine_bases(self, cls: str) -> list[str]:
+        """The engine classes (under `hidden_import_roots`) an own class derives from, through own classes."""
+        roots = self.settings.hidden_import_roots
+        out: list[str] = []
+        for c in self._own_bases(cls):
+            for node, outer in self.classes.get(c, []):
+                for b in node.bases:
+                    r = self.resolve(b.value if isinstance(b, ast.Subscript) else b, outer)
+                    if self.foreign(r) and r is not None and r.qualname not in out and any(
+                            r.qualname == x or r.qualname.startswith(x + ".") for x in roots):
+                        out.append(r.qualname)
+        return out
 
     def _engine_annotation(self, ann: ast.expr, scope: _Scope, depth: int = 0) -> str | None:
         """The engine type (`engine_parameter_types`) any part of an annotation names, or None:
@@ -709,7 +814,7 @@ class Resolver:
 
     def _resolve(self, node: ast.expr, scope: _Scope) -> _Ref | None:
         if isinstance(node, ast.Name):
-            return self._resolve_name(node.id, scope)
+            return self._resolve_name(node.id, scope, self.flow_uses.get(id(node)))
         if isinstance(node, ast.Attribute):
             base = self.resolve(node.value, scope)
             if base is None:
@@ -726,6 +831,8 @@ class Resolver:
                 return _Ref("classof", "<class of a local object>")
             if base.origin == "local" and base.qualname == _COPY and base.elements:
                 shared = base.elements[0]  # the copy's attributes are the original's objects
+                if shared.origin == "param":
+                    return shared
                 return _Ref(shared.origin, f"{shared.qualname}.{node.attr}")
             if base.origin == "local":
                 return self._stored_attr(node.attr) or _LOCAL_REF
@@ -791,6 +898,8 @@ class Resolver:
                 isinstance(node.func, ast.Attribute) and node.func.attr in _ELEMENT_METHODS:
             base = self.resolve(node.func.value, scope)
             if base is not None and (base.elements or base.origin == "param"):
+                if node.func.attr == "copy":  # a new container (its items are the original's objects)
+                    return _Ref("local", _COPY, base.elements or (base,))
                 return base  # d.values() / d.get(k) of a container holding foreign objects
         if callee is None or callee.origin != "import":
             return _LOCAL_REF
@@ -844,7 +953,8 @@ class Resolver:
             base = self.tainted(self.resolve(first, scope))
             if base is not None:
                 return _Ref("import", f"<module of {base.qualname}>")
-        if q == "builtins.globals":
+        if q == "builtins.globals" or (q in ("builtins.vars", "builtins.locals") and not node.args):
+            # (a function's vars()/locals() is a snapshot, but judged as the module's: fail closed)
             return _Ref("own", f"{self.module or '<this module>'}.__dict__")
         if q == "builtins.type" and len(node.args) == 1 and first is not None:
             base = self.resolve(first, scope)

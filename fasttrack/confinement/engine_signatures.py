@@ -1,0 +1,209 @@
+"""The parameters of the engine's own methods, read from the engine's source on disk: which positional
+parameters `Base.method` takes, found in the nearest class of `Base`'s bases (through re-exports and
+aliases) that defines it. The escape scan uses it to taint the parameters of a model class's override by
+position: the engine calls `impl.forward(layer, q, k, v, kv_cache, attn_metadata)` positionally, so an
+override that renames `attn_metadata` to `m` still gets the engine's object.
+
+`method_params` answers a tuple of names (after self), `()` when no class of the engine's MRO defines the
+method (a new method: what its parameters are depends on its callers), or None when the class or one of
+its bases cannot be read (the scan then fails closed)."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable
+from functools import lru_cache
+from pathlib import Path
+
+from fasttrack.confinement.source_text import decode_python_source
+
+_MAX_BYTES = 4 * 1024 * 1024
+_MAX_HOPS = 12
+_Unknown = None
+Signatures = Callable[[str, str], "tuple[str, ...] | None"]
+
+
+class EngineSignatures:
+    """Method signatures of the engine package `package` under `root` (the tree the PR is judged in)."""
+
+    def __init__(self, root: Path, package: str = "vllm") -> None:
+        self.root = root
+        self.package = package
+        self._trees: dict[str, tuple[ast.Module, bool] | None] = {}
+        self.lookup = lru_cache(maxsize=4096)(self._method_params)
+
+    def method_params(self, cls: str, method: str) -> tuple[str, ...] | None:
+        return self.lookup(cls, method)
+
+    def _engine(self, qualname: str) -> bool:
+        return qualname == self.package or qualname.startswith(self.package + ".")
+
+    def _module(self, module: str) -> tuple[ast.Module, bool] | None:
+        """The parsed module (and whether it is a package), None when it is not a readable file."""
+        if module in self._trees:
+            return self._trees[module]
+        got: tuple[ast.Module, bool] | None = None
+        stem = self.root / module.replace(".", "/")
+        for cand, is_pkg in ((stem.with_name(stem.name + ".py"), False), (stem / "__init__.py", True)):
+            try:
+                if not cand.is_file() or cand.stat().st_size > _MAX_BYTES:
+                    continue
+                text = decode_python_source(cand.read_bytes(), str(cand))
+                if isinstance(text, str):
+                    got = (ast.parse(text), is_pkg)
+            except (OSError, SyntaxError, ValueError, RecursionError):
+                got = None
+            break
+        self._trees[module] = got
+        return got
+
+    def _find_class(self, qualname: str, hops: int = 0) -> tuple[ast.ClassDef, str, bool] | None:
+        """The class statement a dotted name refers to, with its module and whether that is a package."""
+        if hops > _MAX_HOPS or not self._engine(qualname):
+            return None
+        parts = qualname.split(".")
+        for cut in range(len(parts) - 1, 0, -1):
+            module = ".".join(parts[:cut])
+            got = self._module(module)
+            if got is None:
+                continue
+            tree, is_pkg = got
+            rest = parts[cut:]
+            found = self._bound(tree, module, is_pkg, rest[0])
+            if isinstance(found, ast.ClassDef):
+                node: ast.ClassDef | None = found
+                for inner in rest[1:]:  # a nested class
+                    node = next((n for n in node.body if isinstance(n, ast.ClassDef) and n.name == inner),
+                                None) if node is not None else None
+                return (node, module, is_pkg) if node is not None else None
+            if isinstance(found, str):
+                return self._find_class(".".join([found, *rest[1:]]), hops + 1)
+            return None
+        return None
+
+    def _bound(self, tree: ast.Module, module: str, is_pkg: bool, name: str) -> ast.ClassDef | str | None:
+        """What the module's top level binds `name` to: its class statement, the dotted name it imports or
+        aliases, or None (not bound, or bound to something else)."""
+        found: ast.ClassDef | str | None = None
+        for node in tree.body:
+            for n in [node, *self._guarded(node)]:
+                got = self._binding(n, module, is_pkg, name)
+                if got is not None:
+                    found = got
+        return found
+
+    def _guarded(self, node: ast.stmt) -> list[ast.stmt]:
+        """Statements of top-level `if`/`try` blocks (version guards, optional imports)."""
+        out: list[ast.stmt] = []
+        if isinstance(node, ast.If):
+            for s in [*node.body, *node.orelse]:
+                out += [s, *self._guarded(s)]
+        elif isinstance(node, ast.Try):
+            for s in [*node.body, *node.orelse, *node.finalbody, *(x for h in node.handlers for x in h.body)]:
+                out += [s, *self._guarded(s)]
+        return out
+
+    def _binding(self, node: ast.stmt, module: str, is_pkg: bool, name: str) -> ast.ClassDef | str | None:
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            return node
+        if isinstance(node, ast.ImportFrom):
+            base = self._absolute(module, is_pkg, node.level, node.module)
+            for a in node.names:
+                if (a.asname or a.name) == name and base:
+                    return f"{base}.{a.name}"
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.asname == name:
+                    return a.name
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name
+                                                for t in node.targets):
+            return self._dotted_in(node.value, module, is_pkg)
+        return None
+
+    def _absolute(self, module: str, is_pkg: bool, level: int, name: str | None) -> str | None:
+        if level == 0:
+            return name
+        parts = module.split(".") if is_pkg else module.split(".")[:-1]
+        if level - 1 > len(parts):
+            return None
+        base = parts[: len(parts) - (level - 1)]
+        return ".".join([*base, *([name] if name else [])])
+
+    def _dotted_in(self, expr: ast.expr, module: str, is_pkg: bool) -> str | None:
+        """The dotted name an expression of a module names (`Base`, `mod.Base`), resolved through the
+        module's own bindings; None for anything else."""
+        parts: list[str] = []
+        while isinstance(expr, ast.Attribute):
+            parts.insert(0, expr.attr)
+            expr = expr.value
+        if not isinstance(expr, ast.Name):
+            return None
+        got = self._module(module)
+        if got is None:
+            return None
+        tree, _ = got
+        head = self._bound(tree, module, is_pkg, expr.id)
+        if isinstance(head, ast.ClassDef):
+            return ".".join([module, expr.id, *parts])
+        if isinstance(head, str):
+            return ".".join([head, *parts])
+        for node in tree.body:  # `import a.b` binds `a`
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.asname is None and a.name.split(".")[0] == expr.id:
+                        return ".".join([expr.id, *parts])
+        return None
+
+    def _method_params(self, cls: str, method: str, depth: int = 0) -> tuple[str, ...] | None:
+        if depth > _MAX_HOPS:
+            return _Unknown
+        found = self._find_class(cls)
+        if found is None:
+            return _Unknown
+        node, module, is_pkg = found
+        for stmt in node.body:
+            if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef) and stmt.name == method:
+                positional = [a.arg for a in [*stmt.args.posonlyargs, *stmt.args.args]]
+                static = any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in stmt.decorator_list)
+                return tuple(positional if static else positional[1:])
+        unknown = False
+        for b in node.bases:
+            if isinstance(b, ast.Subscript):  # Generic[T], Base[X]
+                b = b.value
+            base = self._dotted_in(b, module, is_pkg)
+            if base is None:
+                unknown = True
+                continue
+            if not self._engine(base):
+                continue  # torch.nn.Module, typing.Generic, abc.ABC, object: not the engine's signature
+            got = self._method_params(base, method, depth + 1)
+            if got is None:
+                unknown = True
+            elif got:
+                return got
+        return _Unknown if unknown else ()
+
+
+@lru_cache(maxsize=8)
+def engine_signatures(root: str, package: str = "vllm") -> EngineSignatures:
+    """One reader per engine tree (the tree is read-only while a PR is judged)."""
+    return EngineSignatures(Path(root), package)
+
+
+def signatures_for(head_dir: Path, package: str, engine: str, version: str) -> Signatures | None:
+    """The engine's method signatures for a PR: from the head tree when it holds the engine's package
+    (range mode), else from the engine tree a contribution is laid over ($FASTTRACK_ENGINE_TREE or the
+    cache, as `fasttrack verify` finds it); None when neither is at hand (parameters are then judged by
+    name and annotation only)."""
+    import os
+
+    from fasttrack.cache import cache_root
+
+    candidates = [head_dir]
+    env = os.environ.get("FASTTRACK_ENGINE_TREE")
+    candidates += [Path(env)] if env else []
+    candidates.append(cache_root() / f"{engine}-{version}")
+    for root in candidates:
+        if (root / package).is_dir():
+            return engine_signatures(str(root.resolve()), package).method_params
+    return None

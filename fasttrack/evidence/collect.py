@@ -69,6 +69,7 @@ from fasttrack.evidence.bundle import (
 )
 from fasttrack.evidence.digest import ContentDigest, contribution_digest, sha256_file
 from fasttrack.evidence.harness import engine_base_commit, harness_digest
+from fasttrack.evidence.stream import StreamServer
 from fasttrack.evidence.ranks import (
     is_rank_path,
     merge_case_results,
@@ -802,15 +803,17 @@ def _run_pass(run: Run, spec: dict[str, Any], spec_name: str, group: list[dict[s
               on_event: Callable[[dict[str, Any]], None] | None, engine: bool) -> int:
     """One bench pass (n ranks under torchrun when n > 1) over `group`; returns the worker's exit code.
 
-    Its results are read back into the collector's custody (`Run.engine_results`, `Run.case_results`) as
-    soon as the pass and what it left running are gone, before any other contribution code runs: the files
-    stay in the work dir (for resume and the record), but the statement is built from what was read here,
-    so a later pass, phase or detached process of the contribution that rewrites them changes nothing. The
-    engine pass's files are removed before it starts (a result planted there by contribution code, or left
-    by an earlier run, is never read as this pass's)."""
+    Its results are what the worker streamed to the collector during the pass (`fasttrack.evidence.stream`:
+    a socket the collector listens on, a nonce it generated, point and variant ids it assigned; every sample
+    as it is measured, each point's record after it), taken into the collector's custody
+    (`Run.engine_results`, `Run.case_results`) once the pass and what it left running are gone. Nothing the
+    worker wrote to disk is read back: its files stay in the work dir as a record, but an exit hook of
+    contribution code that rewrites them, or a later pass, phase or detached process that does, changes
+    nothing; a record rewritten in the worker's memory no longer matches its streamed samples and is
+    rejected. At tp = n > 1 the ranks' streamed records are merged here."""
     if not group:
         return 0
-    for j in group:  # never read a file this pass did not write
+    for j in group:  # never leave a file of an earlier run that looks like this pass's record
         Path(j["out"]).unlink(missing_ok=True)
     if n > 1:
         for j in group:  # stale rank files of an interrupted run must not mix with this one's
@@ -829,16 +832,28 @@ def _run_pass(run: Run, spec: dict[str, Any], spec_name: str, group: list[dict[s
                          yard.surface if yard is not None else None)
         for j in group:
             Path(j["out"]).parent.mkdir(parents=True, exist_ok=True)
-    code = _run_worker("bench", spec, run.work.path(spec_name), env, cwd, run.log("bench"), on_event, nproc=n,
-                       deadline_at=run.deadline_at)
+    server = StreamServer(n, "engine" if engine else "contribution", [j["out"] for j in group])
+    spec = {**spec, "points": [{**j, "id": server.point_ids[j["out"]]} for j in spec["points"]]}
+    try:
+        code = _run_worker("bench", spec, run.work.path(spec_name), {**env, **server.env()}, cwd,
+                           run.log("bench"), on_event, nproc=n, deadline_at=run.deadline_at)
+    finally:
+        server.finish()
+    notes = server.notes()
+    if notes:
+        with run.log("bench").open("a", encoding="utf-8") as fh:
+            for note in notes:
+                fh.write(f"\n===== collector: {'engine' if engine else 'contribution'} pass stream: {note}\n")
     reap_after(run, "engine bench pass" if engine else "bench")
-    if n > 1:
-        merge_rank_files([Path(j["out"]) for j in group], [j["point"] for j in group], n)
     custody = run.engine_results if engine else run.case_results
     for j in group:
-        data = _read_json(Path(j["out"]))
+        per_rank = server.records(j["out"])
+        if any(r is None for r in per_rank):
+            continue  # a rank streamed no usable record: the point did not finish in this pass
+        data: Any = per_rank[0] if n == 1 else merge_case_results(per_rank, j["point"])
         if _valid_case_data(data):
             custody[j["out"]] = data
+            _write_json(Path(j["out"]), data)  # the work dir's record of what the statement is built from
     return code
 
 

@@ -35,9 +35,16 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from fasttrack.evidence.measurement import (
+    AccuracyResult,
+    CaseResult,
+    OracleResult,
+    ProtocolFacts,
+    RankSummary,
+    VariantResult,
+)
 
 # The protocol's own references to the clocks, taken when this module is first imported (collect imports it
 # before any contribution module). Calls below go through these, never through `time.<name>` at call time.
@@ -50,94 +57,20 @@ MIN_FLUSH_BYTES_CPU = 1 << 20
 
 
 # ------------------------------------------------------------------------------------------------ results
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+# The measurement schema lives in `fasttrack.evidence.measurement` (one schema from the worker to the bundle).
+__all__ = ["AccuracyResult", "CaseResult", "OracleResult", "ProtocolFacts", "RankSummary", "VariantResult"]
 
 
-class ProtocolFacts(_Model):
-    """How the samples were taken; written beside them so a reader knows what they mean."""
+class Recorder(Protocol):
+    """Where each measurement goes the moment it is taken (`fasttrack.evidence.stream.PointRecorder`: to the
+    collector, before any other contribution code runs), so a record rewritten later in this process's
+    memory no longer matches what was measured."""
 
-    backend: Literal["cuda", "cpu"]
-    timer: str
-    graph_replay: bool
-    l2_flush_bytes: int
-    persisting_l2_reset: bool
-    fresh_inputs: bool = True
-    poisoned_outputs: bool = True
-    pristine_input_check: bool = True
-    device_sync: str
-    orders: list[list[str]]
-    iterations: int
-    warmup: int
-    seed_base: int
-    notes: list[str] = Field(default_factory=list)
+    def declare(self, names: list[str]) -> None: ...
 
+    def sample(self, name: str, device_us: float, wall_us: float | None) -> None: ...
 
-class VariantResult(_Model):
-    samples_us: list[float] = Field(default_factory=list)
-    samples_wall_us: list[float] | None = None
-    kernels_per_step: float | None = None  # compute kernels (collectives are counted apart)
-    collectives_per_step: float | None = None  # NCCL / symmetric-memory kernels in the graph
-    collective_kernels: dict[str, int] | None = None  # those kernels by name (graph nodes, not per layer)
-    graph_nodes: dict[str, int] | None = None
-    bytes_moved: float | None = None
-    gpus: int = 1
-    error: str | None = None
-    # Tensor parallel (merged result): every rank's own samples; `samples_us` is their element-wise max.
-    samples_us_by_rank: list[list[float]] | None = None
-    # One profiled replay after timing: device time per kernel name (us), summed over launches. None: the
-    # backend cannot profile (CPU) or the profiler failed.
-    kernel_times_us: dict[str, float] | None = None
-    origin: Literal["engine", "contribution"] | None = None  # who supplied the variant (None: a bare case)
-
-
-class OracleResult(_Model):
-    """A variant's output on one fresh input against the baseline's fp32 oracle on the same input."""
-
-    max_abs_error: float | None = None
-    atol: float
-    rtol: float
-    ok: bool
-    reason: str | None = None
-
-
-class AccuracyResult(_Model):
-    max_abs_error: float | None = None
-    atol: float
-    rtol: float
-    ok: bool
-    checks: int = 0
-    failures: int = 0
-    reason: str | None = None
-
-
-class RankSummary(_Model):
-    """One rank's part of a tensor-parallel point (kept beside the merged numbers)."""
-
-    rank: int
-    status: Literal["ok", "rejected", "not_run"]
-    reasons: list[str] = Field(default_factory=list)
-    graph_kernels: dict[str, int] = Field(default_factory=dict)  # variant -> compute kernel nodes
-    graph_collectives: dict[str, int] = Field(default_factory=dict)  # variant -> collective kernel nodes
-    bytes_moved: dict[str, float] = Field(default_factory=dict)  # variant -> bytes this GPU moved per call
-
-
-class CaseResult(_Model):
-    point: dict[str, Any]
-    status: Literal["ok", "rejected", "not_run"]
-    reasons: list[str] = Field(default_factory=list)
-    protocol: ProtocolFacts | None = None
-    variants: dict[str, VariantResult] = Field(default_factory=dict)
-    accuracy: dict[str, AccuracyResult] = Field(default_factory=dict)
-    layers: int | None = None
-    # Tensor parallel: how many ranks ran the point; a rank's own file carries `rank`, the merged one `ranks`.
-    world_size: int = 1
-    rank: int | None = None
-    ranks: list[RankSummary] = Field(default_factory=list)
-    oracle: dict[str, OracleResult] = Field(default_factory=dict)
-    # Who a not-run or rejected point is down to: "machine" (the engine's baseline has no case here),
-    # "engine" (the baseline broke its contract), "contribution", or "harness". None: a measured point.
-    not_run_by: Literal["machine", "engine", "contribution", "harness"] | None = None
+    def check(self, name: str, ok: bool, reason: str | None) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -739,6 +672,7 @@ def run_case(
     guard: TimerGuard | None = None,
     progress: Callable[[int, int], None] | None = None,
     log: Callable[[str], None] = lambda _m: None,
+    recorder: Recorder | None = None,
 ) -> CaseResult:
     """Measure one BenchmarkCase at one envelope point. Never raises for a bad case: it is recorded.
 
@@ -759,6 +693,8 @@ def run_case(
         return CaseResult(point=pt, status="rejected", **dist_info,
                           reasons=[shape_error or "another rank rejected the case's shape"])
     names = list(variants)
+    if recorder is not None:
+        recorder.declare(names)
     facts = ProtocolFacts(
         backend=backend.name, timer=backend.timer, graph_replay=backend.graph_replay,
         l2_flush_bytes=backend.l2_flush_bytes, persisting_l2_reset=backend.persisting_l2_reset,
@@ -821,7 +757,14 @@ def run_case(
                 continue
             prep = prepared[name]
             def one_step(prep: Prepared = prep) -> None:
-                _timed_step(case, backend, prep, stock, seeds, atol, rtol, result, reasons)
+                acc = result.accuracy[prep.name]
+                before = acc.failures
+                try:
+                    _timed_step(case, backend, prep, stock, seeds, atol, rtol, result, reasons, recorder)
+                finally:
+                    if recorder is not None:
+                        failed = acc.failures != before
+                        recorder.check(prep.name, not failed, acc.reason if failed else None)
 
             _agreed_step(backend, one_step)
             acc = result.accuracy[name]
@@ -936,7 +879,8 @@ def _fail(acc: AccuracyResult, reason: str, err: float | None = None) -> None:
 
 
 def _timed_step(case: Any, backend: Backend, prep: Prepared, stock: Callable[[Any], Any], seeds: _Seeds,
-                atol: float, rtol: float, result: CaseResult, reasons: list[str]) -> None:
+                atol: float, rtol: float, result: CaseResult, reasons: list[str],
+                recorder: Recorder | None = None) -> None:
     acc = result.accuracy[prep.name]
     vr = result.variants[prep.name]
     poison_tree(prep.output)  # before loading: an output aliasing the inputs is overwritten by the load
@@ -948,9 +892,12 @@ def _timed_step(case: Any, backend: Backend, prep: Prepared, stock: Callable[[An
         _fail(acc, f"raised {type(exc).__name__} during a timed replay: {exc}")
         _lockstep_reference(backend, stock, pristine)
         return
-    vr.samples_us.append(round(t.device_us, 4))
-    if t.wall_us is not None:
-        vr.samples_wall_us = (vr.samples_wall_us or []) + [round(t.wall_us, 4)]
+    device_us, wall_us = round(t.device_us, 4), None if t.wall_us is None else round(t.wall_us, 4)
+    if recorder is not None:  # to the collector now, before any other contribution code runs
+        recorder.sample(prep.name, device_us, wall_us)
+    vr.samples_us.append(device_us)
+    if wall_us is not None:
+        vr.samples_wall_us = (vr.samples_wall_us or []) + [wall_us]
     acc.checks += 1
     odd = [type(x).__name__ for x in tensors_of(prep.output) if type(x) is not _torch().Tensor]
     if odd:

@@ -209,6 +209,7 @@ class StreamServer:
         self._threads: list[threading.Thread] = []
         self._socks: list[socket.socket] = []
         self._closing = False
+        self._stop_accepting = False
         self._dir: str | None = None
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         if sys.platform.startswith("linux"):
@@ -227,19 +228,22 @@ class StreamServer:
 
     # ------------------------------------------------------------------ receiving
     def _accept(self) -> None:
-        while not self._closing:
+        while not self._stop_accepting:
             try:
                 conn, _ = self._listener.accept()
             except TimeoutError:
                 continue
             except OSError:
                 return
-            conn.settimeout(None)
-            with self._lock:
-                self._socks.append(conn)
-            t = threading.Thread(target=self._serve, args=(conn,), daemon=True)
-            self._threads.append(t)
-            t.start()
+            self._start(conn)
+
+    def _start(self, conn: socket.socket) -> None:
+        conn.settimeout(None)
+        with self._lock:
+            self._socks.append(conn)
+        t = threading.Thread(target=self._serve, args=(conn,), daemon=True)
+        self._threads.append(t)
+        t.start()
 
     def _serve(self, sock: socket.socket) -> None:
         reader = sock.makefile("rb")
@@ -382,11 +386,21 @@ class StreamServer:
             shutil.rmtree(self._dir, ignore_errors=True)
 
     def _closing_accept(self) -> None:
+        """Stop the acceptor, then serve every connection still waiting in the backlog (a forger's too: its
+        hello is judged like any other) and close the listener."""
+        self._stop_accepting = True
+        self._acceptor.join(2.0)
+        self._listener.setblocking(False)
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                break
+            self._start(conn)
         try:
             self._listener.close()
         except OSError:
             pass
-        self._acceptor.join(1.0)
 
     def records(self, job: str) -> list[dict[str, Any] | None]:
         """Each rank's record of the point `job` as JSON (None: that rank streamed no usable record), with

@@ -50,26 +50,20 @@ from fasttrack.evidence import sanitizer as san
 from fasttrack.evidence.backends import identify
 from fasttrack.evidence.bundle import (
     STOCK_VARIANT,
-    Accuracy,
     BaselineRecord,
     Benchmark,
     Collector,
     Environment,
     Eval,
     KernelTest,
-    OracleCheck,
     Predicate,
-    Protocol,
-    RankInfo,
     Sanitizer,
     Statement,
-    Variant,
     new_statement,
     utc_now_iso,
 )
 from fasttrack.evidence.digest import ContentDigest, contribution_digest, sha256_file
 from fasttrack.evidence.harness import engine_base_commit, harness_digest
-from fasttrack.evidence.stream import StreamServer
 from fasttrack.evidence.ranks import (
     is_rank_path,
     merge_case_results,
@@ -77,6 +71,7 @@ from fasttrack.evidence.ranks import (
     rank_path,
     torchrun_argv,
 )
+from fasttrack.evidence.stream import StreamServer
 from fasttrack.manifest import Envelope, EnvelopePoint, Manifest, load_manifest
 from fasttrack.policy import BaselineSpec, Policy, StageBackends, load_policy
 
@@ -877,12 +872,12 @@ def bench_case_files(bench_dir: Path) -> list[Path]:
 
 
 def _valid_case_data(data: Any) -> bool:
-    from fasttrack.evidence.timing import CaseResult
+    from fasttrack.evidence.measurement import Measurement
 
     if data is None:
         return False
     try:
-        CaseResult.model_validate(data)
+        Measurement.model_validate(data)
     except ValidationError:
         return False
     return True
@@ -1028,10 +1023,14 @@ def benchmark_entry(case: dict[str, Any], alone: dict[str, Any] | None = None) -
 
 
 def _single_pass_entry(case: dict[str, Any]) -> Benchmark:
-    """One pass's timing-protocol CaseResult (as JSON) in the bundle's Benchmark shape."""
-    from fasttrack.evidence.timing import CaseResult
+    """One pass's record of a point (`Measurement`, as streamed and merged) as the bundle's Benchmark.
 
-    res = CaseResult.model_validate(case)
+    The protocol, variants, accuracy, oracle checks and ranks are the record's own models (one schema from
+    the worker to the bundle: `fasttrack.evidence.measurement`); only the point-level status becomes the
+    bundle's `not_run` (a point not measured) or `rejected` (a measured point a check failed)."""
+    from fasttrack.evidence.measurement import Measurement
+
+    res = Measurement.model_validate(case)
     point = {k: res.point[k] for k in ("gpu", "tp", "batch", "context", "dtype")}
     if res.status == "not_run" or res.protocol is None:
         why = "; ".join(res.reasons) or "not run"
@@ -1039,50 +1038,10 @@ def _single_pass_entry(case: dict[str, Any]) -> Benchmark:
             why = f"rejected by the timing protocol: {why}"
         return Benchmark(point=point, not_run=why[:4096], not_run_by=res.not_run_by,
                          world_size=res.world_size if res.world_size > 1 else None)
-    pr = res.protocol
-    protocol = Protocol(graph_replay=pr.graph_replay, l2_flush_bytes=pr.l2_flush_bytes,
-                        persisting_l2_reset=pr.persisting_l2_reset, fresh_inputs=pr.fresh_inputs,
-                        orders=pr.orders, iterations=pr.iterations, warmup=pr.warmup,
-                        streams_synchronized=pr.backend == "cuda",
-                        timer="cuda-event" if pr.backend == "cuda" else "perf_counter")
-    layers = res.layers or 1
-    variants: dict[str, Variant] = {}
-    rejected = list(res.reasons)
-    for name, v in res.variants.items():
-        samples = [s for s in v.samples_us if s > 0]
-        if len(samples) != len(v.samples_us):
-            rejected.append(f"variant {name!r}: {len(v.samples_us) - len(samples)} sample(s) of zero length "
-                            "(below the timer's resolution) were dropped")
-        extra: dict[str, Any] = {}
-        if v.samples_wall_us:
-            extra["samples_wall_us"] = v.samples_wall_us
-        for r, rank_samples in enumerate(v.samples_us_by_rank or []):
-            extra[f"samples_us_rank{r}"] = [s for s in rank_samples if s > 0]
-        kernels = collectives = None
-        if v.graph_nodes is not None:
-            kernels = math.ceil(v.graph_nodes.get("kernel", 0) / layers)  # rounded up: never understated
-            if v.collectives_per_step is not None:
-                collectives = math.ceil(v.graph_nodes.get("collective", 0) / layers)
-        variants[name] = Variant(samples_us=samples, kernels_per_step=kernels,
-                                 collectives_per_step=collectives, bytes_moved=v.bytes_moved,
-                                 gpus=max(v.gpus, res.world_size), origin=v.origin,
-                                 kernel_times_us=dict(list(v.kernel_times_us.items())[:4096])
-                                 if v.kernel_times_us else None, **extra)
-    accuracy = {
-        name: Accuracy(max_abs_error=a.max_abs_error or 0.0, atol=a.atol, rtol=a.rtol, ok=a.ok,
-                       checked=a.checks, reason=a.reason)
-        for name, a in res.accuracy.items() if a.checks or not a.ok
-    }
-    ranks = [RankInfo(rank=r.rank, status=r.status, rejected=r.reasons[:256],
-                      kernels_per_step={k: math.ceil(n / layers) for k, n in r.graph_kernels.items()},
-                      collectives_per_step={k: math.ceil(n / layers) for k, n in r.graph_collectives.items()},
-                      bytes_moved=r.bytes_moved)
-             for r in res.ranks]
-    oracle = {name: OracleCheck(max_abs_error=o.max_abs_error, atol=o.atol, rtol=o.rtol, ok=o.ok,
-                                reason=o.reason) for name, o in res.oracle.items()}
-    return Benchmark(point=point, protocol=protocol, variants=variants, accuracy=accuracy,
-                     layers=layers, rejected=rejected, world_size=res.world_size, ranks=ranks, oracle=oracle,
-                     not_run_by=res.not_run_by)
+    accuracy = {name: a for name, a in res.accuracy.items() if a.checked or not a.ok}
+    return Benchmark(point=point, protocol=res.protocol, variants=res.variants, accuracy=accuracy,
+                     layers=res.layers or 1, rejected=res.reasons[:256], world_size=res.world_size,
+                     ranks=res.ranks, oracle=res.oracle, not_run_by=res.not_run_by)
 
 
 def with_backends(bench: Benchmark, stages: list[StageBackends]) -> Benchmark:

@@ -42,6 +42,7 @@ machine can do anything.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import json
 import os
@@ -289,10 +290,8 @@ class StreamServer:
             if state is not None and not self._closing:
                 state.broken = state.broken or f"the connection failed: {exc}"
         finally:
-            try:
+            with contextlib.suppress(OSError):
                 sock.close()
-            except OSError:
-                pass
 
     def _hello(self, frame: Frame) -> _Conn:
         if frame.kind != "hello":
@@ -376,10 +375,8 @@ class StreamServer:
                                                     "process it started holds it)")
                 socks = list(self._socks)
             for s in socks:
-                try:
+                with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
             for t in late:
                 t.join(1.0)
         if self._dir is not None:
@@ -397,10 +394,8 @@ class StreamServer:
             except OSError:
                 break
             self._start(conn)
-        try:
+        with contextlib.suppress(OSError):
             self._listener.close()
-        except OSError:
-            pass
 
     def records(self, job: str) -> list[dict[str, Any] | None]:
         """Each rank's record of the point `job` as JSON (None: that rank streamed no usable record), with
@@ -448,7 +443,7 @@ def _reconcile(pt: _Point, refused: list[str]) -> dict[str, Any]:
         if variants[name].get("samples_us"):
             reasons.append(f"variant {name!r}: samples in the worker's record that were never streamed")
         variants[name]["samples_us"] = []
-        variants[name]["samples_wall_us"] = None
+        variants[name].pop("samples_wall_us", None)
     for name in sorted(declared):
         streamed = pt.samples[name]
         v = variants.setdefault(name, {})
@@ -458,12 +453,13 @@ def _reconcile(pt: _Point, refused: list[str]) -> dict[str, Any]:
             reasons.append(f"variant {name!r}: the worker's record differs from the samples streamed as they "
                            "were measured (rewritten in the worker's memory after the timed replays)")
         v["samples_us"] = device
-        v["samples_wall_us"] = [float(w) for w in walls if w is not None] if walls and all(
-            w is not None for w in walls) else None
+        v.pop("samples_wall_us", None)
+        if walls and all(w is not None for w in walls):
+            v["samples_wall_us"] = [float(w) for w in walls if w is not None]
         failed = [r for ok, r in pt.checks[name] if not ok]
         acc = (data.get("accuracy") or {}).get(name)
         if isinstance(acc, dict):
-            acc["checks"] = len(device)
+            acc["checked"] = max(int(acc.get("checked") or 0), len(device))
             if failed:
                 if acc.get("ok"):
                     reasons.append(f"variant {name!r}: the worker's record calls it accurate after a "

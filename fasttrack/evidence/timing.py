@@ -35,15 +35,23 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
+from typing import Protocol as TypingProtocol
 
 from fasttrack.evidence.measurement import (
+    Accuracy,
     AccuracyResult,
     CaseResult,
+    Measurement,
+    OracleCheck,
     OracleResult,
+    Protocol,
     ProtocolFacts,
+    RankInfo,
     RankSummary,
+    Variant,
     VariantResult,
+    per_layer,
 )
 
 # The protocol's own references to the clocks, taken when this module is first imported (collect imports it
@@ -58,10 +66,11 @@ MIN_FLUSH_BYTES_CPU = 1 << 20
 
 # ------------------------------------------------------------------------------------------------ results
 # The measurement schema lives in `fasttrack.evidence.measurement` (one schema from the worker to the bundle).
-__all__ = ["AccuracyResult", "CaseResult", "OracleResult", "ProtocolFacts", "RankSummary", "VariantResult"]
+__all__ = ["Accuracy", "AccuracyResult", "CaseResult", "Measurement", "OracleCheck", "OracleResult",
+           "Protocol", "ProtocolFacts", "RankInfo", "RankSummary", "Variant", "VariantResult"]
 
 
-class Recorder(Protocol):
+class Recorder(TypingProtocol):
     """Where each measurement goes the moment it is taken (`fasttrack.evidence.stream.PointRecorder`: to the
     collector, before any other contribution code runs), so a record rewritten later in this process's
     memory no longer matches what was measured."""
@@ -695,16 +704,20 @@ def run_case(
     names = list(variants)
     if recorder is not None:
         recorder.declare(names)
-    facts = ProtocolFacts(
-        backend=backend.name, timer=backend.timer, graph_replay=backend.graph_replay,
+    facts = Protocol(
+        backend=backend.name, timer="cuda-event" if backend.name == "cuda" else "perf_counter",
+        timer_detail=backend.timer, graph_replay=backend.graph_replay,
         l2_flush_bytes=backend.l2_flush_bytes, persisting_l2_reset=backend.persisting_l2_reset,
-        device_sync=backend.device_sync, orders=orders_for(names), iterations=settings.iterations,
-        warmup=settings.warmup, seed_base=settings.seed_base, notes=list(backend.notes),
+        fresh_inputs=True, poisoned_outputs=True, pristine_input_check=True,
+        streams_synchronized=backend.name == "cuda", device_sync=backend.device_sync,
+        orders=orders_for(names), iterations=settings.iterations, warmup=settings.warmup,
+        seed_base=settings.seed_base, notes=list(backend.notes)[:64],
     )
     origins = getattr(case, "origins", {}) or {}
     result = CaseResult(point=pt, status="ok", protocol=facts, layers=layers, **dist_info,
-                        variants={n: VariantResult(origin=origins.get(n)) for n in names},
-                        accuracy={n: AccuracyResult(atol=atol, rtol=rtol, ok=True) for n in names})
+                        variants={n: Variant(origin=origins.get(n)) for n in names},
+                        accuracy={n: Accuracy(atol=atol, rtol=rtol, ok=True, checked=0, failures=0)
+                                  for n in names})
     seeds = _Seeds(settings.seed_base)
     stock = variants[STOCK]
     prepared: dict[str, Prepared] = {}
@@ -736,8 +749,9 @@ def run_case(
             else:  # prepared here, not on another rank: drop it here too (the ranks replay the same graphs)
                 backend.release(prepared.pop(name))
                 msg = f"variant {name!r} could not be prepared on another rank (see that rank's result)"
-            result.variants[name].error = msg
-            result.accuracy[name] = AccuracyResult(atol=atol, rtol=rtol, ok=False, reason=msg)
+            result.variants[name].error = msg[:8192]
+            result.accuracy[name] = Accuracy(atol=atol, rtol=rtol, ok=False, checked=0, failures=0,
+                                             reason=msg[:4096])
             reasons.append(msg)
             if name == STOCK:
                 raise CaseRejected(msg) from None
@@ -767,11 +781,11 @@ def run_case(
                         recorder.check(prep.name, not failed, acc.reason if failed else None)
 
             _agreed_step(backend, one_step)
-            acc = result.accuracy[name]
-            if not backend.agree(acc.failures < settings.max_failures_per_variant):
+            failures = result.accuracy[name].failures or 0
+            if not backend.agree(failures < settings.max_failures_per_variant):
                 stopped.add(name)
-                log(f"{name}: stopped after {acc.failures} failed checks"
-                    + ("" if acc.failures >= settings.max_failures_per_variant else " on another rank"))
+                log(f"{name}: stopped after {failures} failed checks"
+                    + ("" if failures >= settings.max_failures_per_variant else " on another rank"))
             if progress is not None:
                 progress(step + 1, len(sequence))
         for name, prep in prepared.items():
@@ -780,15 +794,15 @@ def run_case(
             vr = result.variants[name]
             if nodes is not None:
                 vr.graph_nodes = nodes
-                vr.kernels_per_step = nodes.get("kernel", 0) / layers
+                vr.kernels_per_step = per_layer(nodes.get("kernel", 0), layers)
                 if prep.collectives is not None or nodes.get("collective"):
-                    vr.collectives_per_step = nodes.get("collective", 0) / layers
-                    vr.collective_kernels = dict(prep.collectives or {})
+                    vr.collectives_per_step = per_layer(nodes.get("collective", 0), layers)
+                    vr.collective_kernels = dict(list((prep.collectives or {}).items())[:4096])
             vr.bytes_moved = _bytes_moved(case, name)
             reasons.extend(prep.violations)
         for name in live:  # every rank profiles the same replays in the same order (they hold collectives)
             if name in prepared and name not in stopped:
-                result.variants[name].kernel_times_us = backend.profile(prepared[name])
+                result.variants[name].kernel_times_us = _kernel_times(backend.profile(prepared[name]))
         reasons.extend(backend.final_checks())
     except CaseRejected as exc:
         reasons.append(str(exc))
@@ -821,12 +835,12 @@ def _oracle_check(case: Any, variants: Mapping[str, Callable[[Any], Any]], seeds
         try:
             out = fn(clone_tree(pristine))
         except Exception as exc:
-            result.oracle[name] = OracleResult(atol=atol, rtol=rtol, ok=False,
+            result.oracle[name] = OracleCheck(atol=atol, rtol=rtol, ok=False,
                                                reason=f"raised {type(exc).__name__}: {exc}"[:2000])
             continue
         cmp = compare(out, ref, atol, rtol)
         err = cmp.max_abs_error if math.isfinite(cmp.max_abs_error) else None
-        result.oracle[name] = OracleResult(max_abs_error=err, atol=atol, rtol=rtol, ok=cmp.ok,
+        result.oracle[name] = OracleCheck(max_abs_error=err, atol=atol, rtol=rtol, ok=cmp.ok,
                                            reason=None if cmp.ok else (cmp.reason or "mismatch")[:2000])
         poison_tree(out)
 
@@ -869,13 +883,26 @@ def _bytes_moved(case: Any, name: str) -> float | None:
     return value if math.isfinite(value) and value >= 0 else None
 
 
-def _fail(acc: AccuracyResult, reason: str, err: float | None = None) -> None:
+def _kernel_times(times: dict[str, float] | None) -> dict[str, float] | None:
+    """A profile in the schema's bounds: names cut at 512 characters (times of names cut alike are added),
+    at most 4096 names."""
+    if times is None:
+        return None
+    out: dict[str, float] = {}
+    for name, us in times.items():
+        key = str(name)[:512]
+        if key in out or len(out) < 4096:
+            out[key] = out.get(key, 0.0) + max(float(us), 0.0)
+    return out
+
+
+def _fail(acc: Accuracy, reason: str, err: float | None = None) -> None:
     acc.ok = False
-    acc.failures += 1
+    acc.failures = (acc.failures or 0) + 1
     if acc.reason is None:
-        acc.reason = reason
+        acc.reason = reason[:4096]
     if err is not None and math.isfinite(err):
-        acc.max_abs_error = max(acc.max_abs_error or 0.0, err)
+        acc.max_abs_error = max(acc.max_abs_error, err)
 
 
 def _timed_step(case: Any, backend: Backend, prep: Prepared, stock: Callable[[Any], Any], seeds: _Seeds,
@@ -893,12 +920,16 @@ def _timed_step(case: Any, backend: Backend, prep: Prepared, stock: Callable[[An
         _lockstep_reference(backend, stock, pristine)
         return
     device_us, wall_us = round(t.device_us, 4), None if t.wall_us is None else round(t.wall_us, 4)
-    if recorder is not None:  # to the collector now, before any other contribution code runs
-        recorder.sample(prep.name, device_us, wall_us)
-    vr.samples_us.append(device_us)
-    if wall_us is not None:
-        vr.samples_wall_us = (vr.samples_wall_us or []) + [wall_us]
-    acc.checks += 1
+    if device_us > 0:
+        if recorder is not None:  # to the collector now, before any other contribution code runs
+            recorder.sample(prep.name, device_us, wall_us)
+        vr.samples_us.append(device_us)
+        if wall_us is not None:
+            vr.put_samples("samples_wall_us", [*vr.samples().get("samples_wall_us", []), wall_us])
+    else:  # below the timer's resolution: no number is invented, the replay is not counted as a sample
+        reasons.append(f"variant {prep.name!r}: sample(s) of zero length (below the timer's resolution) "
+                       "were dropped")
+    acc.checked += 1
     odd = [type(x).__name__ for x in tensors_of(prep.output) if type(x) is not _torch().Tensor]
     if odd:
         kinds = ", ".join(sorted(set(odd)))
@@ -913,7 +944,7 @@ def _timed_step(case: Any, backend: Backend, prep: Prepared, stock: Callable[[An
     ref = stock(clone_tree(pristine))
     cmp = compare(out, ref, atol, rtol)
     if cmp.ok:
-        acc.max_abs_error = max(acc.max_abs_error or 0.0, cmp.max_abs_error)
+        acc.max_abs_error = max(acc.max_abs_error, cmp.max_abs_error)
     else:
         _fail(acc, f"timed output does not match stock on the same inputs: {cmp.reason}", cmp.max_abs_error)
     poison_tree(ref)  # freed reference memory holds nothing a later variant could reuse

@@ -24,8 +24,9 @@ JOB = "bench/0000.json"
 
 
 def _record(samples: dict[str, list[float]]) -> dict[str, Any]:
-    facts = ProtocolFacts(backend="cpu", timer="t", graph_replay=False, l2_flush_bytes=1, persisting_l2_reset=False,
-                          device_sync="none", orders=[list(samples)], iterations=2, warmup=0, seed_base=0)
+    facts = ProtocolFacts(backend="cpu", timer="perf_counter", graph_replay=False, l2_flush_bytes=1,
+                          persisting_l2_reset=False, fresh_inputs=True, device_sync="none",
+                          orders=[list(samples)], iterations=2, warmup=0, seed_base=0)
     return CaseResult(point=POINT, status="ok", protocol=facts,
                       variants={n: VariantResult(samples_us=list(s)) for n, s in samples.items()}
                       ).model_dump(mode="json")
@@ -94,7 +95,7 @@ def test_a_record_that_calls_a_failed_check_accurate_is_rejected(monkeypatch: py
     client.sample(pid, "fused", 1.0, None)
     client.check(pid, "fused", False, "timed output does not match stock")
     rec = _record({"stock": [], "fused": [1.0]})
-    rec["accuracy"] = {"fused": AccuracyResult(atol=0, rtol=0, ok=True, checks=1).model_dump(mode="json")}
+    rec["accuracy"] = {"fused": AccuracyResult(atol=0, rtol=0, ok=True, checked=1).model_dump(mode="json")}
     client.result(pid, rec)
     client.end()
     server.finish()

@@ -257,8 +257,10 @@ class StreamServer:
                     return
                 if self._closing:
                     raise _Broken("a frame arrived after the worker had exited")
-                if len(line) > MAX_LINE or not line.endswith(b"\n"):
+                if len(line) > MAX_LINE:
                     raise _Broken("a frame longer than the limit")
+                if not line.endswith(b"\n"):
+                    return  # a frame cut short by the worker's end (an interrupted pass): it adds nothing
                 try:
                     frame = Frame.model_validate_json(line)
                 except ValidationError as exc:

@@ -51,7 +51,8 @@ def rank_result(rank: int, stock: list[float], fused: list[float], *, ok: bool =
                      "seed_base": 1},
         "variants": {
             "stock": {"samples_us": stock, "graph_nodes": nodes, "kernels_per_step": -(-kernels // 2),
-                      "collectives_per_step": -(-collectives // 2), "collective_kernels": {"ncclDevKernel_X": 2},
+                      "collectives_per_step": -(-collectives // 2),
+                      "collective_kernels": {"ncclDevKernel_X": 2},
                       "bytes_moved": moved},
             "fused": {"samples_us": fused, "graph_nodes": {"kernel": 2, "collective": 2},
                       "kernels_per_step": 1, "collectives_per_step": 1,

@@ -5,8 +5,10 @@
 A subprocess keeps a crashing kernel from taking the collector down and keeps contribution code out of the
 collector's process. For `bench`, the order matters: the timing module (and so its saved timer references)
 and the backend are set up, the timer guard takes its snapshot, and only then is the contribution imported.
-Each point's result is written atomically to its own file as soon as it is measured, so an interrupted run
-resumes at the next point. Progress goes to stdout as ``FTPROGRESS {json}`` lines.
+Each sample goes to the collector over its result stream (`fasttrack.evidence.stream`) as it is measured, and
+each point's record right after the point; the collector builds the bench part only from that stream. The
+record is also written to its own file (for the work dir's record; the collector never reads it back).
+Progress goes to stdout as ``FTPROGRESS {json}`` lines.
 
 Tensor parallel: for points at tp = n > 1 the collector launches ``bench`` as n ranks under torchrun
 (``python -m torch.distributed.run --standalone --nproc-per-node n -m fasttrack.evidence.bench_worker bench
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import fasttrack.evidence.baseline as yard
+from fasttrack.evidence import stream as result_stream
 from fasttrack.evidence.ranks import dist_env, rank_path
 
 PROGRESS_PREFIX = "FTPROGRESS "
@@ -163,7 +166,8 @@ def _build_point(baseline_fn: Callable[..., Any], candidates_fn: Callable[..., A
 def measure_point(baseline_fn: Callable[..., Any], candidates_fn: Callable[..., Any], point: dict[str, Any],
                   caps: dict[str, yard.Cap], backend: timing.Backend, yardstick: yard.YardstickGuard,
                   guard: timing.TimerGuard, settings: timing.ProtocolSettings, world: int,
-                  index: int = 0, engine_pass: bool = False) -> timing.CaseResult:
+                  index: int = 0, engine_pass: bool = False,
+                  recorder: timing.Recorder | None = None) -> timing.CaseResult:
     """One point: build it from both sides, time it, and reject it if contribution code moved the
     yardstick while it ran."""
     dist_info: dict[str, Any] = {"world_size": world, "rank": backend.rank if world > 1 else None}
@@ -174,7 +178,7 @@ def measure_point(baseline_fn: Callable[..., Any], candidates_fn: Callable[..., 
         return timing.CaseResult(point=point, status=status, reasons=[why or "not run"], not_run_by=who,
                                  **dist_info)
     result = timing.run_case(case, backend, settings, point, guard=guard, progress=_step_reporter(index),
-                             log=_log)
+                             log=_log, recorder=recorder)
     tampered = yardstick.changed()
     if tampered:
         result.reasons = [*result.reasons, *(f"while contribution code ran: {c}" for c in tampered[:50])]
@@ -186,6 +190,10 @@ def run_bench(spec: dict[str, Any]) -> int:
     global _QUIET
     rank, world, local_rank = dist_env()
     _QUIET = rank != 0
+    engine_pass = spec.get("engine_only") is True
+    # The result stream first: connected (and its address and nonce gone from the environment) before any
+    # contribution module is imported, so a forger can only connect second (and is refused).
+    stream = result_stream.StreamClient.from_env(rank, world, "engine" if engine_pass else "contribution")
     backend = timing.make_backend(spec["backend"], flush_bytes=spec.get("flush_bytes"),
                                   device=local_rank if world > 1 else 0)
     guard = timing.TimerGuard().snapshot(backend.guard_targets())
@@ -201,7 +209,6 @@ def run_bench(spec: dict[str, Any]) -> int:
     yardstick = yard.YardstickGuard(yard.engine_prefixes(base["case"])).snapshot()
     import_problem: list[str] = []
     candidates_fn: Callable[..., Any] | None = None
-    engine_pass = spec.get("engine_only") is True
     if engine_pass:
         # The engine's own pass: no contribution module is imported in this process, so nothing of the
         # contribution can reach stock's timer, its records or the oracle here (docs/baseline-contract.md).
@@ -218,17 +225,25 @@ def run_bench(spec: dict[str, Any]) -> int:
         point = job["point"]
         out = rank_path(Path(job["out"]), rank) if world > 1 else Path(job["out"])
         emit(event="point", index=job["index"], point=point)
+        point_id = str(job.get("id", ""))
+        if stream is not None:
+            stream.point(point_id)
         dist_info: dict[str, Any] = {"world_size": world, "rank": rank if world > 1 else None}
         if import_problem or candidates_fn is None:
             result = timing.CaseResult(point=point, status="rejected", reasons=import_problem[:50],
                                        not_run_by="contribution", **dist_info)
         else:
             result = measure_point(baseline_fn, candidates_fn, point, caps, backend, yardstick, guard,
-                                   settings, world, int(job["index"]), engine_pass=engine_pass)
-        print(json.dumps({"point": point, "rank": rank, "result": result.model_dump(mode="json")},
-                         sort_keys=True), file=sys.stderr)
-        write_json_atomic(out, result.model_dump(mode="json"))
+                                   settings, world, int(job["index"]), engine_pass=engine_pass,
+                                   recorder=None if stream is None else stream.recorder(point_id))
+        record = result.model_dump(mode="json")
+        if stream is not None:
+            stream.result(point_id, record)
+        print(json.dumps({"point": point, "rank": rank, "result": record}, sort_keys=True), file=sys.stderr)
+        write_json_atomic(out, record)
         emit(event="done", index=job["index"], status=result.status)
+    if stream is not None:
+        stream.end()
     if dist is not None:
         dist.barrier()
         dist.destroy_process_group()

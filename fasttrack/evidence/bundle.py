@@ -25,6 +25,18 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+# The measurement schema, one from the timing worker to the bundle (`fasttrack.evidence.measurement`).
+from fasttrack.evidence.measurement import (
+    MAX_SAMPLES,
+    Accuracy,
+    OracleCheck,
+    Protocol,
+    RankInfo,
+    Variant,
+)
+
+__all__ = ["MAX_SAMPLES", "Accuracy", "OracleCheck", "Protocol", "RankInfo", "Variant"]
+
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://fasttrack.dev/evidence/v1"
 SIGNATURE_NAMESPACE = "fasttrack-evidence"
@@ -37,7 +49,6 @@ REFERENCE_VARIANTS = frozenset({"stock", "compile"})
 SANITIZER_TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 
 SHA256_HEX = r"^[0-9a-f]{64}$"
-MAX_SAMPLES = 100_000  # per variant and point: far above any honest run, bounds verification time
 
 
 
@@ -175,106 +186,6 @@ class KernelTest(Strict):
     duration_s: float | None = Field(default=None, ge=0)
     message: str | None = Field(default=None, max_length=65536, description="failure/skip reason, short")
     extra: dict[str, Scalar] = Field(default_factory=dict)
-
-
-class Protocol(Strict):
-    """How fasttrack timed a benchmark point (the harness owns timing, not the contribution)."""
-
-    graph_replay: bool
-    l2_flush_bytes: int = Field(ge=0)
-    persisting_l2_reset: bool
-    fresh_inputs: bool
-    # Orders in which variants were interleaved, e.g. [["stock", "fused"], ["fused", "stock"]].
-    orders: list[list[str]] = Field(default_factory=list)
-    iterations: int = Field(ge=0)
-    warmup: int = Field(ge=0)
-    streams_synchronized: bool = True
-    timer: str = Field(default="cuda-event", max_length=64)
-
-
-class Variant(Strict):
-    """One implementation's raw timings at a point: `samples_us` are per-call times in microseconds.
-
-    Further raw sample lists are allowed under keys named `samples_<unit>` (e.g. `samples_kernels`).
-    `bytes_moved` is what one GPU moves through HBM for one timed call; `gpus` is the GPU count the
-    variant ran on; `per_gpu` says its samples are already normalised per GPU.
-    """
-
-    model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False, defer_build=True)
-
-    samples_us: list[float] = Field(max_length=MAX_SAMPLES)
-    # Compute kernels per layer (from the captured graph); collectives (NCCL, symmetric-memory) are counted
-    # apart in `collectives_per_step` (None: not counted, e.g. kernel names unreadable or an older bundle).
-    kernels_per_step: int | None = Field(default=None, ge=0)
-    collectives_per_step: int | None = Field(default=None, ge=0)
-    bytes_moved: float | None = Field(default=None, ge=0)
-    gpus: int = Field(default=1, ge=1, le=4096)
-    gpu: str | None = Field(default=None, max_length=128, description="GPU kind if not the point's gpu")
-    per_gpu: bool = False
-    # Who supplied the variant: the engine's baseline ("engine": stock, compile) or the contribution.
-    origin: Literal["engine", "contribution"] | None = None
-    # One profiled replay after timing: device time per kernel name (us). None: not profiled.
-    kernel_times_us: dict[Annotated[str, Field(max_length=512)], Annotated[float, Field(ge=0)]] | None = \
-        Field(default=None, max_length=4096)
-
-    @field_validator("samples_us")
-    @classmethod
-    def _positive(cls, v: list[float]) -> list[float]:
-        if any(s <= 0 for s in v):
-            raise ValueError("samples must be positive times")
-        return v
-
-    @model_validator(mode="after")
-    def _extra_samples_only(self) -> Variant:
-        for key, value in (self.model_extra or {}).items():
-            if not key.startswith("samples_"):
-                raise ValueError(f"unknown key {key!r} (only samples_* lists may be added)")
-            if not isinstance(value, list) or not all(
-                isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) for x in value
-            ):
-                raise ValueError(f"{key} must be a list of finite numbers")
-        return self
-
-    def samples(self) -> dict[str, list[float]]:
-        """Every raw sample list, `samples_us` first."""
-        out: dict[str, list[float]] = {"samples_us": list(self.samples_us)}
-        for key, value in (self.model_extra or {}).items():
-            out[key] = [float(x) for x in value]
-        return out
-
-
-class Accuracy(Strict):
-    """The timed run's outputs checked against stock's, in the mode that was timed."""
-
-    max_abs_error: float = Field(ge=0)
-    max_rel_error: float | None = Field(default=None, ge=0)
-    atol: float = Field(ge=0)
-    rtol: float = Field(ge=0)
-    ok: bool
-    checked: int = Field(default=1, ge=0, description="how many timed outputs were compared")
-    reason: str | None = Field(default=None, max_length=4096, description="first failed check, if any")
-
-
-class OracleCheck(Strict):
-    """A variant's output on one fresh input against the engine baseline's fp32 oracle (the harness's own
-    comparison, under the policy's tolerance cap for the point's dtype)."""
-
-    max_abs_error: float | None = Field(default=None, ge=0)
-    atol: float = Field(ge=0)
-    rtol: float = Field(ge=0)
-    ok: bool
-    reason: str | None = Field(default=None, max_length=4096)
-
-
-class RankInfo(Strict):
-    """One rank's part of a tensor-parallel point. Its raw samples are the variant's `samples_us_rank<r>`."""
-
-    rank: int = Field(ge=0, le=4095)
-    status: Literal["ok", "rejected", "not_run"]
-    rejected: list[str] = Field(default_factory=list, max_length=256)
-    kernels_per_step: dict[str, int] = Field(default_factory=dict)  # variant -> compute kernels per layer
-    collectives_per_step: dict[str, int] = Field(default_factory=dict)  # variant -> collectives per layer
-    bytes_moved: dict[str, float] = Field(default_factory=dict)  # variant -> bytes this GPU moves per call
 
 
 class Benchmark(Strict):

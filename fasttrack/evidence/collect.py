@@ -50,20 +50,15 @@ from fasttrack.evidence import sanitizer as san
 from fasttrack.evidence.backends import identify
 from fasttrack.evidence.bundle import (
     STOCK_VARIANT,
-    Accuracy,
     BaselineRecord,
     Benchmark,
     Collector,
     Environment,
     Eval,
     KernelTest,
-    OracleCheck,
     Predicate,
-    Protocol,
-    RankInfo,
     Sanitizer,
     Statement,
-    Variant,
     new_statement,
     utc_now_iso,
 )
@@ -76,6 +71,7 @@ from fasttrack.evidence.ranks import (
     rank_path,
     torchrun_argv,
 )
+from fasttrack.evidence.stream import StreamServer
 from fasttrack.manifest import Envelope, EnvelopePoint, Manifest, load_manifest
 from fasttrack.policy import BaselineSpec, Policy, StageBackends, load_policy
 
@@ -802,15 +798,17 @@ def _run_pass(run: Run, spec: dict[str, Any], spec_name: str, group: list[dict[s
               on_event: Callable[[dict[str, Any]], None] | None, engine: bool) -> int:
     """One bench pass (n ranks under torchrun when n > 1) over `group`; returns the worker's exit code.
 
-    Its results are read back into the collector's custody (`Run.engine_results`, `Run.case_results`) as
-    soon as the pass and what it left running are gone, before any other contribution code runs: the files
-    stay in the work dir (for resume and the record), but the statement is built from what was read here,
-    so a later pass, phase or detached process of the contribution that rewrites them changes nothing. The
-    engine pass's files are removed before it starts (a result planted there by contribution code, or left
-    by an earlier run, is never read as this pass's)."""
+    Its results are what the worker streamed to the collector during the pass (`fasttrack.evidence.stream`:
+    a socket the collector listens on, a nonce it generated, point and variant ids it assigned; every sample
+    as it is measured, each point's record after it), taken into the collector's custody
+    (`Run.engine_results`, `Run.case_results`) once the pass and what it left running are gone. Nothing the
+    worker wrote to disk is read back: its files stay in the work dir as a record, but an exit hook of
+    contribution code that rewrites them, or a later pass, phase or detached process that does, changes
+    nothing; a record rewritten in the worker's memory no longer matches its streamed samples and is
+    rejected. At tp = n > 1 the ranks' streamed records are merged here."""
     if not group:
         return 0
-    for j in group:  # never read a file this pass did not write
+    for j in group:  # never leave a file of an earlier run that looks like this pass's record
         Path(j["out"]).unlink(missing_ok=True)
     if n > 1:
         for j in group:  # stale rank files of an interrupted run must not mix with this one's
@@ -829,16 +827,28 @@ def _run_pass(run: Run, spec: dict[str, Any], spec_name: str, group: list[dict[s
                          yard.surface if yard is not None else None)
         for j in group:
             Path(j["out"]).parent.mkdir(parents=True, exist_ok=True)
-    code = _run_worker("bench", spec, run.work.path(spec_name), env, cwd, run.log("bench"), on_event, nproc=n,
-                       deadline_at=run.deadline_at)
+    server = StreamServer(n, "engine" if engine else "contribution", [j["out"] for j in group])
+    spec = {**spec, "points": [{**j, "id": server.point_ids[j["out"]]} for j in spec["points"]]}
+    try:
+        code = _run_worker("bench", spec, run.work.path(spec_name), {**env, **server.env()}, cwd,
+                           run.log("bench"), on_event, nproc=n, deadline_at=run.deadline_at)
+    finally:
+        server.finish()
+    notes = server.notes()
+    if notes:
+        with run.log("bench").open("a", encoding="utf-8") as fh:
+            for note in notes:
+                fh.write(f"\n===== collector: {'engine' if engine else 'contribution'} pass stream: {note}\n")
     reap_after(run, "engine bench pass" if engine else "bench")
-    if n > 1:
-        merge_rank_files([Path(j["out"]) for j in group], [j["point"] for j in group], n)
     custody = run.engine_results if engine else run.case_results
     for j in group:
-        data = _read_json(Path(j["out"]))
+        per_rank = server.records(j["out"])
+        if any(r is None for r in per_rank):
+            continue  # a rank streamed no usable record: the point did not finish in this pass
+        data: Any = per_rank[0] if n == 1 else merge_case_results(per_rank, j["point"])
         if _valid_case_data(data):
             custody[j["out"]] = data
+            _write_json(Path(j["out"]), data)  # the work dir's record of what the statement is built from
     return code
 
 
@@ -862,12 +872,12 @@ def bench_case_files(bench_dir: Path) -> list[Path]:
 
 
 def _valid_case_data(data: Any) -> bool:
-    from fasttrack.evidence.timing import CaseResult
+    from fasttrack.evidence.measurement import Measurement
 
     if data is None:
         return False
     try:
-        CaseResult.model_validate(data)
+        Measurement.model_validate(data)
     except ValidationError:
         return False
     return True
@@ -1013,10 +1023,14 @@ def benchmark_entry(case: dict[str, Any], alone: dict[str, Any] | None = None) -
 
 
 def _single_pass_entry(case: dict[str, Any]) -> Benchmark:
-    """One pass's timing-protocol CaseResult (as JSON) in the bundle's Benchmark shape."""
-    from fasttrack.evidence.timing import CaseResult
+    """One pass's record of a point (`Measurement`, as streamed and merged) as the bundle's Benchmark.
 
-    res = CaseResult.model_validate(case)
+    The protocol, variants, accuracy, oracle checks and ranks are the record's own models (one schema from
+    the worker to the bundle: `fasttrack.evidence.measurement`); only the point-level status becomes the
+    bundle's `not_run` (a point not measured) or `rejected` (a measured point a check failed)."""
+    from fasttrack.evidence.measurement import Measurement
+
+    res = Measurement.model_validate(case)
     point = {k: res.point[k] for k in ("gpu", "tp", "batch", "context", "dtype")}
     if res.status == "not_run" or res.protocol is None:
         why = "; ".join(res.reasons) or "not run"
@@ -1024,50 +1038,10 @@ def _single_pass_entry(case: dict[str, Any]) -> Benchmark:
             why = f"rejected by the timing protocol: {why}"
         return Benchmark(point=point, not_run=why[:4096], not_run_by=res.not_run_by,
                          world_size=res.world_size if res.world_size > 1 else None)
-    pr = res.protocol
-    protocol = Protocol(graph_replay=pr.graph_replay, l2_flush_bytes=pr.l2_flush_bytes,
-                        persisting_l2_reset=pr.persisting_l2_reset, fresh_inputs=pr.fresh_inputs,
-                        orders=pr.orders, iterations=pr.iterations, warmup=pr.warmup,
-                        streams_synchronized=pr.backend == "cuda",
-                        timer="cuda-event" if pr.backend == "cuda" else "perf_counter")
-    layers = res.layers or 1
-    variants: dict[str, Variant] = {}
-    rejected = list(res.reasons)
-    for name, v in res.variants.items():
-        samples = [s for s in v.samples_us if s > 0]
-        if len(samples) != len(v.samples_us):
-            rejected.append(f"variant {name!r}: {len(v.samples_us) - len(samples)} sample(s) of zero length "
-                            "(below the timer's resolution) were dropped")
-        extra: dict[str, Any] = {}
-        if v.samples_wall_us:
-            extra["samples_wall_us"] = v.samples_wall_us
-        for r, rank_samples in enumerate(v.samples_us_by_rank or []):
-            extra[f"samples_us_rank{r}"] = [s for s in rank_samples if s > 0]
-        kernels = collectives = None
-        if v.graph_nodes is not None:
-            kernels = math.ceil(v.graph_nodes.get("kernel", 0) / layers)  # rounded up: never understated
-            if v.collectives_per_step is not None:
-                collectives = math.ceil(v.graph_nodes.get("collective", 0) / layers)
-        variants[name] = Variant(samples_us=samples, kernels_per_step=kernels,
-                                 collectives_per_step=collectives, bytes_moved=v.bytes_moved,
-                                 gpus=max(v.gpus, res.world_size), origin=v.origin,
-                                 kernel_times_us=dict(list(v.kernel_times_us.items())[:4096])
-                                 if v.kernel_times_us else None, **extra)
-    accuracy = {
-        name: Accuracy(max_abs_error=a.max_abs_error or 0.0, atol=a.atol, rtol=a.rtol, ok=a.ok,
-                       checked=a.checks, reason=a.reason)
-        for name, a in res.accuracy.items() if a.checks or not a.ok
-    }
-    ranks = [RankInfo(rank=r.rank, status=r.status, rejected=r.reasons[:256],
-                      kernels_per_step={k: math.ceil(n / layers) for k, n in r.graph_kernels.items()},
-                      collectives_per_step={k: math.ceil(n / layers) for k, n in r.graph_collectives.items()},
-                      bytes_moved=r.bytes_moved)
-             for r in res.ranks]
-    oracle = {name: OracleCheck(max_abs_error=o.max_abs_error, atol=o.atol, rtol=o.rtol, ok=o.ok,
-                                reason=o.reason) for name, o in res.oracle.items()}
-    return Benchmark(point=point, protocol=protocol, variants=variants, accuracy=accuracy,
-                     layers=layers, rejected=rejected, world_size=res.world_size, ranks=ranks, oracle=oracle,
-                     not_run_by=res.not_run_by)
+    accuracy = {name: a for name, a in res.accuracy.items() if a.checked or not a.ok}
+    return Benchmark(point=point, protocol=res.protocol, variants=res.variants, accuracy=accuracy,
+                     layers=res.layers or 1, rejected=res.reasons[:256], world_size=res.world_size,
+                     ranks=res.ranks, oracle=res.oracle, not_run_by=res.not_run_by)
 
 
 def with_backends(bench: Benchmark, stages: list[StageBackends]) -> Benchmark:

@@ -30,7 +30,7 @@ HARNESS_FORMAT = 1
 _HEADER = b"fasttrack-harness-digest-v1\n"
 HARNESS_MODULES: tuple[str, ...] = (
     "timing", "pytest_plugin", "bench_worker", "collect", "ranks", "graph_count", "sanitizer", "environment",
-    "contract", "baseline", "backends", "audit", "reaper", "digest", "isolation",
+    "contract", "baseline", "backends", "audit", "reaper", "digest", "isolation", "stream", "measurement",
 )
 OPTIONAL_MODULES: tuple[str, ...] = ()
 

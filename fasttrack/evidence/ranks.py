@@ -142,12 +142,13 @@ def merge_case_results(per_rank: Sequence[Mapping[str, Any] | None],
         walls = [v.get("samples_wall_us") for v in per]
         if all(isinstance(w, list) and w for w in walls):
             merged["samples_wall_us"] = _elementwise_max([w for w in walls if isinstance(w, list)])
-        merged["samples_us_by_rank"] = lists
+        for r, own in enumerate(lists):  # every rank's own samples, beside their max
+            merged[f"samples_us_rank{r}"] = own
         moved = [float(v["bytes_moved"]) for v in per if isinstance(v.get("bytes_moved"), int | float)]
         merged["bytes_moved"] = max(moved) if moved else None
         merged["gpus"] = world
         errors = [(r, [str(v["error"])]) for r, v in enumerate(per) if v.get("error")]
-        merged["error"] = "; ".join(_labelled(errors)) if errors else None
+        merged["error"] = "; ".join(_labelled(errors))[:8192] if errors else None
         variants[name] = merged
     for r, res in enumerate(results[1:], start=1):
         extra = sorted(set(res.get("variants") or {}) - set(names))
@@ -162,13 +163,13 @@ def merge_case_results(per_rank: Sequence[Mapping[str, Any] | None],
         bad = [(r, a) for r, a in enumerate(per_acc) if not a or not a.get("ok", False)]
         merged_acc: dict[str, Any] = dict(per_acc[0])
         merged_acc["ok"] = not bad
-        merged_acc["max_abs_error"] = max(errs) if errs else None
-        merged_acc["checks"] = min((int(a.get("checks", 0)) if a else 0) for a in per_acc)
-        merged_acc["failures"] = sum(int(a.get("failures", 0)) for a in present)
+        merged_acc["max_abs_error"] = max(errs) if errs else 0.0
+        merged_acc["checked"] = min((int(a.get("checked", 0)) if a else 0) for a in per_acc)
+        merged_acc["failures"] = sum(int(a.get("failures") or 0) for a in present)
         if bad:
             merged_acc["reason"] = "; ".join(
                 f"rank {r}: {a.get('reason') or ('no accuracy record' if not a else 'check failed')}"
-                for r, a in bad)
+                for r, a in bad)[:4000]
         accuracy[name] = merged_acc
         for r, a in bad:  # a rank's own reasons already name its failed checks; a missing record is new
             if not a or results[r].get("status") == "ok":
@@ -205,20 +206,23 @@ def merge_case_results(per_rank: Sequence[Mapping[str, Any] | None],
 
 
 def _rank_summary(rank: int, res: Mapping[str, Any]) -> dict[str, Any]:
+    """One rank's `RankInfo` (`fasttrack.evidence.measurement`): its status, reasons, and each variant's
+    kernels and collectives per layer and bytes moved, as that rank counted them."""
     variants: Mapping[str, Any] = res.get("variants") or {}
     kernels: dict[str, int] = {}
     collectives: dict[str, int] = {}
     moved: dict[str, float] = {}
     for name, v in variants.items():
-        nodes = v.get("graph_nodes") if isinstance(v, Mapping) else None
-        if isinstance(nodes, Mapping):
-            kernels[name] = int(nodes.get("kernel", 0))
-            collectives[name] = int(nodes.get("collective", 0))
-        if isinstance(v, Mapping) and isinstance(v.get("bytes_moved"), int | float):
+        if not isinstance(v, Mapping):
+            continue
+        if isinstance(v.get("kernels_per_step"), int):
+            kernels[name] = int(v["kernels_per_step"])
+            collectives[name] = int(v.get("collectives_per_step") or 0)
+        if isinstance(v.get("bytes_moved"), int | float):
             moved[name] = float(v["bytes_moved"])
     return {"rank": rank, "status": str(res.get("status", "not_run")),
-            "reasons": list(res.get("reasons") or []), "graph_kernels": kernels,
-            "graph_collectives": collectives, "bytes_moved": moved}
+            "rejected": list(res.get("reasons") or [])[:256], "kernels_per_step": kernels,
+            "collectives_per_step": collectives, "bytes_moved": moved}
 
 
 # ------------------------------------------------------------------------------------------ kernel tests

@@ -36,8 +36,23 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
+from typing import Protocol as TypingProtocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from fasttrack.evidence.measurement import (
+    Accuracy,
+    AccuracyResult,
+    CaseResult,
+    Measurement,
+    OracleCheck,
+    OracleResult,
+    Protocol,
+    ProtocolFacts,
+    RankInfo,
+    RankSummary,
+    Variant,
+    VariantResult,
+    per_layer,
+)
 
 # The protocol's own references to the clocks, taken when this module is first imported (collect imports it
 # before any contribution module). Calls below go through these, never through `time.<name>` at call time.
@@ -50,94 +65,21 @@ MIN_FLUSH_BYTES_CPU = 1 << 20
 
 
 # ------------------------------------------------------------------------------------------------ results
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+# The measurement schema lives in `fasttrack.evidence.measurement` (one schema from the worker to the bundle).
+__all__ = ["Accuracy", "AccuracyResult", "CaseResult", "Measurement", "OracleCheck", "OracleResult",
+           "Protocol", "ProtocolFacts", "RankInfo", "RankSummary", "Variant", "VariantResult"]
 
 
-class ProtocolFacts(_Model):
-    """How the samples were taken; written beside them so a reader knows what they mean."""
+class Recorder(TypingProtocol):
+    """Where each measurement goes the moment it is taken (`fasttrack.evidence.stream.PointRecorder`: to the
+    collector, before any other contribution code runs), so a record rewritten later in this process's
+    memory no longer matches what was measured."""
 
-    backend: Literal["cuda", "cpu"]
-    timer: str
-    graph_replay: bool
-    l2_flush_bytes: int
-    persisting_l2_reset: bool
-    fresh_inputs: bool = True
-    poisoned_outputs: bool = True
-    pristine_input_check: bool = True
-    device_sync: str
-    orders: list[list[str]]
-    iterations: int
-    warmup: int
-    seed_base: int
-    notes: list[str] = Field(default_factory=list)
+    def declare(self, names: list[str]) -> None: ...
 
+    def sample(self, name: str, device_us: float, wall_us: float | None) -> None: ...
 
-class VariantResult(_Model):
-    samples_us: list[float] = Field(default_factory=list)
-    samples_wall_us: list[float] | None = None
-    kernels_per_step: float | None = None  # compute kernels (collectives are counted apart)
-    collectives_per_step: float | None = None  # NCCL / symmetric-memory kernels in the graph
-    collective_kernels: dict[str, int] | None = None  # those kernels by name (graph nodes, not per layer)
-    graph_nodes: dict[str, int] | None = None
-    bytes_moved: float | None = None
-    gpus: int = 1
-    error: str | None = None
-    # Tensor parallel (merged result): every rank's own samples; `samples_us` is their element-wise max.
-    samples_us_by_rank: list[list[float]] | None = None
-    # One profiled replay after timing: device time per kernel name (us), summed over launches. None: the
-    # backend cannot profile (CPU) or the profiler failed.
-    kernel_times_us: dict[str, float] | None = None
-    origin: Literal["engine", "contribution"] | None = None  # who supplied the variant (None: a bare case)
-
-
-class OracleResult(_Model):
-    """A variant's output on one fresh input against the baseline's fp32 oracle on the same input."""
-
-    max_abs_error: float | None = None
-    atol: float
-    rtol: float
-    ok: bool
-    reason: str | None = None
-
-
-class AccuracyResult(_Model):
-    max_abs_error: float | None = None
-    atol: float
-    rtol: float
-    ok: bool
-    checks: int = 0
-    failures: int = 0
-    reason: str | None = None
-
-
-class RankSummary(_Model):
-    """One rank's part of a tensor-parallel point (kept beside the merged numbers)."""
-
-    rank: int
-    status: Literal["ok", "rejected", "not_run"]
-    reasons: list[str] = Field(default_factory=list)
-    graph_kernels: dict[str, int] = Field(default_factory=dict)  # variant -> compute kernel nodes
-    graph_collectives: dict[str, int] = Field(default_factory=dict)  # variant -> collective kernel nodes
-    bytes_moved: dict[str, float] = Field(default_factory=dict)  # variant -> bytes this GPU moved per call
-
-
-class CaseResult(_Model):
-    point: dict[str, Any]
-    status: Literal["ok", "rejected", "not_run"]
-    reasons: list[str] = Field(default_factory=list)
-    protocol: ProtocolFacts | None = None
-    variants: dict[str, VariantResult] = Field(default_factory=dict)
-    accuracy: dict[str, AccuracyResult] = Field(default_factory=dict)
-    layers: int | None = None
-    # Tensor parallel: how many ranks ran the point; a rank's own file carries `rank`, the merged one `ranks`.
-    world_size: int = 1
-    rank: int | None = None
-    ranks: list[RankSummary] = Field(default_factory=list)
-    oracle: dict[str, OracleResult] = Field(default_factory=dict)
-    # Who a not-run or rejected point is down to: "machine" (the engine's baseline has no case here),
-    # "engine" (the baseline broke its contract), "contribution", or "harness". None: a measured point.
-    not_run_by: Literal["machine", "engine", "contribution", "harness"] | None = None
+    def check(self, name: str, ok: bool, reason: str | None) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -739,6 +681,7 @@ def run_case(
     guard: TimerGuard | None = None,
     progress: Callable[[int, int], None] | None = None,
     log: Callable[[str], None] = lambda _m: None,
+    recorder: Recorder | None = None,
 ) -> CaseResult:
     """Measure one BenchmarkCase at one envelope point. Never raises for a bad case: it is recorded.
 
@@ -759,16 +702,22 @@ def run_case(
         return CaseResult(point=pt, status="rejected", **dist_info,
                           reasons=[shape_error or "another rank rejected the case's shape"])
     names = list(variants)
-    facts = ProtocolFacts(
-        backend=backend.name, timer=backend.timer, graph_replay=backend.graph_replay,
+    if recorder is not None:
+        recorder.declare(names)
+    facts = Protocol(
+        backend=backend.name, timer="cuda-event" if backend.name == "cuda" else "perf_counter",
+        timer_detail=backend.timer, graph_replay=backend.graph_replay,
         l2_flush_bytes=backend.l2_flush_bytes, persisting_l2_reset=backend.persisting_l2_reset,
-        device_sync=backend.device_sync, orders=orders_for(names), iterations=settings.iterations,
-        warmup=settings.warmup, seed_base=settings.seed_base, notes=list(backend.notes),
+        fresh_inputs=True, poisoned_outputs=True, pristine_input_check=True,
+        streams_synchronized=backend.name == "cuda", device_sync=backend.device_sync,
+        orders=orders_for(names), iterations=settings.iterations, warmup=settings.warmup,
+        seed_base=settings.seed_base, notes=list(backend.notes)[:64],
     )
     origins = getattr(case, "origins", {}) or {}
     result = CaseResult(point=pt, status="ok", protocol=facts, layers=layers, **dist_info,
-                        variants={n: VariantResult(origin=origins.get(n)) for n in names},
-                        accuracy={n: AccuracyResult(atol=atol, rtol=rtol, ok=True) for n in names})
+                        variants={n: Variant(origin=origins.get(n)) for n in names},
+                        accuracy={n: Accuracy(atol=atol, rtol=rtol, ok=True, checked=0, failures=0)
+                                  for n in names})
     seeds = _Seeds(settings.seed_base)
     stock = variants[STOCK]
     prepared: dict[str, Prepared] = {}
@@ -800,8 +749,9 @@ def run_case(
             else:  # prepared here, not on another rank: drop it here too (the ranks replay the same graphs)
                 backend.release(prepared.pop(name))
                 msg = f"variant {name!r} could not be prepared on another rank (see that rank's result)"
-            result.variants[name].error = msg
-            result.accuracy[name] = AccuracyResult(atol=atol, rtol=rtol, ok=False, reason=msg)
+            result.variants[name].error = msg[:8192]
+            result.accuracy[name] = Accuracy(atol=atol, rtol=rtol, ok=False, checked=0, failures=0,
+                                             reason=msg[:4096])
             reasons.append(msg)
             if name == STOCK:
                 raise CaseRejected(msg) from None
@@ -821,14 +771,21 @@ def run_case(
                 continue
             prep = prepared[name]
             def one_step(prep: Prepared = prep) -> None:
-                _timed_step(case, backend, prep, stock, seeds, atol, rtol, result, reasons)
+                acc = result.accuracy[prep.name]
+                before = acc.failures
+                try:
+                    _timed_step(case, backend, prep, stock, seeds, atol, rtol, result, reasons, recorder)
+                finally:
+                    if recorder is not None:
+                        failed = acc.failures != before
+                        recorder.check(prep.name, not failed, acc.reason if failed else None)
 
             _agreed_step(backend, one_step)
-            acc = result.accuracy[name]
-            if not backend.agree(acc.failures < settings.max_failures_per_variant):
+            failures = result.accuracy[name].failures or 0
+            if not backend.agree(failures < settings.max_failures_per_variant):
                 stopped.add(name)
-                log(f"{name}: stopped after {acc.failures} failed checks"
-                    + ("" if acc.failures >= settings.max_failures_per_variant else " on another rank"))
+                log(f"{name}: stopped after {failures} failed checks"
+                    + ("" if failures >= settings.max_failures_per_variant else " on another rank"))
             if progress is not None:
                 progress(step + 1, len(sequence))
         for name, prep in prepared.items():
@@ -837,15 +794,15 @@ def run_case(
             vr = result.variants[name]
             if nodes is not None:
                 vr.graph_nodes = nodes
-                vr.kernels_per_step = nodes.get("kernel", 0) / layers
+                vr.kernels_per_step = per_layer(nodes.get("kernel", 0), layers)
                 if prep.collectives is not None or nodes.get("collective"):
-                    vr.collectives_per_step = nodes.get("collective", 0) / layers
-                    vr.collective_kernels = dict(prep.collectives or {})
+                    vr.collectives_per_step = per_layer(nodes.get("collective", 0), layers)
+                    vr.collective_kernels = dict(list((prep.collectives or {}).items())[:4096])
             vr.bytes_moved = _bytes_moved(case, name)
             reasons.extend(prep.violations)
         for name in live:  # every rank profiles the same replays in the same order (they hold collectives)
             if name in prepared and name not in stopped:
-                result.variants[name].kernel_times_us = backend.profile(prepared[name])
+                result.variants[name].kernel_times_us = _kernel_times(backend.profile(prepared[name]))
         reasons.extend(backend.final_checks())
     except CaseRejected as exc:
         reasons.append(str(exc))
@@ -878,12 +835,12 @@ def _oracle_check(case: Any, variants: Mapping[str, Callable[[Any], Any]], seeds
         try:
             out = fn(clone_tree(pristine))
         except Exception as exc:
-            result.oracle[name] = OracleResult(atol=atol, rtol=rtol, ok=False,
+            result.oracle[name] = OracleCheck(atol=atol, rtol=rtol, ok=False,
                                                reason=f"raised {type(exc).__name__}: {exc}"[:2000])
             continue
         cmp = compare(out, ref, atol, rtol)
         err = cmp.max_abs_error if math.isfinite(cmp.max_abs_error) else None
-        result.oracle[name] = OracleResult(max_abs_error=err, atol=atol, rtol=rtol, ok=cmp.ok,
+        result.oracle[name] = OracleCheck(max_abs_error=err, atol=atol, rtol=rtol, ok=cmp.ok,
                                            reason=None if cmp.ok else (cmp.reason or "mismatch")[:2000])
         poison_tree(out)
 
@@ -926,17 +883,31 @@ def _bytes_moved(case: Any, name: str) -> float | None:
     return value if math.isfinite(value) and value >= 0 else None
 
 
-def _fail(acc: AccuracyResult, reason: str, err: float | None = None) -> None:
+def _kernel_times(times: dict[str, float] | None) -> dict[str, float] | None:
+    """A profile in the schema's bounds: names cut at 512 characters (times of names cut alike are added),
+    at most 4096 names."""
+    if times is None:
+        return None
+    out: dict[str, float] = {}
+    for name, us in times.items():
+        key = str(name)[:512]
+        if key in out or len(out) < 4096:
+            out[key] = out.get(key, 0.0) + max(float(us), 0.0)
+    return out
+
+
+def _fail(acc: Accuracy, reason: str, err: float | None = None) -> None:
     acc.ok = False
-    acc.failures += 1
+    acc.failures = (acc.failures or 0) + 1
     if acc.reason is None:
-        acc.reason = reason
+        acc.reason = reason[:4096]
     if err is not None and math.isfinite(err):
-        acc.max_abs_error = max(acc.max_abs_error or 0.0, err)
+        acc.max_abs_error = max(acc.max_abs_error, err)
 
 
 def _timed_step(case: Any, backend: Backend, prep: Prepared, stock: Callable[[Any], Any], seeds: _Seeds,
-                atol: float, rtol: float, result: CaseResult, reasons: list[str]) -> None:
+                atol: float, rtol: float, result: CaseResult, reasons: list[str],
+                recorder: Recorder | None = None) -> None:
     acc = result.accuracy[prep.name]
     vr = result.variants[prep.name]
     poison_tree(prep.output)  # before loading: an output aliasing the inputs is overwritten by the load
@@ -948,10 +919,17 @@ def _timed_step(case: Any, backend: Backend, prep: Prepared, stock: Callable[[An
         _fail(acc, f"raised {type(exc).__name__} during a timed replay: {exc}")
         _lockstep_reference(backend, stock, pristine)
         return
-    vr.samples_us.append(round(t.device_us, 4))
-    if t.wall_us is not None:
-        vr.samples_wall_us = (vr.samples_wall_us or []) + [round(t.wall_us, 4)]
-    acc.checks += 1
+    device_us, wall_us = round(t.device_us, 4), None if t.wall_us is None else round(t.wall_us, 4)
+    if device_us > 0:
+        if recorder is not None:  # to the collector now, before any other contribution code runs
+            recorder.sample(prep.name, device_us, wall_us)
+        vr.samples_us.append(device_us)
+        if wall_us is not None:
+            vr.put_samples("samples_wall_us", [*vr.samples().get("samples_wall_us", []), wall_us])
+    else:  # below the timer's resolution: no number is invented, the replay is not counted as a sample
+        reasons.append(f"variant {prep.name!r}: sample(s) of zero length (below the timer's resolution) "
+                       "were dropped")
+    acc.checked += 1
     odd = [type(x).__name__ for x in tensors_of(prep.output) if type(x) is not _torch().Tensor]
     if odd:
         kinds = ", ".join(sorted(set(odd)))
@@ -966,7 +944,7 @@ def _timed_step(case: Any, backend: Backend, prep: Prepared, stock: Callable[[An
     ref = stock(clone_tree(pristine))
     cmp = compare(out, ref, atol, rtol)
     if cmp.ok:
-        acc.max_abs_error = max(acc.max_abs_error or 0.0, cmp.max_abs_error)
+        acc.max_abs_error = max(acc.max_abs_error, cmp.max_abs_error)
     else:
         _fail(acc, f"timed output does not match stock on the same inputs: {cmp.reason}", cmp.max_abs_error)
     poison_tree(ref)  # freed reference memory holds nothing a later variant could reuse

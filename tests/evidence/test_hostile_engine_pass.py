@@ -90,9 +90,10 @@ def test_the_contribution_pass_cannot_rewrite_the_engine_pass_result_file(tmp_pa
     [b] = _timed_cpu(st)
     _engine_stock_is_clean(b)
     assert b.stock_beside is not None
-    beside = statistics.median(b.stock_beside.samples_us)
-    ref = statistics.median(b.variants["stock"].samples_us)
-    assert beside / ref > 1.05  # FT347 sees the contribution's process slowed its stock
+    # its own stock record, rewritten in memory, no longer matches the samples it streamed: rejected, and
+    # the statement holds the streamed (real) samples
+    assert max(b.stock_beside.samples_us) < 1e6
+    assert any("differs from the samples streamed" in r for r in b.rejected), b.rejected
 
 
 def _slow_files(directory: Path) -> int:

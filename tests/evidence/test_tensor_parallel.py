@@ -37,7 +37,7 @@ POINT2 = {"gpu": "NVIDIA H200", "tp": 2, "batch": 1, "context": 128, "dtype": "b
 def rank_result(rank: int, stock: list[float], fused: list[float], *, ok: bool = True,
                 reason: str | None = None, kernels: int = 6, collectives: int = 2,
                 moved: float = 1e8) -> dict[str, Any]:
-    acc = {"max_abs_error": 1e-3 * (rank + 1), "atol": 1e-2, "rtol": 1e-2, "ok": ok, "checks": len(fused),
+    acc = {"max_abs_error": 1e-3 * (rank + 1), "atol": 1e-2, "rtol": 1e-2, "ok": ok, "checked": len(fused),
            "failures": 0 if ok else 1, "reason": reason}
     reasons = [] if ok else [f"variant 'fused': {reason}"]
     nodes = {"kernel": kernels, "collective": collectives}
@@ -46,18 +46,20 @@ def rank_result(rank: int, stock: list[float], fused: list[float], *, ok: bool =
         "world_size": 2, "rank": rank,
         "protocol": {"backend": "cuda", "timer": "cuda events", "graph_replay": True,
                      "l2_flush_bytes": 1 << 28, "persisting_l2_reset": True, "device_sync": "sync",
+                     "fresh_inputs": True,
                      "orders": [["stock", "fused"], ["fused", "stock"]], "iterations": 3, "warmup": 1,
                      "seed_base": 1},
         "variants": {
-            "stock": {"samples_us": stock, "graph_nodes": nodes, "kernels_per_step": kernels / 2,
-                      "collectives_per_step": collectives / 2, "collective_kernels": {"ncclDevKernel_X": 2},
+            "stock": {"samples_us": stock, "graph_nodes": nodes, "kernels_per_step": -(-kernels // 2),
+                      "collectives_per_step": -(-collectives // 2),
+                      "collective_kernels": {"ncclDevKernel_X": 2},
                       "bytes_moved": moved},
             "fused": {"samples_us": fused, "graph_nodes": {"kernel": 2, "collective": 2},
                       "kernels_per_step": 1, "collectives_per_step": 1,
                       "collective_kernels": {"barrier_kernel": 2},
                       "bytes_moved": moved + rank},
         },
-        "accuracy": {"stock": {"atol": 1e-2, "rtol": 1e-2, "ok": True, "checks": 0},
+        "accuracy": {"stock": {"atol": 1e-2, "rtol": 1e-2, "ok": True, "checked": 0},
                      "fused": acc},
     }
 
@@ -70,9 +72,10 @@ def test_merged_samples_are_the_elementwise_max_over_ranks() -> None:
     assert merged.world_size == 2 and [r.rank for r in merged.ranks] == [0, 1]
     assert merged.variants["stock"].samples_us == [11.0, 12.0, 11.0]
     assert merged.variants["fused"].samples_us == [6.0, 7.0, 5.5]
-    assert merged.variants["fused"].samples_us_by_rank == [[5.0, 7.0, 5.5], [6.0, 6.5, 5.0]]
+    by_rank = merged.variants["fused"].samples()
+    assert [by_rank["samples_us_rank0"], by_rank["samples_us_rank1"]] == [[5.0, 7.0, 5.5], [6.0, 6.5, 5.0]]
     assert merged.variants["stock"].graph_nodes == {"kernel": 6, "collective": 2}  # rank 0's graph
-    assert merged.ranks[1].graph_kernels == {"stock": 8, "fused": 2}  # every rank's count kept
+    assert merged.ranks[1].kernels_per_step == {"stock": 4, "fused": 1}  # every rank's count kept
     assert merged.variants["fused"].bytes_moved == 1e8 + 1  # the largest shard a GPU moved
     assert merged.accuracy["fused"].max_abs_error == pytest.approx(2e-3)
     assert any("element-wise max over ranks" in n for n in merged.protocol.notes)  # type: ignore[union-attr]

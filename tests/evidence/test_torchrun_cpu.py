@@ -97,7 +97,7 @@ def test_bench_worker_under_torchrun_writes_rank_files_that_merge(tmp_path: Path
         for name, v in merged.variants.items():
             own = [pr["variants"][name]["samples_us"] for pr in per_rank]
             assert v.samples_us == [max(a, b) for a, b in zip(*own, strict=True)]
-            assert v.samples_us_by_rank == own and v.gpus == 2
+            assert [v.samples()[f"samples_us_rank{r}"] for r in (0, 1)] == own and v.gpus == 2
         entry = benchmark_entry(merged.model_dump(mode="json"))
         assert entry.world_size == 2 and entry.not_run is None
         assert entry.variants["fused"].samples()["samples_us_rank1"] == per_rank[1]["variants"]["fused"][
@@ -105,7 +105,7 @@ def test_bench_worker_under_torchrun_writes_rank_files_that_merge(tmp_path: Path
         if job["point"]["batch"] != BAD_BATCH:
             assert all(pr["status"] == "ok" and pr["accuracy"]["fused"]["ok"] for pr in per_rank)
             assert merged.status == "ok" and merged.reasons == []
-            assert merged.accuracy["fused"].ok and merged.accuracy["fused"].checks == 4
+            assert merged.accuracy["fused"].ok and merged.accuracy["fused"].checked == 4
             assert not entry.rejected and entry.accuracy["fused"].ok
         else:  # right on rank 0, wrong on rank 1: the point is rejected, and the reason names rank 1
             assert per_rank[0]["status"] == "ok" and per_rank[0]["accuracy"]["fused"]["ok"]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import fasttrack
 from fasttrack.context import Context
+from fasttrack.facts.gather import gather_facts
 from fasttrack.findings import Finding, Severity
 from fasttrack.pipeline.build import build_context
 from fasttrack.pipeline.options import VerifyOptions
@@ -50,7 +51,9 @@ def _evidence_summary(ctx: Context) -> EvidenceSummary | None:
 
 
 def judge(ctx: Context, *, pr: int | None = None) -> Verdict:
-    """Run every rule over the Context and assemble the Verdict (a crashed rule is an error finding)."""
+    """Gather the Context's facts (every read the rules depend on), run every rule over them and assemble
+    the Verdict (a crashed rule is an error finding)."""
+    ctx = gather_facts(ctx)
     rules = all_rules()
     findings: list[Finding] = []
     for rule in rules:

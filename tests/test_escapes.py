@@ -796,10 +796,10 @@ def test_test_files_are_warnings_unless_shipping_code_imports_them(tmp_path: Pat
 def test_range_mode_own_packages_come_from_the_policy(tmp_path: Path, policy: Policy) -> None:
     ctx = make_ctx(tmp_path, policy, {})
     # vllm.toml's local roots: /vllm/models/{model}/**, /tests/models/{model}/**, /docs/models/{model}/**
-    assert escape_rules.own_packages(ctx) == {"vllm.models.kimi_k3", "tests.models.kimi_k3",
+    assert escape_facts.own_packages(ctx) == {"vllm.models.kimi_k3", "tests.models.kimi_k3",
                                               "docs.models.kimi_k3"}
     unknown = make_ctx(tmp_path, policy, {}, model=None)
-    assert escape_rules.own_packages(unknown) == set()
+    assert escape_facts.own_packages(unknown) == set()
 
 
 def test_contribution_mode_own_packages_and_engine_modules(tmp_path: Path, policy: Policy) -> None:
@@ -813,8 +813,8 @@ def test_contribution_mode_own_packages_and_engine_modules(tmp_path: Path, polic
     ctx = make_ctx(tmp_path, policy, files, mode="contribution", manifest=manifest,
                    contribution_dir="kernels/kimi_k3",
                    engine_paths={"kernels/kimi_k3/guard.py": f"{target}/guard.py"})
-    assert escape_rules.own_packages(ctx) == {"kimi_k3", target.replace("/", ".")}
-    assert escape_rules.module_of(ctx, "kernels/kimi_k3/guard.py") == target.replace("/", ".") + ".guard"
+    assert escape_facts.own_packages(ctx) == {"kimi_k3", target.replace("/", ".")}
+    assert escape_facts.module_of(ctx, "kernels/kimi_k3/guard.py") == target.replace("/", ".") + ".guard"
     found = run_all(ctx)
     # `from .. import common` lands in vllm.models.kimi_k3.nvidia.specialized_decode: outside the target
     assert [(f.code, f.line) for f in found] == [("FT120", 4)]
@@ -827,7 +827,7 @@ def test_own_op_namespace_comes_from_the_manifest(tmp_path: Path, policy: Policy
                                      "torch.library.Library('kimi_k3', 'DEF')\n"}
     ctx = make_ctx(tmp_path, policy, files, mode="contribution", manifest=manifest,
                    contribution_dir="kernels/kimi_k3")
-    assert escape_rules.own_op_namespaces(ctx) == {"k3ops"}
+    assert escape_facts.own_op_namespaces(ctx) == {"k3ops"}
     assert [(f.code, f.line) for f in run_all(ctx)] == [("FT125", 3)]
 
 
@@ -848,7 +848,7 @@ def reference_manifest(**contribution: str) -> Manifest:
 def test_analysis_is_shared_between_rules(tmp_path: Path, policy: Policy,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[str] = []
-    real = escape_rules.analyse_source
+    real = escape_facts.analyse_source
 
     def counting(source: str, path: str, *a: object, **kw: object) -> object:
         calls.append(path)

@@ -398,6 +398,7 @@ class EscapeAnalysis:
     """Every changed Python file of one Context, analysed once (by the facts stage, before any rule runs)."""
 
     def __init__(self, ctx: Context) -> None:
+        self.op_namespaces = frozenset(own_op_namespaces(ctx))  # the torch op namespaces it owns
         self.files = self._analyse(ctx)
         self.contribution_dir = ctx.contribution_dir
 

@@ -15,7 +15,7 @@ from dataclasses import fields
 from typing import TypeVar
 
 from fasttrack.context import Context
-from fasttrack.facts import head
+from fasttrack.facts import head, paths
 from fasttrack.facts.model import Facts, LinkFacts, Outcome, PathKind
 from fasttrack.verdict import ChangeStatus
 
@@ -40,16 +40,16 @@ def _kind(ctx: Context, path: str) -> PathKind:
 def _head_facts(ctx: Context) -> tuple[dict[str, str | None], dict[str, PathKind]]:
     """Texts and kinds of the head-side paths the rules ask about."""
     wanted = {c.path for c in ctx.changes}
-    wanted.add(head.manifest_path(ctx))
+    wanted.add(paths.manifest_path(ctx))
     m = ctx.manifest
     if m is not None:
         for name in _REF_FIELDS:
             module, sep, _ = str(getattr(m.fallback, name)).partition(":")
             if sep:
-                wanted.update(head.module_candidates(ctx, module))
+                wanted.update(paths.module_candidates(ctx, module))
     texts = {p: head.read_head_text(ctx.head_dir, p) for p in sorted(wanted)}
     kinds: dict[str, PathKind] = {}
-    for p in head.head_paths(ctx):
+    for p in paths.head_paths(ctx):
         init = posixpath.join(posixpath.dirname(p), "__init__.py")
         kinds[init] = _kind(ctx, init)
     return texts, kinds
@@ -70,7 +70,7 @@ def _links(ctx: Context) -> dict[str, LinkFacts]:
 def _python_sources(ctx: Context) -> dict[str, object]:
     from fasttrack.confinement.source_text import read_python_source
 
-    return {p: read_python_source(ctx.head_dir, p) for p in head.head_paths(ctx) if p.endswith(".py")}
+    return {p: read_python_source(ctx.head_dir, p) for p in paths.head_paths(ctx) if p.endswith(".py")}
 
 
 def _base_sources(ctx: Context) -> dict[str, str | None]:

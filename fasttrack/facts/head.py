@@ -1,22 +1,17 @@
-"""Head-side loaders of the facts stage: which head files the rules read, and reading them.
-
-The path helpers (`manifest_path`, `contribution_root`, `module_candidates`, `walk_roots`) are pure and
-shared with the rules, so that the rules ask for exactly the paths these loaders read.
-"""
+"""Head-side loaders of the facts stage: reading the head files, stats and symlinks the rules ask about
+(which paths: `fasttrack.facts.paths`)."""
 
 from __future__ import annotations
 
 import os
-import posixpath
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 
 import pathspec
 
 from fasttrack.confinement.source_text import real_relpath
 from fasttrack.context import Context
-from fasttrack.manifest import MANIFEST_FILE
+from fasttrack.facts.paths import contribution_root
 from fasttrack.policy import MODEL_PLACEHOLDER
 from fasttrack.verdict import ChangeStatus
 
@@ -43,43 +38,6 @@ def path_kind(path: Path) -> str:
     except (OSError, ValueError):
         return "missing"
     return "file" if stat.S_ISREG(mode) else "dir" if stat.S_ISDIR(mode) else "other"
-
-
-def manifest_path(ctx: Context) -> str:
-    """Head-relative path of the manifest (found, or where it would be)."""
-    if ctx.manifest_path:
-        return ctx.manifest_path
-    if ctx.contribution_dir:
-        return posixpath.join(ctx.contribution_dir, MANIFEST_FILE)
-    return MANIFEST_FILE
-
-
-def contribution_root(ctx: Context) -> str:
-    """Head-relative directory of the contribution (the manifest's directory when it is not known)."""
-    if ctx.contribution_dir is not None:
-        return ctx.contribution_dir.rstrip("/")
-    return posixpath.dirname(manifest_path(ctx))
-
-
-def module_candidates(ctx: Context, module: str) -> list[str]:
-    """Head-relative files a dotted module may be, in the order `fasttrack collect` imports it: from the
-    contribution's parent directory, the contribution itself, the head's root, and (for
-    `<contribution name>.x`) inside the contribution directory."""
-    contrib = contribution_root(ctx)
-    parent = posixpath.dirname(contrib)
-    rel = module.replace(".", "/")
-    places = [(parent, rel), (contrib, rel), ("", rel)]
-    # `kimi_k3.guard` names the contribution's own package; in the engine tree (range mode) the
-    # contribution directory has another name (its target_path), so look inside it as well.
-    first, _, rest = module.partition(".")
-    names = {posixpath.basename(contrib)} | ({ctx.manifest.contribution.name} if ctx.manifest else set())
-    if rest and first in names:
-        places.append((contrib, rest.replace(".", "/")))
-    out: list[str] = []
-    for root, stem in dict.fromkeys(places):
-        for cand in (f"{stem}.py", f"{stem}/__init__.py"):
-            out.append(posixpath.normpath(posixpath.join(root, cand)) if root else cand)
-    return out
 
 
 def contribution_sources(ctx: Context) -> list[tuple[str, str]]:
@@ -130,12 +88,6 @@ def module_links(ctx: Context) -> list[str]:
     return sorted(links)
 
 
-def head_paths(ctx: Context) -> Iterator[str]:
-    """Changed paths that exist in the head (not deleted, not submodules)."""
-    for c in ctx.changes:
-        if c.status is not ChangeStatus.DELETED and not c.is_submodule:
-            yield c.path
-
-
 def real_path(ctx: Context, link: str) -> str | None:
     return real_relpath(ctx.head_dir, link)
+

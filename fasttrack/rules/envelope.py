@@ -15,8 +15,8 @@ import re
 from collections.abc import Iterator
 from math import prod
 
-from fasttrack.facts.head import contribution_root, manifest_path, module_candidates
 from fasttrack.facts.model import Facts
+from fasttrack.facts.paths import contribution_root, manifest_path, module_candidates
 from fasttrack.findings import Finding
 from fasttrack.manifest import MANIFEST_FILE, Manifest
 from fasttrack.rules.base import Catalogue

@@ -9,20 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from fasttrack.confinement.escapes import analyse_source  # noqa: F401  (re-exported for the tests)
-from fasttrack.facts.escapes import (  # noqa: F401  (re-exported: the analysis's API as the tests know it)
-    HARNESS_REACH_ATTRS,
-    HARNESS_REACH_CALLS,
-    HARNESS_REACH_WHY,
-    Downgrade,
-    EscapeAnalysis,
-    FileEscapes,
-    import_names,
-    module_of,
-    own_op_namespaces,
-    own_packages,
-    reaches_harness,
-)
 from fasttrack.facts.model import Facts
 from fasttrack.findings import Finding, Severity
 from fasttrack.rules.base import Catalogue
@@ -122,7 +108,7 @@ def torch_library(ctx: Facts) -> Iterator[Finding]:
     contribution's own (`contribution.op_namespace`, default the model name). In the engine's shared
     namespace (`vllm`) a new op is accepted when its name starts with `<own namespace>_`. Building C++
     extensions at run time is a warning (their registrations cannot be seen)."""
-    ns = sorted(own_op_namespaces(ctx))
+    ns = sorted(ctx.escapes.op_namespaces)
     shown = ns[0] if ns else "<model>"
     yield from _findings(ctx, "FT125", f"define ops in the contribution's own namespace "
                          f"(torch.library.Library('{shown}', 'FRAGMENT') or op names starting '{shown}_'); "

@@ -23,10 +23,9 @@ import posixpath
 import sys
 from collections.abc import Iterator
 
-from fasttrack.confinement.source_text import SourceProblem
 from fasttrack.confinement.zones import in_model_root
-from fasttrack.facts.head import head_paths
 from fasttrack.facts.model import Facts
+from fasttrack.facts.paths import head_paths
 from fasttrack.findings import Finding
 from fasttrack.rules.base import Catalogue
 
@@ -71,7 +70,7 @@ def source_encoding(ctx: Facts) -> Iterator[Finding]:
         if change.binary and not change.is_symlink:
             continue  # FT106 reports binary files; FT128 reports that they cannot be analysed
         got = ctx.python_source(path)
-        if isinstance(got, SourceProblem) and got.kind != "unreadable":
+        if not isinstance(got, str) and got.kind != "unreadable":  # a SourceProblem
             yield Finding.error("FT135", f"{path} {got.reason}", path=path, line=got.line,
                                 fix="save the file as UTF-8 without a coding declaration (or with "
                                     "`# coding: utf-8`)")

@@ -123,7 +123,8 @@ def gather_facts(ctx: Context) -> Facts:
         python_sources=_python_sources(ctx),  # type: ignore[arg-type]
         base_sources=_base_sources(ctx),
         module_links=_links(ctx),
-        contribution_sources=tuple(head.contribution_sources(ctx)),
+        # Read only for a manifest's fallback check (FT210): without one the root is the whole head tree.
+        contribution_sources=tuple(head.contribution_sources(ctx)) if ctx.manifest is not None else (),
         manifest_sha256=_manifest_sha256(ctx),
         policy_relpath=_policy_relpath(ctx),
         escape_analysis=_outcome(lambda: analyse_escapes(ctx)),

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import posixpath
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import fields
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from fasttrack.context import Context
 from fasttrack.facts import head, paths
@@ -29,6 +29,30 @@ def _outcome(load: Callable[[], T]) -> Outcome[T]:
         return Outcome(value=load())
     except Exception as exc:  # recorded: the rules that read this fact fail closed
         return Outcome(error=exc)
+
+
+class _Broken(Mapping[str, Any]):
+    """What a loader that raised leaves in a mapping or sequence field: reading it re-raises (the rules
+    that read it crash, which fails the verdict closed, as when they did the reading themselves)."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def __getitem__(self, key: str) -> Any:
+        raise self.error
+
+    def __iter__(self) -> Iterator[Any]:
+        raise self.error
+
+    def __len__(self) -> int:
+        raise self.error
+
+
+def _or_broken(load: Callable[[], Any]) -> Any:
+    try:
+        return load()
+    except Exception as exc:
+        return _Broken(exc)
 
 
 def _kind(ctx: Context, path: str) -> PathKind:
@@ -120,11 +144,12 @@ def gather_facts(ctx: Context) -> Facts:
         **base,
         head_texts=texts,
         head_kinds=kinds,
-        python_sources=_python_sources(ctx),  # type: ignore[arg-type]
-        base_sources=_base_sources(ctx),
-        module_links=_links(ctx),
+        python_sources=_or_broken(lambda: _python_sources(ctx)),
+        base_sources=_or_broken(lambda: _base_sources(ctx)),
+        module_links=_or_broken(lambda: _links(ctx)),
         # Read only for a manifest's fallback check (FT210): without one the root is the whole head tree.
-        contribution_sources=tuple(head.contribution_sources(ctx)) if ctx.manifest is not None else (),
+        contribution_sources=_or_broken(lambda: tuple(head.contribution_sources(ctx)))
+        if ctx.manifest is not None else (),
         manifest_sha256=_manifest_sha256(ctx),
         policy_relpath=_policy_relpath(ctx),
         escape_analysis=_outcome(lambda: analyse_escapes(ctx)),

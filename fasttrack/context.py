@@ -84,13 +84,3 @@ class Context:
 
         return classify_real(self.policy, self.engine_path(path), self.real_paths.get(path), self.model,
                              self.known_models or None)
-
-    def read_head_text(self, path: str) -> str | None:
-        """Text of a head-side file, or None if it is absent, a symlink, binary or too large."""
-        from fasttrack.safe_read import NotRegular, read_regular
-
-        try:
-            data = read_regular(self.head_dir / path, 4 * 1024 * 1024)
-            return None if data is None else data.decode("utf-8")
-        except (OSError, NotRegular, UnicodeDecodeError):
-            return None

@@ -16,6 +16,7 @@ from fasttrack.changes.model import Change
 from fasttrack.confinement.blast_radius import compute_blast_radius
 from fasttrack.confinement.import_effects import import_effect, new_acts
 from fasttrack.context import Context
+from fasttrack.facts.gather import gather_facts
 from fasttrack.findings import Finding, Severity
 from fasttrack.rules.blast import catalogue, chain_text
 from fasttrack.verdict import AffectedShared, BlastRadius, ChangeStatus, Witness
@@ -137,7 +138,7 @@ def ctx_for(tree: Path, path: str, head: str | None, base: str | None) -> Contex
 
 
 def run(code: str, ctx: Context) -> list[Finding]:
-    return RULES[code].run(ctx)
+    return RULES[code].run(gather_facts(ctx))
 
 
 def test_ft114_an_honest_edit_reached_through_a_parent_package_is_an_info(tmp_path: Path) -> None:

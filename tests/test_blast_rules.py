@@ -11,6 +11,7 @@ from blast_fake_tree import make_policy, write_tree
 from fasttrack.changes.model import Change
 from fasttrack.confinement.blast_radius import compute_blast_radius
 from fasttrack.context import Context
+from fasttrack.facts.gather import gather_facts
 from fasttrack.findings import Finding, Severity
 from fasttrack.rules import all_rules
 from fasttrack.rules.blast import catalogue, chain_text
@@ -33,7 +34,7 @@ def ctx_for(tree: Path, *paths: str, model: str | None = "alpha", **blast: Any) 
 
 
 def run(code: str, ctx: Context) -> list[Finding]:
-    return RULES[code].run(ctx)
+    return RULES[code].run(gather_facts(ctx))
 
 
 def test_codes_registered_with_docs() -> None:

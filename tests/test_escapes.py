@@ -19,6 +19,8 @@ from hypothesis import strategies as st
 from fasttrack.changes.model import Change
 from fasttrack.confinement.escapes import Escape, analyse_source, find_escapes, module_name_for
 from fasttrack.context import Context
+from fasttrack.facts import escapes as escape_facts
+from fasttrack.facts.gather import gather_facts
 from fasttrack.findings import Finding, Severity
 from fasttrack.manifest import Manifest
 from fasttrack.policy import EscapesSpec, Policy, load_policy
@@ -748,15 +750,16 @@ RULE_CASES: dict[str, tuple[str, str]] = {
 def test_rule_fails_and_passes(code: str, tmp_path: Path, policy: Policy) -> None:
     bad, good = RULE_CASES[code]
     path = "vllm/models/kimi_k3/nvidia/k3.py"
-    failing = RULES[code].run(make_ctx(tmp_path / "bad", policy, {path: bad}))
+    failing = RULES[code].run(gather_facts(make_ctx(tmp_path / "bad", policy, {path: bad})))
     assert [(f.code, f.path, f.line) for f in failing] == [(code, path, failing[0].line)]
     assert failing[0].line is not None and failing[0].fix
-    passing = RULES[code].run(make_ctx(tmp_path / "good", policy, {path: good}))
+    passing = RULES[code].run(gather_facts(make_ctx(tmp_path / "good", policy, {path: good})))
     assert passing == []
 
 
 def run_all(ctx: Context) -> list[Finding]:
-    return [f for r in escape_rules.catalogue.rules for f in r.run(ctx)]
+    facts = gather_facts(ctx)  # the escape analysis is a fact: computed once, read by every rule
+    return [f for r in escape_rules.catalogue.rules for f in r.run(facts)]
 
 
 def test_only_added_modified_renamed_copied_python_files_are_read(tmp_path: Path, policy: Policy) -> None:
@@ -783,7 +786,7 @@ def test_test_files_are_warnings_unless_shipping_code_imports_them(tmp_path: Pat
         "vllm/models/kimi_k3/tests/helpers.py": patch,
         "vllm/models/kimi_k3/model.py": "from .tests import helpers\n",
     }
-    found = {f.path: f for f in RULES["FT120"].run(make_ctx(tmp_path, policy, files))}
+    found = {f.path: f for f in RULES["FT120"].run(gather_facts(make_ctx(tmp_path, policy, files)))}
     assert found["tests/models/kimi_k3/test_k3.py"].severity == Severity.WARNING
     assert "test file" in found["tests/models/kimi_k3/test_k3.py"].message
     # helpers.py sits under tests/ but the model imports it, so it ships: an error.
@@ -793,10 +796,10 @@ def test_test_files_are_warnings_unless_shipping_code_imports_them(tmp_path: Pat
 def test_range_mode_own_packages_come_from_the_policy(tmp_path: Path, policy: Policy) -> None:
     ctx = make_ctx(tmp_path, policy, {})
     # vllm.toml's local roots: /vllm/models/{model}/**, /tests/models/{model}/**, /docs/models/{model}/**
-    assert escape_rules.own_packages(ctx) == {"vllm.models.kimi_k3", "tests.models.kimi_k3",
+    assert escape_facts.own_packages(ctx) == {"vllm.models.kimi_k3", "tests.models.kimi_k3",
                                               "docs.models.kimi_k3"}
     unknown = make_ctx(tmp_path, policy, {}, model=None)
-    assert escape_rules.own_packages(unknown) == set()
+    assert escape_facts.own_packages(unknown) == set()
 
 
 def test_contribution_mode_own_packages_and_engine_modules(tmp_path: Path, policy: Policy) -> None:
@@ -810,8 +813,8 @@ def test_contribution_mode_own_packages_and_engine_modules(tmp_path: Path, polic
     ctx = make_ctx(tmp_path, policy, files, mode="contribution", manifest=manifest,
                    contribution_dir="kernels/kimi_k3",
                    engine_paths={"kernels/kimi_k3/guard.py": f"{target}/guard.py"})
-    assert escape_rules.own_packages(ctx) == {"kimi_k3", target.replace("/", ".")}
-    assert escape_rules.module_of(ctx, "kernels/kimi_k3/guard.py") == target.replace("/", ".") + ".guard"
+    assert escape_facts.own_packages(ctx) == {"kimi_k3", target.replace("/", ".")}
+    assert escape_facts.module_of(ctx, "kernels/kimi_k3/guard.py") == target.replace("/", ".") + ".guard"
     found = run_all(ctx)
     # `from .. import common` lands in vllm.models.kimi_k3.nvidia.specialized_decode: outside the target
     assert [(f.code, f.line) for f in found] == [("FT120", 4)]
@@ -824,7 +827,7 @@ def test_own_op_namespace_comes_from_the_manifest(tmp_path: Path, policy: Policy
                                      "torch.library.Library('kimi_k3', 'DEF')\n"}
     ctx = make_ctx(tmp_path, policy, files, mode="contribution", manifest=manifest,
                    contribution_dir="kernels/kimi_k3")
-    assert escape_rules.own_op_namespaces(ctx) == {"k3ops"}
+    assert escape_facts.own_op_namespaces(ctx) == {"k3ops"}
     assert [(f.code, f.line) for f in run_all(ctx)] == [("FT125", 3)]
 
 
@@ -845,13 +848,13 @@ def reference_manifest(**contribution: str) -> Manifest:
 def test_analysis_is_shared_between_rules(tmp_path: Path, policy: Policy,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[str] = []
-    real = escape_rules.analyse_source
+    real = escape_facts.analyse_source
 
     def counting(source: str, path: str, *a: object, **kw: object) -> object:
         calls.append(path)
         return real(source, path, *a, **kw)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(escape_rules, "analyse_source", counting)
+    monkeypatch.setattr(escape_facts, "analyse_source", counting)
     ctx = make_ctx(tmp_path, policy, {"vllm/models/kimi_k3/a.py": "x = 1\n"})
     run_all(ctx)
     assert calls == ["vllm/models/kimi_k3/a.py"]
@@ -1049,7 +1052,7 @@ def test_contribution_test_and_benchmark_files(tmp_path: Path, policy: Policy) -
     ctx = make_ctx(tmp_path, policy, files, mode="contribution", manifest=reference_manifest(),
                    contribution_dir="kernels/kimi_k3",
                    engine_paths={p: p.replace("kernels/kimi_k3", target) for p in files})
-    found = {f.path: f.severity for f in RULES["FT120"].run(ctx)}
+    found = {f.path: f.severity for f in RULES["FT120"].run(gather_facts(ctx))}
     assert found == {"kernels/kimi_k3/benchmarks/shim.py": Severity.ERROR,
                      "kernels/kimi_k3/benchmarks/aot.py": Severity.WARNING}
 
@@ -1082,5 +1085,5 @@ def test_an_ordinary_patch_in_a_collected_test_file_stays_a_warning(tmp_path: Pa
     test = "vllm/models/kimi_k3/tests/test_k3.py"
     patch = "from vllm.v1.sample.sampler import Sampler\nSampler.forward = None\n"
     ctx = make_ctx(tmp_path, policy, {test: patch}, contribution_dir="vllm/models/kimi_k3")
-    [f] = [f for f in RULES["FT120"].run(ctx) if f.path == test]
+    [f] = [f for f in RULES["FT120"].run(gather_facts(ctx)) if f.path == test]
     assert f.severity == Severity.WARNING and "test file" in f.message

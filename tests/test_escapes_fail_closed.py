@@ -16,6 +16,7 @@ import pytest
 from fasttrack.changes.model import Change
 from fasttrack.confinement.escapes import Escape, analyse_source, find_escapes
 from fasttrack.context import Context
+from fasttrack.facts.gather import gather_facts
 from fasttrack.findings import Finding, Severity
 from fasttrack.policy import Policy, load_policy
 from fasttrack.rules import escapes as escape_rules
@@ -383,7 +384,7 @@ def ctx_for(tmp_path: Path, policy: Policy, files: dict[str, str], *, base: dict
 
 
 def findings(ctx: Context) -> list[Finding]:
-    return [f for r in escape_rules.catalogue.rules for f in r.run(ctx)]
+    return [f for r in escape_rules.catalogue.rules for f in r.run(gather_facts(ctx))]
 
 
 WARNING_FAMILIES = {
@@ -465,9 +466,9 @@ def test_a_file_moved_in_from_another_model_brings_its_patches_as_new(tmp_path: 
 
 def test_ft146_rule_fails_and_passes(tmp_path: Path, policy: Policy) -> None:
     rule = next(r for r in escape_rules.catalogue.rules if r.code == "FT146")
-    bad = rule.run(ctx_for(tmp_path / "a", policy, {"vllm/models/kimi_k3/k3.py":
-                                                    "import signal\nsignal.signal(2, None)\n"}))
+    bad = rule.run(gather_facts(ctx_for(tmp_path / "a", policy, {"vllm/models/kimi_k3/k3.py":
+                                                    "import signal\nsignal.signal(2, None)\n"})))
     assert [(f.code, f.line, f.severity) for f in bad] == [("FT146", 2, Severity.ERROR)] and bad[0].fix
-    good = rule.run(ctx_for(tmp_path / "b", policy, {"vllm/models/kimi_k3/k3.py":
-                                                     "import signal\nh = signal.getsignal(2)\n"}))
+    good = rule.run(gather_facts(ctx_for(tmp_path / "b", policy, {"vllm/models/kimi_k3/k3.py":
+                                                     "import signal\nh = signal.getsignal(2)\n"})))
     assert good == []

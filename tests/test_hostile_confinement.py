@@ -13,6 +13,7 @@ from git_helpers import GitRepo
 
 from fasttrack.commands.verify import VerifyOptions, build_context
 from fasttrack.confinement.escapes import Escape, find_escapes
+from fasttrack.facts.gather import gather_facts
 from fasttrack.findings import Severity
 from fasttrack.rules import all_rules
 
@@ -390,7 +391,7 @@ def source_errors(make_repo: MakeRepo, files: dict[str, str]) -> list[tuple[str,
     repo = make_repo(ENGINE)
     repo.commit(files)
     ctx = build_context(VerifyOptions(repo=repo.path, base="HEAD~1", head="HEAD", policy=SOURCE_POLICY))
-    return [(f.code, f.path) for r in all_rules() if r.code == "FT136" for f in r.run(ctx)
+    return [(f.code, f.path) for r in all_rules() if r.code == "FT136" for f in r.run(gather_facts(ctx))
             if f.severity is Severity.ERROR]
 
 
@@ -423,7 +424,8 @@ def ft120(make_repo: MakeRepo, files: dict[str, str]) -> list[tuple[str | None, 
     repo = make_repo({**ENGINE, REEXPORTS: REEXPORT_TEXT})
     repo.commit(files)
     ctx = build_context(VerifyOptions(repo=repo.path, base="HEAD~1", head="HEAD", policy=SOURCE_POLICY))
-    return [(f.path, f.line, f.message) for r in all_rules() if r.code == "FT120" for f in r.run(ctx)
+    facts = gather_facts(ctx)
+    return [(f.path, f.line, f.message) for r in all_rules() if r.code == "FT120" for f in r.run(facts)
             if f.severity is Severity.ERROR]
 
 

@@ -16,6 +16,7 @@ from git_helpers import GitRepo
 from fasttrack.commands.verify import VerifyOptions, build_context
 from fasttrack.confinement.escapes import Escape, find_escapes
 from fasttrack.confinement.subclass_registries import registering_bases
+from fasttrack.facts.gather import gather_facts
 from fasttrack.findings import Severity
 from fasttrack.policy import load_policy
 from fasttrack.rules import all_rules
@@ -218,7 +219,7 @@ def escape_errors(make_repo: MakeRepo, files: dict[str, str]) -> list[tuple[str,
     repo.commit(files)
     ctx = build_context(VerifyOptions(repo=repo.path, base="HEAD~1", head="HEAD", policy=POLICY_PATH))
     return sorted((f.code, f.path, f.line) for r in all_rules() if r.code in ("FT120", "FT121")
-                  for f in r.run(ctx) if f.severity is Severity.ERROR)
+                  for f in r.run(gather_facts(ctx)) if f.severity is Severity.ERROR)
 
 
 REEXPORT_ATTACKS = [

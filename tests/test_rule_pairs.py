@@ -37,6 +37,7 @@ from fasttrack.changes.model import Change, Hunk
 from fasttrack.commands.verify import VerifyOptions, build_context
 from fasttrack.confinement.trace.facts import Effect, EffectKind, TraceFacts, TraceStatus
 from fasttrack.context import Context
+from fasttrack.facts.gather import gather_facts
 from fasttrack.findings import Severity
 from fasttrack.manifest import Manifest
 from fasttrack.policy import load_policy
@@ -291,9 +292,10 @@ def test_rule_fixture_pair(code: str, tmp_path: Path, isolated_cache: Path) -> N
     if pair.needs_ssh_keygen and not HAVE_SSH_KEYGEN:
         pytest.skip("needs ssh-keygen (openssh-client)")
     assert rule.info is not None
-    passing = [f for f in rule.run(pair.passing(tmp_path / "pass")) if f.severity is not Severity.INFO]
+    passing = [f for f in rule.run(gather_facts(pair.passing(tmp_path / "pass")))
+               if f.severity is not Severity.INFO]
     assert passing == [], [(f.severity.value, f.message) for f in passing]
-    failing = rule.run(pair.failing(tmp_path / "fail"))
+    failing = rule.run(gather_facts(pair.failing(tmp_path / "fail")))
     assert any(f.severity is rule.info.severity for f in failing), (
         f"{code} should say {rule.info.severity.value} (its declared default) on its failing input: "
         f"{[(f.severity.value, f.message) for f in failing]}")

@@ -10,6 +10,7 @@ import pytest
 from fasttrack.changes.model import Change, Hunk
 from fasttrack.confinement.zones import models_touched
 from fasttrack.context import Context
+from fasttrack.facts.gather import gather_facts
 from fasttrack.findings import Finding, Severity
 from fasttrack.manifest import Manifest
 from fasttrack.policy import Policy, load_policy
@@ -56,7 +57,7 @@ def make_ctx(changes: list[Change], model: str | None = "kimi_k3", tmp: Path | N
 
 def run(code: str, ctx: Context) -> list[Finding]:
     (rule,) = [r for r in all_rules() if r.code == code]
-    return rule.run(ctx)
+    return rule.run(gather_facts(ctx))
 
 
 def test_every_confinement_rule_is_catalogued_with_a_doc() -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from fasttrack.context import Context
+from fasttrack.facts.gather import gather_facts
 from fasttrack.findings import Finding, Severity
 from fasttrack.manifest import Manifest, load_manifest
 from fasttrack.policy import Policy, load_policy
@@ -114,12 +115,12 @@ def make_ctx(tmp_path: Path, policy: Policy, manifest: Manifest | None, *,
 
 
 def check(code: str, ctx: Context) -> list[Finding]:
-    return RULES[code].run(ctx)
+    return RULES[code].run(gather_facts(ctx))
 
 
 def test_the_reference_like_manifest_passes_every_rule(tmp_path: Path, policy: Policy) -> None:
     ctx = make_ctx(tmp_path, policy, manifest_with())
-    assert [f for r in envelope_rules.catalogue.rules for f in r.run(ctx)] == []
+    assert [f for r in envelope_rules.catalogue.rules for f in r.run(gather_facts(ctx))] == []
 
 
 def test_the_real_reference_manifest_passes_every_rule(policy: Policy) -> None:
@@ -130,7 +131,7 @@ def test_the_real_reference_manifest_passes_every_rule(policy: Policy) -> None:
     ctx = Context(policy=policy, policy_path=POLICY, mode="contribution", head_dir=REPO, changes=(),
                   model="kimi_k3", manifest=load_manifest(path), manifest_path=f"{CONTRIB}/fasttrack.toml",
                   contribution_dir=CONTRIB)
-    assert [f for r in envelope_rules.catalogue.rules for f in r.run(ctx)] == []
+    assert [f for r in envelope_rules.catalogue.rules for f in r.run(gather_facts(ctx))] == []
 
 
 def test_ft200_manifest_missing(tmp_path: Path, policy: Policy) -> None:
@@ -317,7 +318,7 @@ def test_ft211_gpus_below_tp(tmp_path: Path, policy: Policy) -> None:
 
 def test_rules_without_a_manifest_leave_it_to_ft200(tmp_path: Path, policy: Policy) -> None:
     ctx = make_ctx(tmp_path, policy, None, mode="range")
-    found = [f for r in envelope_rules.catalogue.rules for f in r.run(ctx)]
+    found = [f for r in envelope_rules.catalogue.rules for f in r.run(gather_facts(ctx))]
     assert [f.code for f in found] == ["FT200"]
 
 

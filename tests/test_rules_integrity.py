@@ -9,6 +9,7 @@ import pytest
 
 from fasttrack.changes.model import Change
 from fasttrack.context import Context
+from fasttrack.facts.gather import gather_facts
 from fasttrack.findings import Finding, Severity
 from fasttrack.policy import load_policy
 from fasttrack.rules import all_rules
@@ -26,7 +27,7 @@ def ctx(paths: list[str], *, policy_path: Path = POLICY_PATH, repo: Path | None 
 
 def ft401(c: Context) -> list[Finding]:
     (rule,) = [r for r in all_rules() if r.code == "FT401"]
-    return rule.run(c)
+    return rule.run(gather_facts(c))
 
 
 def test_model_code_is_not_the_judge() -> None:

@@ -14,9 +14,10 @@ from git_helpers import GitRepo, Symlink, k3_manifest
 
 from fasttrack.commands.verify import VerifyOptions, build_context
 from fasttrack.confinement.source_text import SourceProblem, decode_python_source, read_python_source
+from fasttrack.facts.escapes import analyse_escapes as analysis
+from fasttrack.facts.gather import gather_facts
 from fasttrack.findings import Finding
 from fasttrack.rules import all_rules
-from fasttrack.rules.escapes import analysis
 
 pytestmark = pytest.mark.usefixtures("isolated_cache")
 
@@ -96,7 +97,7 @@ def test_symlink_is_read_through_and_confined(tmp_path: Path) -> None:
 
 def findings(repo: GitRepo, *codes: str) -> list[Finding]:
     ctx = build_context(VerifyOptions(repo=repo.path, base="HEAD~1", head="HEAD", policy=POLICY))
-    return [f for r in all_rules() if r.code in codes for f in r.run(ctx)]
+    return [f for r in all_rules() if r.code in codes for f in r.run(gather_facts(ctx))]
 
 
 def test_utf7_cookie_is_an_error_and_not_analysed_as_utf8(make_repo: MakeRepo) -> None:
@@ -173,7 +174,7 @@ CONTRIB_MANIFEST = k3_manifest('k3')
 
 def contribution_findings(repo: GitRepo, *codes: str) -> list[Finding]:
     ctx = build_context(VerifyOptions(repo=repo.path, policy=POLICY))
-    return [f for r in all_rules() if r.code in codes for f in r.run(ctx)]
+    return [f for r in all_rules() if r.code in codes for f in r.run(gather_facts(ctx))]
 
 
 def test_contribution_symlink_to_txt_and_ignored_bytecode(make_repo: MakeRepo,

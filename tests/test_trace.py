@@ -16,6 +16,7 @@ from fasttrack.commands.verify import VerifyOptions, build_context, judge
 from fasttrack.confinement.trace.facts import TraceFacts, TraceStatus
 from fasttrack.confinement.trace.gather import gather_trace
 from fasttrack.context import Context
+from fasttrack.facts.gather import gather_facts
 from fasttrack.findings import Finding
 from fasttrack.rules import trace as trace_rules
 
@@ -128,7 +129,7 @@ def _findings(ctx: Context, facts: TraceFacts) -> list[Finding]:
     import dataclasses
 
     traced = dataclasses.replace(ctx, trace=facts)
-    return [f for r in trace_rules.catalogue.rules for f in r.run(traced)]
+    return [f for r in trace_rules.catalogue.rules for f in r.run(gather_facts(traced))]
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ from git_helpers import GitRepo, Symlink
 from fasttrack.commands.verify import VerifyOptions, build_context
 from fasttrack.confinement.registry_names import captures, normalize_arch, read_registry
 from fasttrack.confinement.zones import classify
+from fasttrack.facts.gather import gather_facts
 from fasttrack.findings import Finding, Severity
 from fasttrack.policy import Policy, ZoneKind, ZoneSpec, load_policy
 from fasttrack.rules import all_rules
@@ -55,7 +56,7 @@ ENGINE = {
 def findings(repo: GitRepo, *codes: str, model: str | None = None) -> list[Finding]:
     ctx = build_context(VerifyOptions(repo=repo.path, base="HEAD~1", head="HEAD", policy=POLICY_PATH,
                                       model=model))
-    return [f for r in all_rules() if r.code in codes for f in r.run(ctx)]
+    return [f for r in all_rules() if r.code in codes for f in r.run(gather_facts(ctx))]
 
 
 def with_entry(line: str) -> str:
@@ -137,7 +138,7 @@ def test_new_models_eligible_makes_it_an_info(make_repo: MakeRepo, tmp_path: Pat
                  REG: with_entry('    "NovaForCausalLM": ("vllm.models.nova", "NovaForCausalLM"),\n')})
     ctx = build_context(VerifyOptions(repo=repo.path, base="HEAD~1", head="HEAD", policy=policy))
     (rule,) = [r for r in all_rules() if r.code == "FT141"]
-    assert [f.severity for f in rule.run(ctx)] == [Severity.INFO]
+    assert [f.severity for f in rule.run(gather_facts(ctx))] == [Severity.INFO]
 
 
 def test_new_directory_without_a_registry_entry_is_not_a_model(make_repo: MakeRepo) -> None:
@@ -145,7 +146,9 @@ def test_new_directory_without_a_registry_entry_is_not_a_model(make_repo: MakeRe
     repo.commit({"vllm/models/nova/model.py": "class N:\n    pass\n"})
     ctx = build_context(VerifyOptions(repo=repo.path, base="HEAD~1", head="HEAD", policy=POLICY_PATH))
     assert ctx.model is None and "nova" not in ctx.known_models
-    got = {(f.code, f.path) for r in all_rules() if r.code in ("FT141", "FT143", "FT101") for f in r.run(ctx)}
+    facts = gather_facts(ctx)
+    got = {(f.code, f.path) for r in all_rules() if r.code in ("FT141", "FT143", "FT101")
+           for f in r.run(facts)}
     assert got == {("FT143", "vllm/models/nova/"), ("FT101", "vllm/models/nova/model.py")}
 
 
@@ -234,4 +237,4 @@ def test_contribution_for_a_model_the_engine_lacks_is_a_new_model(make_repo: Mak
         ctx = build_context(VerifyOptions(repo=repo.path, policy=POLICY_PATH, engine_tree=engine,
                                           contribution=repo.path / f"kernels/{model}"))
         (rule,) = [r for r in all_rules() if r.code == "FT141"]
-        assert [(f.code, f.severity) for f in rule.run(ctx)] == expected
+        assert [(f.code, f.severity) for f in rule.run(gather_facts(ctx))] == expected

@@ -10,11 +10,12 @@ import typer
 
 from fasttrack.changes.git import WORKTREE
 from fasttrack.commands.renderers import render_text, renderers
-from fasttrack.errors import EXIT_PASS, EXIT_POLICY_FAILURE, InputError, from_os_error
+from fasttrack.errors import EXIT_PASS, EXIT_POLICY_FAILURE, InputError
 from fasttrack.pipeline.build import build_context
 from fasttrack.pipeline.inputs import resolve_policy_path
 from fasttrack.pipeline.judge import judge, run_verify
 from fasttrack.pipeline.options import TRACE_ENV, VerifyOptions
+from fasttrack.render.output import encodable_line, stdout_document, write_report
 from fasttrack.verdict import Verdict
 
 # The pipeline's API, also importable from here (fasttrack.report.cli, fasttrack.github.cli, the tests).
@@ -37,18 +38,6 @@ VERIFY_EPILOG = """Examples:
 
 Exit codes: 0 pass, 1 policy failure (a finding is an error), 2 bad input or an unusable path, \
 3 a bug in fasttrack (run with --debug for the traceback)."""
-
-
-def write_report(output: Path, text: str) -> None:
-    """Write a rendered report; an unusable --output (a directory, a full device, no permission) is bad
-    input, and text that cannot be encoded (a lone surrogate) is escaped, never an error."""
-    from fasttrack.render.encoding import encodable
-
-    try:
-        with open(output, "w", encoding="utf-8", newline="") as fh:
-            fh.write(encodable(text))
-    except OSError as exc:
-        raise from_os_error(exc, what="output file", field="--output", path=output) from None
 
 
 def verify_command(
@@ -152,18 +141,3 @@ def refuse_output_in_evidence(output: Path, dirs: list[Path]) -> None:
             raise InputError("is inside the evidence bundle the verdict judges", path=output,
                              field="--output",
                              fix=f"write the verdict outside {d} (it holds only collected, signed evidence)")
-
-
-def stdout_document(text: str, fmt: str) -> str:
-    """A rendered report as printed to stdout: encodable, and unable to start a workflow command in the
-    Actions log that parses it (`fasttrack.sanitize.inert_document`, meaning kept)."""
-    from fasttrack.render.encoding import encodable
-    from fasttrack.sanitize import inert_document
-
-    return encodable(inert_document(text, fmt))
-
-
-def encodable_line(text: str) -> str:
-    from fasttrack.render.encoding import encodable
-
-    return encodable(text)

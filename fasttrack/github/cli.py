@@ -213,11 +213,11 @@ def pr_files_command(
                    for c in changes_from_file_list(entries, source=f"{repo}#{pr} files")]
     text = json.dumps(payload, indent=2) + "\n"
     if output is None:
-        from fasttrack.commands.verify import stdout_document
+        from fasttrack.render.output import stdout_document
 
         typer.echo(stdout_document(text, "json"), nl=False)
     else:
-        from fasttrack.commands.verify import write_report
+        from fasttrack.render.output import write_report
 
         write_report(output, text)
         typer.echo(log_line(f"fasttrack: {len(entries)} files of {repo}#{pr} written to {output}"), err=True)

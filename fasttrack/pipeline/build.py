@@ -8,6 +8,11 @@ process diffs, plans and builds the import graph, and is handed its plan when th
 only when the plan's pre-imports begin with exactly that stack (a PR naming torch), else it is killed and a
 child started with its plan runs, as without the prestart. Until it is handed its plan it has run nothing but
 those imports, in the same sandbox, interpreter, environment and limits.
+
+While the child runs, this process builds the import graph, then gathers the facts (`fasttrack.facts`) and
+imports the rules, so that once the trace answers only judging is left; on that path the Context returned is
+already the Facts (with the trace). The rules, numpy and the renderers are imported only here and in the
+judge, after the prestart.
 """
 
 from __future__ import annotations
@@ -21,12 +26,13 @@ from typing import TYPE_CHECKING
 
 from fasttrack.cache import cache_root
 from fasttrack.context import Context
-from fasttrack.pipeline.contribution_mode import build_contribution_context
 from fasttrack.pipeline.options import TRACE_ENV, VerifyOptions
-from fasttrack.pipeline.range_mode import build_range_context
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from fasttrack.confinement.trace.sandbox import Warm
+    from fasttrack.verdict import BlastRadius
 
 
 def trace_enabled(opts: VerifyOptions) -> bool:
@@ -45,6 +51,21 @@ def _prestart(cache_dir: Path) -> Warm | None:
     from fasttrack.confinement.trace.sandbox import prestart
 
     return prestart(ALWAYS_PREIMPORT)
+
+
+# The mode's loaders are imported when called, after the prestart: the child imports the engine stack
+# meanwhile.
+def build_range_context(opts: VerifyOptions, cwd: Path) -> tuple[Context, Callable[[], BlastRadius]]:
+    from fasttrack.pipeline.range_mode import build_range_context as build
+
+    return build(opts, cwd)
+
+
+def build_contribution_context(opts: VerifyOptions,
+                               cwd: Path) -> tuple[Context, Callable[[], BlastRadius]]:
+    from fasttrack.pipeline.contribution_mode import build_contribution_context as build
+
+    return build(opts, cwd)
 
 
 def build_context(opts: VerifyOptions) -> Context:
@@ -83,7 +104,22 @@ def build_context(opts: VerifyOptions) -> Context:
     pool.shutdown(wait=False)
     try:
         radius = blast()
+        # Still waiting for the child (it imports the engine stack): gather the facts the rules read, none of
+        # which depends on the trace, and import the rules, so that only judging is left once it answers.
+        facts = _facts_beside(dataclasses.replace(ctx, blast_radius=radius))
     except BaseException:
         cancel.set()  # the verdict will not be written: stop the child rather than wait for it
         raise
-    return dataclasses.replace(ctx, blast_radius=radius, trace=trace.result())
+    traced_facts = dataclasses.replace(facts, trace=trace.result())
+    traced_facts._memo.update(facts._memo)  # the values computed once per run carry over
+    return traced_facts
+
+
+def _facts_beside(ctx: Context) -> Context:
+    """The Context's facts (`fasttrack.facts.gather`) and the rules imported: the work a verify run does
+    after the trace, done while the trace's child still runs."""
+    from fasttrack.facts.gather import gather_facts
+    from fasttrack.rules import all_rules
+
+    all_rules()
+    return gather_facts(ctx)

@@ -5,14 +5,16 @@ from __future__ import annotations
 import hashlib
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import fasttrack
 from fasttrack.context import Context
 from fasttrack.findings import Finding, Severity
-from fasttrack.pipeline.build import build_context
 from fasttrack.pipeline.options import VerifyOptions
-from fasttrack.rules import all_rules
 from fasttrack.verdict import ChangedFile, EvidenceSummary, Verdict, decide
+
+if TYPE_CHECKING:
+    from fasttrack.rules.base import Rule
 
 
 def _digest(path: Path) -> str:
@@ -49,8 +51,20 @@ def _evidence_summary(ctx: Context) -> EvidenceSummary | None:
         return EvidenceSummary(bundle_path=str(ctx.evidence_dir), present=False)
 
 
+def all_rules() -> list[Rule]:
+    """Every rule (imported on first use, not with this module: the rules pull in numpy and every analysis,
+    which a cold run imports while the effect trace's child already imports the engine stack)."""
+    from fasttrack.rules import all_rules as catalogue
+
+    return catalogue()
+
+
 def judge(ctx: Context, *, pr: int | None = None) -> Verdict:
-    """Run every rule over the Context and assemble the Verdict (a crashed rule is an error finding)."""
+    """Gather the Context's facts (every read the rules depend on), run every rule over them and assemble
+    the Verdict (a crashed rule is an error finding)."""
+    from fasttrack.facts.gather import gather_facts
+
+    ctx = gather_facts(ctx)
     rules = all_rules()
     findings: list[Finding] = []
     for rule in rules:
@@ -84,5 +98,7 @@ def judge(ctx: Context, *, pr: int | None = None) -> Verdict:
 
 def run_verify(opts: VerifyOptions) -> Verdict:
     """Build the Context and judge it: the pure API (no printing)."""
+    from fasttrack.pipeline.build import build_context
+
     return judge(build_context(opts), pr=opts.pr)
 

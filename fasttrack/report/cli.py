@@ -27,7 +27,8 @@ def _max_age_days(policy: Path | None, given: int | None) -> int:
         if given < 1:
             raise InputError("must be at least 1", field="--max-age-days", fix="pass a number of days")
         return given
-    from fasttrack.commands.verify import VerifyOptions, resolve_policy_path
+    from fasttrack.pipeline.inputs import resolve_policy_path
+    from fasttrack.pipeline.options import VerifyOptions
     from fasttrack.policy import load_policy
 
     try:
@@ -106,7 +107,8 @@ def report_command(
     if not sources and not targets:
         targets = [None]  # the reference contribution (fasttrack verify's default)
     if targets:
-        from fasttrack.commands.verify import VerifyOptions, run_verify
+        from fasttrack.pipeline.judge import run_verify
+        from fasttrack.pipeline.options import VerifyOptions
 
         for target in targets:
             v = run_verify(VerifyOptions(contribution=target, policy=policy))

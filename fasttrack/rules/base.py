@@ -1,4 +1,4 @@
-"""Rules: small functions `(Context) -> Iterable[Finding]` with a stable code and a one-line doc.
+"""Rules: small pure functions `(Facts) -> Iterable[Finding]` with a stable code and a one-line doc.
 
 Each rules module builds its own `Catalogue`; `fasttrack.rules.ALL_RULES` joins them. No global registry.
 """
@@ -8,15 +8,12 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
+from fasttrack.facts.model import Facts
 from fasttrack.findings import Finding
 from fasttrack.ruleinfo import RuleInfo
 
-if TYPE_CHECKING:
-    from fasttrack.context import Context
-
-Check = Callable[["Context"], Iterable[Finding]]
+Check = Callable[[Facts], Iterable[Finding]]
 
 
 @dataclass(frozen=True)
@@ -30,8 +27,11 @@ class Rule:
     info: RuleInfo | None = None
     fixture_exempt: str | None = None
 
-    def run(self, ctx: Context) -> list[Finding]:
-        """Run the rule; a rule that crashes yields an error finding (fail closed), never a pass."""
+    def run(self, ctx: Facts) -> list[Finding]:
+        """Run the rule over the gathered facts (`fasttrack.facts.gather.gather_facts`); a rule that crashes
+        yields an error finding (fail closed), never a pass."""
+        if not isinstance(ctx, Facts):
+            raise TypeError(f"rule {self.code} reads Facts (gather_facts(ctx)), not a {type(ctx).__name__}")
         try:
             found = list(self.check(ctx))
         except Exception as exc:

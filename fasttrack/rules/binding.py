@@ -6,20 +6,19 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from fasttrack.errors import InputError
-from fasttrack.evidence.digest import contribution_digest
 from fasttrack.findings import Finding
 from fasttrack.rules.base import Catalogue
 from fasttrack.sanitize import visible
 
 if TYPE_CHECKING:
-    from fasttrack.context import Context
+    from fasttrack.facts.model import Facts
 
 catalogue = Catalogue("evidence")
 MAX_FINDINGS = 25
 
 
 @catalogue.rule("FT330", "Every file of the contribution that Python can import must be bound by the digest.")
-def unbound_importable(ctx: Context) -> Iterator[Finding]:
+def unbound_importable(ctx: Facts) -> Iterator[Finding]:
     """The content digest the statement is signed over hashes every file of the contribution (typed: a
     symlink is never the file it points at). It leaves out only caches: `.pytest_cache/`, `.mypy_cache/`,
     `.ruff_cache/`, `.hypothesis/`, `.git/`, the bundle's own files in a top-level `evidence/`, and faithful
@@ -29,9 +28,10 @@ def unbound_importable(ctx: Context) -> Iterator[Finding]:
     bound: each is an error."""
     if ctx.contribution_dir is None or ctx.manifest is None:
         return
-    root = ctx.head_dir / ctx.contribution_dir
+    if ctx.digest is None:
+        return
     try:
-        digest = contribution_digest(root)
+        digest = ctx.digest.get()
     except InputError:
         return  # FT302 says why the contribution cannot be read
     for item in digest.unhashed[:MAX_FINDINGS]:

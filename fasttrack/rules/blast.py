@@ -8,10 +8,9 @@ from collections.abc import Iterator
 from fasttrack.confinement.import_effects import new_acts
 from fasttrack.confinement.model_units import UnitIndex
 from fasttrack.confinement.zones import in_model_root
-from fasttrack.context import Context
+from fasttrack.facts.model import Facts
 from fasttrack.findings import Finding
 from fasttrack.rules.base import Catalogue
-from fasttrack.rules.escapes import base_text
 from fasttrack.verdict import AffectedModel, BlastRadius, ChangeStatus, Witness
 
 catalogue = Catalogue("blast")
@@ -59,11 +58,11 @@ def _changed_path(w: Witness) -> str:
     return w.changed_path or w.chain[-1].replace(".", "/") + ".py"
 
 
-def _in_target_root(ctx: Context, path: str) -> bool:
+def _in_target_root(ctx: Facts, path: str) -> bool:
     return ctx.model is not None and in_model_root(ctx.policy, path, ctx.model)
 
 
-def _is_model_code(ctx: Context, path: str) -> bool:
+def _is_model_code(ctx: Facts, path: str) -> bool:
     units = UnitIndex(ctx.policy.models, ctx.policy.blast_radius.root_package)
     return _in_target_root(ctx, path) or units.unit_of_path(path) is not None
 
@@ -81,7 +80,7 @@ def _unit_label(a: AffectedModel) -> str:
 
 
 @catalogue.rule("FT110", "Another model unit imports code this PR changes.")
-def other_model_affected(ctx: Context) -> Iterator[Finding]:
+def other_model_affected(ctx: Facts) -> Iterator[Finding]:
     """The import graph of the head tree says another model unit (a ``vllm/models/<m>/`` package or a legacy
     ``vllm/model_executor/models/<name>.py`` file, with every registered architecture that runs through it)
     imports a changed module, directly or through the target model's own modules. A fast-track PR must
@@ -132,7 +131,7 @@ def other_model_affected(ctx: Context) -> Iterator[Finding]:
 
 
 @catalogue.rule("FT111", "Shared code imports model code this PR changes.")
-def shared_imports_changed_model_code(ctx: Context) -> Iterator[Finding]:
+def shared_imports_changed_model_code(ctx: Facts) -> Iterator[Finding]:
     """A module outside every model unit (shared layers, warmup, workers, attention backends ...) imports a
     changed module of model code, directly or through the target model's own modules, so the change runs
     inside shared code paths. Function-level imports count (the witness marks them): they run whenever the
@@ -161,23 +160,23 @@ def shared_imports_changed_model_code(ctx: Context) -> Iterator[Finding]:
         )
 
 
-def _acts_anew(ctx: Context, path: str) -> bool:
+def _acts_anew(ctx: Facts, path: str) -> bool:
     """The PR adds or changes import-time code of `path` (FT114): when the base revision of a modified file
     is at hand and its acting statements are the same, the import does what it did before."""
     change = next((c for c in ctx.changes if c.path == path), None)
-    head = ctx.read_head_text(path) if change is not None else None
+    head = ctx.head_text(path) if change is not None else None
     if change is None or head is None:
         return True
     base = None
     if change.status in (ChangeStatus.MODIFIED, ChangeStatus.RENAMED):
-        base = base_text(ctx, change)
+        base = ctx.base_source(change.path)
         if base is None:
             return True  # no base to compare with: fail closed
     return new_acts(head, base, ctx.policy.blast_radius.inert_import_calls)
 
 
 @catalogue.rule("FT114", "A unit runs changed code only through a parent package's __init__.")
-def runs_through_parent_package(ctx: Context) -> Iterator[Finding]:
+def runs_through_parent_package(ctx: Facts) -> Iterator[Finding]:
     """Importing ``a.b.c`` runs ``a/__init__`` and ``a/b/__init__`` first: a unit that imports anything below
     a package whose ``__init__`` (or what it imports at module level) the PR changes runs the changed code
     without using it. It is named in the radius either way; it is an error only when the changed module
@@ -219,7 +218,7 @@ def runs_through_parent_package(ctx: Context) -> Iterator[Finding]:
             yield Finding.info("FT114", f"{text}; not an error: {why}", path=changed)
 
 
-def _summary(ctx: Context, r: BlastRadius) -> str:
+def _summary(ctx: Facts, r: BlastRadius) -> str:
     other = sorted({a for m in r.models for a in m.architectures})
     own = [a for a in r.architectures if a not in other]
     hubs = [s.module for s in r.shared if s.hub]
@@ -244,7 +243,7 @@ def _summary(ctx: Context, r: BlastRadius) -> str:
 
 
 @catalogue.rule("FT112", "Summary of the blast radius.")
-def blast_radius_summary(ctx: Context) -> Iterator[Finding]:
+def blast_radius_summary(ctx: Facts) -> Iterator[Finding]:
     """Information, never a failure: how many changed modules, how many other model units and shared
     modules import them (before the witness cap), which registered architectures run through the changed
     files (the model's own, and those of other models reached), changed hub modules, and how far the naive
@@ -259,7 +258,7 @@ def blast_radius_summary(ctx: Context) -> Iterator[Finding]:
 
 
 @catalogue.rule("FT113", "The blast radius could not be computed.")
-def blast_radius_not_computed(ctx: Context) -> Iterator[Finding]:
+def blast_radius_not_computed(ctx: Facts) -> Iterator[Finding]:
     """Fail closed: when the import graph of the head tree cannot be built (a file grimp cannot parse, a tree
     without the root package, a registry that cannot be read statically), nobody can say what the change
     reaches, so the verdict fails and says why."""

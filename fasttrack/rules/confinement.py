@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from fasttrack.changes.model import Change
 from fasttrack.confinement.hooks import check_hook_change
 from fasttrack.confinement.zones import changed_sides, in_model_root, zone_description
-from fasttrack.context import Context
+from fasttrack.facts.model import Facts
 from fasttrack.findings import Finding
 from fasttrack.policy import Zone, ZoneKind
 from fasttrack.rules.base import Catalogue
@@ -20,23 +20,23 @@ EXEC_MODE = "100755"
 FILE_MODES = ("100644", EXEC_MODE)
 
 
-def _roots(ctx: Context) -> str:
+def _roots(ctx: Facts) -> str:
     model = ctx.model or "<model>"
     return ", ".join(r.replace("{model}", model).lstrip("/") for r in ctx.policy.models.local_roots)
 
 
-def _where(ctx: Context, path: str) -> str:
+def _where(ctx: Facts, path: str) -> str:
     engine = ctx.engine_path(path)
     return path if engine == path else f"{path} (lands at {engine})"
 
 
-def _zone_text(ctx: Context, zone: Zone) -> str:
+def _zone_text(ctx: Facts, zone: Zone) -> str:
     desc = zone_description(ctx.policy, zone)
     return f"{zone.name} ({desc})" if desc else zone.name
 
 
 @catalogue.rule("FT100", "The PR changes nothing.")
-def no_changes(ctx: Context) -> Iterator[Finding]:
+def no_changes(ctx: Facts) -> Iterator[Finding]:
     """A fast-track verdict needs something to judge: an empty change set (the same tree on both sides,
     or an empty contribution directory) cannot pass."""
     if not ctx.changes:
@@ -46,7 +46,7 @@ def no_changes(ctx: Context) -> Iterator[Finding]:
 
 
 @catalogue.rule("FT101", "A changed path lies in shared code outside the model's local roots.")
-def shared_code(ctx: Context) -> Iterator[Finding]:
+def shared_code(ctx: Facts) -> Iterator[Finding]:
     """Every changed path (both sides of renames and copies; deletions too) must sit in the target model's
     local roots. Paths in shared code (layers, kernels, build files, requirements, CI config, or any other
     engine code) make the PR ineligible for fast-track: it goes to normal review. The finding names the
@@ -66,7 +66,7 @@ def shared_code(ctx: Context) -> Iterator[Finding]:
 
 
 @catalogue.rule("FT102", "A changed path lies in a forbidden shared zone.")
-def forbidden_zone(ctx: Context) -> Iterator[Finding]:
+def forbidden_zone(ctx: Facts) -> Iterator[Finding]:
     """Input preparation, sampling, KV-cache management and the scheduler are shared by every model; a
     fast-track PR may never touch them (renames into or out of them count on both sides)."""
     for change in ctx.changes:
@@ -83,7 +83,7 @@ def forbidden_zone(ctx: Context) -> Iterator[Finding]:
 
 
 @catalogue.rule("FT103", "The PR is not confined to one model.")
-def one_model(ctx: Context) -> Iterator[Finding]:
+def one_model(ctx: Facts) -> Iterator[Finding]:
     """A fast-track PR serves exactly one model: its changes may touch only that model's local roots. It
     fails when it touches several models' roots, when the target model cannot be inferred (no changed path
     is model-local and no --model was given), or when it touches another model than the one named."""
@@ -119,7 +119,7 @@ def _removed_line_anchor(change: Change, base_line: int) -> int:
 
 
 @catalogue.rule("FT104", "A hook file is edited beyond the entries it allows.")
-def hook_edits(ctx: Context) -> Iterator[Finding]:
+def hook_edits(ctx: Facts) -> Iterator[Finding]:
     """Hook files sit outside the model root but need one small edit per model (vLLM's architecture
     registry gains a line mapping an architecture to `vllm.models.<model>`). Every run of added or removed
     lines must be whole allowed entries for the target model, within the hook's line budget; the file may
@@ -129,7 +129,7 @@ def hook_edits(ctx: Context) -> Iterator[Finding]:
             hook = ctx.policy.hook_for(ctx.engine_path(path))
             if hook is None:
                 continue
-            head_text = ctx.read_head_text(path) if change.status is not ChangeStatus.DELETED else None
+            head_text = ctx.head_text(path) if change.status is not ChangeStatus.DELETED else None
             for v in check_hook_change(hook, change, ctx.model, head_text=head_text,
                                        base_text=ctx.base_texts.get(path)):
                 if v.side == "removed" and v.line is not None:
@@ -146,7 +146,7 @@ def hook_edits(ctx: Context) -> Iterator[Finding]:
                 )
 
 
-def _link_escapes(ctx: Context, link_path: str, target: str) -> str | None:
+def _link_escapes(ctx: Facts, link_path: str, target: str) -> str | None:
     """Why a model-local symlink leaves the model root (None when it stays inside)."""
     if posixpath.isabs(target):
         return f"points to the absolute path {target}"
@@ -172,7 +172,7 @@ def _leaves_dir(link_path: str, target: str, directory: str) -> str | None:
 
 
 @catalogue.rule("FT105", "A symlink in the model root points outside it.")
-def symlink_escape(ctx: Context) -> Iterator[Finding]:
+def symlink_escape(ctx: Facts) -> Iterator[Finding]:
     """A symlink inside the model root whose target (relative targets resolved from the link's directory)
     lies outside the model's local roots is a change outside them: it lets model code read or shadow shared
     files. Absolute targets and targets that cannot be read fail too."""
@@ -198,7 +198,7 @@ def symlink_escape(ctx: Context) -> Iterator[Finding]:
 
 
 @catalogue.rule("FT106", "A binary file or a submodule is changed.")
-def binary_or_submodule(ctx: Context) -> Iterator[Finding]:
+def binary_or_submodule(ctx: Facts) -> Iterator[Finding]:
     """Binary files (compiled kernels, archives, anything git cannot diff as text) cannot be reviewed or
     analysed, and a submodule pulls in code from outside the repository: neither can be fast-tracked.
     Deleting a binary file is fine."""
@@ -216,7 +216,7 @@ def binary_or_submodule(ctx: Context) -> Iterator[Finding]:
 
 
 @catalogue.rule("FT107", "A file's executable bit changes.")
-def mode_change(ctx: Context) -> Iterator[Finding]:
+def mode_change(ctx: Facts) -> Iterator[Finding]:
     """An existing file's executable bit set or cleared (a mode change, also a contribution file laid over
     an engine file of another mode) is worth a reviewer's look: a warning, not a failure. A new file has no
     old mode, so its mode is not a change: a new executable file (a benchmark or launch script) is an info
@@ -236,7 +236,7 @@ def mode_change(ctx: Context) -> Iterator[Finding]:
 
 
 @catalogue.rule("FT108", "Several contribution manifests fit the PR.")
-def several_manifests(ctx: Context) -> Iterator[Finding]:
+def several_manifests(ctx: Facts) -> Iterator[Finding]:
     """One fast-track PR is one contribution with one `fasttrack.toml`. When several manifests in the
     model's roots hold changed files, none is picked and the envelope and evidence cannot be judged."""
     if ctx.manifest is None and len(ctx.manifest_candidates) > 1:
@@ -247,7 +247,7 @@ def several_manifests(ctx: Context) -> Iterator[Finding]:
 
 
 @catalogue.rule("FT109", "The manifest disagrees with where the contribution sits.")
-def manifest_placement(ctx: Context) -> Iterator[Finding]:
+def manifest_placement(ctx: Facts) -> Iterator[Finding]:
     """The manifest's `contribution.model` must be the PR's model, and in a git range its
     `contribution.target_path` must be the directory that holds the manifest."""
     m = ctx.manifest

@@ -15,9 +15,8 @@ import re
 from collections.abc import Iterator
 from math import prod
 
-import pathspec
-
-from fasttrack.context import Context
+from fasttrack.facts.model import Facts
+from fasttrack.facts.paths import contribution_root, manifest_path, module_candidates
 from fasttrack.findings import Finding
 from fasttrack.manifest import MANIFEST_FILE, Manifest
 from fasttrack.rules.base import Catalogue
@@ -25,27 +24,20 @@ from fasttrack.rules.base import Catalogue
 catalogue = Catalogue("envelope")
 
 _REF_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
-_MAX_SOURCE_FILES = 2000
 
 
-def _manifest_path(ctx: Context) -> str:
-    if ctx.manifest_path:
-        return ctx.manifest_path
-    if ctx.contribution_dir:
-        return posixpath.join(ctx.contribution_dir, MANIFEST_FILE)
-    return MANIFEST_FILE
+def _manifest_path(ctx: Facts) -> str:
+    return manifest_path(ctx)
 
 
-def _contribution_dir(ctx: Context) -> str:
-    if ctx.contribution_dir is not None:
-        return ctx.contribution_dir.rstrip("/")
-    return posixpath.dirname(_manifest_path(ctx))
+def _contribution_dir(ctx: Facts) -> str:
+    return contribution_root(ctx)
 
 
-def _field_line(ctx: Context, field: str) -> int | None:
+def _field_line(ctx: Facts, field: str) -> int | None:
     """The line of a dotted manifest field (`envelope.batch.max`, `claims[1].gpu`), found in the TOML text
     by its table header and key; None when it cannot be placed (it is a hint for annotations only)."""
-    text = ctx.read_head_text(_manifest_path(ctx))
+    text = ctx.head_text(_manifest_path(ctx))
     if text is None:
         return None
     parts = re.findall(r"[A-Za-z_][\w-]*|\[\d+\]", field)
@@ -74,13 +66,13 @@ def _field_line(ctx: Context, field: str) -> int | None:
     return None
 
 
-def _error(ctx: Context, code: str, field: str, message: str, fix: str) -> Finding:
+def _error(ctx: Facts, code: str, field: str, message: str, fix: str) -> Finding:
     return Finding.error(code, f"{field}: {message}", path=_manifest_path(ctx), line=_field_line(ctx, field),
                          fix=fix)
 
 
 @catalogue.rule("FT200", "The contribution has no fasttrack.toml manifest.")
-def manifest_missing(ctx: Context) -> Iterator[Finding]:
+def manifest_missing(ctx: Facts) -> Iterator[Finding]:
     """Without a manifest there is no declared envelope, fallback or evidence suite, so nothing beyond
     confinement can be judged: the PR cannot pass as fast-track."""
     if ctx.manifest is not None:
@@ -102,7 +94,7 @@ def manifest_missing(ctx: Context) -> Iterator[Finding]:
 
 
 @catalogue.rule("FT201", "The envelope's hardware is not bounded by the policy.")
-def hardware(ctx: Context) -> Iterator[Finding]:
+def hardware(ctx: Facts) -> Iterator[Finding]:
     """At most `envelope.max_hardware_kinds` GPU kinds, each one the policy knows (`known_hardware`), with
     the compute capability the policy records for it, and no GPU listed twice."""
     m = ctx.manifest
@@ -133,7 +125,7 @@ def hardware(ctx: Context) -> Iterator[Finding]:
 
 
 @catalogue.rule("FT202", "The envelope's TP sizes are not allowed or exceed the NVLink domain.")
-def tensor_parallel(ctx: Context) -> Iterator[Finding]:
+def tensor_parallel(ctx: Facts) -> Iterator[Finding]:
     """Every TP size must be one of the policy's `tp_sizes` and fit in one NVLink domain
     (`nvlink_domain` GPUs): a contribution's collectives may not cross the node fabric."""
     m = ctx.manifest
@@ -151,7 +143,7 @@ def tensor_parallel(ctx: Context) -> Iterator[Finding]:
 
 
 @catalogue.rule("FT203", "The envelope declares pipeline or expert parallelism the policy does not allow.")
-def pipeline_expert(ctx: Context) -> Iterator[Finding]:
+def pipeline_expert(ctx: Facts) -> Iterator[Finding]:
     """Pipeline parallelism (`envelope.pp` other than [1]) and expert parallelism (`expert_parallel`)
     change which ranks hold which layers and experts; a fast-track contribution may declare them only when
     the policy allows it (`allow_pipeline_parallel`, `allow_expert_parallel`)."""
@@ -170,7 +162,7 @@ def pipeline_expert(ctx: Context) -> Iterator[Finding]:
 
 
 @catalogue.rule("FT204", "The envelope's batch range exceeds the policy's maximum.")
-def batch_range(ctx: Context) -> Iterator[Finding]:
+def batch_range(ctx: Facts) -> Iterator[Finding]:
     """`envelope.batch.max` (decode rows per step) may not exceed the policy's `max_batch`."""
     m = ctx.manifest
     if m is None:
@@ -182,7 +174,7 @@ def batch_range(ctx: Context) -> Iterator[Finding]:
 
 
 @catalogue.rule("FT205", "The envelope's context range exceeds the policy's maximum.")
-def context_range(ctx: Context) -> Iterator[Finding]:
+def context_range(ctx: Facts) -> Iterator[Finding]:
     """`envelope.context.max` (tokens of KV cache per request) may not exceed the policy's `max_context`."""
     m = ctx.manifest
     if m is None:
@@ -194,7 +186,7 @@ def context_range(ctx: Context) -> Iterator[Finding]:
 
 
 @catalogue.rule("FT206", "The envelope declares dtypes the policy does not allow.")
-def dtypes(ctx: Context) -> Iterator[Finding]:
+def dtypes(ctx: Facts) -> Iterator[Finding]:
     """Every entry of `envelope.dtypes` must be one of the policy's `dtypes`, each listed once."""
     m = ctx.manifest
     if m is None:
@@ -212,7 +204,7 @@ def dtypes(ctx: Context) -> Iterator[Finding]:
 
 
 @catalogue.rule("FT207", "The envelope's CUDA-graph mode is not allowed.")
-def cuda_graph(ctx: Context) -> Iterator[Finding]:
+def cuda_graph(ctx: Facts) -> Iterator[Finding]:
     """`envelope.cuda_graph` must be one of the policy's `cuda_graph_modes`."""
     m = ctx.manifest
     if m is None:
@@ -224,7 +216,7 @@ def cuda_graph(ctx: Context) -> Iterator[Finding]:
 
 
 @catalogue.rule("FT208", "The envelope's speculative-decoding widths exceed the policy's bound.")
-def spec_decode(ctx: Context) -> Iterator[Finding]:
+def spec_decode(ctx: Facts) -> Iterator[Finding]:
     """Each of `envelope.spec_decode_widths` (query rows per request in verification: 1 + draft tokens)
     may not exceed the policy's `max_spec_decode_width`."""
     m = ctx.manifest
@@ -246,7 +238,7 @@ def grid_size(manifest: Manifest) -> int:
 
 
 @catalogue.rule("FT209", "The envelope's evidence grid is larger than the policy allows.")
-def grid(ctx: Context) -> Iterator[Finding]:
+def grid(ctx: Facts) -> Iterator[Finding]:
     """The envelope expands into a grid of points that evidence must cover: hardware x TP x batches
     (declared points plus 1, 2 and the ends) x contexts x dtypes x spec-decode widths. More points than the
     policy's `max_grid_points` cannot be covered with evidence: the envelope is effectively unbounded."""
@@ -268,29 +260,18 @@ def _split_ref(ref: str) -> tuple[str, str] | None:
     return module, name
 
 
-def _module_file(ctx: Context, module: str) -> tuple[str | None, str | None]:
+def _module_file(ctx: Facts, module: str) -> tuple[str | None, str | None]:
     """(file inside the contribution, file found outside it) for a dotted module, looked up the way
     `fasttrack collect` imports it: from the contribution's parent directory, the contribution itself,
     the head's root, and (for `<contribution name>.x`) inside the contribution directory."""
     contrib = _contribution_dir(ctx)
-    parent = posixpath.dirname(contrib)
-    rel = module.replace(".", "/")
-    places = [(parent, rel), (contrib, rel), ("", rel)]
-    # `kimi_k3.guard` names the contribution's own package; in the engine tree (range mode) the
-    # contribution directory has another name (its target_path), so look inside it as well.
-    first, _, rest = module.partition(".")
-    names = {posixpath.basename(contrib)} | ({ctx.manifest.contribution.name} if ctx.manifest else set())
-    if rest and first in names:
-        places.append((contrib, rest.replace(".", "/")))
     outside: str | None = None
-    for root, stem in dict.fromkeys(places):
-        for cand in (f"{stem}.py", f"{stem}/__init__.py"):
-            path = posixpath.normpath(posixpath.join(root, cand)) if root else cand
-            if ctx.read_head_text(path) is None:
-                continue
-            if contrib and (path == contrib or path.startswith(contrib + "/")):
-                return path, None
-            outside = outside or path
+    for path in module_candidates(ctx, module):
+        if ctx.head_text(path) is None:
+            continue
+        if contrib and (path == contrib or path.startswith(contrib + "/")):
+            return path, None
+        outside = outside or path
     return None, outside
 
 
@@ -319,7 +300,7 @@ def _top_level_names(tree: ast.Module) -> set[str]:
     return names
 
 
-def _check_ref(ctx: Context, field: str, ref: str) -> Iterator[Finding]:
+def _check_ref(ctx: Facts, field: str, ref: str) -> Iterator[Finding]:
     split = _split_ref(ref)
     if split is None:
         yield _error(ctx, "FT210", field, f"{ref!r} is not `module:callable`",
@@ -334,7 +315,7 @@ def _check_ref(ctx: Context, field: str, ref: str) -> Iterator[Finding]:
                      fix="point it at a module inside the contribution (importable from its parent "
                          "directory)")
         return
-    text = ctx.read_head_text(path) or ""
+    text = ctx.head_text(path) or ""
     try:
         tree = ast.parse(text, filename=path)
     except (SyntaxError, ValueError) as exc:
@@ -346,23 +327,9 @@ def _check_ref(ctx: Context, field: str, ref: str) -> Iterator[Finding]:
                      fix=f"define {name} at the top level of {path}, or name the callable that exists")
 
 
-def _source_files(ctx: Context) -> Iterator[tuple[str, str]]:
+def _source_files(ctx: Facts) -> Iterator[tuple[str, str]]:
     """(path, text) of the contribution's non-test Python files in the head."""
-    contrib = _contribution_dir(ctx)
-    root = ctx.head_dir / contrib if contrib else ctx.head_dir
-    tests = pathspec.GitIgnoreSpec.from_lines(ctx.policy.escapes.test_paths)
-    if not root.is_dir():
-        return
-    for count, p in enumerate(sorted(root.rglob("*.py"))):
-        if count >= _MAX_SOURCE_FILES:
-            return
-        rel = p.relative_to(ctx.head_dir).as_posix()
-        inner = p.relative_to(root).as_posix()
-        if tests.match_file(inner) or tests.match_file(rel):
-            continue
-        text = ctx.read_head_text(rel)
-        if text is not None:
-            yield rel, text
+    yield from ctx.contribution_sources
 
 
 def _creates_counter(tree: ast.Module, names: set[str]) -> bool:
@@ -399,7 +366,7 @@ def _creates_counter(tree: ast.Module, names: set[str]) -> bool:
 
 
 @catalogue.rule("FT210", "The fallback is not real: guard, stock path or metric missing from the code.")
-def fallback(ctx: Context) -> Iterator[Finding]:
+def fallback(ctx: Facts) -> Iterator[Finding]:
     """The manifest's `[fallback]` must name a guard and a stock path (`module:callable`) that exist in the
     contribution (checked statically: the module's file is inside the contribution directory and defines
     the name at top level; nothing is imported), and a Prometheus counter (`fallback.metric`) that the
@@ -438,7 +405,7 @@ def fallback(ctx: Context) -> Iterator[Finding]:
 
 
 @catalogue.rule("FT211", "A claim names a point outside the envelope.")
-def claims(ctx: Context) -> Iterator[Finding]:
+def claims(ctx: Facts) -> Iterator[Finding]:
     """Each claim's GPU must be declared hardware, and its TP, batch, context and dtype must lie in the
     envelope (evidence is only collected there); `gpus` must be at least its TP."""
     m = ctx.manifest

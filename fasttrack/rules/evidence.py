@@ -7,7 +7,6 @@ one). Numbers are recomputed from the raw samples in the bundle, never taken as 
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -20,7 +19,7 @@ from fasttrack.findings import Finding, Severity
 from fasttrack.rules.base import Catalogue
 
 if TYPE_CHECKING:
-    from fasttrack.context import Context
+    from fasttrack.facts.model import Facts
 
 catalogue = Catalogue("evidence")
 rule = catalogue.rule
@@ -44,7 +43,7 @@ def _capped(code: str, findings: Iterable[Finding], limit: int = MAX_FINDINGS_PE
                       fix=rest[0].fix, evidence_file=rest[0].evidence_file)
 
 
-def _elsewhere(ctx: Context, reasons: list[tuple[str, str]]) -> str:
+def _elsewhere(ctx: Facts, reasons: list[tuple[str, str]]) -> str:
     """What the parts recorded about a point they did not collect (e.g. `statement.tp1.json: tp=2 is
     collected in another bundle (--tp filter)`), so a missing part is named as such."""
     if not reasons:
@@ -66,7 +65,7 @@ def _tbps(value: float) -> str:
 # --------------------------------------------------------------------------------------- bundle, schema
 
 @rule("FT300", "A contribution must come with an evidence bundle.")
-def no_bundle(ctx: Context) -> Iterator[Finding]:
+def no_bundle(ctx: Facts) -> Iterator[Finding]:
     """A fast-track contribution is judged on evidence its author collected on real GPUs: the bundle
     `evidence/<contribution>/statement.json` (plus its signature and raw logs) must be in the PR. Without
     it nothing else about performance or correctness can be checked, so the verdict fails."""
@@ -82,7 +81,7 @@ def no_bundle(ctx: Context) -> Iterator[Finding]:
 
 
 @rule("FT301", "The evidence bundle must parse against its schema; its parts may not overlap.")
-def schema(ctx: Context) -> Iterator[Finding]:
+def schema(ctx: Facts) -> Iterator[Finding]:
     """statement.json must be an in-toto Statement v1 with fasttrack's predicate
     (`https://fasttrack.dev/evidence/v1`): UTF-8 JSON, within the size and nesting limits, no unknown or
     missing fields, finite numbers. Each problem is one finding naming the field; the valid parts of a
@@ -119,19 +118,14 @@ def schema(ctx: Context) -> Iterator[Finding]:
 
 
 @rule("FT321", "The bundle must be for this contribution, model and manifest.")
-def identity(ctx: Context) -> Iterator[Finding]:
+def identity(ctx: Facts) -> Iterator[Finding]:
     """The predicate's `contribution` and `model`, and the subject's name, must match the manifest, and
     `manifest_sha256` must be the digest of the manifest in the PR head: a bundle copied from another
     contribution, or collected under another manifest, is not evidence for this one."""
     if an.statement(ctx) is None or ctx.manifest is None:
         return
     info = ctx.manifest.contribution
-    actual: str | None = None
-    if ctx.manifest_path is not None:
-        try:
-            actual = hashlib.sha256((ctx.head_dir / ctx.manifest_path).read_bytes()).hexdigest()
-        except OSError:
-            actual = None
+    actual = ctx.manifest_sha256
     for part, st in an.parsed_parts(ctx):  # every part must be for this contribution and manifest
         p, label = st.predicate, an.part_file(ctx, part)
         fix = an.recollect_fix(ctx)
@@ -150,7 +144,7 @@ def identity(ctx: Context) -> Iterator[Finding]:
 # --------------------------------------------------------------------------------------- binding
 
 @rule("FT302", "The evidence must be for the code in the PR head (content digest).")
-def stale(ctx: Context) -> Iterator[Finding]:
+def stale(ctx: Facts) -> Iterator[Finding]:
     """The bundle's subject digest is a sha256 over the sorted paths and file hashes of the contribution
     directory (not a commit id, so rebases and unrelated commits keep it valid). It must equal the digest
     of the contribution in the PR head; when it does not, the evidence is stale and the finding lists the
@@ -162,9 +156,9 @@ def stale(ctx: Context) -> Iterator[Finding]:
         yield from _stale_part(ctx, part, st)
 
 
-def _stale_part(ctx: Context, part: LoadedPart, st: Statement) -> Iterator[Finding]:
+def _stale_part(ctx: Facts, part: LoadedPart, st: Statement) -> Iterator[Finding]:
     label = an.part_file(ctx, part)
-    fr = an.freshness(ctx, part)
+    fr = ctx.freshness(part)
     if fr.subject is None:
         yield Finding.error("FT302", f"{part.name} has no subject digest, so it is bound to no code",
                             evidence_file=label, fix=an.recollect_fix(ctx))
@@ -196,18 +190,18 @@ def _stale_part(ctx: Context, part: LoadedPart, st: Statement) -> Iterator[Findi
 
 
 @rule("FT303", "The bundle must be signed by a principal in the policy's allowed signers.")
-def signature(ctx: Context) -> Iterator[Finding]:
+def signature(ctx: Facts) -> Iterator[Finding]:
     """statement.json.sig must be an SSH signature (`ssh-keygen -Y sign`) over statement.json's exact bytes,
     made in the policy's namespace (`fasttrack-evidence`: a git commit signature cannot be replayed here)
     with a key that the policy's allowed-signers file lists for that namespace. The allowed-signers file
     is read from the trusted policy location; a PR that edits it cannot pass fast-track (FT4xx)."""
     if an.statement(ctx) is None or ctx.evidence is None:
         return
-    signers = an.allowed_signers_path(ctx)
+    signers = ctx.allowed_signers.get()
     for part in an.parts(ctx):  # each part is signed on its own
         if part.statement is None or part.statement_bytes is None:
             continue
-        result = an.signature(ctx, part)
+        result = ctx.signature(part)
         if result.valid:
             continue
         target = an.bundle_label(ctx) if part.name == STATEMENT_FILE else an.part_file(ctx, part)
@@ -222,7 +216,7 @@ def signature(ctx: Context) -> Iterator[Finding]:
 
 
 @rule("FT320", "Raw logs beside the statement must match the hashes it lists.")
-def logs(ctx: Context) -> Iterator[Finding]:
+def logs(ctx: Facts) -> Iterator[Finding]:
     """The statement binds each raw log (pytest.log, bench.log, ...) by its sha256 in `predicate.logs`, so
     the signature covers them too. A listed log that is missing or differs was removed or edited after
     signing; a file in the bundle directory that the statement does not list is not covered by the
@@ -253,7 +247,7 @@ def logs(ctx: Context) -> Iterator[Finding]:
 # --------------------------------------------------------------------------------------- coverage
 
 @rule("FT304", "Every envelope point must have passing kernel tests.")
-def point_coverage(ctx: Context) -> Iterator[Finding]:
+def point_coverage(ctx: Facts) -> Iterator[Finding]:
     """The manifest's envelope expands into a grid (hardware x TP x batch x context x dtype, with batch 1,
     2 and the maximum always included). At every grid point, every kernel test function that runs per
     point must have passed. A point with no result, only skips, or a test function missing is uncovered:
@@ -294,7 +288,7 @@ def point_coverage(ctx: Context) -> Iterator[Finding]:
 
 
 @rule("FT305", "Batch 1 and batch 2 must be benchmarked explicitly.")
-def small_batches(ctx: Context) -> Iterator[Finding]:
+def small_batches(ctx: Facts) -> Iterator[Finding]:
     """Decode at batch 1 and 2 is where latency kernels matter most and where they most often lose. For
     every required batch (policy `required_batches`) inside the envelope, there must be a timed benchmark
     at that batch on every declared hardware, TP size and dtype (the kernel tests there are FT304's)."""
@@ -330,7 +324,7 @@ def small_batches(ctx: Context) -> Iterator[Finding]:
 
 
 @rule("FT306", "Every declared hardware kind must have evidence from that hardware.")
-def hardware(ctx: Context) -> Iterator[Finding]:
+def hardware(ctx: Facts) -> Iterator[Finding]:
     """Each GPU the envelope declares needs evidence collected on that GPU: the bundle's environment must
     name it (with the declared compute capability) and kernel tests must have passed at its points. A
     Blackwell claim backed only by H200 runs fails: remove the hardware from the envelope or collect
@@ -367,7 +361,7 @@ def hardware(ctx: Context) -> Iterator[Finding]:
 
 
 @rule("FT307", "Kernel tests must not fail.")
-def test_failures(ctx: Context) -> Iterator[Finding]:
+def test_failures(ctx: Facts) -> Iterator[Finding]:
     """Any kernel test that failed or errored, at any point, fails the evidence; so does a test recorded
     as passed whose max error exceeds its own tolerance (the record contradicts itself)."""
     st = an.statement(ctx)
@@ -397,7 +391,7 @@ def test_failures(ctx: Context) -> Iterator[Finding]:
 # --------------------------------------------------------------------------------------- performance
 
 @rule("FT308", "Every claimed speedup must hold at the lower bound of its bootstrap CI.")
-def claims(ctx: Context) -> Iterator[Finding]:
+def claims(ctx: Facts) -> Iterator[Finding]:
     """Each `[[claims]]` entry of the manifest is recomputed from the raw samples of the benchmark at the
     claim's point: the ratio of medians baseline/candidate with a seeded percentile-bootstrap confidence
     interval (policy `bootstrap_resamples`, `confidence`). The claim holds only if the interval's lower
@@ -429,7 +423,7 @@ def claims(ctx: Context) -> Iterator[Finding]:
 
 
 @rule("FT309", "A comparison must be like with like (same GPU kind and count, or per GPU).")
-def like_with_like(ctx: Context) -> Iterator[Finding]:
+def like_with_like(ctx: Facts) -> Iterator[Finding]:
     """Stock and candidate must run on the same GPU kind and the same number of GPUs, or both be
     normalised per GPU (`per_gpu`). A claim's `gpus` must equal the GPU count both sides ran on. (The Kimi
     K3 write-up's interactivity figure compared 16 GPUs against 8; a harness should refuse that.)"""
@@ -467,7 +461,7 @@ def like_with_like(ctx: Context) -> Iterator[Finding]:
 
 
 @rule("FT310", "The candidate may not be slower than stock at any benchmarked point.")
-def slower(ctx: Context) -> Iterator[Finding]:
+def slower(ctx: Facts) -> Iterator[Finding]:
     """At every benchmarked point, each candidate variant is compared with stock from the raw samples. A
     median ratio stock/candidate below 1 is an error, even when the confidence interval is wide enough to
     reach 1: "not significantly slower" is not "faster", and a noisy run must not let a slower kernel in.
@@ -493,7 +487,7 @@ def slower(ctx: Context) -> Iterator[Finding]:
 
 
 @rule("FT311", "Results must be physically plausible (bandwidth, speedup).")
-def implausible(ctx: Context) -> Iterator[Finding]:
+def implausible(ctx: Facts) -> Iterator[Finding]:
     """A variant that moves its bytes faster than the bandwidth measured on the same machine in the same
     run (the read bandwidth where measured, else the copy bandwidth, times the policy's
     `bandwidth_margin`), or a speedup over stock beyond `max_plausible_speedup`, is a measurement bug or a
@@ -552,7 +546,7 @@ def implausible(ctx: Context) -> Iterator[Finding]:
 
 
 @rule("FT312", "Every timed variant needs at least the policy's minimum number of samples.")
-def samples(ctx: Context) -> Iterator[Finding]:
+def samples(ctx: Facts) -> Iterator[Finding]:
     """Medians and bootstrap intervals from a handful of samples are noise: every variant at every timed
     point must keep at least `min_samples` raw samples (`samples_us`)."""
     st = an.statement(ctx)
@@ -575,7 +569,7 @@ def samples(ctx: Context) -> Iterator[Finding]:
 
 
 @rule("FT313", "The timed outputs must match stock's (accuracy in the timed mode).")
-def timed_accuracy(ctx: Context) -> Iterator[Finding]:
+def timed_accuracy(ctx: Facts) -> Iterator[Finding]:
     """The outputs of the timed runs themselves (same graph, same mode) must be compared with stock's and
     be within tolerance. A variant with no accuracy record was timed without being checked: a kernel can
     be fast because it skips work only when timed."""
@@ -606,7 +600,7 @@ def timed_accuracy(ctx: Context) -> Iterator[Finding]:
 
 
 @rule("FT319", "Benchmarks must follow fasttrack's timing protocol.")
-def protocol(ctx: Context) -> Iterator[Finding]:
+def protocol(ctx: Facts) -> Iterator[Finding]:
     """fasttrack, not the contribution, owns timing: CUDA-graph replay (when the envelope uses graphs), the
     L2 cache flushed by at least its size outside the timed region, the persisting-L2 window reset, fresh
     inputs every iteration, all streams synchronised, and stock and each candidate interleaved in both
@@ -659,7 +653,7 @@ def _precedes(order: list[str], first: str, second: str) -> bool:
 # --------------------------------------------------------------------------------------- evals, sanitizer
 
 @rule("FT314", "Model-level evals must be within their thresholds.")
-def evals(ctx: Context) -> Iterator[Finding]:
+def evals(ctx: Facts) -> Iterator[Finding]:
     """Each recorded eval is re-judged from its value, threshold and direction ("max": value <= threshold,
     "min": value >= threshold). A manifest that declares evals (or lm-eval results) with none in the
     bundle fails too."""
@@ -685,7 +679,7 @@ def evals(ctx: Context) -> Iterator[Finding]:
 
 
 @rule("FT315", "compute-sanitizer runs must be clean.")
-def sanitizer_errors(ctx: Context) -> Iterator[Finding]:
+def sanitizer_errors(ctx: Facts) -> Iterator[Finding]:
     """Every compute-sanitizer tool that ran (memcheck, racecheck, synccheck, initcheck) must report zero
     errors; a run with an unknown error count is not clean."""
     st = an.statement(ctx)
@@ -702,7 +696,7 @@ def sanitizer_errors(ctx: Context) -> Iterator[Finding]:
 
 
 @rule("FT316", "compute-sanitizer must have run (memcheck, racecheck, synccheck).")
-def sanitizer_not_run(ctx: Context) -> Iterator[Finding]:
+def sanitizer_not_run(ctx: Facts) -> Iterator[Finding]:
     """Kernel races and out-of-bounds accesses pass numerical tests by luck. memcheck, racecheck and
     synccheck must each have run over the manifest's `sanitizer_tests`; one that did not is a warning, or
     an error when the policy says `sanitizer_not_run = "error"`."""
@@ -728,7 +722,7 @@ def sanitizer_not_run(ctx: Context) -> Iterator[Finding]:
 # --------------------------------------------------------------------------------------- environment, age
 
 @rule("FT317", "The recorded environment must be complete and agree with the points.")
-def environment(ctx: Context) -> Iterator[Finding]:
+def environment(ctx: Facts) -> Iterator[Finding]:
     """The bundle must record the GPU (name, count, compute capability), driver, CUDA and torch versions,
     and for several GPUs how they are linked. Every point's GPU must be the recorded GPU, the machine must
     have enough GPUs for the largest TP evidenced, the compute capability must be the policy's for that
@@ -740,7 +734,7 @@ def environment(ctx: Context) -> Iterator[Finding]:
         yield from _environment_part(ctx, an.part_file(ctx, part), st)
 
 
-def _environment_part(ctx: Context, label: str, st: Statement) -> Iterator[Finding]:
+def _environment_part(ctx: Facts, label: str, st: Statement) -> Iterator[Finding]:
     env = st.predicate.environment
     fix = an.recollect_fix(ctx)
     if env is None:
@@ -779,7 +773,7 @@ def _environment_part(ctx: Context, label: str, st: Statement) -> Iterator[Findi
 
 
 @rule("FT318", "Evidence should be recent (policy max_age_days).")
-def age(ctx: Context) -> Iterator[Finding]:
+def age(ctx: Facts) -> Iterator[Finding]:
     """Drivers, CUDA, torch and the engine move on; evidence older than the policy's `max_age_days` is a
     warning (re-collect), and a collection date in the future is a warning (a wrong clock)."""
     if an.statement(ctx) is None:
@@ -807,7 +801,7 @@ _HARDWARE_FIELDS = frozenset({"gpu_name", "compute_capability"})
 
 
 @rule("FT322", "The parts of a bundle should be collected on the same GPU and software stack.")
-def same_stack(ctx: Context) -> Iterator[Finding]:
+def same_stack(ctx: Facts) -> Iterator[Finding]:
     """A bundle collected in parts (e.g. statement.tp1.json on one GPU, statement.tp2.json on two) is
     judged as one, and a maintainer compares its parts' numbers (TP 1 against TP 2). Parts from different
     machines are legitimate, but numbers from a different GPU, driver, CUDA, torch or triton are not like

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from fasttrack.confinement.zones import changed_sides, classify
-from fasttrack.context import Context
 from fasttrack.evidence.bundle import Statement
+from fasttrack.facts.model import Facts
 from fasttrack.findings import Finding
 from fasttrack.policy import ZoneKind
 from fasttrack.rules.base import Catalogue
@@ -16,17 +16,12 @@ catalogue = Catalogue("integrity")
 MAX_DIFFERENCES = 25
 
 
-def _policy_relpath(ctx: Context) -> str | None:
+def _policy_relpath(ctx: Facts) -> str | None:
     """The policy file's path inside the repository being judged, if it lies there."""
-    if ctx.repo is None:
-        return None
-    try:
-        return ctx.policy_path.resolve().relative_to(ctx.repo.resolve()).as_posix()
-    except ValueError:
-        return None
+    return ctx.policy_relpath
 
 
-def judge_files(ctx: Context) -> set[str]:
+def judge_files(ctx: Facts) -> set[str]:
     """Repository paths that are the judge whatever the zones say: the policy in use, the allowed signers."""
     files = {ctx.policy.evidence.allowed_signers.lstrip("/")}
     rel = _policy_relpath(ctx)
@@ -35,7 +30,7 @@ def judge_files(ctx: Context) -> set[str]:
     return files
 
 
-def _judge_zone(ctx: Context, path: str) -> str | None:
+def _judge_zone(ctx: Facts, path: str) -> str | None:
     """The judge zone a path is in, checked on the repository path and on the engine path."""
     for candidate in dict.fromkeys((path, ctx.engine_path(path))):
         zone = classify(ctx.policy, candidate, ctx.model, ctx.known_models or None)
@@ -45,7 +40,7 @@ def _judge_zone(ctx: Context, path: str) -> str | None:
 
 
 @catalogue.rule("FT401", "The PR edits its own judge.")
-def edits_judge(ctx: Context) -> Iterator[Finding]:
+def edits_judge(ctx: Facts) -> Iterator[Finding]:
     """A PR that changes what judges it (the policy, the allowed-signers file, the CI workflows, fasttrack
     itself, the action, the engine baselines) cannot pass fast-track: its verdict would come from rules it
     wrote. Both the repository path and, in contribution mode, the path the file lands at in the engine are
@@ -98,16 +93,15 @@ def _short(digest: str) -> str:
 
 
 @catalogue.rule("FT402", "The evidence must come from a harness the policy accepts.")
-def harness_accepted(ctx: Context) -> Iterator[Finding]:
+def harness_accepted(ctx: Facts) -> Iterator[Finding]:
     """The statement records the digest of the harness that produced it (timing, pytest plugin, bench
     worker, collector and the modules they call: `fasttrack.evidence.harness`). It must be one of the
     policy's `[evidence] accepted_harness_digests` (the released fasttrack's): a statement from an edited
     timer or plugin, or one that records no harness at all, supports nothing."""
     from fasttrack.evidence import analysis as an
-    from fasttrack.evidence.harness import harness_digest
 
     accepted = ctx.policy.evidence.accepted_harness_digests
-    ours = harness_digest()
+    ours = ctx.harness.get()
     shown = ", ".join(_short(d) for d in accepted[:4]) or "none"
     for part, st in an.parsed_parts(ctx):
         got = statement_harness_digest(st)

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 from fasttrack.confinement.registry_names import captures, read_registry
 from fasttrack.confinement.zones import changed_sides
-from fasttrack.context import Context
+from fasttrack.facts.model import Facts
 from fasttrack.findings import Finding
 from fasttrack.policy import MODEL_PLACEHOLDER
 from fasttrack.rules.base import Catalogue
@@ -30,7 +30,7 @@ GIT_META = frozenset({".gitattributes", ".gitmodules", ".mailmap", ".lfsconfig",
 
 
 @catalogue.rule("FT140", "A changed file changes how git reads the repository (.gitattributes, ...).")
-def git_metadata(ctx: Context) -> Iterator[Finding]:
+def git_metadata(ctx: Facts) -> Iterator[Finding]:
     """`.gitattributes` (at any depth: they apply to the directory they sit in) decide what git calls binary,
     which diff, merge and filter drivers run and how bytes are converted; `.gitmodules` where submodules come
     from; `.mailmap` who wrote what; `.lfsconfig` where LFS objects come from. fasttrack runs git with all of
@@ -46,7 +46,7 @@ def git_metadata(ctx: Context) -> Iterator[Finding]:
 
 
 @catalogue.rule("FT141", "The PR adds a new model package.")
-def new_model(ctx: Context) -> Iterator[Finding]:
+def new_model(ctx: Facts) -> Iterator[Finding]:
     """A new directory under the models directory that the head's architecture registry maps an
     architecture to is a new model: a new model needs a full review (its weights loading, its config, its
     registry entries), so it is not fast-track eligible unless the policy sets
@@ -65,7 +65,7 @@ def new_model(ctx: Context) -> Iterator[Finding]:
 
 
 @catalogue.rule("FT142", "An added registry key would capture checkpoints of another model.")
-def registry_capture(ctx: Context) -> Iterator[Finding]:
+def registry_capture(ctx: Facts) -> Iterator[Finding]:
     """vLLM resolves a checkpoint's declared architecture by exact key first and then by swapping its suffix
     (`...ForConditionalGeneration` is served by `...ForCausalLM`, `...Model` by either, in the order of
     `_SUFFIX_TO_DEFAULTS`). An added key for this model that a checkpoint of another model would now resolve
@@ -78,7 +78,7 @@ def registry_capture(ctx: Context) -> Iterator[Finding]:
                    and c.status is ChangeStatus.MODIFIED), None)
     if change is None:
         return
-    before, after = ctx.base_texts.get(change.path), ctx.read_head_text(change.path)
+    before, after = ctx.base_texts.get(change.path), ctx.head_text(change.path)
     if before is None or after is None:
         return  # FT104 judges a hook file it cannot read
     try:
@@ -100,7 +100,7 @@ def registry_capture(ctx: Context) -> Iterator[Finding]:
 
 
 @catalogue.rule("FT143", "A new directory under the models directory is not a registered model.")
-def unregistered_dir(ctx: Context) -> Iterator[Finding]:
+def unregistered_dir(ctx: Facts) -> Iterator[Finding]:
     """Only the head's architecture registry makes a directory under `vllm/models/` a model: a new
     directory that no architecture maps to is shared code under a model-like name, so it is not the
     model's own root."""

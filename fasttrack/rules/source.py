@@ -19,19 +19,15 @@ compile and that nothing else the import system can load sits in the model's dir
 from __future__ import annotations
 
 import importlib.machinery
-import os
 import posixpath
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 
-from fasttrack.confinement.source_text import SourceProblem, read_python_source, real_relpath
 from fasttrack.confinement.zones import in_model_root
-from fasttrack.context import Context
+from fasttrack.facts.model import Facts
+from fasttrack.facts.paths import head_paths
 from fasttrack.findings import Finding
-from fasttrack.policy import MODEL_PLACEHOLDER
 from fasttrack.rules.base import Catalogue
-from fasttrack.verdict import ChangeStatus
 
 catalogue = Catalogue("source")
 
@@ -39,12 +35,11 @@ PY_SUFFIXES = (".py",)
 _LOADABLE = frozenset({".pyc", ".pyo", ".pyd", ".so", ".pth", ".egg-link", ".pyw", ".zip", ".egg", ".whl",
                        *(s.lower() for s in importlib.machinery.EXTENSION_SUFFIXES),
                        *(s.lower() for s in importlib.machinery.BYTECODE_SUFFIXES)})
-_GLOB = frozenset("*?[]!{}")
 # Modules `site` imports by name from anywhere on sys.path, in every process.
 _SITE_HOOKS = frozenset({"sitecustomize", "usercustomize"})
 
 
-def _shadow_problem(ctx: Context, path: str) -> str | None:
+def _shadow_problem(ctx: Facts, path: str) -> str | None:
     """A module named like a `site` hook, or like a standard-library module in a directory with no
     `__init__.py` (a script's directory or a pytest rootdir that lands on sys.path[0]: there it replaces
     the stdlib module for the whole process, the evidence harness included)."""
@@ -54,34 +49,28 @@ def _shadow_problem(ctx: Context, path: str) -> str | None:
         return f"is named `{stem}`, which `site` imports at start-up from any directory on sys.path"
     if stem not in sys.stdlib_module_names or stem == "__init__":
         return None
-    if (Path(ctx.head_dir) / path).parent.joinpath("__init__.py").is_file():
+    if ctx.head_kind(posixpath.join(posixpath.dirname(path), "__init__.py")) == "file":
         return None
     return (f"is named like the standard-library module `{stem}` in a directory without `__init__.py`: "
             "when that directory is on sys.path (a script run from it, pytest's rootdir insertion) it "
             "replaces the real module for the whole process")
 
 
-def _head_paths(ctx: Context) -> Iterator[str]:
-    for c in ctx.changes:
-        if c.status is not ChangeStatus.DELETED and not c.is_submodule:
-            yield c.path
-
-
 @catalogue.rule("FT135", "A changed Python file is not plain UTF-8 source: Python would run other text.")
-def source_encoding(ctx: Context) -> Iterator[Finding]:
+def source_encoding(ctx: Facts) -> Iterator[Finding]:
     """The interpreter honours a PEP 263 coding cookie (`# coding: utf-7`), a UTF-8 byte-order mark and
     nothing else; `ast.parse` of decoded text, a diff viewer and a reviewer read UTF-8. A changed `.py` file
     (symlinks followed on disk) must be UTF-8, with no cookie or one naming UTF-8; an ASCII or Latin-1
     cookie is accepted only over pure ASCII bytes (the two readings are then the same text). Any other codec,
     an unknown one, a BOM contradicting the cookie, bytes that do not decode and NUL bytes are errors."""
-    for path in _head_paths(ctx):
+    for path in head_paths(ctx):
         if not path.endswith(PY_SUFFIXES):
             continue
         change = next(c for c in ctx.changes if c.path == path)
         if change.binary and not change.is_symlink:
             continue  # FT106 reports binary files; FT128 reports that they cannot be analysed
-        got = read_python_source(ctx.head_dir, path)
-        if isinstance(got, SourceProblem) and got.kind != "unreadable":
+        got = ctx.python_source(path)
+        if not isinstance(got, str) and got.kind != "unreadable":  # a SourceProblem
             yield Finding.error("FT135", f"{path} {got.reason}", path=path, line=got.line,
                                 fix="save the file as UTF-8 without a coding declaration (or with "
                                     "`# coding: utf-8`)")
@@ -100,19 +89,19 @@ def _suffix_problem(path: str) -> str | None:
     return None
 
 
-def _in_roots(ctx: Context, path: str) -> bool:
+def _in_roots(ctx: Facts, path: str) -> bool:
     return ctx.model is not None and in_model_root(ctx.policy, ctx.engine_path(path), ctx.model)
 
 
 @catalogue.rule("FT136", "A file in the model's roots is loadable code that is not Python source.")
-def loadable_non_source(ctx: Context) -> Iterator[Finding]:
+def loadable_non_source(ctx: Facts) -> Iterator[Finding]:
     """Byte code, extension modules, `.pth` and `.egg-link` files, importable archives, `__pycache__/`
     entries and `.py` suffixes in another case can be loaded by the import system (or `site`) from the
     model's directories, and none of them is the reviewed UTF-8 `.py` text the analysis reads. A hash-based
     `.pyc` with `unchecked-hash` even replaces its `.py` whatever the source says. A module named
     `sitecustomize`/`usercustomize`, or like a standard-library module in a directory without
     `__init__.py`, replaces that module for every process whose sys.path holds the directory."""
-    for path in _head_paths(ctx):
+    for path in head_paths(ctx):
         if not _in_roots(ctx, path):
             continue
         why = _suffix_problem(path) or _shadow_problem(ctx, path)
@@ -121,44 +110,16 @@ def loadable_non_source(ctx: Context) -> Iterator[Finding]:
                                 fix="ship Python source only; drop compiled, path and archive files")
 
 
-def _walk_roots(ctx: Context) -> list[str]:
-    """Directories (head-relative) of the model's local roots that exist on disk."""
-    if ctx.model is None:
-        return []
-    if ctx.mode == "contribution":
-        return [ctx.contribution_dir] if ctx.contribution_dir else []
-    out = []
-    for root in ctx.policy.models.local_roots:
-        d = root.replace(MODEL_PLACEHOLDER, ctx.model).lstrip("/")
-        d = d[:-3] if d.endswith("/**") else d
-        if not (_GLOB & set(d)) and (ctx.head_dir / d).is_dir():
-            out.append(d)
-    return out
-
-
-def _module_links(ctx: Context) -> list[str]:
-    """Every symlink (head-relative) in the model's root directories, and every changed symlink."""
-    links = {c.path for c in ctx.changes if c.is_symlink and c.status is not ChangeStatus.DELETED}
-    for d in _walk_roots(ctx):
-        for dirpath, dirnames, filenames in os.walk(ctx.head_dir / d):
-            rel_dir = Path(dirpath).relative_to(ctx.head_dir).as_posix()
-            for name in (*dirnames, *filenames):
-                if os.path.islink(os.path.join(dirpath, name)):
-                    links.add(f"{rel_dir}/{name}")
-    return sorted(links)
-
-
-def _link_problem(ctx: Context, link: str) -> str | None:
+def _link_problem(ctx: Facts, link: str) -> str | None:
     assert ctx.model is not None
     name = posixpath.basename(link)
-    real = real_relpath(ctx.head_dir, link)
+    facts = ctx.module_links[link]
+    real = facts.real
     is_module = name.endswith(".py")
     if real is None:
-        target = (ctx.head_dir / link)
         return ("is a symlink that does not resolve inside the tree (dangling, looping or leaving it)"
-                if is_module or not target.exists() else None)
-    real_path = ctx.head_dir / real
-    if real_path.is_dir():
+                if is_module or not facts.exists else None)
+    if facts.real_kind == "dir":
         if in_model_root(ctx.policy, ctx.engine_path(real) + "/x", ctx.model) or \
                 (ctx.mode == "contribution" and _under(real, ctx.contribution_dir)):
             return None
@@ -179,7 +140,7 @@ def _under(path: str, directory: str | None) -> bool:
 
 
 @catalogue.rule("FT137", "A module symlink in the model's roots does not resolve to model-local .py source.")
-def module_symlink(ctx: Context) -> Iterator[Finding]:
+def module_symlink(ctx: Facts) -> Iterator[Finding]:
     """A `.py` symlink is imported as the text it points to; a directory symlink is imported as the package
     it points to. Resolved on disk (every link of a chain followed, not normalised as a string), the target
     must be a `.py` file (or a directory) inside the model's roots. A link to a `.txt`, a module or package
@@ -187,7 +148,7 @@ def module_symlink(ctx: Context) -> Iterator[Finding]:
     can change what they run by editing their target."""
     if ctx.model is None:
         return
-    for link in _module_links(ctx):
+    for link in ctx.module_links:
         if not (_in_roots(ctx, link) or (ctx.mode == "contribution" and _under(link, ctx.contribution_dir))):
             continue
         why = _link_problem(ctx, link)

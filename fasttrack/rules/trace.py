@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from fasttrack.confinement.trace.facts import Effect, EffectKind, TraceStatus
-from fasttrack.context import Context
+from fasttrack.facts.model import Facts
 from fasttrack.findings import Finding
 from fasttrack.rules.base import Catalogue
 from fasttrack.sanitize import visible
@@ -38,7 +38,7 @@ _FIX = {
 _TRACE_KINDS = {EffectKind.FOREIGN_STATE, EffectKind.ENGINE, EffectKind.FILESYSTEM, EffectKind.INTERPRETER}
 
 
-def _effects(ctx: Context, kinds: set[EffectKind], attributed: bool) -> Iterator[Effect]:
+def _effects(ctx: Facts, kinds: set[EffectKind], attributed: bool) -> Iterator[Effect]:
     if ctx.trace is None or ctx.trace.status is TraceStatus.NOT_RUN:
         return
     seen: set[tuple[str | None, int | None, str]] = set()
@@ -58,7 +58,7 @@ def _message(effect: Effect) -> str:
 
 
 @catalogue.rule("FT130", "The effect trace saw a changed module change what the contribution does not own.")
-def foreign_effect(ctx: Context) -> Iterator[Finding]:
+def foreign_effect(ctx: Facts) -> Iterator[Finding]:
     """Imported in the sandbox (engine as recording stand-ins, real torch), a changed module wrote to a
     module, class or global switch outside the contribution (seen by before/after snapshots, whichever
     spelling did it: `setattr(*args)`, `operator.setitem`, `functools.partial`, a loop over
@@ -73,7 +73,7 @@ def foreign_effect(ctx: Context) -> Iterator[Finding]:
 
 
 @catalogue.rule("FT131", "The effect trace saw an effect it cannot attribute to a line of the contribution.")
-def unattributed_effect(ctx: Context) -> Iterator[Finding]:
+def unattributed_effect(ctx: Facts) -> Iterator[Finding]:
     """Something changed shared state while the PR's modules were imported, but no line of the
     contribution can be named (a thread, a finaliser, a change that did not reproduce in the locate pass).
     Fail closed: an effect nobody can explain is an effect."""
@@ -84,7 +84,7 @@ def unattributed_effect(ctx: Context) -> Iterator[Finding]:
 
 
 @catalogue.rule("FT132", "The effect trace could not run to its end (timeout, crash, import error, sandbox).")
-def trace_failed(ctx: Context) -> Iterator[Finding]:
+def trace_failed(ctx: Facts) -> Iterator[Finding]:
     """A changed module that cannot be imported in the sandbox (CPU only, empty environment, no network,
     time and memory limits, engine as stand-ins) cannot be shown confined: fail closed."""
     if ctx.trace is None:
@@ -100,7 +100,7 @@ def trace_failed(ctx: Context) -> Iterator[Finding]:
 
 
 @catalogue.rule("FT133", "The effect trace saw a changed module reach the network, a process or native code.")
-def escape_attempt(ctx: Context) -> Iterator[Finding]:
+def escape_attempt(ctx: Facts) -> Iterator[Finding]:
     """Sockets, `subprocess`, `os.system`/`exec*`/`fork`, signals to other processes, `ctypes` loading or
     calling native code (`setenv` behind `os.environ`'s back), rlimit changes: blocked in the sandbox and
     an error."""
@@ -111,7 +111,7 @@ def escape_attempt(ctx: Context) -> Iterator[Finding]:
 
 
 @catalogue.rule("FT134", "The effect trace saw a changed module run generated code or walk the interpreter.")
-def dynamic_code(ctx: Context) -> Iterator[Finding]:
+def dynamic_code(ctx: Facts) -> Iterator[Finding]:
     """`exec`/`eval`/`compile` of text, `marshal.loads`, code objects made at run time, and `gc`/frame
     walks (`gc.get_objects()`, `sys._current_frames()`) called from the contribution's own lines: the
     ways to reach or build what the static scan cannot read."""

@@ -25,7 +25,7 @@ from fasttrack.policy import EvalBound
 from fasttrack.rules.base import Catalogue
 
 if TYPE_CHECKING:
-    from fasttrack.context import Context
+    from fasttrack.facts.model import Facts
 
 catalogue = Catalogue("yardstick")
 rule = catalogue.rule
@@ -44,7 +44,7 @@ def _capped(found: Iterator[Finding], code: str) -> Iterator[Finding]:
 
 
 @rule("FT335", "The evidence must be measured against the policy's baseline, as it is in the judged tree.")
-def baseline_bound(ctx: Context) -> Iterator[Finding]:
+def baseline_bound(ctx: Facts) -> Iterator[Finding]:
     """Every statement must record the engine-side baseline its benchmarks and oracle checks ran against
     (`predicate.baseline`: the policy's `[baselines.<model>]` entry and the content digest of its
     directory). The digest must equal the digest of that directory in the judged tree: evidence measured
@@ -60,7 +60,7 @@ def baseline_bound(ctx: Context) -> Iterator[Finding]:
                             fix=f"the engine side adds [baselines.{model}] to the policy and its package "
                                 "under baselines/; a contribution never supplies its own stock")
         return
-    head = yf.judged_baseline_digest(ctx)
+    head = ctx.judged_baseline.get()
     for part, st in an.parsed_parts(ctx):
         label = an.part_file(ctx, part)
         rec = st.predicate.baseline
@@ -90,7 +90,7 @@ def baseline_bound(ctx: Context) -> Iterator[Finding]:
 
 
 @rule("FT336", "Stock must run a backend the engine accepts on that GPU for every policy stage.")
-def stock_backend(ctx: Context) -> Iterator[Finding]:
+def stock_backend(ctx: Facts) -> Iterator[Finding]:
     """For each stage the policy lists for the point's compute capability (for sm90 MLA decode:
     FLASH_ATTN_MLA, FLASHMLA, FLASHINFER_MLA in vLLM's order; TRITON_MLA rejected), stock's profiled kernel
     names must show an accepted backend and no rejected one. A stock whose kernels are unknown (not
@@ -141,7 +141,7 @@ def stock_backend(ctx: Context) -> Iterator[Finding]:
 
 
 @rule("FT337", "Claims and candidates are measured against engine-side variants only.")
-def engine_side_only(ctx: Context) -> Iterator[Finding]:
+def engine_side_only(ctx: Facts) -> Iterator[Finding]:
     """A claim's `baseline` must be a variant the engine supplied (stock, or an engine-side variant such as
     torch.compile of stock), and its `candidate` a variant the contribution supplied; at every timed point,
     `stock` must be recorded as the engine's. A manifest whose claims compare against a stock of its own
@@ -191,7 +191,7 @@ def engine_side_only(ctx: Context) -> Iterator[Finding]:
 
 
 @rule("FT338", "No check may use a tolerance looser than the policy's cap for its dtype.")
-def tolerance_caps(ctx: Context) -> Iterator[Finding]:
+def tolerance_caps(ctx: Facts) -> Iterator[Finding]:
     """The policy caps tolerances per dtype (`[evidence.tolerance_caps]`: atol and rtol of element-wise
     checks, and `record`, the largest relative tolerance a kernel test may pass to `fasttrack_record`). A
     larger tolerance anywhere (a kernel test's record, the timed accuracy check, the oracle check) is an
@@ -231,7 +231,7 @@ def tolerance_caps(ctx: Context) -> Iterator[Finding]:
 
 
 @rule("FT339", "Every benchmarked variant must match the engine's fp32 oracle at every point.")
-def oracle_checked(ctx: Context) -> Iterator[Finding]:
+def oracle_checked(ctx: Facts) -> Iterator[Finding]:
     """At every point it times, the collector itself runs every variant (stock included) on a fresh input
     and compares it with the baseline's fp32 oracle under the policy's tolerance. A timed point without
     that record, or a variant that fails it, is an error: agreeing with stock is not enough when stock is
@@ -271,7 +271,7 @@ def _is_test(function: str, named: str) -> bool:
 
 
 @rule("FT340", "The manifest's point tests must run and record their error at every envelope point.")
-def point_tests(ctx: Context) -> Iterator[Finding]:
+def point_tests(ctx: Facts) -> Iterator[Finding]:
     """The manifest names (`[evidence] point_tests`) the test functions that compare the kernels with the
     oracle at each envelope point. Each must have a passed result at every point on the collected
     hardware, with the error it measured (`fasttrack_record(max_error=...)`): a test that only records a
@@ -316,7 +316,7 @@ def point_tests(ctx: Context) -> Iterator[Finding]:
 
 
 @rule("FT341", "A benchmark point may go untimed only because the machine cannot run it.")
-def untimed(ctx: Context) -> Iterator[Finding]:
+def untimed(ctx: Facts) -> Iterator[Finding]:
     """A point inside the envelope whose benchmark returned nothing must say why, and the only acceptable
     why is the machine (another GPU kind, too few GPUs, another part of the bundle). A candidates entry
     that returned nothing, raised, or broke the contract at a point fails coverage there."""
@@ -349,7 +349,7 @@ def untimed(ctx: Context) -> Iterator[Finding]:
 
 
 @rule("FT343", "Stock at a claimed point should reach the policy's fraction of the measured roofline.")
-def slow_stock(ctx: Context) -> Iterator[Finding]:
+def slow_stock(ctx: Facts) -> Iterator[Finding]:
     """A speedup over a slow yardstick says little. At every claimed point stock's achieved bandwidth
     (the engine's byte count over stock's median) is compared with the roofline measured on the same machine
     in the same run (the read bandwidth where measured, else the copy bandwidth); below the policy's
@@ -374,7 +374,7 @@ def slow_stock(ctx: Context) -> Iterator[Finding]:
 
 
 @rule("FT344", "Every timed variant needs a plausible byte count from the engine.")
-def byte_count(ctx: Context) -> Iterator[Finding]:
+def byte_count(ctx: Facts) -> Iterator[Finding]:
     """The bandwidth figures and the plausibility check divide the engine baseline's `bytes_moved` by
     the median time. A variant without one, or a count so small that stock would reach less than the
     policy's `min_plausible_bandwidth_fraction` of the measured roofline, is an error: `bytes_moved = 1`
@@ -415,7 +415,7 @@ def _strictest(bounds: list[EvalBound]) -> EvalBound | None:
 
 
 @rule("FT345", "Eval thresholds must lie within the policy's bounds.")
-def eval_bounds(ctx: Context) -> Iterator[Finding]:
+def eval_bounds(ctx: Facts) -> Iterator[Finding]:
     """Model-level evals are recomputed against their own thresholds by FT314; here the thresholds
     themselves are held to the policy (`[evidence.eval_bounds]`, fnmatch on the eval name): a "max" eval's
     threshold may not exceed the bound's `max`, a "min" eval's may not fall below its `min`. An eval no
@@ -441,13 +441,13 @@ def eval_bounds(ctx: Context) -> Iterator[Finding]:
 
 
 @rule("FT346", "Signed audits of the evidence must agree with it.")
-def audits(ctx: Context) -> Iterator[Finding]:
+def audits(ctx: Facts) -> Iterator[Finding]:
     """A maintainer re-runs points of the bundle with `fasttrack audit` on their own GPU and commits the
     signed record under `audits/`. A signed audit of a statement in the bundle that did not reproduce its
     medians, ratios or oracle checks within the policy's `[evidence.audit]` tolerances is an error. An
     unreadable, unsigned or untrusted record, or one of a statement no longer in the bundle, is a warning
     (it proves nothing either way); an agreeing one is reported as info."""
-    for a in yf.audits(ctx):
+    for a in ctx.audits.get():
         label = f"{an.bundle_label(ctx)}/{a.name}"
         if a.record is None:
             yield Finding.warning("FT346", f"{a.name}: {a.problem}", evidence_file=label,
@@ -486,7 +486,7 @@ def audits(ctx: Context) -> Iterator[Finding]:
 
 
 @rule("FT347", "Stock must be timed by the engine's own pass and agree with stock beside the candidates.")
-def engine_pass(ctx: Context) -> Iterator[Finding]:
+def engine_pass(ctx: Facts) -> Iterator[Finding]:
     """Contribution code runs in the process that times the candidates, where it can reach whatever that
     process holds (stock's timer, its records, the GPU stock runs on). So stock is timed twice at every
     point: alone, by the engine's own pass, in a process that never imported the contribution (those figures
@@ -531,14 +531,14 @@ def engine_pass(ctx: Context) -> Iterator[Finding]:
 
 
 @rule("FT348", "The bundle needs the policy's number of agreeing maintainer audits.")
-def audits_required(ctx: Context) -> Iterator[Finding]:
+def audits_required(ctx: Facts) -> Iterator[Finding]:
     """A policy may require that a maintainer re-ran points of the evidence before it counts
     (`[evidence.audit] required`): agreeing, signed audits by an allowed signer other than the statement's
     own (`fasttrack audit`). Fewer than that is an error; a disagreeing audit is FT346."""
     need = ctx.policy.evidence.audit.required
     if need <= 0 or ctx.evidence is None or an.statement(ctx) is None:
         return
-    agreeing = {a.signer for a in yf.audits(ctx)
+    agreeing = {a.signer for a in ctx.audits.get()
                 if a.record is not None and a.signature_valid is True and a.statement_file is not None
                 and not a.self_audit and a.record.agreed}
     if len(agreeing) < need:
@@ -549,7 +549,7 @@ def audits_required(ctx: Context) -> Iterator[Finding]:
 
 
 @rule("FT349", "Every part of the evidence must come from the one collect run that wrote the statement.")
-def one_run_custody(ctx: Context) -> Iterator[Finding]:
+def one_run_custody(ctx: Facts) -> Iterator[Finding]:
     """Each phase of `fasttrack collect` runs contribution code with write access to the work dir. Within one
     run the collector reads every phase's results right after the phase ended (and killed what it left
     running), before any other contribution code runs, and builds the statement from what it read. Results

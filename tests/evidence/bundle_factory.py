@@ -29,6 +29,7 @@ from fasttrack.evidence.bundle import PREDICATE_TYPE, STATEMENT_TYPE
 from fasttrack.evidence.digest import contribution_digest
 from fasttrack.evidence.loader import load_evidence
 from fasttrack.evidence.signing import sign_file
+from fasttrack.facts.gather import gather_facts
 from fasttrack.findings import Finding, Severity
 from fasttrack.manifest import load_manifest
 from fasttrack.policy import Policy
@@ -332,7 +333,7 @@ def run_rule(code: str, ctx: Context) -> list[Finding]:
     rules = [*evidence_rules.catalogue.rules, *yardstick_rules.catalogue.rules]
     matches = [r for r in rules if r.code == code]
     assert matches, f"no evidence rule {code}"
-    found = matches[0].run(ctx)
+    found = matches[0].run(gather_facts(ctx))
     crashed = [f for f in found if "crashed" in f.message]
     assert not crashed, crashed
     return found

@@ -22,6 +22,7 @@ from bundle_factory import HAVE_SSH_KEYGEN, BundleFixture, codes, errors, new_fi
 from fasttrack.context import Context
 from fasttrack.errors import InputError
 from fasttrack.evidence.digest import contribution_digest, digest_of_listing_v1
+from fasttrack.facts.gather import gather_facts
 from fasttrack.findings import Finding
 from fasttrack.rules import binding
 
@@ -31,7 +32,7 @@ TAG = sys.implementation.cache_tag
 
 def judge(ctx: Context) -> list[Finding]:
     """The evidence rules and FT330, as verify runs them."""
-    return run_all(ctx) + [f for r in binding.catalogue.rules for f in r.run(ctx)]
+    return run_all(ctx) + [f for r in binding.catalogue.rules for f in r.run(gather_facts(ctx))]
 
 
 def collected(tmp_path: Path, files: dict[str, bytes | str]) -> BundleFixture:

@@ -20,6 +20,7 @@ from pathlib import Path
 import pathspec
 
 from fasttrack.changes.model import Change
+from fasttrack.confinement.engine_signatures import signatures_for
 from fasttrack.confinement.escapes import (
     DYNAMIC_CODE,
     GLOBAL_STATE,
@@ -219,10 +220,13 @@ def _analyse_file(ctx: Context, change: Change, own: _Ownership, is_test: bool) 
                            import_names(ctx, change.path))
     foreign_ops = set(ctx.known_models) - own.op_namespaces - {ctx.model or ""}
 
+    signatures = signatures_for(ctx.head_dir, ctx.policy.blast_radius.root_package, ctx.policy.engine,
+                                ctx.policy.engine_version)
+
     def analyse(source: str) -> FileFacts:
         return analyse_source(source, change.path, own.packages, module=module,
                               own_op_namespaces=own.op_namespaces, foreign_op_namespaces=foreign_ops,
-                              settings=ctx.policy.escapes)
+                              settings=ctx.policy.escapes, signatures=signatures)
 
     facts = analyse(text)
     old: dict[int, int] = {}

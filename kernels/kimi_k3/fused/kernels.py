@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 # Counter slots in the per-layer int32 `ctr` workspace (zeroed by CTA 0 of qkv_a_kernel every call).
 CTR_ATTN_TICKET = 0
@@ -120,6 +121,37 @@ def _sum_parts(ptr, B, rb, NP: tl.constexpr, PC: tl.constexpr):
             cache_modifier=".cg",
         )
     return tl.sum(acc, axis=1)
+
+
+@triton.jit
+def _pdl_enter(PDL: tl.constexpr):
+    """PDL (kernels 2..7): let the next kernel launch now (its CTAs take SMs this kernel's tail frees; they
+    wait in `_pdl_wait`), so its launch and its L2 prefetch overlap this kernel's drain."""
+    if PDL:
+        gdc_launch_dependents()
+
+
+@triton.jit
+def _pdl_wait(PDL: tl.constexpr):
+    """PDL: block until the previous kernel has completed and its writes are visible. Every CTA of a PDL
+    kernel calls this before its first access to anything but static weights (so completion is transitive:
+    a kernel completes only after the one before it did)."""
+    if PDL:
+        gdc_wait()
+
+
+@triton.jit
+def _l2_prefetch(base, rows, NROWS: tl.constexpr, LD: tl.constexpr, k0, PF: tl.constexpr):
+    """Before `_pdl_wait`: prefetch into L2 the PF bytes of bf16 weight rows `rows` (clamped to the matrix)
+    from column k0: one `prefetch.global.L2` per 128-byte line. Static weights only; a hint, no result."""
+    if PF > 0:
+        NL: tl.constexpr = PF // 128
+        rr = tl.minimum(rows, NROWS - 1)
+        cols = tl.minimum(k0 + tl.arange(0, NL) * 64, LD - 1)
+        ptrs = base + rr[:, None] * LD + cols[None, :]
+        tl.inline_asm_elementwise(
+            "prefetch.global.L2 [$1]; // $0", "=r,l", [ptrs], dtype=tl.int32, is_pure=False, pack=1
+        )
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -353,9 +385,16 @@ def q_b_kernel(
     KVR: tl.constexpr,
     NQC: tl.constexpr,
     PC: tl.constexpr,
+    PDL: tl.constexpr = False,
+    PF: tl.constexpr = 0,
 ):
     pid = tl.program_id(0)
     NQ: tl.constexpr = NH * ((DN + DR) // CN)
+    _pdl_enter(PDL)
+    if PF > 0:
+        # this q CTA's w_q_b rows (CN rows of head pid // ((DN + DR) // CN)), from column 0
+        _l2_prefetch(wqb_ptr, tl.minimum(pid, NQ - 1) * CN + tl.arange(0, CNP), NH * (DN + DR), QL, 0, PF)
+    _pdl_wait(PDL)
     if pid < NQ:
         _q_role(
             pid,
@@ -696,7 +735,10 @@ def attn_kernel(
     SC: tl.constexpr,
     BY_ROW: tl.constexpr,
     MERGE_ONLY: tl.constexpr = False,
+    PDL: tl.constexpr = False,
 ):
+    _pdl_enter(PDL)
+    _pdl_wait(PDL)
     if MERGE_ONLY:
         # the attention ran elsewhere (FlashInfer FA3 MLA into opart_ptr = [B, NH, KL] bf16): only the
         # W_UV + output-gate epilogue, one program per (head, row block)
@@ -779,8 +821,11 @@ def attn_pack_kernel(
     BH: tl.constexpr,
     KLP: tl.constexpr,
     DRP: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     """Sum the q_b kernel's absorbed-query partials in a fixed order and pack [ql | q_pe] as bf16."""
+    _pdl_enter(PDL)
+    _pdl_wait(PDL)
     NHB: tl.constexpr = (NH + BH - 1) // BH
     v = tl.program_id(0)
     hb = v % NHB
@@ -828,6 +873,8 @@ def o_proj_kernel(
     BK: tl.constexpr,
     MODE: tl.constexpr,
     PARTIAL: tl.constexpr,  # TP > 1: the rank's fp32 o_proj partial -> resid_out_ptr (no residual, no oss)
+    PDL: tl.constexpr = False,
+    PF: tl.constexpr = 0,
 ):
     pid = tl.program_id(0)
     ks = pid % KS
@@ -838,6 +885,9 @@ def o_proj_kernel(
     nm = rn < H
     n_tiles: tl.constexpr = (K + BK - 1) // BK
     per: tl.constexpr = (n_tiles + KS - 1) // KS
+    _pdl_enter(PDL)
+    _l2_prefetch(w_ptr, rn, H, K, ks * per * BK, PF)
+    _pdl_wait(PDL)
     acc = _acc_init(BB, BN, BK, MODE)
     for t in range(0, per):
         rk = (ks * per + t) * BK + tl.arange(0, BK)
@@ -1076,11 +1126,29 @@ def moe_front_kernel(
     PP: tl.constexpr,
     NBO: tl.constexpr,
     PC: tl.constexpr,
+    PDL: tl.constexpr = False,
+    PF: tl.constexpr = 0,
 ):
-    # roles in ticket order: router CTAs, top-k CTAs (wait for the router), latent-down CTAs, shared-w13 CTAs
-    v = tl.atomic_add(ctr_ptr + 21, 1)  # CTR_FRONT_TICKET
     NR: tl.constexpr = (E + BN - 1) // BN
     NT = tl.cdiv(B, TB)
+    _pdl_enter(PDL)
+    if PF > 0:
+        # the weight rows this CTA will most likely get (roles follow the ticket, which follows launch order
+        # closely; a wrong guess only wastes the prefetch)
+        NL: tl.constexpr = (LAT + BN - 1) // BN
+        pid = tl.program_id(0)
+        ri = tl.arange(0, BN)
+        gp = tl.where(pid < NR, pid, pid - NT)
+        if pid < NR:
+            _l2_prefetch(router_ptr, pid * BN + ri, E, H, 0, PF)
+        elif (pid >= NR + NT) & (gp < NR + NL):
+            _l2_prefetch(down_ptr, (gp - NR) * BN + ri, LAT, H, 0, PF)
+        elif gp >= NR + NL:
+            jj = (gp - NR - NL) * (BN // 2) + ri // 2
+            _l2_prefetch(sw13_ptr, jj + (ri % 2) * SI, 2 * SI, H, 0, PF)
+    _pdl_wait(PDL)
+    # roles in ticket order: router CTAs, top-k CTAs (wait for the router), latent-down CTAs, shared-w13 CTAs
+    v = tl.atomic_add(ctr_ptr + 21, 1)  # CTR_FRONT_TICKET
     if (v >= NR) & (v < NR + NT):
         _topk_role(
             v - NR,
@@ -1234,7 +1302,10 @@ def expert_up_kernel(
     BN: tl.constexpr,
     BK: tl.constexpr,
     MODE: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
+    _pdl_enter(PDL)
+    _pdl_wait(PDL)
     pid = tl.program_id(0)
     NJ: tl.constexpr = (2 * NI + BN - 1) // BN
     HALF: tl.constexpr = BN // 2
@@ -1525,7 +1596,10 @@ def expert_down_kernel(
     MODE_T: tl.constexpr,
     RB: tl.constexpr,
     PC: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
+    _pdl_enter(PDL)
+    _pdl_wait(PDL)
     # role from a ticket taken at start: every tail CTA starts after all down CTAs have started
     v = tl.atomic_add(ctr_ptr + 18, 1)  # CTR_DOWN_TICKET
     NBL: tl.constexpr = (LAT + BN - 1) // BN

@@ -80,9 +80,56 @@ class Plan:
     attn_warps: int = 8
     stages: int = 3
     x_stages: int = 4  # expert kernels
+    # Programmatic Dependent Launch for kernels 2..7 (each calls griddepcontrol.launch_dependents, then
+    # prefetches PF bytes of each of its first weight rows into L2, then griddepcontrol.wait before it
+    # touches anything the previous kernel wrote); kernel 1 and FlashInfer launch as usual
+    PDL: bool = False
+    PF: int = 0
+    # per-kernel overrides of MODE / num_warps / num_stages (-1 / 0: the plan-wide value); keys a, qb, o,
+    # f (moe_front), t (the tail of kernel 7), u, d (expert kernels: stages default x_stages)
+    A_MODE: int = -1
+    QB_MODE: int = -1
+    O_MODE: int = -1
+    F_MODE: int = -1
+    T_MODE: int = -1
+    A_NW: int = 0
+    QB_NW: int = 0
+    O_NW: int = 0
+    F_NW: int = 0
+    U_NW: int = 0
+    D_NW: int = 0
+    A_ST: int = 0
+    QB_ST: int = 0
+    O_ST: int = 0
+    F_ST: int = 0
+    U_ST: int = 0
+    D_ST: int = 0
 
     def with_(self, **kw: Any) -> Plan:
         return replace(self, **kw)
+
+    def mode(self, key: str) -> int:
+        m = int(getattr(self, key.upper() + "_MODE", -1))
+        return self.MODE if m < 0 else m
+
+    def bb(self, key: str) -> int:
+        """Row padding of kernel `key`'s GEMV tiles: the plan's BB for its MODE, else 16 (tensor cores) or
+        the batch rounded up to a power of two (FMA)."""
+        m = self.mode(key)
+        if m == self.MODE:
+            return self.BB
+        return max(16, _p2(self.B)) if m == 1 else _p2(self.B)
+
+    def nw(self, key: str) -> int:
+        return int(getattr(self, key.upper() + "_NW", 0)) or self.num_warps
+
+    def st(self, key: str) -> int:
+        d = self.x_stages if key in ("u", "d") else self.stages
+        return int(getattr(self, key.upper() + "_ST", 0)) or d
+
+    def pdl(self) -> dict[str, Any]:
+        """Launch options of kernels 2..7: Triton's `launch_pdl` when the plan asks for PDL."""
+        return {"launch_pdl": True} if self.PDL else {}
 
 
 def make_plan(cfg: K3LayerConfig, B: int, max_context: int, *, gpu: bool = True, **override: Any) -> Plan:
@@ -281,7 +328,6 @@ def launch_attention(cfg: K3LayerConfig, w: K3LayerWeights, batch: DecodeBatch, 
         lse = ws("lse", (B, p.S, NH), f32)
     attn_out = ws("attn_out", (B, NH * DV), bf16)
 
-    nw, st = p.num_warps, p.stages
     klp = _p2(KL)
     drp = max(16, _p2(DR))
     lc = min(klp, 128)
@@ -305,12 +351,12 @@ def launch_attention(cfg: K3LayerConfig, w: K3LayerWeights, batch: DecodeBatch, 
         NX=nx,
         XR=p.XR,
         XK=min(512, _p2(H)),
-        BB=p.BB,
+        BB=p.bb("a"),
         BN=p.A_BN,
         BK=p.A_BK,
-        MODE=p.MODE,
-        num_warps=nw,
-        num_stages=st,
+        MODE=p.mode("a"),
+        num_warps=p.nw("a"),
+        num_stages=p.st("a"),
     )
     # 2
     cnp = max(16, p.QB_CN)
@@ -342,17 +388,20 @@ def launch_attention(cfg: K3LayerConfig, w: K3LayerWeights, batch: DecodeBatch, 
         BS=cfg.block_size,
         CN=p.QB_CN,
         CNP=cnp,
-        BB=p.BB,
+        BB=p.bb("qb"),
         BK=p.QB_BK,
-        MODE=p.MODE,
+        MODE=p.mode("qb"),
         KLP=klp,
         LC=lc,
         DRP=drp,
         KVR=p.KVR,
         NQC=nqc,
         PC=PC,
-        num_warps=nw,
-        num_stages=st,
+        PDL=p.PDL,
+        PF=min(p.PF, QL * 2) if p.PDL else 0,
+        num_warps=p.nw("qb"),
+        num_stages=p.st("qb"),
+        **p.pdl(),
     )
     # 3
     nhb = _cdiv(NH, p.BH)
@@ -361,7 +410,8 @@ def launch_attention(cfg: K3LayerConfig, w: K3LayerWeights, batch: DecodeBatch, 
 
         q_mqa = lse
         K.attn_pack_kernel[(B * nhb,)](
-            ql_part, qpe, q_mqa, B, KL=KL, DR=DR, NH=NH, NCN=ncn, BH=p.BH, KLP=klp, DRP=drp, num_warps=4
+            ql_part, qpe, q_mqa, B, KL=KL, DR=DR, NH=NH, NCN=ncn, BH=p.BH, KLP=klp, DRP=drp, PDL=p.PDL,
+            num_warps=4, **p.pdl()
         )
         if batch.kv_cache.device.type != "meta":  # (meta: the compile-only warm-up of measure_fused)
             engine_attention.for_batch(cfg, batch).run(q_mqa, batch.kv_cache, out=opart)
@@ -405,8 +455,10 @@ def launch_attention(cfg: K3LayerConfig, w: K3LayerWeights, batch: DecodeBatch, 
         SC=_p2(p.S),
         BY_ROW=p.S > 4,
         MERGE_ONLY=fi,
+        PDL=p.PDL,
         num_warps=p.attn_warps,
         num_stages=2,
+        **p.pdl(),
     )
     return {
         "ctr": ctr,
@@ -497,13 +549,16 @@ def launch_o_proj(
         K=cfg.local_heads * cfg.v_head_dim,
         KS=p.O_KS,
         CTR_OFF=K.CTR_O,
-        BB=p.BB,
+        BB=p.bb("o"),
         BN=p.O_BN,
         BK=p.O_BK,
-        MODE=p.MODE,
+        MODE=p.mode("o"),
         PARTIAL=partial,
-        num_warps=p.num_warps,
-        num_stages=p.stages,
+        PDL=p.PDL,
+        PF=p.PF if p.PDL else 0,
+        num_warps=p.nw("o"),
+        num_stages=p.st("o"),
+        **p.pdl(),
     )
 
 
@@ -531,8 +586,10 @@ def launch_expert_up(
         BN=p.U_BN,
         BK=p.U_BK,
         MODE=p.U_MODE,
-        num_warps=p.num_warps,
-        num_stages=p.x_stages,
+        PDL=p.PDL,
+        num_warps=p.nw("u"),
+        num_stages=p.st("u"),
+        **p.pdl(),
     )
 
 
@@ -544,7 +601,8 @@ def run_planned(
     if _tp_of(batch) is not None:
         from . import tp_launch
 
-        return tp_launch.run_planned_tp(cfg, w, batch, plan)
+        # no PDL across the TP publishes (barrier kernels of torch's symmetric memory)
+        return tp_launch.run_planned_tp(cfg, w, batch, plan.with_(PDL=False))
     import torch
 
     from . import kernels as K
@@ -568,7 +626,6 @@ def run_planned(
     m = moe_scratch(cfg, batch, p)
     resid_out = torch.empty((B, H), dtype=bf16, device=dev)
     hidden_out = torch.empty((B, H), dtype=bf16, device=dev)
-    nw, st = p.num_warps, p.stages
     # 4
     launch_o_proj(cfg, w, p, a, m, resid_out, partial=False)
     # 5
@@ -604,18 +661,21 @@ def run_planned(
         RENORM=bool(cfg.moe_renormalize),
         BETA=float(cfg.situ_beta),
         LBETA=float(cfg.situ_linear_beta),
-        BB=p.BB,
+        BB=p.bb("f"),
         BN=p.F_BN,
         BK=p.F_BK,
-        MODE=p.MODE,
+        MODE=p.mode("f"),
         EP=_p2(E),
         TB=p.TB,
         KP=_p2(TOPK),
         PP=_p2(B * TOPK),
         NBO=nbo,
         PC=PC,
-        num_warps=nw,
-        num_stages=st,
+        PDL=p.PDL,
+        PF=p.PF if p.PDL else 0,
+        num_warps=p.nw("f"),
+        num_stages=p.st("f"),
+        **p.pdl(),
     )
     # 6
     launch_expert_up(cfg, w, p, m, ctr)
@@ -648,14 +708,16 @@ def run_planned(
         BN=p.D_BN,
         BK=p.D_BK,
         MODE=p.X_MODE,
-        BB=p.BB,
+        BB=p.bb("t"),
         BNT=p.T_BN,
         BKT=p.T_BK,
-        MODE_T=p.MODE,
+        MODE_T=p.mode("t"),
         RB=p.RB,
         PC=PC,
-        num_warps=nw,
-        num_stages=p.x_stages,
+        PDL=p.PDL,
+        num_warps=p.nw("d"),
+        num_stages=p.st("d"),
+        **p.pdl(),
     )
     bufs = {**a, **m}
     return hidden_out, resid_out, bufs

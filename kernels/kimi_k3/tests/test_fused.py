@@ -114,6 +114,25 @@ def test_fused_multiblock_paths(bsz: int, tiny_cfg: K3LayerConfig, tiny_weights:
     assert torch.allclose(resid.float(), resid2.float(), rtol=2e-2, atol=2e-2)
 
 
+# per-kernel GEMV modes against the plan-wide one (the B1 GPU plan mixes FMA and tensor-core tiles)
+MIXED_MODES: dict[str, Any] = dict(A_MODE=1, QB_MODE=1, O_MODE=1, F_MODE=1, T_MODE=1, X_MODE=1, BT=16)
+
+
+@pytest.mark.parametrize("bsz", [1, 2])
+def test_fused_mixed_kernel_modes(bsz: int, tiny_cfg: K3LayerConfig, tiny_weights: K3LayerWeights) -> None:
+    lens = _lens(bsz, tiny_cfg, seed=300 + bsz)
+    batch = _batch(tiny_cfg, lens, seed=300 + bsz)
+    mixed = {**SMALL_TILES, **MIXED_MODES}
+    plan = fused.make_plan(tiny_cfg, bsz, max(lens), gpu=False, **mixed)
+    assert plan.MODE == 0 and plan.mode("a") == 1 and plan.bb("a") == 16 and plan.bb("qb") == 16
+    c, _, out, resid = _run(tiny_cfg, tiny_weights, batch, **mixed)
+    _assert_ok(c)
+    again = _batch(tiny_cfg, lens, seed=300 + bsz)
+    _, _, out2, resid2 = _run(tiny_cfg, tiny_weights, again, **SMALL_TILES)
+    assert torch.allclose(out.float(), out2.float(), rtol=2e-2, atol=2e-2)
+    assert torch.allclose(resid.float(), resid2.float(), rtol=2e-2, atol=2e-2)
+
+
 @pytest.mark.parametrize("splits", [7, 16])
 def test_fused_many_kv_splits(splits: int, tiny_cfg: K3LayerConfig, tiny_weights: K3LayerWeights) -> None:
     """More splits than a row has tiles (empty splits) and the merge's split-vectorised path (S > 4)."""

@@ -696,6 +696,72 @@ def _merge_role(
 
 
 @triton.jit
+def _merge_one(
+    m,
+    opart_ptr,
+    wkvb_ptr,
+    raw_ptr,
+    ssin_ptr,
+    attn_out_ptr,
+    B,
+    H: tl.constexpr,
+    R: tl.constexpr,
+    EPS: tl.constexpr,
+    GATE_OFF: tl.constexpr,
+    USE_GATE: tl.constexpr,
+    KL: tl.constexpr,
+    DN: tl.constexpr,
+    DV: tl.constexpr,
+    NH: tl.constexpr,
+    KLP: tl.constexpr,
+    MB: tl.constexpr,
+    LC: tl.constexpr,
+    VC: tl.constexpr,
+    PDL: tl.constexpr,
+    PF: tl.constexpr,
+):
+    """W_UV + output gate on an already merged latent output (bf16 [B, NH, KL], FlashInfer's) for head
+    m % NH, value columns [vs*VC, vs*VC + VC) and a block of MB rows (the same per-element sums as the ONE
+    path of `_merge_role`: one dot over KL per output element, in LC chunks)."""
+    NV: tl.constexpr = (DV + VC - 1) // VC
+    h = m % NH
+    vs = (m // NH) % NV
+    b0 = (m // (NH * NV)) * MB
+    rv = vs * VC + tl.arange(0, VC)
+    vm = rv < DV
+    wrow = h * (DN + DV) + DN + rv  # W_UV rows of head h inside w_kv_b
+    _pdl_enter(PDL)
+    _l2_prefetch(wkvb_ptr, wrow, NH * (DN + DV), KL, 0, PF)
+    _pdl_wait(PDL)
+    rb = b0 + tl.arange(0, MB)
+    bm = rb < B
+    out = tl.zeros([MB, VC], dtype=tl.float32)
+    for l0 in tl.static_range(0, KLP, LC):
+        rl = l0 + tl.arange(0, LC)
+        lm = rl < KL
+        lat = tl.load(
+            opart_ptr + (rb[:, None] * NH + h) * KL + rl[None, :],
+            mask=bm[:, None] & lm[None, :],
+            other=0.0,
+        )
+        wuv = tl.load(wkvb_ptr + wrow[None, :] * KL + rl[:, None], mask=lm[:, None] & vm[None, :], other=0.0)
+        out = tl.dot(lat.to(tl.bfloat16), wuv, out)  # [MB, VC]
+    if USE_GATE:
+        rstd_in = tl.rsqrt(tl.load(ssin_ptr + rb, mask=bm, other=0.0) / H + EPS)
+        g = tl.load(
+            raw_ptr + rb[:, None] * R + GATE_OFF + h * DV + rv[None, :],
+            mask=bm[:, None] & vm[None, :],
+            other=0.0,
+        ).to(tl.float32)
+        out = out * tl.sigmoid(g * rstd_in[:, None])
+    tl.store(
+        attn_out_ptr + rb[:, None] * (NH * DV) + h * DV + rv[None, :],
+        out.to(tl.bfloat16),
+        mask=bm[:, None] & vm[None, :],
+    )
+
+
+@triton.jit
 def attn_kernel(
     ql_ptr,
     qpe_ptr,
@@ -736,17 +802,19 @@ def attn_kernel(
     BY_ROW: tl.constexpr,
     MERGE_ONLY: tl.constexpr = False,
     PDL: tl.constexpr = False,
+    PF: tl.constexpr = 0,
+    VC: tl.constexpr = 128,
 ):
-    _pdl_enter(PDL)
-    _pdl_wait(PDL)
     if MERGE_ONLY:
         # the attention ran elsewhere (FlashInfer FA3 MLA into opart_ptr = [B, NH, KL] bf16): only the
-        # W_UV + output-gate epilogue, one program per (head, row block)
-        _merge_role(
-            tl.program_id(0), opart_ptr, lse_ptr, wkvb_ptr, raw_ptr, ssin_ptr, attn_out_ptr, ctr_ptr, B, 1,
-            H, R, EPS, GATE_OFF, USE_GATE, KL, DN, DV, NH, BH, KLP, DVP, MB, LC, SP, SC, False, True,
+        # W_UV + output-gate epilogue, one program per (head, VC value columns, row block)
+        _merge_one(
+            tl.program_id(0), opart_ptr, wkvb_ptr, raw_ptr, ssin_ptr, attn_out_ptr, B, H, R, EPS, GATE_OFF,
+            USE_GATE, KL, DN, DV, NH, KLP, MB, LC, VC, PDL, PF,
         )
         return
+    _pdl_enter(PDL)
+    _pdl_wait(PDL)
     # role from a ticket taken at start: every merge CTA starts after all attention CTAs have started
     v = tl.atomic_add(ctr_ptr + 0, 1)  # CTR_ATTN_TICKET
     NHB: tl.constexpr = (NH + BH - 1) // BH

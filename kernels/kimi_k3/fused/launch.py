@@ -85,6 +85,8 @@ class Plan:
     # touches anything the previous kernel wrote); kernel 1 and FlashInfer launch as usual
     PDL: bool = False
     PF: int = 0
+    # value columns per W_UV + gate epilogue program (FlashInfer attention): DV / M_VC programs per head
+    M_VC: int = 128
     # per-kernel overrides of MODE / num_warps / num_stages (-1 / 0: the plan-wide value); keys a, qb, o,
     # f (moe_front), t (the tail of kernel 7), u, d (expert kernels: stages default x_stages)
     A_MODE: int = -1
@@ -263,6 +265,10 @@ def _check_plan(cfg: K3LayerConfig, p: Plan) -> None:
         raise ValueError("too many experts for the counter layout")
     if _cdiv(cfg.latent, p.D_BN) > K.CTR_ECNT - K.CTR_DOWN:
         raise ValueError("too many latent column blocks for the counter layout")
+    if p.M_VC < 16 and cfg.hidden >= 1024:
+        raise ValueError("M_VC must be >= 16 (the epilogue's dot) at real shapes")
+    if p.M_VC & (p.M_VC - 1):
+        raise ValueError("M_VC must be a power of two")
     if p.F_BN % 2 or p.U_BN % 2:
         raise ValueError("interleaved gate/up tiles need an even block")
 
@@ -415,7 +421,8 @@ def launch_attention(cfg: K3LayerConfig, w: K3LayerWeights, batch: DecodeBatch, 
         )
         if batch.kv_cache.device.type != "meta":  # (meta: the compile-only warm-up of measure_fused)
             engine_attention.for_batch(cfg, batch).run(q_mqa, batch.kv_cache, out=opart)
-    grid_attn = (0 if fi else B * p.S * nhb) + NH * _cdiv(B, p.MB)
+    vc = min(p.M_VC, _p2(DV)) if fi else max(16, _p2(DV))  # (>= 16 at real shapes: _check_plan)
+    grid_attn = (0 if fi else B * p.S * nhb) + NH * _cdiv(B, p.MB) * (_cdiv(DV, vc) if fi else 1)
     K.attn_kernel[(grid_attn,)](
         ql_part,
         qpe,
@@ -456,6 +463,8 @@ def launch_attention(cfg: K3LayerConfig, w: K3LayerWeights, batch: DecodeBatch, 
         BY_ROW=p.S > 4,
         MERGE_ONLY=fi,
         PDL=p.PDL,
+        PF=min(p.PF, KL * 2) if p.PDL else 0,
+        VC=vc,
         num_warps=p.attn_warps,
         num_stages=2,
         **p.pdl(),

@@ -299,6 +299,11 @@ def test_fused_with_engine_attention(bsz: int, tiny_cfg: K3LayerConfig, tiny_wei
     """ATTN="flashinfer": the q-pack kernel, the engine's MLA decode (torch reference attention on CPU,
     FlashInfer's FA3 MLA on a GPU) and the merge-only W_UV + gate epilogue, against the fp32 reference."""
     batch = _batch(tiny_cfg, _lens(bsz, tiny_cfg, seed=200 + bsz), seed=200 + bsz)
-    c, aux, _, _ = _run(tiny_cfg, tiny_weights, batch, ATTN="flashinfer")
+    c, aux, out, resid = _run(tiny_cfg, tiny_weights, batch, ATTN="flashinfer")
     _assert_ok(c)
     assert aux["opart"].shape == (bsz, tiny_cfg.local_heads, tiny_cfg.kv_lora_rank)
+    # the epilogue split over value columns (M_VC = 8: two programs per head) gives the same bits
+    again = _batch(tiny_cfg, _lens(bsz, tiny_cfg, seed=200 + bsz), seed=200 + bsz)
+    c2, _, out2, resid2 = _run(tiny_cfg, tiny_weights, again, ATTN="flashinfer", M_VC=8)
+    _assert_ok(c2)
+    assert torch.equal(out, out2) and torch.equal(resid, resid2)

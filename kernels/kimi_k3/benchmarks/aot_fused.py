@@ -64,7 +64,11 @@ def compile_launch(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> di
     constexprs: dict[tuple[int, ...] | str, Any] = {}
     attrs: dict[tuple[int, ...], list[list[Any]]] = {}
     for i, n in enumerate(names):
-        v = values[n]
+        v = values[n] if n in values else fn.params[i].default
+        if v is None:
+            sig[n] = "constexpr"
+            constexprs[n] = None
+            continue
         if n in const_names:
             sig[n] = "constexpr"
             constexprs[n] = v

@@ -55,10 +55,13 @@ CTR_DOWN_TICKET = 18
 CTR_LAT_DONE = 19
 CTR_TOPK_DONE = 20
 CTR_FRONT_TICKET = 21
+CTR_OM_TICKET = 22  # o_proj launch with the W_UV + gate epilogue folded in: role ticket
+CTR_OM_DONE = 23  # epilogue programs done
 CTR_O = 32  # + o_proj column block (split-K arrivals), up to 480 blocks
 CTR_DOWN = 512  # + latent column block, up to 512 blocks
 CTR_ECNT = 1024  # + expert: pairs routed to each expert (up to 1024 experts)
-CTR_SIZE = 2048
+CTR_QH = 2048  # + head: q_b CTAs of that head done (the last packs FlashInfer's query), up to 2048 heads
+CTR_SIZE = 4096
 
 
 @triton.jit
@@ -303,6 +306,44 @@ def _q_role(
 
 
 @triton.jit
+def _pack_head(
+    h,
+    ql_ptr,
+    qpe_ptr,
+    q_ptr,
+    B,
+    BB: tl.constexpr,
+    KL: tl.constexpr,
+    DR: tl.constexpr,
+    NH: tl.constexpr,
+    NCN: tl.constexpr,
+    KLP: tl.constexpr,
+    LC: tl.constexpr,
+    DRP: tl.constexpr,
+):
+    """q[b, h] = [sum_c ql_part[c, b, h] (c = 0, 1, .. in order) | q_pe[b, h]] as bf16, rows b < B (<= BB)."""
+    rb = tl.arange(0, BB)
+    bm = rb < B
+    base = q_ptr + (rb[:, None] * NH + h) * (KL + DR)
+    for l0 in tl.static_range(0, KLP, LC):
+        rl = l0 + tl.arange(0, LC)
+        m2 = bm[:, None] & (rl < KL)[None, :]
+        ql = tl.zeros([BB, LC], dtype=tl.float32)
+        for c in tl.static_range(NCN):
+            ql += tl.load(
+                ql_ptr + c * B * NH * KL + rb[:, None] * (NH * KL) + h * KL + rl[None, :],
+                mask=m2,
+                other=0.0,
+                cache_modifier=".cg",
+            )
+        tl.store(base + rl[None, :], ql.to(tl.bfloat16), mask=m2)
+    rp = tl.arange(0, DRP)
+    pm = bm[:, None] & (rp < DR)[None, :]
+    qpe = tl.load(qpe_ptr + rb[:, None] * (NH * DR) + h * DR + rp[None, :], mask=pm, other=0.0, cache_modifier=".cg")
+    tl.store(base + KL + rp[None, :], qpe.to(tl.bfloat16), mask=pm)
+
+
+@triton.jit
 def _kv_role(
     r0,
     raw_ptr,
@@ -387,6 +428,10 @@ def q_b_kernel(
     PC: tl.constexpr,
     PDL: tl.constexpr = False,
     PF: tl.constexpr = 0,
+    PACK: tl.constexpr = False,  # FlashInfer attention: also write the packed bf16 query q_ptr [B, NH, KL+DR]
+    q_ptr=None,
+    ctr_ptr=None,
+    CTR_QH_SLOT: tl.constexpr = 2048,
 ):
     pid = tl.program_id(0)
     NQ: tl.constexpr = NH * ((DN + DR) // CN)
@@ -426,6 +471,15 @@ def q_b_kernel(
             NQC,
             PC,
         )
+        if PACK:
+            # FlashInfer's packed bf16 query: the head's last q CTA to finish sums the absorbed-query partials
+            # in chunk order and packs [ql | q_pe] (the former attn_pack_kernel, same sums, same bits)
+            NCH: tl.constexpr = (DN + DR) // CN
+            h = pid // NCH
+            tl.debug_barrier()
+            arrived = tl.atomic_add(ctr_ptr + CTR_QH_SLOT + h, 1, sem="acq_rel")
+            if arrived == NCH - 1:
+                _pack_head(h, ql_ptr, qpe_ptr, q_ptr, B, BB, KL, DR, NH, DN // CN, KLP, LC, DRP)
     else:
         _kv_role(
             (pid - NQ) * KVR,
@@ -943,8 +997,78 @@ def o_proj_kernel(
     PARTIAL: tl.constexpr,  # TP > 1: the rank's fp32 o_proj partial -> resid_out_ptr (no residual, no oss)
     PDL: tl.constexpr = False,
     PF: tl.constexpr = 0,
+    # MERGE: the W_UV + output-gate epilogue of FlashInfer's attention runs in this launch: the first NM
+    # programs in ticket order (`_merge_one`, writing x_ptr = attn_out), the o_proj programs after them
+    # prefetch their first weight rows into L2 (MPF bytes a row), wait for all NM, then read attn_out (.cg)
+    MERGE: tl.constexpr = False,
+    NM: tl.constexpr = 0,
+    opart_ptr=None,
+    wkvb_ptr=None,
+    raw_ptr=None,
+    ssin_ptr=None,
+    R: tl.constexpr = 1,
+    EPS: tl.constexpr = 1e-6,
+    GATE_OFF: tl.constexpr = 0,
+    USE_GATE: tl.constexpr = False,
+    KL: tl.constexpr = 1,
+    DN: tl.constexpr = 1,
+    DV: tl.constexpr = 1,
+    NH: tl.constexpr = 1,
+    KLP: tl.constexpr = 1,
+    MB: tl.constexpr = 16,
+    LC: tl.constexpr = 1,
+    VC: tl.constexpr = 16,
+    MPF: tl.constexpr = 0,
 ):
-    pid = tl.program_id(0)
+    if MERGE:
+        _pdl_enter(PDL)
+        _pdl_wait(PDL)
+        v = tl.atomic_add(ctr_ptr + 22, 1)  # CTR_OM_TICKET
+        if v < NM:
+            _merge_one(
+                v, opart_ptr, wkvb_ptr, raw_ptr, ssin_ptr, x_ptr, B, H, R, EPS, GATE_OFF, USE_GATE, KL, DN, DV,
+                NH, KLP, MB, LC, VC, False, 0,
+            )
+            tl.debug_barrier()
+            tl.atomic_add(ctr_ptr + 23, 1, sem="release")  # CTR_OM_DONE
+        else:
+            _o_role(
+                v - NM, x_ptr, w_ptr, resid1_ptr, part_ptr, resid_out_ptr, oss_ptr, ctr_ptr, B, H, K, KS, CTR_OFF,
+                BB, BN, BK, MODE, PARTIAL, PDL, PF, True, NM, MPF,
+            )
+    else:
+        _o_role(
+            tl.program_id(0), x_ptr, w_ptr, resid1_ptr, part_ptr, resid_out_ptr, oss_ptr, ctr_ptr, B, H, K, KS,
+            CTR_OFF, BB, BN, BK, MODE, PARTIAL, PDL, PF, False, 0, 0,
+        )
+
+
+@triton.jit
+def _o_role(
+    pid,
+    x_ptr,
+    w_ptr,
+    resid1_ptr,
+    part_ptr,
+    resid_out_ptr,
+    oss_ptr,
+    ctr_ptr,
+    B,
+    H: tl.constexpr,
+    K: tl.constexpr,
+    KS: tl.constexpr,
+    CTR_OFF: tl.constexpr,
+    BB: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    MODE: tl.constexpr,
+    PARTIAL: tl.constexpr,
+    PDL: tl.constexpr,
+    PF: tl.constexpr,
+    MERGE: tl.constexpr,
+    NM: tl.constexpr,
+    MPF: tl.constexpr,
+):
     ks = pid % KS
     nb = pid // KS
     rb = tl.arange(0, BB)
@@ -956,11 +1080,22 @@ def o_proj_kernel(
     _pdl_enter(PDL)
     _l2_prefetch(w_ptr, rn, H, K, ks * per * BK, PF)
     _pdl_wait(PDL)
+    if MERGE:
+        _l2_prefetch(w_ptr, rn, H, K, ks * per * BK, MPF)
+        cnt = tl.atomic_add(ctr_ptr + 23, 0, sem="acquire")
+        while cnt < NM:
+            cnt = tl.atomic_add(ctr_ptr + 23, 0, sem="acquire")
+        tl.debug_barrier()
     acc = _acc_init(BB, BN, BK, MODE)
     for t in range(0, per):
         rk = (ks * per + t) * BK + tl.arange(0, BK)
         km = rk < K
-        x = tl.load(x_ptr + rb[:, None] * K + rk[None, :], mask=bm[:, None] & km[None, :], other=0.0)
+        if MERGE:  # attn_out was written by other programs of this launch
+            x = tl.load(
+                x_ptr + rb[:, None] * K + rk[None, :], mask=bm[:, None] & km[None, :], other=0.0, cache_modifier=".cg"
+            )
+        else:
+            x = tl.load(x_ptr + rb[:, None] * K + rk[None, :], mask=bm[:, None] & km[None, :], other=0.0)
         w = tl.load(w_ptr + rn[:, None] * K + rk[None, :], mask=nm[:, None] & km[None, :], other=0.0)
         acc = _mac(acc, x, w, MODE)
     out = _fin(acc, MODE)

@@ -134,7 +134,7 @@ def errors(out: Any, ref: Any) -> dict[str, Any]:
 
 def run_point(R: dict[str, Any], tp: int, b: int, c: int, flush: torch.Tensor, reps: int,
               compile_: bool = False) -> None:
-    from kimi_k3 import bench
+    from kimi_k3.benchmarks import bench
 
     from baselines.vllm.kimi_k3.case import baseline_case
 

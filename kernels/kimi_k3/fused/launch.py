@@ -90,8 +90,9 @@ class Plan:
     # FlashInfer attention: the q_b kernel's last CTA per head packs the bf16 query (no attn_pack_kernel)
     QPACK: bool = True
     # FlashInfer attention at TP 1: the W_UV + gate epilogue runs inside the o_proj launch (first programs in
-    # ticket order; the o_proj programs prefetch OM_PF bytes of each weight row into L2 while they wait)
-    OMERGE: bool = True
+    # ticket order; the o_proj programs prefetch OM_PF bytes of each weight row into L2 while they wait): 7
+    # kernels a layer instead of 8, but measured 3-13 us slower (B1..B64, docs/results/kimi_k3-pdl/), so off
+    OMERGE: bool = False
     OM_PF: int = 0
     # per-kernel overrides of MODE / num_warps / num_stages (-1 / 0: the plan-wide value); keys a, qb, o,
     # f (moe_front), t (the tail of kernel 7), u, d (expert kernels: stages default x_stages)
@@ -221,7 +222,7 @@ def make_plan(cfg: K3LayerConfig, B: int, max_context: int, *, gpu: bool = True,
             gpu_tiles.update(QB_MODE=1, QB_BK=64 if B == 1 else 128, QB_ST=4)
             gpu_tiles.update(O_MODE=1, O_BN=64, O_BK=128, O_KS=2, O_ST=4)
         if B == 1:
-            gpu_tiles.update(F_MODE=1, F_BN=64, F_BK=128, F_ST=4)
+            gpu_tiles.update(F_MODE=1, F_BN=64, F_BK=128, F_ST=4, D_ST=3)
         if B > 32:
             gpu_tiles.update(x_stages=3)
     plan = Plan(
@@ -837,10 +838,10 @@ def forward(
 
 
 # Kernels per layer at TP 1: 7 own launches with the own attention; with FlashInfer's attention (the GPU
-# default) 6 own launches (q_b packs FlashInfer's query, o_proj runs the W_UV + gate epilogue) and FlashInfer's
-# one MLA kernel: 7.
+# default) 7 own launches (q_b packs FlashInfer's query; the W_UV + gate epilogue has its own launch) and
+# FlashInfer's one MLA kernel: 8 (7 with the plan's OMERGE, measured slower).
 KERNELS_PER_LAYER_OWN_ATTENTION = 7
-KERNELS_PER_LAYER = 7
+KERNELS_PER_LAYER = 8
 
 
 def kernels_per_layer(attention: str) -> int:

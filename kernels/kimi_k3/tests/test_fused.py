@@ -313,13 +313,13 @@ def test_fused_with_engine_attention(bsz: int, tiny_cfg: K3LayerConfig, tiny_wei
     _assert_ok(c3)
     assert torch.equal(aux["lse"], aux3["lse"])  # the packed query buffer
     assert torch.equal(out, out3) and torch.equal(resid, resid3)
-    # the W_UV + gate epilogue in its own launch (OMERGE=False) = folded into o_proj's (the default)
+    # the W_UV + gate epilogue folded into o_proj's launch (OMERGE=True) = in its own launch (the default)
     fourth = _batch(tiny_cfg, _lens(bsz, tiny_cfg, seed=200 + bsz), seed=200 + bsz)
-    c4, aux4, out4, resid4 = _run(tiny_cfg, tiny_weights, fourth, ATTN="flashinfer", OMERGE=False, QPACK=False)
+    c4, aux4, out4, resid4 = _run(tiny_cfg, tiny_weights, fourth, ATTN="flashinfer", OMERGE=True, QPACK=False)
     _assert_ok(c4)
     assert torch.equal(aux["attn_out"], aux4["attn_out"])
     assert torch.equal(out, out4) and torch.equal(resid, resid4)
     # the folded epilogue with several value-column programs per head and split-K o_proj programs
     fifth = _batch(tiny_cfg, _lens(bsz, tiny_cfg, seed=200 + bsz), seed=200 + bsz)
-    c5, _, _, _ = _run(tiny_cfg, tiny_weights, fifth, ATTN="flashinfer", M_VC=8, **SMALL_TILES)
+    c5, _, _, _ = _run(tiny_cfg, tiny_weights, fifth, ATTN="flashinfer", M_VC=8, OMERGE=True, **SMALL_TILES)
     _assert_ok(c5)

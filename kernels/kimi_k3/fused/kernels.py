@@ -1,6 +1,8 @@
 """Triton kernels of the fused Kimi K3 MLA decode layer (design and figures: fused/NOTES.md).
 
-Seven launches per layer:
+Seven launches per layer (on a GPU, with FlashInfer's attention: kernel 3 is FlashInfer's FA3 MLA, whose
+query `q_b_kernel` packs, then the W_UV + gate epilogue `attn_kernel(MERGE_ONLY)`, optionally folded into
+`o_proj_kernel(MERGE)`; see fused/NOTES.md):
 
 1 `qkv_a_kernel`: norm CTAs compute h + r and its sum of squares (input RMSNorm) and zero the layer's
   sync counters; GEMV CTAs run q_a|kv_a|gate on the raw h and r tiles against input_norm-folded weights
@@ -37,7 +39,9 @@ the waiter exists. Producers store, barrier, then release-increment a counter; c
 read with `.cg` (L2) loads. No float atomics: every sum has a fixed order, so outputs are bit-reproducible.
 
 GEMV tiles: `MODE == 0` is a CUDA-core FMA tile (activations broadcast over a [BN, BK] weight tile, reduced
-once at the end) for 1-2 rows; `MODE == 1` is `tl.dot` with the rows padded to 16.
+once at the end); `MODE == 1` is `tl.dot` with the rows padded to 16 (cp.async-pipelined; the plan picks per
+kernel, tensor cores at every batch at TP-1 real shapes). Kernels 2-7 take an optional PDL constexpr
+(griddepcontrol; off by default, measured slower).
 """
 
 from __future__ import annotations
@@ -339,7 +343,9 @@ def _pack_head(
         tl.store(base + rl[None, :], ql.to(tl.bfloat16), mask=m2)
     rp = tl.arange(0, DRP)
     pm = bm[:, None] & (rp < DR)[None, :]
-    qpe = tl.load(qpe_ptr + rb[:, None] * (NH * DR) + h * DR + rp[None, :], mask=pm, other=0.0, cache_modifier=".cg")
+    qpe = tl.load(
+        qpe_ptr + rb[:, None] * (NH * DR) + h * DR + rp[None, :], mask=pm, other=0.0, cache_modifier=".cg"
+    )
     tl.store(base + KL + rp[None, :], qpe.to(tl.bfloat16), mask=pm)
 
 
@@ -1026,20 +1032,20 @@ def o_proj_kernel(
         v = tl.atomic_add(ctr_ptr + 22, 1)  # CTR_OM_TICKET
         if v < NM:
             _merge_one(
-                v, opart_ptr, wkvb_ptr, raw_ptr, ssin_ptr, x_ptr, B, H, R, EPS, GATE_OFF, USE_GATE, KL, DN, DV,
-                NH, KLP, MB, LC, VC, False, 0,
+                v, opart_ptr, wkvb_ptr, raw_ptr, ssin_ptr, x_ptr, B, H, R, EPS, GATE_OFF, USE_GATE,
+                KL, DN, DV, NH, KLP, MB, LC, VC, False, 0,
             )
             tl.debug_barrier()
             tl.atomic_add(ctr_ptr + 23, 1, sem="release")  # CTR_OM_DONE
         else:
             _o_role(
-                v - NM, x_ptr, w_ptr, resid1_ptr, part_ptr, resid_out_ptr, oss_ptr, ctr_ptr, B, H, K, KS, CTR_OFF,
-                BB, BN, BK, MODE, PARTIAL, PDL, PF, True, NM, MPF,
+                v - NM, x_ptr, w_ptr, resid1_ptr, part_ptr, resid_out_ptr, oss_ptr, ctr_ptr, B, H, K, KS,
+                CTR_OFF, BB, BN, BK, MODE, PARTIAL, PDL, PF, True, NM, MPF,
             )
     else:
         _o_role(
-            tl.program_id(0), x_ptr, w_ptr, resid1_ptr, part_ptr, resid_out_ptr, oss_ptr, ctr_ptr, B, H, K, KS,
-            CTR_OFF, BB, BN, BK, MODE, PARTIAL, PDL, PF, False, 0, 0,
+            tl.program_id(0), x_ptr, w_ptr, resid1_ptr, part_ptr, resid_out_ptr, oss_ptr, ctr_ptr, B, H, K,
+            KS, CTR_OFF, BB, BN, BK, MODE, PARTIAL, PDL, PF, False, 0, 0,
         )
 
 
@@ -1092,7 +1098,10 @@ def _o_role(
         km = rk < K
         if MERGE:  # attn_out was written by other programs of this launch
             x = tl.load(
-                x_ptr + rb[:, None] * K + rk[None, :], mask=bm[:, None] & km[None, :], other=0.0, cache_modifier=".cg"
+                x_ptr + rb[:, None] * K + rk[None, :],
+                mask=bm[:, None] & km[None, :],
+                other=0.0,
+                cache_modifier=".cg",
             )
         else:
             x = tl.load(x_ptr + rb[:, None] * K + rk[None, :], mask=bm[:, None] & km[None, :], other=0.0)

@@ -307,7 +307,7 @@ def test_fused_with_engine_attention(bsz: int, tiny_cfg: K3LayerConfig, tiny_wei
     c2, _, out2, resid2 = _run(tiny_cfg, tiny_weights, again, ATTN="flashinfer", M_VC=8)
     _assert_ok(c2)
     assert torch.equal(out, out2) and torch.equal(resid, resid2)
-    # the query packed by q_b_kernel's last CTA per head (QPACK, the default) = attn_pack_kernel's, bit for bit
+    # the query packed by q_b_kernel's last CTA per head (QPACK, the default) = attn_pack_kernel's bits
     third = _batch(tiny_cfg, _lens(bsz, tiny_cfg, seed=200 + bsz), seed=200 + bsz)
     c3, aux3, out3, resid3 = _run(tiny_cfg, tiny_weights, third, ATTN="flashinfer", QPACK=False)
     _assert_ok(c3)

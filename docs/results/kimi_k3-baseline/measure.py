@@ -134,7 +134,7 @@ def errors(out: Any, ref: Any) -> dict[str, Any]:
 
 def run_point(R: dict[str, Any], tp: int, b: int, c: int, flush: torch.Tensor, reps: int,
               compile_: bool = False) -> None:
-    from kimi_k3 import bench
+    from kimi_k3.benchmarks import bench
 
     from baselines.vllm.kimi_k3.case import baseline_case
 
@@ -218,6 +218,7 @@ def run_variants(R: dict[str, Any], b: int, c: int, variants: dict[str, dict[str
     del g
     from baselines.vllm.kimi_k3.decode import Workspace
 
+    base_out: list[torch.Tensor] | None = None
     for name, ov in variants.items():
         v: dict[str, Any] = {"override": ov}
         try:
@@ -233,6 +234,18 @@ def run_variants(R: dict[str, Any], b: int, c: int, variants: dict[str, dict[str
             g, outs = graphed(fn)
             v["median_us"] = time_graph(g, flush, reps)["median_us"]
             v["speedup"] = rec["stock_us"] / v["median_us"]
+            g.replay()
+            torch.cuda.synchronize()
+            v["graph_vs_oracle"] = errors(outs, ref)
+            first = [o.clone() for o in outs]
+            flush.zero_()
+            g.replay()
+            torch.cuda.synchronize()
+            v["bit_repeatable"] = all(torch.equal(x, y) for x, y in zip(first, outs, strict=True))
+            if base_out is None:
+                base_out = first
+            else:
+                v["same_bits_as_first"] = all(torch.equal(x, y) for x, y in zip(first, base_out, strict=True))
             prof = profile(g, flush)
             v["profile"] = prof
             del g, outs
@@ -240,7 +253,9 @@ def run_variants(R: dict[str, Any], b: int, c: int, variants: dict[str, dict[str
             v["error"] = f"{type(e).__name__}: {str(e)[:400]}"
         rec["variants"][name] = v
         print(json.dumps({"b": b, "c": c, "variant": name, "us": v.get("median_us"), "x": v.get("speedup"),
-                          "err": v.get("max_abs_error"), "e": v.get("error")}), flush=True)
+                          "err": v.get("max_abs_error"), "ok": v.get("graph_vs_oracle", {}).get("pass_bf16_cap"),
+                          "rep": v.get("bit_repeatable"), "same": v.get("same_bits_as_first"),
+                          "k": {n[:12]: t for n, t in v.get("profile", [])}, "e": v.get("error")}), flush=True)
     g, _ = graphed(lambda: case.stock(case.static_inputs))
     rec["stock_us_again"] = time_graph(g, flush, reps)["median_us"]
     del g, case, ref

@@ -58,13 +58,17 @@ def compile_launch(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> di
     names = [p.name for p in fn.params]
     const_names = {p.name for p in fn.params if p.is_constexpr}
     values = dict(zip(names, args, strict=False))
-    opts = {k: kwargs[k] for k in ("num_warps", "num_stages") if k in kwargs}
+    opts = {k: kwargs[k] for k in ("num_warps", "num_stages", "launch_pdl") if k in kwargs}
     values.update({k: v for k, v in kwargs.items() if k not in opts})
     sig: dict[str, str] = {}
     constexprs: dict[tuple[int, ...] | str, Any] = {}
     attrs: dict[tuple[int, ...], list[list[Any]]] = {}
     for i, n in enumerate(names):
-        v = values[n]
+        v = values[n] if n in values else fn.params[i].default
+        if v is None:
+            sig[n] = "constexpr"
+            constexprs[n] = None
+            continue
         if n in const_names:
             sig[n] = "constexpr"
             constexprs[n] = v

@@ -1,6 +1,8 @@
 """Triton kernels of the fused Kimi K3 MLA decode layer (design and figures: fused/NOTES.md).
 
-Seven launches per layer:
+Seven launches per layer (on a GPU, with FlashInfer's attention: kernel 3 is FlashInfer's FA3 MLA, whose
+query `q_b_kernel` packs, then the W_UV + gate epilogue `attn_kernel(MERGE_ONLY)`, optionally folded into
+`o_proj_kernel(MERGE)`; see fused/NOTES.md):
 
 1 `qkv_a_kernel`: norm CTAs compute h + r and its sum of squares (input RMSNorm) and zero the layer's
   sync counters; GEMV CTAs run q_a|kv_a|gate on the raw h and r tiles against input_norm-folded weights
@@ -37,13 +39,16 @@ the waiter exists. Producers store, barrier, then release-increment a counter; c
 read with `.cg` (L2) loads. No float atomics: every sum has a fixed order, so outputs are bit-reproducible.
 
 GEMV tiles: `MODE == 0` is a CUDA-core FMA tile (activations broadcast over a [BN, BK] weight tile, reduced
-once at the end) for 1-2 rows; `MODE == 1` is `tl.dot` with the rows padded to 16.
+once at the end); `MODE == 1` is `tl.dot` with the rows padded to 16 (cp.async-pipelined; the plan picks per
+kernel, tensor cores at every batch at TP-1 real shapes). Kernels 2-7 take an optional PDL constexpr
+(griddepcontrol; off by default, measured slower).
 """
 
 from __future__ import annotations
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 # Counter slots in the per-layer int32 `ctr` workspace (zeroed by CTA 0 of qkv_a_kernel every call).
 CTR_ATTN_TICKET = 0
@@ -54,10 +59,13 @@ CTR_DOWN_TICKET = 18
 CTR_LAT_DONE = 19
 CTR_TOPK_DONE = 20
 CTR_FRONT_TICKET = 21
+CTR_OM_TICKET = 22  # o_proj launch with the W_UV + gate epilogue folded in: role ticket
+CTR_OM_DONE = 23  # epilogue programs done
 CTR_O = 32  # + o_proj column block (split-K arrivals), up to 480 blocks
 CTR_DOWN = 512  # + latent column block, up to 512 blocks
 CTR_ECNT = 1024  # + expert: pairs routed to each expert (up to 1024 experts)
-CTR_SIZE = 2048
+CTR_QH = 2048  # + head: q_b CTAs of that head done (the last packs FlashInfer's query), up to 2048 heads
+CTR_SIZE = 4096
 
 
 @triton.jit
@@ -120,6 +128,37 @@ def _sum_parts(ptr, B, rb, NP: tl.constexpr, PC: tl.constexpr):
             cache_modifier=".cg",
         )
     return tl.sum(acc, axis=1)
+
+
+@triton.jit
+def _pdl_enter(PDL: tl.constexpr):
+    """PDL (kernels 2..7): let the next kernel launch now (its CTAs take SMs this kernel's tail frees; they
+    wait in `_pdl_wait`), so its launch and its L2 prefetch overlap this kernel's drain."""
+    if PDL:
+        gdc_launch_dependents()
+
+
+@triton.jit
+def _pdl_wait(PDL: tl.constexpr):
+    """PDL: block until the previous kernel has completed and its writes are visible. Every CTA of a PDL
+    kernel calls this before its first access to anything but static weights (so completion is transitive:
+    a kernel completes only after the one before it did)."""
+    if PDL:
+        gdc_wait()
+
+
+@triton.jit
+def _l2_prefetch(base, rows, NROWS: tl.constexpr, LD: tl.constexpr, k0, PF: tl.constexpr):
+    """Before `_pdl_wait`: prefetch into L2 the PF bytes of bf16 weight rows `rows` (clamped to the matrix)
+    from column k0: one `prefetch.global.L2` per 128-byte line. Static weights only; a hint, no result."""
+    if PF > 0:
+        NL: tl.constexpr = PF // 128
+        rr = tl.minimum(rows, NROWS - 1)
+        cols = tl.minimum(k0 + tl.arange(0, NL) * 64, LD - 1)
+        ptrs = base + rr[:, None] * LD + cols[None, :]
+        tl.inline_asm_elementwise(
+            "prefetch.global.L2 [$1]; // $0", "=r,l", [ptrs], dtype=tl.int32, is_pure=False, pack=1
+        )
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -271,6 +310,46 @@ def _q_role(
 
 
 @triton.jit
+def _pack_head(
+    h,
+    ql_ptr,
+    qpe_ptr,
+    q_ptr,
+    B,
+    BB: tl.constexpr,
+    KL: tl.constexpr,
+    DR: tl.constexpr,
+    NH: tl.constexpr,
+    NCN: tl.constexpr,
+    KLP: tl.constexpr,
+    LC: tl.constexpr,
+    DRP: tl.constexpr,
+):
+    """q[b, h] = [sum_c ql_part[c, b, h] (c = 0, 1, .. in order) | q_pe[b, h]] as bf16, rows b < B (<= BB)."""
+    rb = tl.arange(0, BB)
+    bm = rb < B
+    base = q_ptr + (rb[:, None] * NH + h) * (KL + DR)
+    for l0 in tl.static_range(0, KLP, LC):
+        rl = l0 + tl.arange(0, LC)
+        m2 = bm[:, None] & (rl < KL)[None, :]
+        ql = tl.zeros([BB, LC], dtype=tl.float32)
+        for c in tl.static_range(NCN):
+            ql += tl.load(
+                ql_ptr + c * B * NH * KL + rb[:, None] * (NH * KL) + h * KL + rl[None, :],
+                mask=m2,
+                other=0.0,
+                cache_modifier=".cg",
+            )
+        tl.store(base + rl[None, :], ql.to(tl.bfloat16), mask=m2)
+    rp = tl.arange(0, DRP)
+    pm = bm[:, None] & (rp < DR)[None, :]
+    qpe = tl.load(
+        qpe_ptr + rb[:, None] * (NH * DR) + h * DR + rp[None, :], mask=pm, other=0.0, cache_modifier=".cg"
+    )
+    tl.store(base + KL + rp[None, :], qpe.to(tl.bfloat16), mask=pm)
+
+
+@triton.jit
 def _kv_role(
     r0,
     raw_ptr,
@@ -353,9 +432,20 @@ def q_b_kernel(
     KVR: tl.constexpr,
     NQC: tl.constexpr,
     PC: tl.constexpr,
+    PDL: tl.constexpr = False,
+    PF: tl.constexpr = 0,
+    PACK: tl.constexpr = False,  # FlashInfer attention: also write the packed bf16 query q_ptr [B, NH, KL+DR]
+    q_ptr=None,
+    ctr_ptr=None,
+    CTR_QH_SLOT: tl.constexpr = 2048,
 ):
     pid = tl.program_id(0)
     NQ: tl.constexpr = NH * ((DN + DR) // CN)
+    _pdl_enter(PDL)
+    if PF > 0:
+        # this q CTA's w_q_b rows (CN rows of head pid // ((DN + DR) // CN)), from column 0
+        _l2_prefetch(wqb_ptr, tl.minimum(pid, NQ - 1) * CN + tl.arange(0, CNP), NH * (DN + DR), QL, 0, PF)
+    _pdl_wait(PDL)
     if pid < NQ:
         _q_role(
             pid,
@@ -387,6 +477,15 @@ def q_b_kernel(
             NQC,
             PC,
         )
+        if PACK:
+            # FlashInfer's packed bf16 query: the head's last q CTA to finish sums the absorbed-query partials
+            # in chunk order and packs [ql | q_pe] (the former attn_pack_kernel, same sums, same bits)
+            NCH: tl.constexpr = (DN + DR) // CN
+            h = pid // NCH
+            tl.debug_barrier()
+            arrived = tl.atomic_add(ctr_ptr + CTR_QH_SLOT + h, 1, sem="acq_rel")
+            if arrived == NCH - 1:
+                _pack_head(h, ql_ptr, qpe_ptr, q_ptr, B, BB, KL, DR, NH, DN // CN, KLP, LC, DRP)
     else:
         _kv_role(
             (pid - NQ) * KVR,
@@ -657,6 +756,72 @@ def _merge_role(
 
 
 @triton.jit
+def _merge_one(
+    m,
+    opart_ptr,
+    wkvb_ptr,
+    raw_ptr,
+    ssin_ptr,
+    attn_out_ptr,
+    B,
+    H: tl.constexpr,
+    R: tl.constexpr,
+    EPS: tl.constexpr,
+    GATE_OFF: tl.constexpr,
+    USE_GATE: tl.constexpr,
+    KL: tl.constexpr,
+    DN: tl.constexpr,
+    DV: tl.constexpr,
+    NH: tl.constexpr,
+    KLP: tl.constexpr,
+    MB: tl.constexpr,
+    LC: tl.constexpr,
+    VC: tl.constexpr,
+    PDL: tl.constexpr,
+    PF: tl.constexpr,
+):
+    """W_UV + output gate on an already merged latent output (bf16 [B, NH, KL], FlashInfer's) for head
+    m % NH, value columns [vs*VC, vs*VC + VC) and a block of MB rows (the same per-element sums as the ONE
+    path of `_merge_role`: one dot over KL per output element, in LC chunks)."""
+    NV: tl.constexpr = (DV + VC - 1) // VC
+    h = m % NH
+    vs = (m // NH) % NV
+    b0 = (m // (NH * NV)) * MB
+    rv = vs * VC + tl.arange(0, VC)
+    vm = rv < DV
+    wrow = h * (DN + DV) + DN + rv  # W_UV rows of head h inside w_kv_b
+    _pdl_enter(PDL)
+    _l2_prefetch(wkvb_ptr, wrow, NH * (DN + DV), KL, 0, PF)
+    _pdl_wait(PDL)
+    rb = b0 + tl.arange(0, MB)
+    bm = rb < B
+    out = tl.zeros([MB, VC], dtype=tl.float32)
+    for l0 in tl.static_range(0, KLP, LC):
+        rl = l0 + tl.arange(0, LC)
+        lm = rl < KL
+        lat = tl.load(
+            opart_ptr + (rb[:, None] * NH + h) * KL + rl[None, :],
+            mask=bm[:, None] & lm[None, :],
+            other=0.0,
+        )
+        wuv = tl.load(wkvb_ptr + wrow[None, :] * KL + rl[:, None], mask=lm[:, None] & vm[None, :], other=0.0)
+        out = tl.dot(lat.to(tl.bfloat16), wuv, out)  # [MB, VC]
+    if USE_GATE:
+        rstd_in = tl.rsqrt(tl.load(ssin_ptr + rb, mask=bm, other=0.0) / H + EPS)
+        g = tl.load(
+            raw_ptr + rb[:, None] * R + GATE_OFF + h * DV + rv[None, :],
+            mask=bm[:, None] & vm[None, :],
+            other=0.0,
+        ).to(tl.float32)
+        out = out * tl.sigmoid(g * rstd_in[:, None])
+    tl.store(
+        attn_out_ptr + rb[:, None] * (NH * DV) + h * DV + rv[None, :],
+        out.to(tl.bfloat16),
+        mask=bm[:, None] & vm[None, :],
+    )
+
+
+@triton.jit
 def attn_kernel(
     ql_ptr,
     qpe_ptr,
@@ -696,15 +861,20 @@ def attn_kernel(
     SC: tl.constexpr,
     BY_ROW: tl.constexpr,
     MERGE_ONLY: tl.constexpr = False,
+    PDL: tl.constexpr = False,
+    PF: tl.constexpr = 0,
+    VC: tl.constexpr = 128,
 ):
     if MERGE_ONLY:
         # the attention ran elsewhere (FlashInfer FA3 MLA into opart_ptr = [B, NH, KL] bf16): only the
-        # W_UV + output-gate epilogue, one program per (head, row block)
-        _merge_role(
-            tl.program_id(0), opart_ptr, lse_ptr, wkvb_ptr, raw_ptr, ssin_ptr, attn_out_ptr, ctr_ptr, B, 1,
-            H, R, EPS, GATE_OFF, USE_GATE, KL, DN, DV, NH, BH, KLP, DVP, MB, LC, SP, SC, False, True,
+        # W_UV + output-gate epilogue, one program per (head, VC value columns, row block)
+        _merge_one(
+            tl.program_id(0), opart_ptr, wkvb_ptr, raw_ptr, ssin_ptr, attn_out_ptr, B, H, R, EPS, GATE_OFF,
+            USE_GATE, KL, DN, DV, NH, KLP, MB, LC, VC, PDL, PF,
         )
         return
+    _pdl_enter(PDL)
+    _pdl_wait(PDL)
     # role from a ticket taken at start: every merge CTA starts after all attention CTAs have started
     v = tl.atomic_add(ctr_ptr + 0, 1)  # CTR_ATTN_TICKET
     NHB: tl.constexpr = (NH + BH - 1) // BH
@@ -779,8 +949,11 @@ def attn_pack_kernel(
     BH: tl.constexpr,
     KLP: tl.constexpr,
     DRP: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     """Sum the q_b kernel's absorbed-query partials in a fixed order and pack [ql | q_pe] as bf16."""
+    _pdl_enter(PDL)
+    _pdl_wait(PDL)
     NHB: tl.constexpr = (NH + BH - 1) // BH
     v = tl.program_id(0)
     hb = v % NHB
@@ -828,8 +1001,80 @@ def o_proj_kernel(
     BK: tl.constexpr,
     MODE: tl.constexpr,
     PARTIAL: tl.constexpr,  # TP > 1: the rank's fp32 o_proj partial -> resid_out_ptr (no residual, no oss)
+    PDL: tl.constexpr = False,
+    PF: tl.constexpr = 0,
+    # MERGE: the W_UV + output-gate epilogue of FlashInfer's attention runs in this launch: the first NM
+    # programs in ticket order (`_merge_one`, writing x_ptr = attn_out), the o_proj programs after them
+    # prefetch their first weight rows into L2 (MPF bytes a row), wait for all NM, then read attn_out (.cg)
+    MERGE: tl.constexpr = False,
+    NM: tl.constexpr = 0,
+    opart_ptr=None,
+    wkvb_ptr=None,
+    raw_ptr=None,
+    ssin_ptr=None,
+    R: tl.constexpr = 1,
+    EPS: tl.constexpr = 1e-6,
+    GATE_OFF: tl.constexpr = 0,
+    USE_GATE: tl.constexpr = False,
+    KL: tl.constexpr = 1,
+    DN: tl.constexpr = 1,
+    DV: tl.constexpr = 1,
+    NH: tl.constexpr = 1,
+    KLP: tl.constexpr = 1,
+    MB: tl.constexpr = 16,
+    LC: tl.constexpr = 1,
+    VC: tl.constexpr = 16,
+    MPF: tl.constexpr = 0,
 ):
-    pid = tl.program_id(0)
+    if MERGE:
+        _pdl_enter(PDL)
+        _pdl_wait(PDL)
+        v = tl.atomic_add(ctr_ptr + 22, 1)  # CTR_OM_TICKET
+        if v < NM:
+            _merge_one(
+                v, opart_ptr, wkvb_ptr, raw_ptr, ssin_ptr, x_ptr, B, H, R, EPS, GATE_OFF, USE_GATE,
+                KL, DN, DV, NH, KLP, MB, LC, VC, False, 0,
+            )
+            tl.debug_barrier()
+            tl.atomic_add(ctr_ptr + 23, 1, sem="release")  # CTR_OM_DONE
+        else:
+            _o_role(
+                v - NM, x_ptr, w_ptr, resid1_ptr, part_ptr, resid_out_ptr, oss_ptr, ctr_ptr, B, H, K, KS,
+                CTR_OFF, BB, BN, BK, MODE, PARTIAL, PDL, PF, True, NM, MPF,
+            )
+    else:
+        _o_role(
+            tl.program_id(0), x_ptr, w_ptr, resid1_ptr, part_ptr, resid_out_ptr, oss_ptr, ctr_ptr, B, H, K,
+            KS, CTR_OFF, BB, BN, BK, MODE, PARTIAL, PDL, PF, False, 0, 0,
+        )
+
+
+@triton.jit
+def _o_role(
+    pid,
+    x_ptr,
+    w_ptr,
+    resid1_ptr,
+    part_ptr,
+    resid_out_ptr,
+    oss_ptr,
+    ctr_ptr,
+    B,
+    H: tl.constexpr,
+    K: tl.constexpr,
+    KS: tl.constexpr,
+    CTR_OFF: tl.constexpr,
+    BB: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    MODE: tl.constexpr,
+    PARTIAL: tl.constexpr,
+    PDL: tl.constexpr,
+    PF: tl.constexpr,
+    MERGE: tl.constexpr,
+    NM: tl.constexpr,
+    MPF: tl.constexpr,
+):
     ks = pid % KS
     nb = pid // KS
     rb = tl.arange(0, BB)
@@ -838,11 +1083,28 @@ def o_proj_kernel(
     nm = rn < H
     n_tiles: tl.constexpr = (K + BK - 1) // BK
     per: tl.constexpr = (n_tiles + KS - 1) // KS
+    _pdl_enter(PDL)
+    _l2_prefetch(w_ptr, rn, H, K, ks * per * BK, PF)
+    _pdl_wait(PDL)
+    if MERGE:
+        _l2_prefetch(w_ptr, rn, H, K, ks * per * BK, MPF)
+        cnt = tl.atomic_add(ctr_ptr + 23, 0, sem="acquire")
+        while cnt < NM:
+            cnt = tl.atomic_add(ctr_ptr + 23, 0, sem="acquire")
+        tl.debug_barrier()
     acc = _acc_init(BB, BN, BK, MODE)
     for t in range(0, per):
         rk = (ks * per + t) * BK + tl.arange(0, BK)
         km = rk < K
-        x = tl.load(x_ptr + rb[:, None] * K + rk[None, :], mask=bm[:, None] & km[None, :], other=0.0)
+        if MERGE:  # attn_out was written by other programs of this launch
+            x = tl.load(
+                x_ptr + rb[:, None] * K + rk[None, :],
+                mask=bm[:, None] & km[None, :],
+                other=0.0,
+                cache_modifier=".cg",
+            )
+        else:
+            x = tl.load(x_ptr + rb[:, None] * K + rk[None, :], mask=bm[:, None] & km[None, :], other=0.0)
         w = tl.load(w_ptr + rn[:, None] * K + rk[None, :], mask=nm[:, None] & km[None, :], other=0.0)
         acc = _mac(acc, x, w, MODE)
     out = _fin(acc, MODE)
@@ -1076,11 +1338,29 @@ def moe_front_kernel(
     PP: tl.constexpr,
     NBO: tl.constexpr,
     PC: tl.constexpr,
+    PDL: tl.constexpr = False,
+    PF: tl.constexpr = 0,
 ):
-    # roles in ticket order: router CTAs, top-k CTAs (wait for the router), latent-down CTAs, shared-w13 CTAs
-    v = tl.atomic_add(ctr_ptr + 21, 1)  # CTR_FRONT_TICKET
     NR: tl.constexpr = (E + BN - 1) // BN
     NT = tl.cdiv(B, TB)
+    _pdl_enter(PDL)
+    if PF > 0:
+        # the weight rows this CTA will most likely get (roles follow the ticket, which follows launch order
+        # closely; a wrong guess only wastes the prefetch)
+        NL: tl.constexpr = (LAT + BN - 1) // BN
+        pid = tl.program_id(0)
+        ri = tl.arange(0, BN)
+        gp = tl.where(pid < NR, pid, pid - NT)
+        if pid < NR:
+            _l2_prefetch(router_ptr, pid * BN + ri, E, H, 0, PF)
+        elif (pid >= NR + NT) & (gp < NR + NL):
+            _l2_prefetch(down_ptr, (gp - NR) * BN + ri, LAT, H, 0, PF)
+        elif gp >= NR + NL:
+            jj = (gp - NR - NL) * (BN // 2) + ri // 2
+            _l2_prefetch(sw13_ptr, jj + (ri % 2) * SI, 2 * SI, H, 0, PF)
+    _pdl_wait(PDL)
+    # roles in ticket order: router CTAs, top-k CTAs (wait for the router), latent-down CTAs, shared-w13 CTAs
+    v = tl.atomic_add(ctr_ptr + 21, 1)  # CTR_FRONT_TICKET
     if (v >= NR) & (v < NR + NT):
         _topk_role(
             v - NR,
@@ -1234,7 +1514,10 @@ def expert_up_kernel(
     BN: tl.constexpr,
     BK: tl.constexpr,
     MODE: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
+    _pdl_enter(PDL)
+    _pdl_wait(PDL)
     pid = tl.program_id(0)
     NJ: tl.constexpr = (2 * NI + BN - 1) // BN
     HALF: tl.constexpr = BN // 2
@@ -1525,7 +1808,10 @@ def expert_down_kernel(
     MODE_T: tl.constexpr,
     RB: tl.constexpr,
     PC: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
+    _pdl_enter(PDL)
+    _pdl_wait(PDL)
     # role from a ticket taken at start: every tail CTA starts after all down CTAs have started
     v = tl.atomic_add(ctr_ptr + 18, 1)  # CTR_DOWN_TICKET
     NBL: tl.constexpr = (LAT + BN - 1) // BN

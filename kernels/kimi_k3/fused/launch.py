@@ -80,9 +80,65 @@ class Plan:
     attn_warps: int = 8
     stages: int = 3
     x_stages: int = 4  # expert kernels
+    # Programmatic Dependent Launch for kernels 2..7 (each calls griddepcontrol.launch_dependents, then
+    # prefetches PF bytes of each of its first weight rows into L2, then griddepcontrol.wait before it
+    # touches anything the previous kernel wrote); kernel 1 and FlashInfer launch as usual
+    PDL: bool = False
+    PF: int = 0
+    # value columns per W_UV + gate epilogue program (FlashInfer attention): DV / M_VC programs per head
+    M_VC: int = 128
+    # FlashInfer attention: the q_b kernel's last CTA per head packs the bf16 query (no attn_pack_kernel)
+    QPACK: bool = True
+    # FlashInfer attention at TP 1: the W_UV + gate epilogue runs inside the o_proj launch (first programs in
+    # ticket order; the o_proj programs prefetch OM_PF bytes of each weight row into L2 while they wait): 7
+    # kernels a layer instead of 8, but measured 3-13 us slower (B1..B64, docs/results/kimi_k3-pdl/), so off
+    OMERGE: bool = False
+    OM_PF: int = 0
+    # per-kernel overrides of MODE / num_warps / num_stages (-1 / 0: the plan-wide value); keys a, qb, o,
+    # f (moe_front), t (the tail of kernel 7), u, d (expert kernels: stages default x_stages)
+    A_MODE: int = -1
+    QB_MODE: int = -1
+    O_MODE: int = -1
+    F_MODE: int = -1
+    T_MODE: int = -1
+    A_NW: int = 0
+    QB_NW: int = 0
+    O_NW: int = 0
+    F_NW: int = 0
+    U_NW: int = 0
+    D_NW: int = 0
+    A_ST: int = 0
+    QB_ST: int = 0
+    O_ST: int = 0
+    F_ST: int = 0
+    U_ST: int = 0
+    D_ST: int = 0
 
     def with_(self, **kw: Any) -> Plan:
         return replace(self, **kw)
+
+    def mode(self, key: str) -> int:
+        m = int(getattr(self, key.upper() + "_MODE", -1))
+        return self.MODE if m < 0 else m
+
+    def bb(self, key: str) -> int:
+        """Row padding of kernel `key`'s GEMV tiles: the plan's BB for its MODE, else 16 (tensor cores) or
+        the batch rounded up to a power of two (FMA)."""
+        m = self.mode(key)
+        if m == self.MODE:
+            return self.BB
+        return max(16, _p2(self.B)) if m == 1 else _p2(self.B)
+
+    def nw(self, key: str) -> int:
+        return int(getattr(self, key.upper() + "_NW", 0)) or self.num_warps
+
+    def st(self, key: str) -> int:
+        d = self.x_stages if key in ("u", "d") else self.stages
+        return int(getattr(self, key.upper() + "_ST", 0)) or d
+
+    def pdl(self) -> dict[str, Any]:
+        """Launch options of kernels 2..7: Triton's `launch_pdl` when the plan asks for PDL."""
+        return {"launch_pdl": True} if self.PDL else {}
 
 
 def make_plan(cfg: K3LayerConfig, B: int, max_context: int, *, gpu: bool = True, **override: Any) -> Plan:
@@ -131,10 +187,12 @@ def make_plan(cfg: K3LayerConfig, B: int, max_context: int, *, gpu: bool = True,
     u_bn = 64 if big else 16
     u_bk = 128 if big else 32
     u_p = max_slots
-    # 7 expert down: FMA for 1-2 tokens, tensor cores beyond; persistent over slots (the last-arriver sums)
-    x_mode = 0 if B <= 2 else 1
-    bt = 1 if B == 1 else (2 if x_mode == 0 else 16)
-    d_bn = (32 if x_mode == 0 else 64) if big else 16
+    # 7 expert down: tensor cores (tokens padded to 16; measured faster than the FMA tile at 1-2 tokens too:
+    # docs/results/kimi_k3-pdl/), persistent over slots (the last-arriver sums)
+    tuned = big and cfg.tp == 1  # the TP-1 shapes the per-kernel tiles below were measured at
+    x_mode = 1 if tuned else (0 if B <= 2 else 1)
+    bt = 16 if x_mode == 1 else (1 if B == 1 else 2)
+    d_bn = (32 if B <= 2 else 64) if big else 16
     d_bk = bk(cfg.routed_inter, 128) if big else 32
     nbl = _cdiv(cfg.latent, d_bn)
     d_p = max(1, min(max_slots, _cdiv(8 * sms, nbl)))
@@ -153,6 +211,20 @@ def make_plan(cfg: K3LayerConfig, B: int, max_context: int, *, gpu: bool = True,
         d_bn, d_bk, d_p = _p2(cfg.latent), _p2(cfg.routed_inter), 1
         t_bn, t_bk = _p2(cfg.hidden), _p2(max(cfg.latent, cfg.shared_inter))
         bt = max(bt, min(16, _p2(B)) if x_mode == 0 else 16)
+    # Per-kernel tiles measured on the H200 (docs/results/kimi_k3-pdl/): streaming the dense weights through
+    # cp.async-pipelined tensor-core tiles (rows padded to 16) beats the FMA tile at 1-2 rows too, and 64-row
+    # qkv_a blocks beat 16-row ones at every batch measured
+    # M_VC 32: the folded W_UV epilogue keeps the o_proj launch's registers low (128: 255 at B >= 4)
+    gpu_tiles: dict[str, Any] = dict(M_VC=32) if big else {}
+    if tuned:
+        gpu_tiles.update(A_MODE=1, A_BN=64, A_BK=128 if bb <= 16 else 64, A_ST=4)
+        if B <= 2:
+            gpu_tiles.update(QB_MODE=1, QB_BK=64 if B == 1 else 128, QB_ST=4)
+            gpu_tiles.update(O_MODE=1, O_BN=64, O_BK=128, O_KS=2, O_ST=4)
+        if B == 1:
+            gpu_tiles.update(F_MODE=1, F_BN=64, F_BK=128, F_ST=4, D_ST=3)
+        if B > 32:
+            gpu_tiles.update(x_stages=3)
     plan = Plan(
         B=B,
         BB=bb,
@@ -187,8 +259,16 @@ def make_plan(cfg: K3LayerConfig, B: int, max_context: int, *, gpu: bool = True,
         T_BK=t_bk,
         RB=16 if big else 8,
         ATTN=default_attention(gpu),
-    )
+    ).with_(**gpu_tiles)
     return plan.with_(**override) if override else plan
+
+
+def _pf(p: Plan, row: int) -> int:
+    """Prefetch bytes per weight row under PDL: PF rounded down to a power of two, at most the bf16 row."""
+    if not p.PDL or p.PF < 128:
+        return 0
+    b = min(int(p.PF), 2 * row)
+    return max(128, 1 << (b.bit_length() - 1))
 
 
 def default_attention(gpu: bool) -> str:
@@ -212,10 +292,18 @@ def _check_plan(cfg: K3LayerConfig, p: Plan) -> None:
         raise ValueError("too many head blocks for the counter layout")
     if _cdiv(cfg.hidden, p.O_BN) > K.CTR_DOWN - K.CTR_O:
         raise ValueError("too many o_proj column blocks for the counter layout")
+    if cfg.n_routed_experts > K.CTR_QH - K.CTR_ECNT:
+        raise ValueError("too many experts for the counter layout")
+    if cfg.local_heads > K.CTR_SIZE - K.CTR_QH:
+        raise ValueError("too many heads for the counter layout")
     if cfg.n_routed_experts > K.CTR_SIZE - K.CTR_ECNT:
         raise ValueError("too many experts for the counter layout")
     if _cdiv(cfg.latent, p.D_BN) > K.CTR_ECNT - K.CTR_DOWN:
         raise ValueError("too many latent column blocks for the counter layout")
+    if p.M_VC < 16 and cfg.hidden >= 1024:
+        raise ValueError("M_VC must be >= 16 (the epilogue's dot) at real shapes")
+    if p.M_VC & (p.M_VC - 1):
+        raise ValueError("M_VC must be a power of two")
     if p.F_BN % 2 or p.U_BN % 2:
         raise ValueError("interleaved gate/up tiles need an even block")
 
@@ -281,7 +369,6 @@ def launch_attention(cfg: K3LayerConfig, w: K3LayerWeights, batch: DecodeBatch, 
         lse = ws("lse", (B, p.S, NH), f32)
     attn_out = ws("attn_out", (B, NH * DV), bf16)
 
-    nw, st = p.num_warps, p.stages
     klp = _p2(KL)
     drp = max(16, _p2(DR))
     lc = min(klp, 128)
@@ -305,12 +392,12 @@ def launch_attention(cfg: K3LayerConfig, w: K3LayerWeights, batch: DecodeBatch, 
         NX=nx,
         XR=p.XR,
         XK=min(512, _p2(H)),
-        BB=p.BB,
+        BB=p.bb("a"),
         BN=p.A_BN,
         BK=p.A_BK,
-        MODE=p.MODE,
-        num_warps=nw,
-        num_stages=st,
+        MODE=p.mode("a"),
+        num_warps=p.nw("a"),
+        num_stages=p.st("a"),
     )
     # 2
     cnp = max(16, p.QB_CN)
@@ -342,17 +429,24 @@ def launch_attention(cfg: K3LayerConfig, w: K3LayerWeights, batch: DecodeBatch, 
         BS=cfg.block_size,
         CN=p.QB_CN,
         CNP=cnp,
-        BB=p.BB,
+        BB=p.bb("qb"),
         BK=p.QB_BK,
-        MODE=p.MODE,
+        MODE=p.mode("qb"),
         KLP=klp,
         LC=lc,
         DRP=drp,
         KVR=p.KVR,
         NQC=nqc,
         PC=PC,
-        num_warps=nw,
-        num_stages=st,
+        PDL=p.PDL,
+        PF=_pf(p, QL),
+        PACK=fi and p.QPACK,
+        q_ptr=lse,
+        ctr_ptr=ctr,
+        CTR_QH_SLOT=K.CTR_QH,
+        num_warps=p.nw("qb"),
+        num_stages=p.st("qb"),
+        **p.pdl(),
     )
     # 3
     nhb = _cdiv(NH, p.BH)
@@ -360,12 +454,29 @@ def launch_attention(cfg: K3LayerConfig, w: K3LayerWeights, batch: DecodeBatch, 
         from baselines.vllm.kimi_k3 import attention as engine_attention
 
         q_mqa = lse
-        K.attn_pack_kernel[(B * nhb,)](
-            ql_part, qpe, q_mqa, B, KL=KL, DR=DR, NH=NH, NCN=ncn, BH=p.BH, KLP=klp, DRP=drp, num_warps=4
-        )
+        if not p.QPACK:  # (QPACK: q_b_kernel packed it)
+            K.attn_pack_kernel[(B * nhb,)](
+                ql_part, qpe, q_mqa, B, KL=KL, DR=DR, NH=NH, NCN=ncn, BH=p.BH, KLP=klp, DRP=drp, PDL=p.PDL,
+                num_warps=4, **p.pdl()
+            )
         if batch.kv_cache.device.type != "meta":  # (meta: the compile-only warm-up of measure_fused)
             engine_attention.for_batch(cfg, batch).run(q_mqa, batch.kv_cache, out=opart)
-    grid_attn = (0 if fi else B * p.S * nhb) + NH * _cdiv(B, p.MB)
+    vc = min(p.M_VC, _p2(DV)) if fi else max(16, _p2(DV))  # (>= 16 at real shapes: _check_plan)
+    bufs = {
+        "ctr": ctr,
+        "raw": raw,
+        "ssq": ssq,
+        "ss_in": ss_in,
+        "resid1": resid1,
+        "ql_part": ql_part,
+        "qpe": qpe,
+        "opart": opart,
+        "lse": lse,
+        "attn_out": attn_out,
+    }
+    if fi and p.OMERGE:  # the epilogue runs in the o_proj launch (`launch_o_proj`)
+        return bufs
+    grid_attn = (0 if fi else B * p.S * nhb) + NH * _cdiv(B, p.MB) * (_cdiv(DV, vc) if fi else 1)
     K.attn_kernel[(grid_attn,)](
         ql_part,
         qpe,
@@ -405,8 +516,12 @@ def launch_attention(cfg: K3LayerConfig, w: K3LayerWeights, batch: DecodeBatch, 
         SC=_p2(p.S),
         BY_ROW=p.S > 4,
         MERGE_ONLY=fi,
+        PDL=p.PDL,
+        PF=_pf(p, KL),
+        VC=vc,
         num_warps=p.attn_warps,
         num_stages=2,
+        **p.pdl(),
     )
     return {
         "ctr": ctr,
@@ -484,7 +599,34 @@ def launch_o_proj(
     from . import kernels as K
 
     B = int(a["attn_out"].shape[0])
-    K.o_proj_kernel[(_cdiv(cfg.hidden, p.O_BN) * p.O_KS,)](
+    merge = p.ATTN == "flashinfer" and p.OMERGE
+    if merge and partial:
+        raise ValueError("the folded W_UV epilogue is TP-1 only (plan OMERGE)")
+    KL, DV, NH = cfg.kv_lora_rank, cfg.v_head_dim, cfg.local_heads
+    vc = min(p.M_VC, _p2(DV))
+    nm = NH * _cdiv(B, p.MB) * _cdiv(DV, vc) if merge else 0
+    mk: dict[str, Any] = {}
+    if merge:
+        mk = dict(
+            opart_ptr=a["opart"],
+            wkvb_ptr=w.w_kv_b,
+            raw_ptr=a["raw"],
+            ssin_ptr=a["ss_in"],
+            R=cfg.qkv_a_g_rows,
+            EPS=float(cfg.rms_norm_eps),
+            GATE_OFF=cfg.qkv_a_rows,
+            USE_GATE=bool(cfg.use_output_gate),
+            KL=KL,
+            DN=cfg.qk_nope_head_dim,
+            DV=DV,
+            NH=NH,
+            KLP=_p2(KL),
+            MB=p.MB,
+            LC=min(_p2(KL), 128),
+            VC=vc,
+            MPF=max(128, 1 << (min(p.OM_PF, 2 * NH * DV).bit_length() - 1)) if p.OM_PF >= 128 else 0,
+        )
+    K.o_proj_kernel[(nm + _cdiv(cfg.hidden, p.O_BN) * p.O_KS,)](
         a["attn_out"],
         w.w_o,
         a["resid1"],
@@ -497,13 +639,19 @@ def launch_o_proj(
         K=cfg.local_heads * cfg.v_head_dim,
         KS=p.O_KS,
         CTR_OFF=K.CTR_O,
-        BB=p.BB,
+        BB=p.bb("o"),
         BN=p.O_BN,
         BK=p.O_BK,
-        MODE=p.MODE,
+        MODE=p.mode("o"),
         PARTIAL=partial,
-        num_warps=p.num_warps,
-        num_stages=p.stages,
+        PDL=p.PDL,
+        PF=_pf(p, cfg.local_heads * cfg.v_head_dim),
+        MERGE=merge,
+        NM=nm,
+        **mk,
+        num_warps=p.nw("o"),
+        num_stages=p.st("o"),
+        **p.pdl(),
     )
 
 
@@ -531,8 +679,10 @@ def launch_expert_up(
         BN=p.U_BN,
         BK=p.U_BK,
         MODE=p.U_MODE,
-        num_warps=p.num_warps,
-        num_stages=p.x_stages,
+        PDL=p.PDL,
+        num_warps=p.nw("u"),
+        num_stages=p.st("u"),
+        **p.pdl(),
     )
 
 
@@ -544,7 +694,8 @@ def run_planned(
     if _tp_of(batch) is not None:
         from . import tp_launch
 
-        return tp_launch.run_planned_tp(cfg, w, batch, plan)
+        # no PDL across the TP publishes (barrier kernels of torch's symmetric memory)
+        return tp_launch.run_planned_tp(cfg, w, batch, plan.with_(PDL=False, OMERGE=False))
     import torch
 
     from . import kernels as K
@@ -568,7 +719,6 @@ def run_planned(
     m = moe_scratch(cfg, batch, p)
     resid_out = torch.empty((B, H), dtype=bf16, device=dev)
     hidden_out = torch.empty((B, H), dtype=bf16, device=dev)
-    nw, st = p.num_warps, p.stages
     # 4
     launch_o_proj(cfg, w, p, a, m, resid_out, partial=False)
     # 5
@@ -604,18 +754,21 @@ def run_planned(
         RENORM=bool(cfg.moe_renormalize),
         BETA=float(cfg.situ_beta),
         LBETA=float(cfg.situ_linear_beta),
-        BB=p.BB,
+        BB=p.bb("f"),
         BN=p.F_BN,
         BK=p.F_BK,
-        MODE=p.MODE,
+        MODE=p.mode("f"),
         EP=_p2(E),
         TB=p.TB,
         KP=_p2(TOPK),
         PP=_p2(B * TOPK),
         NBO=nbo,
         PC=PC,
-        num_warps=nw,
-        num_stages=st,
+        PDL=p.PDL,
+        PF=_pf(p, H),
+        num_warps=p.nw("f"),
+        num_stages=p.st("f"),
+        **p.pdl(),
     )
     # 6
     launch_expert_up(cfg, w, p, m, ctr)
@@ -648,14 +801,16 @@ def run_planned(
         BN=p.D_BN,
         BK=p.D_BK,
         MODE=p.X_MODE,
-        BB=p.BB,
+        BB=p.bb("t"),
         BNT=p.T_BN,
         BKT=p.T_BK,
-        MODE_T=p.MODE,
+        MODE_T=p.mode("t"),
         RB=p.RB,
         PC=PC,
-        num_warps=nw,
-        num_stages=p.x_stages,
+        PDL=p.PDL,
+        num_warps=p.nw("d"),
+        num_stages=p.st("d"),
+        **p.pdl(),
     )
     bufs = {**a, **m}
     return hidden_out, resid_out, bufs
@@ -683,9 +838,10 @@ def forward(
 
 
 # Kernels per layer at TP 1: 7 own launches with the own attention; with FlashInfer's attention (the GPU
-# default) the q-pack kernel and FlashInfer's one MLA kernel join them: 9.
+# default) 7 own launches (q_b packs FlashInfer's query; the W_UV + gate epilogue has its own launch) and
+# FlashInfer's one MLA kernel: 8 (7 with the plan's OMERGE, measured slower).
 KERNELS_PER_LAYER_OWN_ATTENTION = 7
-KERNELS_PER_LAYER = 9
+KERNELS_PER_LAYER = 8
 
 
 def kernels_per_layer(attention: str) -> int:

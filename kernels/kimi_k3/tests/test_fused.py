@@ -114,6 +114,25 @@ def test_fused_multiblock_paths(bsz: int, tiny_cfg: K3LayerConfig, tiny_weights:
     assert torch.allclose(resid.float(), resid2.float(), rtol=2e-2, atol=2e-2)
 
 
+# per-kernel GEMV modes against the plan-wide one (the B1 GPU plan mixes FMA and tensor-core tiles)
+MIXED_MODES: dict[str, Any] = dict(A_MODE=1, QB_MODE=1, O_MODE=1, F_MODE=1, T_MODE=1, X_MODE=1, BT=16)
+
+
+@pytest.mark.parametrize("bsz", [1, 2])
+def test_fused_mixed_kernel_modes(bsz: int, tiny_cfg: K3LayerConfig, tiny_weights: K3LayerWeights) -> None:
+    lens = _lens(bsz, tiny_cfg, seed=300 + bsz)
+    batch = _batch(tiny_cfg, lens, seed=300 + bsz)
+    mixed = {**SMALL_TILES, **MIXED_MODES}
+    plan = fused.make_plan(tiny_cfg, bsz, max(lens), gpu=False, **mixed)
+    assert plan.MODE == 0 and plan.mode("a") == 1 and plan.bb("a") == 16 and plan.bb("qb") == 16
+    c, _, out, resid = _run(tiny_cfg, tiny_weights, batch, **mixed)
+    _assert_ok(c)
+    again = _batch(tiny_cfg, lens, seed=300 + bsz)
+    _, _, out2, resid2 = _run(tiny_cfg, tiny_weights, again, **SMALL_TILES)
+    assert torch.allclose(out.float(), out2.float(), rtol=2e-2, atol=2e-2)
+    assert torch.allclose(resid.float(), resid2.float(), rtol=2e-2, atol=2e-2)
+
+
 @pytest.mark.parametrize("splits", [7, 16])
 def test_fused_many_kv_splits(splits: int, tiny_cfg: K3LayerConfig, tiny_weights: K3LayerWeights) -> None:
     """More splits than a row has tiles (empty splits) and the merge's split-vectorised path (S > 4)."""
@@ -280,6 +299,27 @@ def test_fused_with_engine_attention(bsz: int, tiny_cfg: K3LayerConfig, tiny_wei
     """ATTN="flashinfer": the q-pack kernel, the engine's MLA decode (torch reference attention on CPU,
     FlashInfer's FA3 MLA on a GPU) and the merge-only W_UV + gate epilogue, against the fp32 reference."""
     batch = _batch(tiny_cfg, _lens(bsz, tiny_cfg, seed=200 + bsz), seed=200 + bsz)
-    c, aux, _, _ = _run(tiny_cfg, tiny_weights, batch, ATTN="flashinfer")
+    c, aux, out, resid = _run(tiny_cfg, tiny_weights, batch, ATTN="flashinfer")
     _assert_ok(c)
     assert aux["opart"].shape == (bsz, tiny_cfg.local_heads, tiny_cfg.kv_lora_rank)
+    # the epilogue split over value columns (M_VC = 8: two programs per head) gives the same bits
+    again = _batch(tiny_cfg, _lens(bsz, tiny_cfg, seed=200 + bsz), seed=200 + bsz)
+    c2, _, out2, resid2 = _run(tiny_cfg, tiny_weights, again, ATTN="flashinfer", M_VC=8)
+    _assert_ok(c2)
+    assert torch.equal(out, out2) and torch.equal(resid, resid2)
+    # the query packed by q_b_kernel's last CTA per head (QPACK, the default) = attn_pack_kernel's bits
+    third = _batch(tiny_cfg, _lens(bsz, tiny_cfg, seed=200 + bsz), seed=200 + bsz)
+    c3, aux3, out3, resid3 = _run(tiny_cfg, tiny_weights, third, ATTN="flashinfer", QPACK=False)
+    _assert_ok(c3)
+    assert torch.equal(aux["lse"], aux3["lse"])  # the packed query buffer
+    assert torch.equal(out, out3) and torch.equal(resid, resid3)
+    # the W_UV + gate epilogue folded into o_proj's launch (OMERGE=True) = in its own launch (the default)
+    fourth = _batch(tiny_cfg, _lens(bsz, tiny_cfg, seed=200 + bsz), seed=200 + bsz)
+    c4, aux4, out4, resid4 = _run(tiny_cfg, tiny_weights, fourth, ATTN="flashinfer", OMERGE=True, QPACK=False)
+    _assert_ok(c4)
+    assert torch.equal(aux["attn_out"], aux4["attn_out"])
+    assert torch.equal(out, out4) and torch.equal(resid, resid4)
+    # the folded epilogue with several value-column programs per head and split-K o_proj programs
+    fifth = _batch(tiny_cfg, _lens(bsz, tiny_cfg, seed=200 + bsz), seed=200 + bsz)
+    c5, _, _, _ = _run(tiny_cfg, tiny_weights, fifth, ATTN="flashinfer", M_VC=8, OMERGE=True, **SMALL_TILES)
+    _assert_ok(c5)

@@ -12,6 +12,7 @@ fix has an honest twin."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -96,8 +97,6 @@ if _tm is not None and os.environ.get("FASTTRACK_STREAM"):
 '''
 
 
-@pytest.mark.xfail(strict=True, reason="the contribution pass runs with the contribution dir as cwd"
-                                 " under `python -m`: its json.py runs before the timer snapshot")
 @pytest.mark.slow
 def test_a_stdlib_module_shadowed_from_the_contribution_dir_cannot_run_before_the_timer_guard(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -145,8 +144,6 @@ def candidates(baseline, point):
 '''
 
 
-@pytest.mark.xfail(strict=True, reason="nothing watches the stream client's own functions: a class"
-                                 " patch rescales samples and record alike")
 @pytest.mark.slow
 def test_the_stream_client_patched_by_the_candidates_module_is_rejected(tmp_path: Path) -> None:
     toy = make_toy(tmp_path)
@@ -154,6 +151,27 @@ def test_the_stream_client_patched_by_the_candidates_module_is_rejected(tmp_path
     b = _bench(toy, tmp_path)
     assert b.rejected, f"fused {_ratio(b):.0f}x faster than stock through a patched stream client, accepted"
     assert any("StreamClient" in r for r in b.rejected), b.rejected
+
+
+# What is still open: the same patch, plus one line that blinds the guard (its `changed` is one of the
+# functions it watches, but a replaced `changed` is the one that answers). Any check made in the process
+# that hosts the contribution can be rewritten by it; only a measurement taken where no contribution code
+# runs (the engine pass, for stock) is out of its reach.
+PATCH_CLIENT_AND_GUARD = PATCH_CLIENT.replace(
+    "stream.StreamClient.sample = _fast_sample",
+    "from fasttrack.evidence import timing\n\ntiming.TimerGuard.changed = lambda self: []\n"
+    "stream.StreamClient.sample = _fast_sample")
+
+
+@pytest.mark.xfail(strict=True, reason="open: in-process contribution code that also replaces the guard's "
+                                       "own check is not caught (a check in the hosting process)")
+@pytest.mark.slow
+def test_the_stream_client_and_the_guard_patched_in_process_are_rejected(tmp_path: Path) -> None:
+    toy = make_toy(tmp_path)
+    (toy / "bench.py").write_text(PATCH_CLIENT_AND_GUARD, encoding="utf-8")
+    assert "TimerGuard.changed = " in PATCH_CLIENT_AND_GUARD
+    b = _bench(toy, tmp_path)
+    assert b.rejected, f"fused {_ratio(b):.0f}x faster than stock through a patched client and guard"
 
 
 # -------------------------------------------------------------- what the record holds that is not streamed
@@ -191,8 +209,6 @@ def candidates(baseline, point):
 ORACLE_HONEST_FAIL = ORACLE_REWRITE.replace("for obj in gc.get_objects():", "for obj in ():")
 
 
-@pytest.mark.xfail(strict=True, reason="the oracle checks are not streamed: the record's oracle"
-                                 " entry is taken from the worker's memory")
 @pytest.mark.slow
 def test_an_oracle_failure_rewritten_in_the_workers_memory_is_rejected(tmp_path: Path) -> None:
     toy = make_toy(tmp_path)
@@ -240,8 +256,6 @@ def candidates(baseline, point):
 '''
 
 
-@pytest.mark.xfail(strict=True, reason="the collector takes the record's own point, never checks it"
-                                 " against the point it assigned the id to")
 @pytest.mark.slow
 def test_a_record_relabelled_to_another_point_is_not_taken_for_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -337,7 +351,8 @@ def _raw(server: stream.StreamServer, frames: list[bytes], wait: float = 0.3) ->
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.connect(stream._sockaddr(server.address))
     for f in frames:
-        s.sendall(f)
+        with contextlib.suppress(OSError):  # a refused connection is closed by the collector
+            s.sendall(f)
     time.sleep(wait)
     return s
 
@@ -363,8 +378,6 @@ def _honest(server: stream.StreamServer, monkeypatch: pytest.MonkeyPatch) -> Non
     client.end()
 
 
-@pytest.mark.xfail(strict=True, reason="hmac.compare_digest raises TypeError on a non-ASCII nonce:"
-                                 " the reader thread dies, no refusal counted")
 @pytest.mark.parametrize("nonce", ["\u00e9" * 48, "\U0001f600" * 20])
 def test_a_forged_hello_with_a_non_ascii_nonce_is_refused_not_a_crash_of_the_reader(
         nonce: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -401,8 +414,6 @@ def test_a_replayed_stream_of_another_pass_is_refused(monkeypatch: pytest.Monkey
     assert any("nonce" in n for n in contribution.notes()), contribution.notes()
 
 
-@pytest.mark.xfail(strict=True, reason="the collector accepts any number of connections, a thread"
-                                 " and a 64 MiB line buffer each")
 def test_a_flood_of_connections_is_refused_past_the_ranks_and_rejects_the_pass(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # Every accepted connection is a thread and a line buffer of up to 64 MiB: a forger that opens hundreds
@@ -421,8 +432,6 @@ def test_a_flood_of_connections_is_refused_past_the_ranks_and_rejects_the_pass(
     assert rec is None or rec["status"] == "rejected"
 
 
-@pytest.mark.xfail(strict=True, reason="the collector does not know a point id's point, the"
-                                 " record's own is taken")
 def test_a_record_for_a_point_other_than_the_one_assigned_is_rejected(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # The stream-level form of the relabel attack: the record's own point must be the one the collector

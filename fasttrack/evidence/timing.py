@@ -116,7 +116,7 @@ class TimerGuard:
         self._watched: list[tuple[str, Any, str, Any]] = []
 
     def watch(self, label: str, owner: Any, attr: str) -> None:
-        self._watched.append((label, owner, attr, getattr(owner, attr, None)))
+        self._watched.append((label, owner, attr, _static(owner, attr)))
 
     def snapshot(self, extra: Iterable[tuple[str, Any, str]] = ()) -> TimerGuard:
         import sys
@@ -131,7 +131,15 @@ class TimerGuard:
         return self
 
     def changed(self) -> list[str]:
-        return [label for label, owner, attr, ref in self._watched if getattr(owner, attr, None) is not ref]
+        return [label for label, owner, attr, ref in self._watched if _static(owner, attr) is not ref]
+
+
+def _static(owner: Any, attr: str) -> Any:
+    """What `owner.attr` is bound to, without running a descriptor (a classmethod makes a new bound method
+    at every lookup; a replaced one is a new object in the class's dict)."""
+    import inspect
+
+    return inspect.getattr_static(owner, attr, None)
 
 
 _CODE_ATTRS = ("__code__", "__defaults__", "__kwdefaults__")

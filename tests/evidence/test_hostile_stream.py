@@ -453,3 +453,64 @@ def test_a_record_for_a_point_other_than_the_one_assigned_is_rejected(
     [got] = server.records(JOB)
     assert got is not None and got["status"] == "rejected" and got["point"] == POINT
     assert any("another point" in r for r in got["reasons"]), got["reasons"]
+
+
+def _streamed_point(server: stream.StreamServer, monkeypatch: pytest.MonkeyPatch,
+                    record_edit: object = None) -> dict[str, object] | None:
+    """One point streamed as the timing protocol does (an oracle check per variant, a sample and a check
+    with its error per replay); `record_edit` rewrites the record before it is sent (the worker's memory)."""
+    for k, v in server.env().items():
+        monkeypatch.setenv(k, v)
+    client = stream.StreamClient.from_env(0, 1, "contribution")
+    assert client is not None
+    pid = server.point_ids[JOB]
+    client.point(pid)
+    client.declare(pid, ["stock", "fused"])
+    client.oracle(pid, "stock", True, 1e-6, 1e-4, 1e-4, None)
+    client.oracle(pid, "fused", False, 0.5, 1e-4, 1e-4, "mismatch at [0, 1]")
+    rec = _record({"stock": [2.0], "fused": [1.0]})
+    rec["oracle"] = {"stock": {"max_abs_error": 1e-6, "atol": 1e-4, "rtol": 1e-4, "ok": True, "reason": None},
+                     "fused": {"max_abs_error": 0.5, "atol": 1e-4, "rtol": 1e-4, "ok": False,
+                               "reason": "mismatch at [0, 1]"}}
+    rec["accuracy"] = {n: {"max_abs_error": 3e-5, "atol": 1e-4, "rtol": 1e-4, "ok": True, "checked": 1,
+                           "failures": 0} for n in ("stock", "fused")}
+    for name, us in (("stock", 2.0), ("fused", 1.0)):
+        client.sample(pid, name, us, None)
+        client.check(pid, name, True, None, 3e-5)
+    if callable(record_edit):
+        record_edit(rec)
+    client.result(pid, rec)
+    client.end()
+    server.finish()
+    [got] = server.records(JOB)
+    return got
+
+
+def _pass_oracle(rec: dict[str, object]) -> None:
+    rec["oracle"]["fused"].update(ok=True, reason=None, max_abs_error=0.0)  # type: ignore[index]
+
+
+def _smaller_error(rec: dict[str, object]) -> None:
+    rec["accuracy"]["fused"]["max_abs_error"] = 0.0  # type: ignore[index]
+
+
+def _unstreamed_oracle(rec: dict[str, object]) -> None:
+    rec["oracle"]["extra"] = {"atol": 0, "rtol": 0, "ok": True}  # type: ignore[index]
+
+
+@pytest.mark.parametrize("edit", [_pass_oracle, _smaller_error, _unstreamed_oracle])
+def test_a_record_whose_oracle_or_error_differs_from_the_stream_is_rejected(
+        edit: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    got = _streamed_point(stream.StreamServer(1, "contribution", [JOB]), monkeypatch, edit)
+    assert got is not None and got["status"] == "rejected", got
+    assert got["oracle"]["fused"]["ok"] is False  # type: ignore[index]  # what was streamed is kept
+    assert "extra" not in got["oracle"]  # type: ignore[operator]
+    assert got["accuracy"]["fused"]["max_abs_error"] == 3e-5  # type: ignore[index]
+
+
+def test_a_record_that_matches_its_streamed_oracle_checks_and_errors_is_taken(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # honest twin: the failed oracle check stays failed (FT339 judges it), nothing is "rewritten"
+    got = _streamed_point(stream.StreamServer(1, "contribution", [JOB], points={JOB: POINT}), monkeypatch)
+    assert got is not None and got["status"] == "ok" and not got["reasons"], got
+    assert got["oracle"]["fused"]["ok"] is False and got["oracle"]["stock"]["ok"] is True  # type: ignore[index]

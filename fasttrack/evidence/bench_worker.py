@@ -192,11 +192,15 @@ def run_bench(spec: dict[str, Any]) -> int:
     _QUIET = rank != 0
     engine_pass = spec.get("engine_only") is True
     # The result stream first: connected (and its address and nonce gone from the environment) before any
-    # contribution module is imported, so a forger can only connect second (and is refused).
+    # contribution module is imported: a forger that connects (first or second) gets a hello refused, and
+    # the pass rejected.
     stream = result_stream.StreamClient.from_env(rank, world, "engine" if engine_pass else "contribution")
     backend = timing.make_backend(spec["backend"], flush_bytes=spec.get("flush_bytes"),
                                   device=local_rank if world > 1 else 0)
-    guard = timing.TimerGuard().snapshot(backend.guard_targets())
+    # The clocks and the harness's own functions, methods and saved references (the stream client's too).
+    harness = [timing, result_stream, sys.modules[__name__]]
+    held = [("backend", backend), *([] if stream is None else [("stream client", stream)])]
+    guard = timing.TimerGuard().snapshot([*backend.guard_targets(), *timing.harness_targets(harness, held)])
     dist = init_distributed(backend, guard, rank, world, local_rank) if world > 1 else None
     settings = timing.ProtocolSettings(iterations=int(spec["iterations"]), warmup=int(spec["warmup"]))
     base = spec["baseline"]
@@ -236,6 +240,11 @@ def run_bench(spec: dict[str, Any]) -> int:
             result = measure_point(baseline_fn, candidates_fn, point, caps, backend, yardstick, guard,
                                    settings, world, int(job["index"]), engine_pass=engine_pass,
                                    recorder=None if stream is None else stream.recorder(point_id))
+        late = [c for c in guard.changed() if f"{c} was replaced" not in " ".join(result.reasons)]
+        if late:  # replaced after the point's own check (the last contribution code of the point ran since)
+            result.reasons = [*result.reasons,
+                              *(f"{c} was replaced while contribution code ran" for c in late)]
+            result.status = "rejected"
         record = result.model_dump(mode="json")
         if stream is not None:
             stream.result(point_id, record)

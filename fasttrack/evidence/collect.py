@@ -360,6 +360,13 @@ def _subprocess_env(contribution: Path, engine_root: Path | None = None) -> dict
         paths.append(env["PYTHONPATH"])
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env["PYTHONUNBUFFERED"] = "1"
+    # The contribution's processes run with the contribution as their working directory, and `python -m`
+    # (and `python -c`) would put it first on sys.path: a module there named like a standard-library module
+    # the harness imports (json.py beside the kernels: FT136 spares it, the directory has an __init__.py)
+    # would run in the bench worker before its timer snapshot, its clock and its result stream exist.
+    # PYTHONSAFEPATH (3.11) keeps the working directory off sys.path, in torchrun's ranks too; the
+    # contribution is imported as a package from its parent (PYTHONPATH), never by its modules' bare names.
+    env["PYTHONSAFEPATH"] = "1"
     # Bytecode goes to (and is read from) a cache outside the tree: no in-tree __pycache__ can stand in for
     # the sources the digest binds.
     env["PYTHONPYCACHEPREFIX"] = str(Path(tempfile.gettempdir()) / "fasttrack-pycache")
@@ -827,7 +834,8 @@ def _run_pass(run: Run, spec: dict[str, Any], spec_name: str, group: list[dict[s
                          yard.surface if yard is not None else None)
         for j in group:
             Path(j["out"]).parent.mkdir(parents=True, exist_ok=True)
-    server = StreamServer(n, "engine" if engine else "contribution", [j["out"] for j in group])
+    server = StreamServer(n, "engine" if engine else "contribution", [j["out"] for j in group],
+                          points={j["out"]: dict(j["point"]) for j in group})
     spec = {**spec, "points": [{**j, "id": server.point_ids[j["out"]]} for j in spec["points"]]}
     try:
         code = _run_worker("bench", spec, run.work.path(spec_name), {**env, **server.env()}, cwd,

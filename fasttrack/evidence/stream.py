@@ -24,20 +24,24 @@ and a kind:
 * ``end``: the worker finished.
 
 The collector (`StreamServer`) refuses a connection whose hello carries another nonce, an unknown rank, or a
-rank already connected (the genuine ranks connect before contribution code exists, so a forger can only come
-second); any refused connection rejects every point of the pass. A frame out of sequence, for an unassigned
-point or variant id, a second result for a point, or a frame after ``end`` breaks the connection: none of
-that rank's data is used. When the worker has exited, every genuine connection reaches end of file; one still
-open (a process the worker started holds the socket) is broken too. A point's record is taken with the
-streamed samples in place of the ones it carries: a record whose samples differ from what was streamed as it
-was measured (rewritten in memory) is rejected, as is one that calls a variant accurate after a streamed
-check failed.
+rank already connected (the genuine ranks connect before contribution code exists; a forger that read the
+nonce and came first gets the genuine hello refused), one past the ranks and `MAX_EXTRA_CONNECTIONS` more
+(closed unread), and one whose frames its reader cannot handle; any refused connection rejects every point
+of the pass. A frame out of sequence, for an unassigned point or variant id, a second result for a point,
+or a frame after ``end`` breaks the connection: none of that rank's data is used. When the worker has
+exited, every genuine connection reaches end of file; one still open (a process the worker started holds
+the socket) is broken too. A point's record is taken with the streamed samples, checks and oracle checks in
+place of the ones it carries: a record whose samples, oracle checks or errors differ from what was streamed
+as it was measured (rewritten in memory) is rejected, as is one that calls a variant accurate after a
+streamed check failed, and one that names another point (or rank) than the collector assigned the id to.
 
 What this does not stop: code in the worker's own process (the candidates) can write frames itself (it holds
 the socket and the nonce) or patch the timer before a sample is taken; the saved timer references and the
-timer guard are the defence there, and the engine pass (no contribution code) is the yardstick. A process of
-the same user can read the nonce from the worker's /proc environ, but it can only connect second. Root on the
-machine can do anything.
+timer guard (which watches this module's functions and the client's socket too) are the defence there, and
+the engine pass (no contribution code) is the yardstick for stock. Contribution code that rewrites the guard
+as well is not caught: a check in the process that hosts it. A process of the same user can read the nonce
+from the worker's /proc environ; connecting first only gets the worker refused (the pass rejected). Root on
+the machine can do anything.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from __future__ import annotations
 import contextlib
 import hmac
 import json
+import math
 import os
 import secrets
 import shutil
@@ -66,7 +71,8 @@ VERSION = 1
 MAX_LINE = 64 << 20  # one frame; a point's record with 100,000 samples per variant is a few MB
 EOF_WAIT_S = 5.0  # after the worker exited, how long its connections may take to reach end of file
 PassKind = Literal["engine", "contribution"]
-Kind = Literal["hello", "point", "declare", "sample", "check", "result", "end"]
+Kind = Literal["hello", "point", "declare", "sample", "check", "oracle", "result", "end"]
+MAX_EXTRA_CONNECTIONS = 8  # beyond the ranks: a forger's (each refused); more are closed unread
 
 
 class Frame(BaseModel):
@@ -88,6 +94,9 @@ class Frame(BaseModel):
     wall_us: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     ok: bool | None = None
     reason: str | None = Field(default=None, max_length=4096)
+    error: float | None = Field(default=None, ge=0, allow_inf_nan=False)  # a check's max abs error so far
+    atol: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    rtol: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     result: Measurement | None = None
 
 
@@ -139,8 +148,15 @@ class StreamClient:
         self._send("sample", point_id=point_id, variant_id=self._ids[point_id][name], device_us=device_us,
                    wall_us=wall_us)
 
-    def check(self, point_id: str, name: str, ok: bool, reason: str | None) -> None:
+    def check(self, point_id: str, name: str, ok: bool, reason: str | None,
+              error: float | None = None) -> None:
         self._send("check", point_id=point_id, variant_id=self._ids[point_id][name], ok=ok,
+                   reason=None if reason is None else reason[:4000], error=_finite(error))
+
+    def oracle(self, point_id: str, name: str, ok: bool, error: float | None, atol: float, rtol: float,
+               reason: str | None) -> None:
+        self._send("oracle", point_id=point_id, variant_id=self._ids[point_id][name], ok=ok,
+                   error=_finite(error), atol=atol, rtol=rtol,
                    reason=None if reason is None else reason[:4000])
 
     def result(self, point_id: str, record: dict[str, Any]) -> None:
@@ -168,16 +184,25 @@ class PointRecorder:
     def sample(self, name: str, device_us: float, wall_us: float | None) -> None:
         self.client.sample(self.point_id, name, device_us, wall_us)
 
-    def check(self, name: str, ok: bool, reason: str | None) -> None:
-        self.client.check(self.point_id, name, ok, reason)
+    def check(self, name: str, ok: bool, reason: str | None, error: float | None = None) -> None:
+        self.client.check(self.point_id, name, ok, reason, error)
+
+    def oracle(self, name: str, ok: bool, error: float | None, atol: float, rtol: float,
+               reason: str | None) -> None:
+        self.client.oracle(self.point_id, name, ok, error, atol, rtol, reason)
 
 
 # ------------------------------------------------------------------------------------------ collector side
+def _finite(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) or x < 0 else float(x)
+
+
 @dataclass
 class _Point:
     names: dict[str, str] = field(default_factory=dict)  # variant id -> name
     samples: dict[str, list[tuple[float, float | None]]] = field(default_factory=dict)  # name -> samples
-    checks: dict[str, list[tuple[bool, str | None]]] = field(default_factory=dict)
+    checks: dict[str, list[tuple[bool, str | None, float | None]]] = field(default_factory=dict)
+    oracle: dict[str, tuple[bool, float | None, float, float, str | None]] = field(default_factory=dict)
     result: Measurement | None = None
 
 
@@ -197,11 +222,14 @@ def _sockaddr(address: str) -> str | bytes:
 class StreamServer:
     """The collector's end for one bench pass of `world` ranks over the points `point_ids` names."""
 
-    def __init__(self, world: int, pass_kind: PassKind, jobs: Iterable[str]) -> None:
+    def __init__(self, world: int, pass_kind: PassKind, jobs: Iterable[str],
+                 points: dict[str, dict[str, Any]] | None = None) -> None:
         self.world = world
         self.pass_kind = pass_kind
         self.nonce = secrets.token_hex(24)
         self.point_ids = {job: secrets.token_hex(8) for job in jobs}  # job (result file) -> point id
+        # job -> the point the collector asked for there: a record naming another point is not taken for it
+        self.points = dict(points or {})
         self._by_id = {v: k for k, v in self.point_ids.items()}
         self.problems: list[str] = []
         self.refused: list[str] = []
@@ -241,6 +269,13 @@ class StreamServer:
     def _start(self, conn: socket.socket) -> None:
         conn.settimeout(None)
         with self._lock:
+            if len(self._socks) >= self.world + MAX_EXTRA_CONNECTIONS:
+                # every reader is a thread and a line buffer of up to MAX_LINE: a flood is not read at all
+                self.refused.append("a connection was refused: more connections than the pass has ranks "
+                                    f"(+{MAX_EXTRA_CONNECTIONS})")
+                with contextlib.suppress(OSError):
+                    conn.close()
+                return
             self._socks.append(conn)
         t = threading.Thread(target=self._serve, args=(conn,), daemon=True)
         self._threads.append(t)
@@ -266,7 +301,7 @@ class StreamServer:
                 except ValidationError as exc:
                     raise _Broken(f"a frame that does not fit the schema: {exc.errors()[0].get('msg')}"
                                   ) from None
-                if not hmac.compare_digest(frame.nonce, self.nonce):
+                if not hmac.compare_digest(frame.nonce.encode(), self.nonce.encode()):
                     raise _Refused("a frame without this run's nonce")
                 if frame.seq != seq:
                     raise _Broken(f"frame {seq} expected, got {frame.seq}")
@@ -291,6 +326,13 @@ class StreamServer:
         except OSError as exc:
             if state is not None and not self._closing:
                 state.broken = state.broken or f"the connection failed: {exc}"
+        except Exception as exc:  # nothing a peer sends may end a reader unnoticed
+            why = f"the collector could not read a frame ({type(exc).__name__}: {str(exc)[:200]})"
+            with self._lock:
+                if state is None:
+                    self.refused.append(f"a connection was refused: {why}")
+                else:
+                    state.broken = state.broken or why
         finally:
             with contextlib.suppress(OSError):
                 sock.close()
@@ -354,10 +396,15 @@ class StreamServer:
             if frame.device_us is None:
                 raise _Broken("a sample without a time")
             pt.samples[name].append((frame.device_us, frame.wall_us))
+        elif frame.kind == "oracle":
+            if frame.ok is None or frame.atol is None or frame.rtol is None or name in pt.oracle:
+                raise _Broken("an oracle check without an outcome or tolerance, or a second one for a "
+                              "variant")
+            pt.oracle[name] = (frame.ok, frame.error, frame.atol, frame.rtol, frame.reason)
         else:
             if frame.ok is None:
                 raise _Broken("a check without an outcome")
-            pt.checks[name].append((frame.ok, frame.reason))
+            pt.checks[name].append((frame.ok, frame.reason, frame.error))
 
     # ------------------------------------------------------------------ after the pass
     def finish(self, wait_s: float = EOF_WAIT_S) -> None:
@@ -410,7 +457,7 @@ class StreamServer:
             if pt is None or pt.result is None:
                 out.append(None)
                 continue
-            out.append(_reconcile(pt, self.refused))
+            out.append(_reconcile(pt, self.refused, self.points.get(job), rank, self.world))
         return out
 
     def notes(self) -> list[str]:
@@ -434,11 +481,21 @@ class _Broken(Exception):
     pass
 
 
-def _reconcile(pt: _Point, refused: list[str]) -> dict[str, Any]:
+def _reconcile(pt: _Point, refused: list[str], point: dict[str, Any] | None = None, rank: int = 0,
+               world: int = 1) -> dict[str, Any]:
     rec = pt.result
     assert rec is not None
     data = rec.model_dump(mode="json")
     reasons: list[str] = list(data.get("reasons") or [])
+    if point is not None and data.get("point") != point:
+        reasons.append(f"the worker's record names another point ({data.get('point')}) than the one the "
+                       f"collector assigned this point id to ({point}): it is taken for neither")
+        data["point"] = dict(point)
+    if int(data.get("world_size") or 1) != world or data.get("rank") != (rank if world > 1 else None):
+        reasons.append(f"the worker's record names another rank or world size (rank {data.get('rank')} of "
+                       f"{data.get('world_size')}) than its stream's (rank {rank} of {world})")
+        data["world_size"], data["rank"] = world, (rank if world > 1 else None)
+    _reconcile_oracle(pt, data, reasons)
     variants: dict[str, Any] = data.get("variants") or {}
     declared = set(pt.samples)
     for name in sorted(set(variants) - declared):
@@ -458,10 +515,15 @@ def _reconcile(pt: _Point, refused: list[str]) -> dict[str, Any]:
         v.pop("samples_wall_us", None)
         if walls and all(w is not None for w in walls):
             v["samples_wall_us"] = [float(w) for w in walls if w is not None]
-        failed = [r for ok, r in pt.checks[name] if not ok]
+        failed = [r for ok, r, _e in pt.checks[name] if not ok]
+        errors = [e for _ok, _r, e in pt.checks[name] if e is not None]
         acc = (data.get("accuracy") or {}).get(name)
         if isinstance(acc, dict):
             acc["checked"] = max(int(acc.get("checked") or 0), len(device))
+            if errors and float(acc.get("max_abs_error") or 0.0) < max(errors):
+                reasons.append(f"variant {name!r}: the worker's record states a smaller error than the "
+                               f"checks streamed ({acc.get('max_abs_error')} < {max(errors)})")
+                acc["max_abs_error"] = max(errors)
             if failed:
                 if acc.get("ok"):
                     reasons.append(f"variant {name!r}: the worker's record calls it accurate after a "
@@ -476,6 +538,23 @@ def _reconcile(pt: _Point, refused: list[str]) -> dict[str, Any]:
     if data["reasons"] and data.get("status") == "ok":
         data["status"] = "rejected"
     return data
+
+
+def _reconcile_oracle(pt: _Point, data: dict[str, Any], reasons: list[str]) -> None:
+    """The record's oracle checks are the streamed ones (each sent as it was computed, before the next
+    variant ran): a record entry that differs, or has no streamed check, is a record rewritten in memory."""
+    oracle: dict[str, Any] = data.get("oracle") or {}
+    for name in sorted(set(oracle) - set(pt.oracle)):
+        reasons.append(f"variant {name!r}: an oracle check in the worker's record that was never streamed")
+        del oracle[name]
+    for name, (ok, err, atol, rtol, why) in sorted(pt.oracle.items()):
+        got = oracle.get(name)
+        want = {"max_abs_error": err, "atol": atol, "rtol": rtol, "ok": ok, "reason": why}
+        if not isinstance(got, dict) or any(got.get(k) != v for k, v in want.items()):
+            reasons.append(f"variant {name!r}: the worker's record of its oracle check differs from the one "
+                           "streamed as it was computed (rewritten in the worker's memory)")
+        oracle[name] = want
+    data["oracle"] = oracle
 
 
 RecorderFactory = Callable[[str], PointRecorder]

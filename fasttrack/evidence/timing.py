@@ -79,7 +79,10 @@ class Recorder(TypingProtocol):
 
     def sample(self, name: str, device_us: float, wall_us: float | None) -> None: ...
 
-    def check(self, name: str, ok: bool, reason: str | None) -> None: ...
+    def check(self, name: str, ok: bool, reason: str | None, error: float | None = None) -> None: ...
+
+    def oracle(self, name: str, ok: bool, error: float | None, atol: float, rtol: float,
+               reason: str | None) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -113,7 +116,7 @@ class TimerGuard:
         self._watched: list[tuple[str, Any, str, Any]] = []
 
     def watch(self, label: str, owner: Any, attr: str) -> None:
-        self._watched.append((label, owner, attr, getattr(owner, attr, None)))
+        self._watched.append((label, owner, attr, _static(owner, attr)))
 
     def snapshot(self, extra: Iterable[tuple[str, Any, str]] = ()) -> TimerGuard:
         import sys
@@ -128,7 +131,64 @@ class TimerGuard:
         return self
 
     def changed(self) -> list[str]:
-        return [label for label, owner, attr, ref in self._watched if getattr(owner, attr, None) is not ref]
+        return [label for label, owner, attr, ref in self._watched if _static(owner, attr) is not ref]
+
+
+def _static(owner: Any, attr: str) -> Any:
+    """What `owner.attr` is bound to, without running a descriptor (a classmethod makes a new bound method
+    at every lookup; a replaced one is a new object in the class's dict)."""
+    import inspect
+
+    return inspect.getattr_static(owner, attr, None)
+
+
+_CODE_ATTRS = ("__code__", "__defaults__", "__kwdefaults__")
+
+
+def _function_targets(label: str, fn: Any) -> list[tuple[str, Any, str]]:
+    """A function's code and defaults (`f.__code__ = other.__code__` keeps the function's identity)."""
+    inner = getattr(fn, "__func__", fn)  # classmethod / staticmethod
+    return [(f"{label}.{a}", inner, a) for a in _CODE_ATTRS if hasattr(inner, a)]
+
+
+def harness_targets(modules: Iterable[Any], instances: Iterable[tuple[str, Any]] = ()
+                    ) -> list[tuple[str, Any, str]]:
+    """What a timer guard watches of the harness itself, besides the clocks: every function and class of
+    `modules` (the timing protocol, the result stream, the worker), every method of those classes and their
+    code, every callable or socket an instance of `instances` (the backend, the stream client) holds, and
+    the encoder and socket methods a frame goes through. A patch of any of them by contribution code (the
+    stream client's `sample`, the backend's saved event reference) is named by `changed()`. In-process
+    contribution code that also rewrites the guard (or its saved references) is not stopped by this: that
+    is the limit of any check made in the process that hosts the contribution (docs/evidence-collection.md).
+    """
+    import json
+    import socket
+    import types
+
+    out: list[tuple[str, Any, str]] = [("json.dumps", json, "dumps"),
+                                       ("json.JSONEncoder.encode", json.JSONEncoder, "encode"),
+                                       ("json.JSONEncoder.iterencode", json.JSONEncoder, "iterencode"),
+                                       ("socket.socket.sendall", socket.socket, "sendall"),
+                                       ("socket.socket.makefile", socket.socket, "makefile")]
+    kinds = (types.FunctionType, classmethod, staticmethod, property)
+    for mod in modules:
+        name = getattr(mod, "__name__", "?")
+        for attr, value in sorted(vars(mod).items()):
+            if isinstance(value, types.FunctionType) and value.__module__ == mod.__name__:
+                out.append((f"{name}.{attr}", mod, attr))
+                out += _function_targets(f"{name}.{attr}", value)
+            elif isinstance(value, type) and value.__module__ == mod.__name__:
+                out.append((f"{name}.{attr}", mod, attr))
+                for meth, fn in sorted(vars(value).items()):
+                    if isinstance(fn, kinds):
+                        out.append((f"{name}.{attr}.{meth}", value, meth))
+                        if not isinstance(fn, property):
+                            out += _function_targets(f"{name}.{attr}.{meth}", fn)
+    for label, obj in instances:
+        for attr, value in sorted(vars(obj).items()):
+            if callable(value) or isinstance(value, socket.socket) or hasattr(value, "readline"):
+                out.append((f"{label}.{attr}", obj, attr))
+    return out
 
 
 # -------------------------------------------------------------------------------------- tensor tree tools
@@ -730,7 +790,7 @@ def run_case(
         _agreed_step(backend, check_and_load)
         if callable(getattr(case, "oracle", None)):
             def oracle_step() -> None:
-                _oracle_check(case, variants, seeds, atol, rtol, result)
+                _oracle_check(case, variants, seeds, atol, rtol, result, recorder)
 
             _agreed_step(backend, oracle_step)
             _load_fresh(case, seeds)
@@ -778,7 +838,8 @@ def run_case(
                 finally:
                     if recorder is not None:
                         failed = acc.failures != before
-                        recorder.check(prep.name, not failed, acc.reason if failed else None)
+                        recorder.check(prep.name, not failed, acc.reason if failed else None,
+                                       acc.max_abs_error)
 
             _agreed_step(backend, one_step)
             failures = result.accuracy[name].failures or 0
@@ -826,23 +887,30 @@ def run_case(
 
 
 def _oracle_check(case: Any, variants: Mapping[str, Callable[[Any], Any]], seeds: _Seeds, atol: float,
-                  rtol: float, result: CaseResult) -> None:
+                  rtol: float, result: CaseResult, recorder: Recorder | None = None) -> None:
     """Every variant (stock included) on one fresh input, eagerly, against the baseline's fp32 oracle on
-    the same input, under the policy's tolerance. Run by the harness at every point it measures."""
+    the same input, under the policy's tolerance. Run by the harness at every point it measures. Each
+    outcome goes to the recorder (the collector) before the next variant runs: a record rewritten later in
+    this process's memory no longer matches it."""
     pristine = case.make_inputs(seeds())
     ref = case.oracle(clone_tree(pristine))
     for name, fn in variants.items():
         try:
             out = fn(clone_tree(pristine))
         except Exception as exc:
-            result.oracle[name] = OracleCheck(atol=atol, rtol=rtol, ok=False,
-                                               reason=f"raised {type(exc).__name__}: {exc}"[:2000])
-            continue
-        cmp = compare(out, ref, atol, rtol)
-        err = cmp.max_abs_error if math.isfinite(cmp.max_abs_error) else None
-        result.oracle[name] = OracleCheck(max_abs_error=err, atol=atol, rtol=rtol, ok=cmp.ok,
-                                           reason=None if cmp.ok else (cmp.reason or "mismatch")[:2000])
-        poison_tree(out)
+            check = OracleCheck(atol=atol, rtol=rtol, ok=False,
+                                reason=f"raised {type(exc).__name__}: {exc}"[:2000])
+            out = None
+        else:
+            cmp = compare(out, ref, atol, rtol)
+            err = cmp.max_abs_error if math.isfinite(cmp.max_abs_error) else None
+            check = OracleCheck(max_abs_error=err, atol=atol, rtol=rtol, ok=cmp.ok,
+                                reason=None if cmp.ok else (cmp.reason or "mismatch")[:2000])
+        if recorder is not None:
+            recorder.oracle(name, check.ok, check.max_abs_error, check.atol, check.rtol, check.reason)
+        result.oracle[name] = check
+        if out is not None:
+            poison_tree(out)
 
 
 def _agreed_step(backend: Backend, step: Callable[[], None]) -> None:

@@ -9,6 +9,7 @@ followed by its fix's honest twin."""
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from pathlib import Path
@@ -267,7 +268,15 @@ def test_the_environment_probe_runs_no_module_of_the_contribution(
     _statement(toy, tmp_path, phases=("evals",), points_limit=1)
     seen = mark.read_text() if mark.exists() else ""
     assert "env.spec.json" not in seen, f"the contribution's json.py ran in the environment probe: {seen!r}"
-    assert "evals.spec.json" in seen  # the attack is real: the evals worker (contribution code) imports it
+    # nor in the evals worker: no contribution process has its working directory on sys.path
+    # (PYTHONSAFEPATH; tests/evidence/test_hostile_stream.py plays the bench worker's case)
+    assert "evals.spec.json" not in seen, seen
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONSAFEPATH"}
+    subprocess.run([sys.executable, "-c", "import json", "evals.spec.json"], cwd=toy, env=env, check=True)
+    assert "evals.spec.json" in mark.read_text()  # the attack is real where the working dir is on sys.path
 
 
 # The contribution pass's results are produced by a process that hosts contribution code (its candidates

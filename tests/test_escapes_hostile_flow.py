@@ -302,7 +302,7 @@ def f(n):
 """),
     ("exec-of-a-harmless-constant-through-a-name", """
 def f():
-    s = "y = 1"
+    s = "print(1)"
     exec(s)
 """),
     ("loop-else-rebinds-on-every-path", """

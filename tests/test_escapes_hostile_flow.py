@@ -29,6 +29,16 @@ class AttentionImpl:
     def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None):
         raise NotImplementedError
 """,
+    # engine subclasses that rename a parameter, or pass everything through `*args`
+    "vllm/v1/attention/flash.py": """
+from vllm.v1.attention.backend import AttentionImpl
+class FlashImpl(AttentionImpl):
+    def forward(self, layer, q, k, v, kv_cache, md, output=None):
+        pass
+class Wrapped(AttentionImpl):
+    def forward(self, *args, **kwargs):
+        return super().forward(*args, **kwargs)
+""",
 }
 
 
@@ -244,6 +254,22 @@ def f():
     g = functools.partial(setattr, L, "forward")  # <-
     g(None)
 """),
+    # a decorated def or class is bound to what its decorators return
+    ("decorator-returns-an-engine-class", """
+def f():
+    @(lambda fn: L)
+    def g():
+        pass
+    g.forward = None  # <-
+"""),
+    ("class-decorator-returns-an-engine-class", """
+def swap(c):
+    return L
+@swap
+class C:
+    pass
+C.forward = None  # <-
+"""),
     ("default-captured-at-def-time", """
 def f():
     x = L
@@ -304,6 +330,19 @@ def f(n):
 def f():
     s = "print(1)"
     exec(s)
+"""),
+    ("decorators-that-return-what-they-wrap", """
+import dataclasses
+def keep(fn):
+    return fn
+@keep
+def g():
+    pass
+g.calls = 0
+@dataclasses.dataclass
+class C:
+    n: int = 0
+C.n = 1
 """),
     ("loop-else-rebinds-on-every-path", """
 def f(items):
@@ -399,6 +438,20 @@ class Mixin:
 class K3Impl(Mixin, AttentionImpl):
     pass
 """),
+    # the engine's own subclass renames the parameter, or passes everything through `*args`: every
+    # definition in the engine's MRO names the position
+    ("override-of-an-engine-subclass-that-renames", """
+from vllm.v1.attention.flash import FlashImpl
+class K3(FlashImpl):
+    def forward(self, a, b, c, d, e, m, g=None):
+        m.num_actual_tokens = 0  # <-
+"""),
+    ("override-of-an-engine-wrapper-taking-args", """
+from vllm.v1.attention.flash import Wrapped
+class K3(Wrapped):
+    def forward(self, a, b, c, d, e, m, g=None):
+        m.num_actual_tokens = 0  # <-
+"""),
     # already caught (kept so a later precision change cannot lose them)
     ("classmethod-override", """
 class K3Impl(AttentionImpl):
@@ -487,6 +540,12 @@ class K3Impl(AttentionImpl):
     scratch = _helper
 K3Impl.other = _helper
 """),
+    ("override-of-an-engine-subclass-writes-its-output", """
+from vllm.v1.attention.flash import FlashImpl
+class K3(FlashImpl):
+    def forward(self, a, b, c, d, e, m, out=None):
+        out.copy_(b)
+"""),
     ("mixin-used-only-with-plain-classes", """
 class Mixin:
     def forward(self, a, b, c, d, e, buf, g=None):
@@ -500,6 +559,14 @@ class K3(Mixin):
 @pytest.mark.parametrize("source", [h[1] for h in SIGNATURE_HONEST], ids=[h[0] for h in SIGNATURE_HONEST])
 def test_signature_honest_code_stays_clean(source: str, engine: EngineSignatures) -> None:
     assert [e for e in scan(source, engine) if e.severity == "error"] == []
+
+
+def test_signatures_merge_every_definition_in_the_engine_mro(engine: EngineSignatures) -> None:
+    assert engine.method_params("vllm.v1.attention.flash.FlashImpl", "forward") == (
+        "layer", "q|query", "k|key", "v|value", "kv_cache", "md|attn_metadata", "output")
+    assert engine.method_params("vllm.v1.attention.flash.Wrapped", "forward") == (
+        "layer", "query", "key", "value", "kv_cache", "attn_metadata", "output")
+    assert engine.method_params("vllm.v1.attention.flash.FlashImpl", "nope") == ()
 
 
 # -- not caught yet -----------------------------------------------------------------------------------------

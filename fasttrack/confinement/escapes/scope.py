@@ -383,6 +383,7 @@ class Resolver:
             self._bind_name(scope, node.name, _Own(f"{self.module or '<file>'}.{node.name}"), node)
             if node.decorator_list:
                 self.candidates.append((node, scope, import_time))
+                self._bind_decorated(node, scope)
         child = _Scope("function", scope)
         self.scopes[node] = child
         self._bind_args(node, child, scope, self._function_key(node, scope))
@@ -391,11 +392,21 @@ class Resolver:
         self._push([*getattr(node, "decorator_list", []), *node.args.defaults, *node.args.kw_defaults,
                     *_annotations(node)], scope, import_time)
 
+    def _bind_decorated(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef, scope: _Scope) -> None:
+        """A decorated def or class binds its name to what the decorators return (`@swap` returning an
+        engine class makes the name that class): also bound to `d1(d2(<the def>))`, kept alive."""
+        value: ast.expr = ast.Constant(None)  # the def itself: own, nothing foreign
+        for d in reversed(node.decorator_list):
+            value = ast.Call(func=d, args=[value], keywords=[])
+        self._kept.append(value)
+        self._bind_name(scope, node.name, _Alias(value, scope), node)
+
     def _b_class(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
         assert isinstance(node, ast.ClassDef)
         self._bind_name(scope, node.name, _Own(f"{self.module or '<file>'}.{node.name}"), node)
         if node.decorator_list:
             self.candidates.append((node, scope, import_time))
+            self._bind_decorated(node, scope)
         child = _Scope("class", scope, name=f"{self.module or '<file>'}.{node.name}")
         self.scopes[node] = child
         self.classes.setdefault(child.name, []).append((node, scope))
@@ -742,8 +753,12 @@ class Resolver:
                             f"signature the scan cannot read (so it may be any of the engine's objects)")
                 for shift in shifts:
                     index = every.index(name) - shift
-                    if 0 <= index < len(params) and _matches(params[index], self.settings.engine_parameter_names):
-                        return (f"in the position of `{params[index]}` in the engine's "
+                    # a position the engine's definitions name differently answers `a|b`: any of them
+                    hit = next((n for n in params[index].split("|")
+                                if _matches(n, self.settings.engine_parameter_names)), None) \
+                        if 0 <= index < len(params) else None
+                    if hit is not None:
+                        return (f"in the position of `{hit}` in the engine's "
                                 f"`{base.rsplit('.', 1)[-1]}.{method}`, which the engine fills")
         return None
 

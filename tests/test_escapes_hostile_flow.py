@@ -452,6 +452,22 @@ class K3(Wrapped):
     def forward(self, a, b, c, d, e, m, g=None):
         m.num_actual_tokens = 0  # <-
 """),
+    # class keywords are arguments of implicit calls: the bases' __init_subclass__, the metaclass
+    ("init-subclass-keyword", """
+class Base:
+    def __init_subclass__(cls, target=None, **kw):
+        target.forward = None
+class K3(Base, target=L):  # <-
+    pass
+"""),
+    ("metaclass-keyword", """
+class Meta(type):
+    def __new__(mcs, name, bases, ns, target=None):
+        target.forward = None
+        return super().__new__(mcs, name, bases, ns)
+class K3(metaclass=Meta, target=L):  # <-
+    pass
+"""),
     # already caught (kept so a later precision change cannot lose them)
     ("classmethod-override", """
 class K3Impl(AttentionImpl):
@@ -546,6 +562,23 @@ class K3(FlashImpl):
     def forward(self, a, b, c, d, e, m, out=None):
         out.copy_(b)
 """),
+    ("class-keywords-of-own-objects", """
+class Base:
+    registry: dict[str, type] = {}
+    def __init_subclass__(cls, key="", table=None, **kw):
+        table[key] = cls
+        cls.key = key
+class Meta(type):
+    def __init__(cls, name, bases, ns, table=None):
+        super().__init__(name, bases, ns)
+        table.append(name)
+TABLE: dict[str, type] = {}
+NAMES: list[str] = []
+class K3(Base, key="k3", table=TABLE):
+    pass
+class K4(metaclass=Meta, table=NAMES):
+    pass
+"""),
     ("mixin-used-only-with-plain-classes", """
 class Mixin:
     def forward(self, a, b, c, d, e, buf, g=None):
@@ -569,31 +602,33 @@ def test_signatures_merge_every_definition_in_the_engine_mro(engine: EngineSigna
     assert engine.method_params("vllm.v1.attention.flash.FlashImpl", "nope") == ()
 
 
+def test_own_base_of_another_file_is_followed_when_the_tree_holds_it(tmp_path: Path) -> None:
+    # range mode: the head tree holds the model package, so its base class is read and followed
+    files = {**ENGINE, "vllm/models/__init__.py": "", "vllm/models/kimi_k3/__init__.py": "",
+             "vllm/models/kimi_k3/nvidia/__init__.py": "",
+             "vllm/models/kimi_k3/nvidia/base.py": "from vllm.v1.attention.flash import FlashImpl\n"
+                                                   "class K3Base(FlashImpl):\n    pass\n"}
+    for rel, text in files.items():
+        p = tmp_path / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(textwrap.dedent(text))
+    src = OPEN[0][2]
+    found = scan(src, EngineSignatures(tmp_path))
+    assert error_lines(found) == marked(src)
+    assert any("an own base of another file" in e.message for e in found)
+    honest = src.replace("m.num_actual_tokens = 0  # <-", "g.zero_()")
+    assert error_lines(scan(honest, EngineSignatures(tmp_path))) == []
+
+
 # -- not caught yet -----------------------------------------------------------------------------------------
 OPEN: list[tuple[str, str, str]] = [
     ("own-base-in-another-file", "the scan reads one file at a time: an own base class imported from another "
-     "module of the model package is not followed to the engine class it derives from", """
+     "module of the model package is followed only when the tree being judged holds it (range mode); in "
+     "contribution mode the engine tree does not, and nothing marks the override's parameters", """
 from vllm.models.kimi_k3.nvidia.base import K3Base
 class K3Impl(K3Base):
     def forward(self, a, b, c, d, e, m, g=None):
         m.num_actual_tokens = 0  # <-
-"""),
-    ("init-subclass-keyword", "class keywords are arguments of an implicit call to the bases' "
-     "`__init_subclass__`; the scan does not link them to its parameters", """
-class Base:
-    def __init_subclass__(cls, target=None, **kw):
-        target.forward = None
-class K3(Base, target=L):  # <-
-    pass
-"""),
-    ("metaclass-keyword", "class keywords are arguments of an implicit call to an own metaclass's "
-     "`__new__`/`__init__`; the scan does not link them to its parameters", """
-class Meta(type):
-    def __new__(mcs, name, bases, ns, target=None):
-        target.forward = None
-        return super().__new__(mcs, name, bases, ns)
-class K3(metaclass=Meta, target=L):  # <-
-    pass
 """),
 ]
 

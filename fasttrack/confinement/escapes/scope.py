@@ -746,21 +746,49 @@ class Resolver:
             return None
         every = [a.arg for a in [*fn.node.args.posonlyargs, *fn.node.args.args]]
         for cls, method, shifts in self._method_contexts(fn, outer):
+            # an own base of another file is read from the tree being judged when it is there (range
+            # mode), and followed to the engine classes it derives from; unreadable, it tells nothing
+            for base in self._own_import_bases(cls):
+                params = self.signatures(base, method)
+                hit = self._position_hit(params or (), every.index(name), shifts)
+                if hit is not None:
+                    return (f"in the position of `{hit}` in `{base.rsplit('.', 1)[-1]}.{method}` (an own base "
+                            "of another file, deriving from the engine's class), which the engine fills")
             for base in self._engine_bases_in_use(cls):
                 params = self.signatures(base, method)
                 if params is None:
                     return (f"a parameter of a method of a class deriving from the engine's `{base}`, whose "
                             f"signature the scan cannot read (so it may be any of the engine's objects)")
-                for shift in shifts:
-                    index = every.index(name) - shift
-                    # a position the engine's definitions name differently answers `a|b`: any of them
-                    hit = next((n for n in params[index].split("|")
-                                if _matches(n, self.settings.engine_parameter_names)), None) \
-                        if 0 <= index < len(params) else None
-                    if hit is not None:
-                        return (f"in the position of `{hit}` in the engine's "
-                                f"`{base.rsplit('.', 1)[-1]}.{method}`, which the engine fills")
+                hit = self._position_hit(params, every.index(name), shifts)
+                if hit is not None:
+                    return (f"in the position of `{hit}` in the engine's "
+                            f"`{base.rsplit('.', 1)[-1]}.{method}`, which the engine fills")
         return None
+
+    def _position_hit(self, params: tuple[str, ...], position: int, shifts: tuple[int, ...]) -> str | None:
+        """The engine-object name the engine's signature has where a parameter at `position` lands (for
+        each way the call may fill it); a position the engine's definitions name differently answers
+        `a|b`: any of them."""
+        for shift in shifts:
+            index = position - shift
+            if 0 <= index < len(params):
+                hit = next((n for n in params[index].split("|")
+                            if _matches(n, self.settings.engine_parameter_names)), None)
+                if hit is not None:
+                    return hit
+        return None
+
+    def _own_import_bases(self, cls: str) -> list[str]:
+        """The own classes of other files an own class derives from (through this file's classes)."""
+        out: list[str] = []
+        for c in self._own_bases(cls):
+            for node, outer in self.classes.get(c, []):
+                for b in node.bases:
+                    r = self.resolve(b.value if isinstance(b, ast.Subscript) else b, outer)
+                    if r is not None and r.origin == "import" and self.is_own(r.qualname) and \
+                            r.qualname not in out:
+                        out.append(r.qualname)
+        return out
 
     def _method_contexts(self, fn: _Function, outer: _Scope) -> list[tuple[str, str, tuple[int, ...]]]:
         """The (own class, method name, how many leading parameters the call does not fill) `fn` runs as:

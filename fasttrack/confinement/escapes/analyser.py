@@ -70,11 +70,12 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
                 implicit: list[tuple[list[ast.expr], list[str]]] = []
                 if kws:
                     bases = [b for b in self._own_bases(cls) if b != cls]
-                    implicit.append(([], [k for b in bases for k in self._method_keys(b, ["__init_subclass__"])]))
+                    hooks = [k for b in bases for k in self._method_keys(b, ["__init_subclass__"])]
+                    implicit.append(([], hooks))
                 m = self.resolve(meta, outer) if meta is not None else None
                 if m is not None and m.origin == "own" and m.qualname in self.classes:
-                    implicit.append(([ast.Constant(node.name), ast.Tuple(elts=list(node.bases), ctx=ast.Load()),
-                                      ast.Dict(keys=[], values=[])],
+                    bases_tuple = ast.Tuple(elts=list(node.bases), ctx=ast.Load())
+                    implicit.append(([ast.Constant(node.name), bases_tuple, ast.Dict(keys=[], values=[])],
                                      self._method_keys(m.qualname, ["__new__", "__init__"])))
                 for args, keys in implicit:
                     call = ast.copy_location(ast.Call(func=ast.Name(id=node.name, ctx=ast.Load()), args=args,

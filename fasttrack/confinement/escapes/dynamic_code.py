@@ -87,7 +87,8 @@ class DynamicCodeChecks(CheckBase):
             if bound:
                 self.report(DYNAMIC_CODE, node, f"the string passed to `{fn}()` binds `{bound[0]}` in the "
                             "namespace it runs in: a binding made by `exec`/`eval` is invisible to the scan, "
-                            "so what the name refers to afterwards cannot be checked; write the statement out",
+                            "so what the name refers to afterwards cannot be checked; write the statement "
+                            "out",
                             target=f"{q}:{bound[0]}")
             if self.exec_depth < _MAX_EXEC_DEPTH:
                 inner = self._nested(text)

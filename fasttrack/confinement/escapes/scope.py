@@ -392,7 +392,8 @@ class Resolver:
         self._push([*getattr(node, "decorator_list", []), *node.args.defaults, *node.args.kw_defaults,
                     *_annotations(node)], scope, import_time)
 
-    def _bind_decorated(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef, scope: _Scope) -> None:
+    def _bind_decorated(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef,
+                        scope: _Scope) -> None:
         """A decorated def or class binds its name to what the decorators return (`@swap` returning an
         engine class makes the name that class): also bound to `d1(d2(<the def>))`, kept alive."""
         value: ast.expr = ast.Constant(None)  # the def itself: own, nothing foreign
@@ -752,8 +753,8 @@ class Resolver:
                 params = self.signatures(base, method)
                 hit = self._position_hit(params or (), every.index(name), shifts)
                 if hit is not None:
-                    return (f"in the position of `{hit}` in `{base.rsplit('.', 1)[-1]}.{method}` (an own base "
-                            "of another file, deriving from the engine's class), which the engine fills")
+                    return (f"in the position of `{hit}` in `{base.rsplit('.', 1)[-1]}.{method}` (an own "
+                            "base of another file, deriving from the engine's class), which the engine fills")
             for base in self._engine_bases_in_use(cls):
                 params = self.signatures(base, method)
                 if params is None:
@@ -816,7 +817,8 @@ class Resolver:
                 cls: str | None = where
             else:
                 r = self.resolve(where, scope)
-                cls = r.qualname if r is not None and r.origin == "own" and r.qualname in self.classes else None
+                own = r is not None and r.origin == "own" and r.qualname in self.classes
+                cls = r.qualname if own and r is not None else None
             if cls is not None:
                 out.append((cls, attr, shifts))
         self._method_contexts_memo[fn.key] = out

@@ -423,6 +423,32 @@ def _fwd(a, b, c, d, e, m, g=None):
 class K3Impl(AttentionImpl):
     forward = staticmethod(_fwd)
 """),
+    ("function-installed-under-a-computed-name", """
+def _fwd(self, a, b, c, d, e, m, g=None):
+    m.num_actual_tokens = 0  # <-
+class K3Impl(AttentionImpl):
+    pass
+for n in ("forward",):
+    setattr(K3Impl, n, _fwd)
+"""),
+    ("function-installed-through-partialmethod", """
+def _fwd(self, z, a, b, c, d, e, m, g=None):
+    m.num_actual_tokens = 0  # <-
+class K3Impl(AttentionImpl):
+    forward = functools.partialmethod(_fwd, None)
+"""),
+    ("function-installed-through-the-class-namespace", """
+def _fwd(self, a, b, c, d, e, m, g=None):
+    m.num_actual_tokens = 0  # <-
+class K3Impl(AttentionImpl):
+    locals()["forward"] = _fwd
+"""),
+    ("function-installed-by-unpacking-in-the-class-body", """
+def _fwd(self, a, b, c, d, e, m, g=None):
+    m.num_actual_tokens = 0  # <-
+class K3Impl(AttentionImpl):
+    forward, other = _fwd, None
+"""),
     # multiple inheritance: the MRO picks the mixin's method for the engine's call
     ("mixin-first-in-the-mro", """
 class Mixin:
@@ -578,6 +604,16 @@ class K3(Base, key="k3", table=TABLE):
     pass
 class K4(metaclass=Meta, table=NAMES):
     pass
+"""),
+    ("helper-installed-in-a-plain-class-under-a-computed-name", """
+def _helper(self, a, b, c, d, e, buf):
+    buf.zero_()
+class K3:
+    pass
+for n in ("run",):
+    setattr(K3, n, _helper)
+class K4(AttentionImpl):
+    scratch = functools.partialmethod(_helper, None)
 """),
     ("mixin-used-only-with-plain-classes", """
 class Mixin:

@@ -270,6 +270,8 @@ class Resolver:
         """Bind `target = value`; `element_of`: the target takes an element of that container (unpacking,
         loop targets), so `a, b = pair` keeps a foreign object in `pair` foreign in `a` and `b`."""
         if isinstance(target, ast.Name):
+            if value is not None and scope.kind == "class":
+                self.installs.append((scope.name, target.id, value, scope))  # a method of the class
             if value is not None:
                 self._bind_name(scope, target.id, _Alias(value, scope), target)
             elif element_of is not None:
@@ -289,6 +291,8 @@ class Resolver:
                 else:
                     self._bind_target(elt, scope, None, import_time, element_of or value)
         else:
+            if isinstance(target, ast.Attribute) and value is not None:
+                self.installs.append((target.value, target.attr, value, scope))
             if isinstance(target, ast.Attribute) and (value is not None or element_of is not None):
                 stored = value if value is not None else self._element_node(element_of)
                 if stored is not None:
@@ -463,10 +467,10 @@ class Resolver:
         if isinstance(node, ast.Assign):
             for t in node.targets:
                 self._bind_target(t, scope, node.value, import_time)
-                if isinstance(t, ast.Name) and scope.kind == "class":
-                    self.installs.append((scope.name, t.id, node.value, scope))
-                elif isinstance(t, ast.Attribute):
-                    self.installs.append((t.value, t.attr, node.value, scope))
+                if isinstance(t, ast.Subscript) and scope.kind == "class" and isinstance(t.value, ast.Call) \
+                        and isinstance(t.value.func, ast.Name) and t.value.func.id in ("locals", "vars") \
+                        and not t.value.args:  # `locals()["forward"] = f` in a class body
+                    self.installs.append((scope.name, _dotted_literal(t.slice) or "*", node.value, scope))
             self._push([node.value], scope, import_time)
         elif isinstance(node, ast.AnnAssign):
             if node.value is not None:
@@ -560,9 +564,8 @@ class Resolver:
             self.candidates.append((node, scope, import_time))
         if isinstance(node, ast.Call) and len(node.args) == 3 and not node.keywords:
             attr = _dotted_literal(node.args[1])  # setattr(Cls, "name", fn): judged when resolved
-            if attr is not None and "." not in attr:
-                self.installs.append((node.args[0], attr, node.args[2], scope))
-                self._setattr_installs[id(node.args[2])] = node.func
+            self.installs.append((node.args[0], attr or "*", node.args[2], scope))  # "*": a computed name
+            self._setattr_installs[id(node.args[2])] = node.func
         self._push_children(node, scope, import_time)
 
     def _make_binders(self) -> dict[type[ast.AST], _Handler]:
@@ -747,6 +750,13 @@ class Resolver:
             return None
         every = [a.arg for a in [*fn.node.args.posonlyargs, *fn.node.args.args]]
         for cls, method, shifts in self._method_contexts(fn, outer):
+            if method == "*" or not shifts:  # installed under a computed name, or wrapped: fail closed
+                base = next(iter(self._engine_bases_in_use(cls)), None)
+                if base is not None and (method == "*" or self.signatures(base, method) != ()):
+                    how = "under a computed name" if method == "*" else f"as `{method}` through a wrapper"
+                    return (f"a parameter of a function installed {how} in a class deriving from the "
+                            f"engine's `{base}`: which of the engine's objects it gets cannot be told")
+                continue
             # an own base of another file is read from the tree being judged when it is there (range
             # mode), and followed to the engine classes it derives from; unreadable, it tells nothing
             for base in self._own_import_bases(cls):
@@ -802,6 +812,8 @@ class Resolver:
         if outer.kind == "class" and not isinstance(fn.node, ast.Lambda):
             out.append((outer.name, fn.node.name, self._shifts(fn.node.decorator_list, outer)))
         for where, attr, value, scope in self.installs:
+            if not isinstance(value, ast.Name | ast.Attribute | ast.Lambda | ast.Call):
+                continue  # a constant, a container, ...: not a function
             if id(value) in self._setattr_installs:
                 setter = self.resolve(self._setattr_installs[id(value)], scope)
                 if setter is None or setter.qualname != "builtins.setattr":
@@ -812,7 +824,15 @@ class Resolver:
                 if wrap is not None and wrap.qualname in ("builtins.staticmethod", "builtins.classmethod"):
                     inner, shifts = value.args[0], (0,) if wrap.qualname == "builtins.staticmethod" else (1,)
             if self._function_key_of(inner, scope) != fn.key:
-                continue
+                # wrapped in some other call (`partialmethod(f, x)`): which positions the engine's call
+                # fills is unknown, `()` (fail closed)
+                wrapped = isinstance(value, ast.Call) and any(
+                    self._function_key_of(a, scope) == fn.key for a in
+                    [*(x.value if isinstance(x, ast.Starred) else x for x in value.args),
+                     *(k.value for k in value.keywords)])
+                if not wrapped:
+                    continue
+                shifts = ()
             if isinstance(where, str):
                 cls: str | None = where
             else:

@@ -30,6 +30,11 @@ class AttentionImpl:
         raise NotImplementedError
 """,
     # engine subclasses that rename a parameter, or pass everything through `*args`
+    "vllm/v1/attention/proc.py": """
+class Processor:
+    def process(self, attn_metadata, x):
+        pass
+""",
     "vllm/v1/attention/flash.py": """
 from vllm.v1.attention.backend import AttentionImpl
 class FlashImpl(AttentionImpl):
@@ -386,6 +391,14 @@ class K3Impl(AttentionImpl):
     def forward(a, b, c, d, e, m, g=None):
         m.num_actual_tokens = 0  # <-
 """),
+    ("aliased-staticmethod-gets-the-first-engine-argument", """
+from vllm.v1.attention.proc import Processor
+sm = staticmethod
+class K3(Processor):
+    @sm
+    def process(m, x):
+        m.flag = 1  # <-
+"""),
     ("staticmethod-wrapped-in-the-class-body", """
 class K3Impl(AttentionImpl):
     def forward(a, b, c, d, e, m, g=None):
@@ -568,6 +581,16 @@ class K3Impl(AttentionImpl):
     def _scratch(a, b, c, d, e, buf):
         buf.zero_()
 """),
+    ("instance-override-writes-self", """
+from vllm.v1.attention.proc import Processor
+sm = staticmethod
+class K3(Processor):
+    def process(self, m, x):
+        self.flag = 1
+    @sm
+    def helper(a, b):
+        a.flag = 1
+"""),
     ("installed-helper-writes-its-output", """
 def _fwd(self, a, b, c, d, e, m, out=None):
     out.copy_(b)
@@ -648,7 +671,7 @@ def test_own_base_of_another_file_is_followed_when_the_tree_holds_it(tmp_path: P
         p = tmp_path / rel
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(textwrap.dedent(text))
-    src = OPEN[0][2]
+    src = next(o[2] for o in OPEN if o[0] == "own-base-in-another-file")
     found = scan(src, EngineSignatures(tmp_path))
     assert error_lines(found) == marked(src)
     assert any("an own base of another file" in e.message for e in found)
@@ -658,6 +681,15 @@ def test_own_base_of_another_file_is_followed_when_the_tree_holds_it(tmp_path: P
 
 # -- not caught yet -----------------------------------------------------------------------------------------
 OPEN: list[tuple[str, str, str]] = [
+    ("staticmethod-wrapped-later-first-engine-argument", "a def made a staticmethod only by a later "
+     "`name = staticmethod(name)` in the class body has its first parameter bound as `self` when the def is "
+     "bound (positions after it are matched; the first one is not)", """
+from vllm.v1.attention.proc import Processor
+class K3(Processor):
+    def process(m, x):
+        m.flag = 1  # <-
+    process = staticmethod(process)
+"""),
     ("own-base-in-another-file", "the scan reads one file at a time: an own base class imported from another "
      "module of the model package is followed only when the tree being judged holds it (range mode); in "
      "contribution mode the engine tree does not, and nothing marks the override's parameters", """

@@ -357,7 +357,7 @@ class Resolver:
         args = node.args
         positional = [*args.posonlyargs, *args.args]
         is_method = outer.kind == "class" and not any(
-            isinstance(d, ast.Name) and d.id == "staticmethod" for d in getattr(node, "decorator_list", []))
+            self._names_staticmethod(d, outer) for d in getattr(node, "decorator_list", []))
         names: list[str] = []
         for i, a in enumerate(positional):
             if i == 0 and is_method:
@@ -380,6 +380,19 @@ class Resolver:
                                                             frozenset(a.arg for a in args.kwonlyargs), key))
         if outer.kind == "class":
             self.method_keys.add(key)
+
+    def _names_staticmethod(self, d: ast.expr, scope: _Scope, depth: int = 0) -> bool:
+        """Whether a decorator is `staticmethod`, `builtins.staticmethod` or a name bound to either (read
+        from the bindings made so far: the decorator is evaluated where the def is)."""
+        if isinstance(d, ast.Name) and d.id == "staticmethod":
+            return True
+        if isinstance(d, ast.Attribute) and d.attr == "staticmethod" and isinstance(d.value, ast.Name) and \
+                d.value.id == "builtins":
+            return True
+        if isinstance(d, ast.Name) and depth < 8:
+            return any(isinstance(b, _Alias) and self._names_staticmethod(b.value, b.scope, depth + 1)
+                       for b in self._lookup(d.id, scope) or [])
+        return False
 
     def _b_function(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
         assert isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
@@ -818,7 +831,8 @@ class Resolver:
                 setter = self.resolve(self._setattr_installs[id(value)], scope)
                 if setter is None or setter.qualname != "builtins.setattr":
                     continue
-            inner, shifts = value, (1,)
+            inner: ast.expr = value
+            shifts: tuple[int, ...] = (1,)
             if isinstance(value, ast.Call) and len(value.args) == 1:
                 wrap = self.resolve(value.func, scope)
                 if wrap is not None and wrap.qualname in ("builtins.staticmethod", "builtins.classmethod"):

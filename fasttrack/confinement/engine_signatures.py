@@ -5,8 +5,10 @@ position: the engine calls `impl.forward(layer, q, k, v, kv_cache, attn_metadata
 override that renames `attn_metadata` to `m` still gets the engine's object.
 
 `method_params` answers a tuple of names (after self), `()` when no class of the engine's MRO defines the
-method (a new method: what its parameters are depends on its callers), or None when the class or one of
-its bases cannot be read (the scan then fails closed)."""
+method (a new method: what its parameters are depends on its callers), or None when it is not defined in
+what can be read and the class or one of its bases cannot be read (the scan then fails closed). Every
+definition in the MRO counts: a position an engine subclass renamed, or one past a wrapper's `*args`,
+answers all the names the engine's definitions give it, joined by `|` (`attn_metadata|md`)."""
 
 from __future__ import annotations
 
@@ -154,18 +156,38 @@ class EngineSignatures:
                         return ".".join([expr.id, *parts])
         return None
 
-    def _method_params(self, cls: str, method: str, depth: int = 0) -> tuple[str, ...] | None:
+    def _method_params(self, cls: str, method: str) -> tuple[str, ...] | None:
+        """The merged positional parameters of every definition of `method` in `cls`'s engine MRO: a
+        position an engine subclass renamed (`md` for `attn_metadata`) or a definition taking `*args`
+        (a wrapper passing through) keeps every name the engine's definitions give it, joined by `|`."""
+        found: list[tuple[str, ...]] = []
+        unknown = self._definitions(cls, method, found, set(), 0)
+        if not found:
+            return _Unknown if unknown else ()
+        merged: list[str] = []
+        for i in range(max(len(f) for f in found)):
+            names = list(dict.fromkeys(f[i] for f in found if i < len(f)))
+            merged.append("|".join(names))
+        return tuple(merged)
+
+    def _definitions(self, cls: str, method: str, found: list[tuple[str, ...]], seen: set[str],
+                     depth: int) -> bool:
+        """Append the positional parameters (after self) of each definition of `method` in `cls` and its
+        engine bases, nearest first; whether some class on the way cannot be read."""
         if depth > _MAX_HOPS:
-            return _Unknown
-        found = self._find_class(cls)
-        if found is None:
-            return _Unknown
-        node, module, is_pkg = found
+            return True
+        if cls in seen:
+            return False
+        seen.add(cls)
+        got = self._find_class(cls)
+        if got is None:
+            return True
+        node, module, is_pkg = got
         for stmt in node.body:
             if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef) and stmt.name == method:
                 positional = [a.arg for a in [*stmt.args.posonlyargs, *stmt.args.args]]
                 static = any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in stmt.decorator_list)
-                return tuple(positional if static else positional[1:])
+                found.append(tuple(positional if static else positional[1:]))
         unknown = False
         for b in node.bases:
             if isinstance(b, ast.Subscript):  # Generic[T], Base[X]
@@ -176,12 +198,8 @@ class EngineSignatures:
                 continue
             if not self._engine(base):
                 continue  # torch.nn.Module, typing.Generic, abc.ABC, object: not the engine's signature
-            got = self._method_params(base, method, depth + 1)
-            if got is None:
-                unknown = True
-            elif got:
-                return got
-        return _Unknown if unknown else ()
+            unknown = self._definitions(base, method, found, seen, depth + 1) or unknown
+        return unknown
 
 
 @lru_cache(maxsize=8)

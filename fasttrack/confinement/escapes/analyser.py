@@ -55,8 +55,33 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
                 self._check_bare_decorators(node, scope)
             elif isinstance(node, ast.AugAssign):
                 self._check_aug_name(node, scope, import_time)
+        self._link_class_keywords()
         self._check_helper_calls()
         self._check_import_time_thread_calls()
+
+    def _link_class_keywords(self) -> None:
+        """A class statement's keywords are arguments of implicit calls: its own bases'
+        `__init_subclass__(cls, **kw)` and its own metaclass's `__new__`/`__init__(name, bases, ns, **kw)`.
+        Each becomes an own call (at the class statement), so a helper writing through them is judged."""
+        for cls, defs in self.classes.items():
+            for node, outer in defs:
+                meta = next((k.value for k in node.keywords if k.arg == "metaclass"), None)
+                kws = [k for k in node.keywords if k.arg != "metaclass"]
+                implicit: list[tuple[list[ast.expr], list[str]]] = []
+                if kws:
+                    bases = [b for b in self._own_bases(cls) if b != cls]
+                    hooks = [k for b in bases for k in self._method_keys(b, ["__init_subclass__"])]
+                    implicit.append(([], hooks))
+                m = self.resolve(meta, outer) if meta is not None else None
+                if m is not None and m.origin == "own" and m.qualname in self.classes:
+                    bases_tuple = ast.Tuple(elts=list(node.bases), ctx=ast.Load())
+                    implicit.append(([ast.Constant(node.name), bases_tuple, ast.Dict(keys=[], values=[])],
+                                     self._method_keys(m.qualname, ["__new__", "__init__"])))
+                for args, keys in implicit:
+                    call = ast.copy_location(ast.Call(func=ast.Name(id=node.name, ctx=ast.Load()), args=args,
+                                                      keywords=kws), node)
+                    self._kept.append(call)
+                    self.own_calls += [(call, outer, k) for k in dict.fromkeys(keys)]
 
     def _check_call(self, node: ast.Call, scope: _Scope, import_time: bool) -> None:
         if isinstance(node.func, ast.Call):

@@ -80,19 +80,35 @@ class DynamicCodeChecks(CheckBase):
         self.report(DYNAMIC_CODE, node, f"calls `{fn}()`: code built from strings cannot be checked for "
                     "escapes" + ("; its literal source was checked too" if src is not None else ""),
                     severity="warning", target=q, lenient=src is not None)
-        bound = _names_bound(src) if src is not None and fn in ("exec", "eval") else []
-        if bound:
-            self.report(DYNAMIC_CODE, node, f"the string passed to `{fn}()` binds `{bound[0]}` in the "
-                        "namespace it runs in: a binding made by `exec`/`eval` is invisible to the scan, so "
-                        "what the name refers to afterwards cannot be checked; write the statement out",
-                        target=f"{q}:{bound[0]}")
-        if src is not None and self.exec_depth < _MAX_EXEC_DEPTH:
-            inner = self._nested(src)
-            for esc in inner.escapes:
-                if esc.code == UNPARSEABLE:
-                    continue
-                self.report(esc.code, node, f"in the string passed to `{fn}()`: {esc.message}",
-                            severity=esc.severity, target=esc.target)
+        # a literal, or the constant strings a name passed instead was bound to (`s = "x = y"; exec(s)`)
+        sources = [src] if src is not None else self._constant_sources(_arg(node, 0, "source"), scope)
+        for text in sources:
+            bound = _names_bound(text) if fn in ("exec", "eval") else []
+            if bound:
+                self.report(DYNAMIC_CODE, node, f"the string passed to `{fn}()` binds `{bound[0]}` in the "
+                            "namespace it runs in: a binding made by `exec`/`eval` is invisible to the scan, "
+                            "so what the name refers to afterwards cannot be checked; write the statement "
+                            "out",
+                            target=f"{q}:{bound[0]}")
+            if self.exec_depth < _MAX_EXEC_DEPTH:
+                inner = self._nested(text)
+                for esc in inner.escapes:
+                    if esc.code == UNPARSEABLE:
+                        continue
+                    self.report(esc.code, node, f"in the string passed to `{fn}()`: {esc.message}",
+                                severity=esc.severity, target=esc.target)
+
+    def _constant_sources(self, arg: ast.expr | None, scope: _Scope, depth: int = 0) -> list[str]:
+        """The constant strings a name passed as source code is bound to anywhere in its scope (through
+        aliases); a binding to anything else adds nothing (the call stays a warning)."""
+        if not isinstance(arg, ast.Name) or depth > 8:
+            return []
+        out: list[str] = []
+        for b in self._lookup(arg.id, scope) or []:
+            if isinstance(b, _Alias):
+                lit = _dotted_literal(b.value)
+                out += [lit] if lit is not None else self._constant_sources(b.value, b.scope, depth + 1)
+        return out
 
     def _is_metaclass_call(self, node: ast.Call, q: str, scope: _Scope) -> bool:
         """A foreign metaclass called directly with (name, bases, namespace): `type(X)(...)`,

@@ -302,6 +302,8 @@ class _Flow:
                     cs = self.bind(cs, name, id(sub))
                     pending = self.bind(pending, name, id(sub), kill=False)
             cs = self.expr(case.guard, cs)
+            if case.guard is not None and cs is not None and pending is not None:
+                pending = _join(pending, cs)  # a failed guard: the next case sees what its walrus bound
             ends = _join(ends, self.body(case.body, cs))
             if case.guard is None and isinstance(case.pattern, ast.MatchAs) and case.pattern.pattern is None:
                 return ends  # `case _:` / `case name:` always matches: no way past the cases

@@ -101,6 +101,7 @@ class _Function:
     scope: _Scope
     positional: tuple[str, ...]  # positional parameters a caller fills, in order (self/cls left out)
     keyword_only: frozenset[str]
+    key: str = ""  # its key in Resolver.functions
 
     def returns(self) -> list[ast.expr]:
         """The expressions the function returns (nested defs and lambdas left out)."""
@@ -193,6 +194,11 @@ class Resolver:
         # `x.attr = value` on any object: attribute name -> the values stored (taint by attribute name,
         # so `self.target = SharedClass; self.target.forward = f` is a write to SharedClass).
         self.attr_stores: dict[str, list[tuple[ast.expr, _Scope]]] = {}
+        # a function installed as a method: (the class: its dotted name for a class-body assignment, else the
+        # expression the attribute is set on), the method's name, the value, the scope it is evaluated in
+        self.installs: list[tuple[str | ast.expr, str, ast.expr, _Scope]] = []
+        self._setattr_installs: dict[int, ast.expr] = {}  # the value of `f(a, "name", v)` -> f (setattr?)
+        self._method_contexts_memo: dict[str, list[tuple[str, str, tuple[int, ...]]]] = {}
         # Model code (a module of the contribution's own packages, or one that cannot be placed: fail
         # closed): its parameters named or annotated like the engine's objects are the engine's.
         self.model_code = module is None or self.is_own(module)
@@ -264,6 +270,8 @@ class Resolver:
         """Bind `target = value`; `element_of`: the target takes an element of that container (unpacking,
         loop targets), so `a, b = pair` keeps a foreign object in `pair` foreign in `a` and `b`."""
         if isinstance(target, ast.Name):
+            if value is not None and scope.kind == "class":
+                self.installs.append((scope.name, target.id, value, scope))  # a method of the class
             if value is not None:
                 self._bind_name(scope, target.id, _Alias(value, scope), target)
             elif element_of is not None:
@@ -283,7 +291,21 @@ class Resolver:
                 else:
                     self._bind_target(elt, scope, None, import_time, element_of or value)
         else:
+            if isinstance(target, ast.Attribute) and value is not None:
+                self.installs.append((target.value, target.attr, value, scope))
+            if isinstance(target, ast.Attribute) and (value is not None or element_of is not None):
+                stored = value if value is not None else self._element_node(element_of)
+                if stored is not None:
+                    self.attr_stores.setdefault(target.attr, []).append((stored, scope))
             self._push([target], scope, import_time)
+
+    def _element_node(self, container: ast.expr | None) -> ast.expr | None:
+        """A node that resolves to an element of `container` (`container[0]`), kept alive."""
+        if container is None:
+            return None
+        node = ast.Subscript(value=container, slice=ast.Constant(0), ctx=ast.Load())
+        self._kept.append(node)
+        return node
 
     def _homes(self, scope: _Scope, name: str) -> list[_Scope]:
         """The scopes a binding of `name` made in `scope` lands in: the module for a `global` name; for a
@@ -335,7 +357,7 @@ class Resolver:
         args = node.args
         positional = [*args.posonlyargs, *args.args]
         is_method = outer.kind == "class" and not any(
-            isinstance(d, ast.Name) and d.id == "staticmethod" for d in getattr(node, "decorator_list", []))
+            self._names_staticmethod(d, outer) for d in getattr(node, "decorator_list", []))
         names: list[str] = []
         for i, a in enumerate(positional):
             if i == 0 and is_method:
@@ -355,9 +377,22 @@ class Resolver:
         if args.kwarg:
             scope.bind(args.kwarg.arg, _Param(key, "**"), ENTRY)
         self.functions.setdefault(key, []).append(_Function(node, scope, tuple(names),
-                                                            frozenset(a.arg for a in args.kwonlyargs)))
+                                                            frozenset(a.arg for a in args.kwonlyargs), key))
         if outer.kind == "class":
             self.method_keys.add(key)
+
+    def _names_staticmethod(self, d: ast.expr, scope: _Scope, depth: int = 0) -> bool:
+        """Whether a decorator is `staticmethod`, `builtins.staticmethod` or a name bound to either (read
+        from the bindings made so far: the decorator is evaluated where the def is)."""
+        if isinstance(d, ast.Name) and d.id == "staticmethod":
+            return True
+        if isinstance(d, ast.Attribute) and d.attr == "staticmethod" and isinstance(d.value, ast.Name) and \
+                d.value.id == "builtins":
+            return True
+        if isinstance(d, ast.Name) and depth < 8:
+            return any(isinstance(b, _Alias) and self._names_staticmethod(b.value, b.scope, depth + 1)
+                       for b in self._lookup(d.id, scope) or [])
+        return False
 
     def _b_function(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
         assert isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
@@ -365,6 +400,7 @@ class Resolver:
             self._bind_name(scope, node.name, _Own(f"{self.module or '<file>'}.{node.name}"), node)
             if node.decorator_list:
                 self.candidates.append((node, scope, import_time))
+                self._bind_decorated(node, scope)
         child = _Scope("function", scope)
         self.scopes[node] = child
         self._bind_args(node, child, scope, self._function_key(node, scope))
@@ -373,11 +409,22 @@ class Resolver:
         self._push([*getattr(node, "decorator_list", []), *node.args.defaults, *node.args.kw_defaults,
                     *_annotations(node)], scope, import_time)
 
+    def _bind_decorated(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef,
+                        scope: _Scope) -> None:
+        """A decorated def or class binds its name to what the decorators return (`@swap` returning an
+        engine class makes the name that class): also bound to `d1(d2(<the def>))`, kept alive."""
+        value: ast.expr = ast.Constant(None)  # the def itself: own, nothing foreign
+        for d in reversed(node.decorator_list):
+            value = ast.Call(func=d, args=[value], keywords=[])
+        self._kept.append(value)
+        self._bind_name(scope, node.name, _Alias(value, scope), node)
+
     def _b_class(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
         assert isinstance(node, ast.ClassDef)
         self._bind_name(scope, node.name, _Own(f"{self.module or '<file>'}.{node.name}"), node)
         if node.decorator_list:
             self.candidates.append((node, scope, import_time))
+            self._bind_decorated(node, scope)
         child = _Scope("class", scope, name=f"{self.module or '<file>'}.{node.name}")
         self.scopes[node] = child
         self.classes.setdefault(child.name, []).append((node, scope))
@@ -433,8 +480,10 @@ class Resolver:
         if isinstance(node, ast.Assign):
             for t in node.targets:
                 self._bind_target(t, scope, node.value, import_time)
-                if isinstance(t, ast.Attribute):
-                    self.attr_stores.setdefault(t.attr, []).append((node.value, scope))
+                if isinstance(t, ast.Subscript) and scope.kind == "class" and isinstance(t.value, ast.Call) \
+                        and isinstance(t.value.func, ast.Name) and t.value.func.id in ("locals", "vars") \
+                        and not t.value.args:  # `locals()["forward"] = f` in a class body
+                    self.installs.append((scope.name, _dotted_literal(t.slice) or "*", node.value, scope))
             self._push([node.value], scope, import_time)
         elif isinstance(node, ast.AnnAssign):
             if node.value is not None:
@@ -468,16 +517,20 @@ class Resolver:
         for item in node.items:
             self.with_items.add(id(item.context_expr))
             if item.optional_vars is not None:
-                cm = item.context_expr
-                value: ast.expr | None = None
-                if isinstance(cm, ast.Call) and cm.args:
-                    maker = self.resolve(cm.func, scope)
-                    if maker is not None and maker.qualname == "contextlib.nullcontext":
-                        value = cm.args[0]  # `with nullcontext(x) as c`: c is x
-                if isinstance(cm, ast.Call) and value is None and self.resolve(cm, scope) == _THREAD_REF:
-                    value = cm  # `with ThreadPoolExecutor() as ex`: ex is the pool (its __enter__ returns it)
-                self._bind_target(item.optional_vars, scope, value, import_time)
+                self._bind_target(item.optional_vars, scope, self._entered(item.context_expr), import_time)
         self._push([*(i.context_expr for i in node.items), *node.body], scope, import_time)
+
+    def _entered(self, cm: ast.expr) -> ast.expr:
+        """What `with cm as x` binds x to: `cm.__enter__()`, which the scan cannot see. The usual answers are
+        cm itself (a lock, a file, a pool) or an argument of the call that made it (`closing(obj)`,
+        `nullcontext(enter_result=obj)`), so x is judged as any of them (fail closed)."""
+        if not isinstance(cm, ast.Call):
+            return cm
+        parts = [cm, *(a.value if isinstance(a, ast.Starred) else a for a in cm.args),
+                 *(k.value for k in cm.keywords)]
+        anyof = ast.BoolOp(op=ast.Or(), values=parts)  # resolves to the first foreign one (or cm's own)
+        self._kept.append(anyof)  # memo keys are node ids: keep it alive
+        return anyof
 
     def _b_except(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
         assert isinstance(node, ast.ExceptHandler)
@@ -522,6 +575,10 @@ class Resolver:
     def _b_candidate(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
         if isinstance(node, ast.Call) or isinstance(getattr(node, "ctx", None), ast.Store | ast.Del):
             self.candidates.append((node, scope, import_time))
+        if isinstance(node, ast.Call) and len(node.args) == 3 and not node.keywords:
+            attr = _dotted_literal(node.args[1])  # setattr(Cls, "name", fn): judged when resolved
+            self.installs.append((node.args[0], attr or "*", node.args[2], scope))  # "*": a computed name
+            self._setattr_installs[id(node.args[2])] = node.func
         self._push_children(node, scope, import_time)
 
     def _make_binders(self) -> dict[type[ast.AST], _Handler]:
@@ -669,8 +726,8 @@ class Resolver:
                 arg = args.vararg if param.name == "*" else args.kwarg
                 if arg is None:
                     continue
-                cls = outer.name if outer.kind == "class" else None
-                base = self._engine_base(cls) if cls is not None else None
+                base = next((b for c, _, _ in self._method_contexts(fn, outer)
+                             for b in self._engine_bases_in_use(c)), None)
                 if base is not None:
                     self.engine_param_why.setdefault(arg.arg, f"the `{param.name}{arg.arg}` of a method of a "
                                                      f"class deriving from the engine's `{base}`")
@@ -698,22 +755,140 @@ class Resolver:
         """Why a positional parameter of a method overriding an engine class's method is the engine's
         object, whatever it is called: the engine's own signature has a parameter named like its objects
         in that position (`forward(self, layer, q, k, v, kv_cache, attn_metadata)`), or the engine's
-        signature cannot be read (fail closed). None otherwise."""
-        if self.signatures is None or outer.kind != "class" or name not in fn.positional or \
-                isinstance(fn.node, ast.Lambda):
+        signature cannot be read (fail closed). None otherwise. The method is a def in the class body, a
+        function or lambda installed in the class (`forward = _fwd`, `Cls.forward = _fwd`, `setattr`), or
+        a mixin's method when an own class puts the mixin before an engine base; a staticmethod gets the
+        engine's arguments with no `self` in front."""
+        if self.signatures is None or name not in fn.positional:
             return None
-        if len(fn.positional) == len([*fn.node.args.posonlyargs, *fn.node.args.args]):
-            return None  # a staticmethod (`self`/`cls` is left out of a method's): judged by its name
-        index = fn.positional.index(name)
-        for base in self._engine_bases(outer.name):
-            params = self.signatures(base, fn.node.name)
-            if params is None:
-                return (f"a parameter of a method of a class deriving from the engine's `{base}`, whose "
-                        f"signature the scan cannot read (so it may be any of the engine's objects)")
-            if index < len(params) and _matches(params[index], self.settings.engine_parameter_names):
-                return (f"in the position of `{params[index]}` in the engine's "
-                        f"`{base.rsplit('.', 1)[-1]}.{fn.node.name}`, which the engine fills")
+        every = [a.arg for a in [*fn.node.args.posonlyargs, *fn.node.args.args]]
+        for cls, method, shifts in self._method_contexts(fn, outer):
+            if method == "*" or not shifts:  # installed under a computed name, or wrapped: fail closed
+                base = next(iter(self._engine_bases_in_use(cls)), None)
+                if base is not None and (method == "*" or self.signatures(base, method) != ()):
+                    how = "under a computed name" if method == "*" else f"as `{method}` through a wrapper"
+                    return (f"a parameter of a function installed {how} in a class deriving from the "
+                            f"engine's `{base}`: which of the engine's objects it gets cannot be told")
+                continue
+            # an own base of another file is read from the tree being judged when it is there (range
+            # mode), and followed to the engine classes it derives from; unreadable, it tells nothing
+            for base in self._own_import_bases(cls):
+                params = self.signatures(base, method)
+                hit = self._position_hit(params or (), every.index(name), shifts)
+                if hit is not None:
+                    return (f"in the position of `{hit}` in `{base.rsplit('.', 1)[-1]}.{method}` (an own "
+                            "base of another file, deriving from the engine's class), which the engine fills")
+            for base in self._engine_bases_in_use(cls):
+                params = self.signatures(base, method)
+                if params is None:
+                    return (f"a parameter of a method of a class deriving from the engine's `{base}`, whose "
+                            f"signature the scan cannot read (so it may be any of the engine's objects)")
+                hit = self._position_hit(params, every.index(name), shifts)
+                if hit is not None:
+                    return (f"in the position of `{hit}` in the engine's "
+                            f"`{base.rsplit('.', 1)[-1]}.{method}`, which the engine fills")
         return None
+
+    def _position_hit(self, params: tuple[str, ...], position: int, shifts: tuple[int, ...]) -> str | None:
+        """The engine-object name the engine's signature has where a parameter at `position` lands (for
+        each way the call may fill it); a position the engine's definitions name differently answers
+        `a|b`: any of them."""
+        for shift in shifts:
+            index = position - shift
+            if 0 <= index < len(params):
+                hit = next((n for n in params[index].split("|")
+                            if _matches(n, self.settings.engine_parameter_names)), None)
+                if hit is not None:
+                    return hit
+        return None
+
+    def _own_import_bases(self, cls: str) -> list[str]:
+        """The own classes of other files an own class derives from (through this file's classes)."""
+        out: list[str] = []
+        for c in self._own_bases(cls):
+            for node, outer in self.classes.get(c, []):
+                for b in node.bases:
+                    r = self.resolve(b.value if isinstance(b, ast.Subscript) else b, outer)
+                    if r is not None and r.origin == "import" and self.is_own(r.qualname) and \
+                            r.qualname not in out:
+                        out.append(r.qualname)
+        return out
+
+    def _method_contexts(self, fn: _Function, outer: _Scope) -> list[tuple[str, str, tuple[int, ...]]]:
+        """The (own class, method name, how many leading parameters the call does not fill) `fn` runs as:
+        1 for an instance or class method (`self`/`cls`), 0 for a staticmethod, both when a decorator the
+        scan cannot judge may make it either (fail closed)."""
+        if fn.key in self._method_contexts_memo:
+            return self._method_contexts_memo[fn.key]
+        self._method_contexts_memo[fn.key] = []  # a cycle: nothing more
+        out: list[tuple[str, str, tuple[int, ...]]] = []
+        if outer.kind == "class" and not isinstance(fn.node, ast.Lambda):
+            out.append((outer.name, fn.node.name, self._shifts(fn.node.decorator_list, outer)))
+        for where, attr, value, scope in self.installs:
+            if not isinstance(value, ast.Name | ast.Attribute | ast.Lambda | ast.Call):
+                continue  # a constant, a container, ...: not a function
+            if id(value) in self._setattr_installs:
+                setter = self.resolve(self._setattr_installs[id(value)], scope)
+                if setter is None or setter.qualname != "builtins.setattr":
+                    continue
+            inner: ast.expr = value
+            shifts: tuple[int, ...] = (1,)
+            if isinstance(value, ast.Call) and len(value.args) == 1:
+                wrap = self.resolve(value.func, scope)
+                if wrap is not None and wrap.qualname in ("builtins.staticmethod", "builtins.classmethod"):
+                    inner, shifts = value.args[0], (0,) if wrap.qualname == "builtins.staticmethod" else (1,)
+            if self._function_key_of(inner, scope) != fn.key:
+                # wrapped in some other call (`partialmethod(f, x)`): which positions the engine's call
+                # fills is unknown, `()` (fail closed)
+                wrapped = isinstance(value, ast.Call) and any(
+                    self._function_key_of(a, scope) == fn.key for a in
+                    [*(x.value if isinstance(x, ast.Starred) else x for x in value.args),
+                     *(k.value for k in value.keywords)])
+                if not wrapped:
+                    continue
+                shifts = ()
+            if isinstance(where, str):
+                cls: str | None = where
+            else:
+                r = self.resolve(where, scope)
+                own = r is not None and r.origin == "own" and r.qualname in self.classes
+                cls = r.qualname if own and r is not None else None
+            if cls is not None:
+                out.append((cls, attr, shifts))
+        self._method_contexts_memo[fn.key] = out
+        return out
+
+    def _function_key_of(self, value: ast.expr, scope: _Scope) -> str | None:
+        """The key of the own function an expression is (a def of this class body by name, a module
+        function, a lambda), or None."""
+        if isinstance(value, ast.Name) and scope.kind == "class" and \
+                any(isinstance(b, _Own) for b in scope.bindings.get(value.id, [])) and \
+                f"{scope.name}.{value.id}" in self.functions:
+            return f"{scope.name}.{value.id}"
+        r = self.resolve(value, scope)
+        return r.qualname if r is not None and r.origin == "own" and r.qualname in self.functions else None
+
+    def _shifts(self, decorators: Sequence[ast.expr], outer: _Scope) -> tuple[int, ...]:
+        """How many leading parameters the call does not fill, for a def with these decorators."""
+        out: set[int] = set()
+        for d in decorators:
+            if isinstance(d, ast.Name) and d.id == "staticmethod":
+                return (0,)
+            r = self.resolve(d.func if isinstance(d, ast.Call) else d, outer)
+            if r is not None and r.qualname == "builtins.staticmethod":
+                return (0,)
+            if r is None or r.origin != "import":
+                out.add(0)  # an own or unknown decorator may return a staticmethod
+        return tuple(sorted(out | {1}))
+
+    def _engine_bases_in_use(self, cls: str) -> list[str]:
+        """The engine classes whose methods the methods of own class `cls` may override: its own engine
+        bases and those of every own class deriving from it (a mixin before an engine base in the MRO)."""
+        out = list(self._engine_bases(cls))
+        for other in self.classes:
+            if other != cls and cls in self._own_bases(other):
+                out += [b for b in self._engine_bases(other) if b not in out]
+        return out
 
     def _engine_bases(self, cls: str) -> list[str]:
         """The engine classes (under `hidden_import_roots`) an own class derives from, through own classes."""
@@ -755,18 +930,6 @@ class Resolver:
             if self.foreign(ref) and ref is not None and \
                     _matches(ref.qualname, self.settings.engine_parameter_types):
                 return ref.qualname
-        return None
-
-    def _engine_base(self, cls: str) -> str | None:
-        """The engine class (under `hidden_import_roots`) an own class derives from, through own classes."""
-        roots = self.settings.hidden_import_roots
-        for c in self._own_bases(cls):
-            for node, outer in self.classes.get(c, []):
-                for b in node.bases:
-                    r = self.resolve(b, outer)
-                    if self.foreign(r) and r is not None and any(
-                            r.qualname == x or r.qualname.startswith(x + ".") for x in roots):
-                        return r.qualname
         return None
 
     def _stored_attr(self, attr: str) -> _Ref | None:
@@ -865,6 +1028,12 @@ class Resolver:
             return self.resolve(node.value, scope)
         if isinstance(node, ast.List | ast.Tuple | ast.Set):
             return self._container(node.elts, scope)
+        if isinstance(node, ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp):
+            # a container of what its element expression is, in the comprehension's own scope
+            inner = self.scopes.get(node)
+            if inner is None:
+                return _LOCAL_REF
+            return self._container([node.value if isinstance(node, ast.DictComp) else node.elt], inner)
         if isinstance(node, ast.Dict):
             # `{**other}` merges other's values; keys are not what a write would reach
             return self._container(node.values, scope)

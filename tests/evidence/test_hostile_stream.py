@@ -24,14 +24,13 @@ from pathlib import Path
 
 import pytest
 from collect_toy import make_toy, options
+from stream_records import POINT, stream_record
 
 from fasttrack.evidence import stream
 from fasttrack.evidence.bundle import Benchmark, Statement
 from fasttrack.evidence.collect import NullProgress, collect
-from fasttrack.evidence.measurement import CaseResult, ProtocolFacts, VariantResult
 
 LINUX = pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs Linux /proc")
-POINT = {"gpu": "cpu", "tp": 1, "batch": 1, "context": 8, "dtype": "float32"}
 JOB = "bench/0000.json"
 
 TOY_FUSED = '''
@@ -271,13 +270,6 @@ def test_a_record_relabelled_to_another_point_is_not_taken_for_it(
 
 
 # ------------------------------------------------------------------------ a forger outside the worker
-def _record(samples: dict[str, list[float]]) -> dict[str, object]:
-    facts = ProtocolFacts(backend="cpu", timer="perf_counter", graph_replay=False, l2_flush_bytes=1,
-                          persisting_l2_reset=False, fresh_inputs=True, device_sync="none",
-                          orders=[list(samples)], iterations=2, warmup=0, seed_base=0)
-    return CaseResult(point=POINT, status="ok", protocol=facts,
-                      variants={n: VariantResult(samples_us=list(s)) for n, s in samples.items()}
-                      ).model_dump(mode="json")
 
 
 # A process of the same user reads the worker's /proc/<pid>/environ (os.environ.pop does not change it) and
@@ -336,7 +328,7 @@ def test_a_forger_that_read_the_nonce_from_proc_and_connected_first_does_not_get
                               env={**os.environ, **server.env()}, stdout=subprocess.PIPE, text=True)
     assert stream.ENV not in os.environ
     forged = subprocess.run([sys.executable, "-c", FORGER, str(worker.pid), pid,
-                             json.dumps(_record({"stock": [2.0], "fused": [0.02]}))],
+                             json.dumps(stream_record({"stock": [2.0], "fused": [0.02]}))],
                             capture_output=True, text=True, timeout=30)
     assert "forged" in forged.stdout, forged.stderr  # the attack is real: it read the nonce and streamed
     out, _ = worker.communicate(timeout=30)
@@ -374,7 +366,7 @@ def _honest(server: stream.StreamServer, monkeypatch: pytest.MonkeyPatch) -> Non
     for name, us in (("stock", 2.0), ("fused", 1.0)):
         client.sample(pid, name, us, None)
         client.check(pid, name, True, None)
-    client.result(pid, _record({"stock": [2.0], "fused": [1.0]}))
+    client.result(pid, stream_record({"stock": [2.0], "fused": [1.0]}))
     client.end()
 
 
@@ -445,7 +437,7 @@ def test_a_record_for_a_point_other_than_the_one_assigned_is_rejected(
     client.point(pid)
     client.declare(pid, ["stock", "fused"])
     client.sample(pid, "fused", 1.0, None)
-    rec = _record({"stock": [], "fused": [1.0]})
+    rec = stream_record({"stock": [], "fused": [1.0]})
     rec["point"] = {**POINT, "batch": 4}
     client.result(pid, rec)
     client.end()
@@ -468,7 +460,7 @@ def _streamed_point(server: stream.StreamServer, monkeypatch: pytest.MonkeyPatch
     client.declare(pid, ["stock", "fused"])
     client.oracle(pid, "stock", True, 1e-6, 1e-4, 1e-4, None)
     client.oracle(pid, "fused", False, 0.5, 1e-4, 1e-4, "mismatch at [0, 1]")
-    rec = _record({"stock": [2.0], "fused": [1.0]})
+    rec = stream_record({"stock": [2.0], "fused": [1.0]})
     rec["oracle"] = {"stock": {"max_abs_error": 1e-6, "atol": 1e-4, "rtol": 1e-4, "ok": True, "reason": None},
                      "fused": {"max_abs_error": 0.5, "atol": 1e-4, "rtol": 1e-4, "ok": False,
                                "reason": "mismatch at [0, 1]"}}

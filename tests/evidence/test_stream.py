@@ -12,24 +12,15 @@ import json
 import os
 import socket
 import time
-from typing import Any
 
 import pytest
+from stream_records import stream_record
 
 from fasttrack.evidence import stream
-from fasttrack.evidence.measurement import CaseResult, ProtocolFacts, VariantResult
 
-POINT = {"gpu": "cpu", "tp": 1, "batch": 1, "context": 8, "dtype": "float32"}
 JOB = "bench/0000.json"
 
 
-def _record(samples: dict[str, list[float]]) -> dict[str, Any]:
-    facts = ProtocolFacts(backend="cpu", timer="perf_counter", graph_replay=False, l2_flush_bytes=1,
-                          persisting_l2_reset=False, fresh_inputs=True, device_sync="none",
-                          orders=[list(samples)], iterations=2, warmup=0, seed_base=0)
-    return CaseResult(point=POINT, status="ok", protocol=facts,
-                      variants={n: VariantResult(samples_us=list(s)) for n, s in samples.items()}
-                      ).model_dump(mode="json")
 
 
 def _client(server: stream.StreamServer, monkeypatch: pytest.MonkeyPatch, rank: int = 0,
@@ -49,7 +40,7 @@ def _honest(client: stream.StreamClient, pid: str, samples: dict[str, list[float
         for v in values:
             client.sample(pid, name, v, None)
             client.check(pid, name, True, None)
-    client.result(pid, _record(samples))
+    client.result(pid, stream_record(samples))
     client.end()
 
 
@@ -75,7 +66,8 @@ def test_a_record_that_differs_from_its_streamed_samples_is_rejected(monkeypatch
     client.declare(pid, ["stock", "fused"])
     for name, v in (("stock", 2.0), ("fused", 1.0), ("fused", 1.2), ("stock", 2.1)):
         client.sample(pid, name, v, None)
-    client.result(pid, _record({"stock": [2.0, 2.1], "fused": [0.01, 0.012]}))  # fused rewritten in memory
+    rewritten = stream_record({"stock": [2.0, 2.1], "fused": [0.01, 0.012]})  # fused rewritten in memory
+    client.result(pid, rewritten)
     client.end()
     server.finish()
     [rec] = server.records(JOB)
@@ -94,7 +86,7 @@ def test_a_record_that_calls_a_failed_check_accurate_is_rejected(monkeypatch: py
     client.declare(pid, ["stock", "fused"])
     client.sample(pid, "fused", 1.0, None)
     client.check(pid, "fused", False, "timed output does not match stock")
-    rec = _record({"stock": [], "fused": [1.0]})
+    rec = stream_record({"stock": [], "fused": [1.0]})
     rec["accuracy"] = {"fused": AccuracyResult(atol=0, rtol=0, ok=True, checked=1).model_dump(mode="json")}
     client.result(pid, rec)
     client.end()
@@ -150,9 +142,9 @@ def test_a_malformed_stream_is_broken_and_none_of_its_data_is_used(attack: str,
             client._send("sample", point_id="f" * 16, variant_id=client._ids[pid]["fused"], device_us=0.01)
         elif attack == "unassigned variant":
             client._send("sample", point_id=pid, variant_id="guessed", device_us=0.01)
-        client.result(pid, _record({"stock": [], "fused": [1.0]}))
+        client.result(pid, stream_record({"stock": [], "fused": [1.0]}))
         if attack == "second result":
-            client.result(pid, _record({"stock": [], "fused": [1.0]}))
+            client.result(pid, stream_record({"stock": [], "fused": [1.0]}))
         client._send("end")
         if attack == "after end":
             client._send("sample", point_id=pid, variant_id=client._ids[pid]["fused"], device_us=0.01)
@@ -172,7 +164,7 @@ def test_a_stream_still_open_after_the_worker_exited_is_broken(monkeypatch: pyte
     client.point(pid)
     client.declare(pid, ["stock"])
     client.sample(pid, "stock", 2.0, None)
-    client.result(pid, _record({"stock": [2.0]}))
+    client.result(pid, stream_record({"stock": [2.0]}))
     server.finish(wait_s=0.3)  # the "worker" never closed its end
     assert server.records(JOB) == [None]
     assert any("still open after the worker exited" in n for n in server.notes())

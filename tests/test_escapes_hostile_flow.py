@@ -559,6 +559,23 @@ class K3Impl(type("B", (AttentionImpl,), {})):  # <-
     def forward(self, a, b, c, d, e, m, g=None):
         m.num_actual_tokens = 0
 """),
+    # a def made a staticmethod only by a later `name = staticmethod(name)`: no `self`, the engine's first
+    # argument lands on its first parameter
+    ("staticmethod-wrapped-later-first-engine-argument", """
+from vllm.v1.attention.proc import Processor
+class K3(Processor):
+    def process(m, x):
+        m.flag = 1  # <-
+    process = staticmethod(process)
+"""),
+    ("aliased-staticmethod-wrapped-later", """
+from vllm.v1.attention.proc import Processor
+sm = staticmethod
+class K3(Processor):
+    def process(m, x):
+        m.flag = 1  # <-
+    process = sm(process)
+"""),
 ]
 
 
@@ -568,6 +585,18 @@ def test_signature_attack_is_an_error(source: str, engine: EngineSignatures) -> 
 
 
 SIGNATURE_HONEST: list[tuple[str, str]] = [
+    # made static later: the engine's second argument is `x`, a plain value; and an instance method
+    # rebound to another name's staticmethod keeps its `self`
+    ("staticmethod-wrapped-later-writes-nothing-of-the-engine", """
+from vllm.v1.attention.proc import Processor
+class K3(Processor):
+    def process(m, x):
+        x.flag = 1
+    process = staticmethod(process)
+    def other(self, m, x):
+        self.flag = 1
+    helper = staticmethod(process)
+"""),
     ("staticmethod-override-writes-its-output", """
 class K3Impl(AttentionImpl):
     @staticmethod
@@ -681,15 +710,6 @@ def test_own_base_of_another_file_is_followed_when_the_tree_holds_it(tmp_path: P
 
 # -- not caught yet -----------------------------------------------------------------------------------------
 OPEN: list[tuple[str, str, str]] = [
-    ("staticmethod-wrapped-later-first-engine-argument", "a def made a staticmethod only by a later "
-     "`name = staticmethod(name)` in the class body has its first parameter bound as `self` when the def is "
-     "bound (positions after it are matched; the first one is not)", """
-from vllm.v1.attention.proc import Processor
-class K3(Processor):
-    def process(m, x):
-        m.flag = 1  # <-
-    process = staticmethod(process)
-"""),
     ("own-base-in-another-file", "the scan reads one file at a time: an own base class imported from another "
      "module of the model package is followed only when the tree being judged holds it (range mode); in "
      "contribution mode the engine tree does not, and nothing marks the override's parameters", """

@@ -112,6 +112,39 @@ class CheckBase(Resolver):
             self.facts.own_import_writes.append(OwnImportWrite(code, ref.qualname, what, how,
                                                                getattr(node, "lineno", 1), in_place))
 
+    def _bind_into_own_import(self, ref: _Ref | None, values: list[ast.expr] | None, name: str, how: str,
+                              node: ast.AST, scope: _Scope) -> None:
+        """`m.x = v`, `setattr(m, "x", v)`, `m.__dict__["x"] = v` on a name another of the contribution's
+        modules binds (that module, or a name of it): the scan of that module reads `x` as its own global,
+        so an engine object bound there from here is written through (`x.forward = f`) where neither scan
+        follows it. An error (FT120) unless every value is provably plain (a constant, a value built here,
+        this file's own def or class); `values` None: the value is not one the scan can read."""
+        if ref is None or ref.origin != "import" or ref.elements or not self.is_own(ref.qualname):
+            return
+        module = ref.qualname.removesuffix(".__dict__")
+        if module == self.module or not self.is_own(module):
+            return
+        if values is not None and all(self._plain_value(v, scope) for v in values):
+            return
+        self.report(MONKEYPATCH, node, f"{how} `{module}`, another of the contribution's modules, a value "
+                    "the scan cannot show to be plain (an engine or torch object, a parameter, an import, "
+                    "something unknown): that module reads the name as its own global, so a write through it "
+                    "there is one the scan cannot follow; import or build the object in that module itself",
+                    target=f"{module}.{name}")
+
+    def _stored_values(self, node: ast.Attribute | ast.Subscript) -> list[ast.expr] | None:
+        """The values a store to `node` binds: the right-hand side of a plain, annotated or augmented
+        assignment that has `node` as a whole target; None for any other store (unpacking, a `for` or
+        `with` target, ...), which the caller treats as unknown."""
+        if self._parents is None:
+            self._parents = {id(c): p for p in ast.walk(self.tree) for c in ast.iter_child_nodes(p)}
+        parent = self._parents.get(id(node))
+        if isinstance(parent, ast.Assign) and any(t is node for t in parent.targets):
+            return [parent.value]
+        if isinstance(parent, ast.AnnAssign | ast.AugAssign) and parent.target is node:
+            return [parent.value] if parent.value is not None else []
+        return None
+
     def _own_namespace(self, ref: _Ref | None) -> bool:
         here = self.module or "<this module>"
         return ref is not None and ref.origin in ("own", "import") and not ref.elements and \

@@ -101,6 +101,9 @@ class MonkeypatchChecks(CheckBase):
             return
         if not self.foreign(base):
             self._own_import_write(base, MONKEYPATCH, f".{node.attr}", f"{verb} `{node.attr}` on", node)
+            if verb == "assigns":
+                self._bind_into_own_import(base, self._stored_values(node), node.attr,
+                                           f"assigns `{node.attr}` into", node, scope)
             return
         self._report_write(node, f"{base.qualname}.{node.attr}", verb, MONKEYPATCH, import_time,
                            "attribute assignment" if verb == "assigns" else "del")
@@ -132,6 +135,10 @@ class MonkeypatchChecks(CheckBase):
         if not self.foreign(base):
             verb = "deletes an item of" if isinstance(node.ctx, ast.Del) else "writes an item of"
             self._own_import_write(base, MONKEYPATCH, "[...]", verb, node)
+            if base.qualname.endswith(".__dict__") and not isinstance(node.ctx, ast.Del):
+                item = _dotted_literal(node.slice) or "*"
+                self._bind_into_own_import(base, self._stored_values(node), item,
+                                           "writes an item into the namespace of", node, scope)
             return
         if self._self_registration(node, base.qualname, scope):
             return
@@ -223,6 +230,12 @@ class MonkeypatchChecks(CheckBase):
             self._record_param_write(obj, node)
             return
         self._own_import_write(obj, SETATTR, f".{name}", f"{verb} `{name}` by `{fn}()` on", node)
+        if fn == "setattr":
+            value = _arg(node, 2, "value")
+            starred = any(isinstance(a, ast.Starred) for a in node.args) or any(
+                k.arg is None for k in node.keywords)
+            self._bind_into_own_import(obj, [value] if value is not None and not starred else None, name,
+                                       f"sets `{name}` by `setattr()` into", node, scope)
         if obj.elements and not self.foreign(obj) and obj.qualname != _COPY:
             obj = obj.elements[0]
         if obj is not None and obj.origin == "classof":

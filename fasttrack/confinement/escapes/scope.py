@@ -89,6 +89,8 @@ class _Scope:
     globals_: set[str] = field(default_factory=set)
     nonlocals: set[str] = field(default_factory=set)
     name: str = ""  # a class scope: the class's dotted name (`<module>.<Class>`)
+    # a class scope: the defs its body makes static later (`name = staticmethod(name)`), no `self` bound
+    statics: set[str] = field(default_factory=set)
 
     def bind(self, name: str, binding: _Binding, site: int | None = None) -> None:
         self.bindings.setdefault(name, []).append(binding)
@@ -357,7 +359,8 @@ class Resolver:
         args = node.args
         positional = [*args.posonlyargs, *args.args]
         is_method = outer.kind == "class" and not any(
-            self._names_staticmethod(d, outer) for d in getattr(node, "decorator_list", []))
+            self._names_staticmethod(d, outer) for d in getattr(node, "decorator_list", [])) and \
+            getattr(node, "name", None) not in outer.statics
         names: list[str] = []
         for i, a in enumerate(positional):
             if i == 0 and is_method:
@@ -426,10 +429,26 @@ class Resolver:
             self.candidates.append((node, scope, import_time))
             self._bind_decorated(node, scope)
         child = _Scope("class", scope, name=f"{self.module or '<file>'}.{node.name}")
+        child.statics = self._rebound_static(node, scope)
         self.scopes[node] = child
         self.classes.setdefault(child.name, []).append((node, scope))
         self._push(node.body, child, import_time)
         self._push([*node.decorator_list, *node.bases, *(k.value for k in node.keywords)], scope, import_time)
+
+    def _rebound_static(self, node: ast.ClassDef, outer: _Scope) -> set[str]:
+        """The names a class body rebinds to `staticmethod(name)` (`process = staticmethod(process)`):
+        the def of that name gets no `self`, the engine's first argument lands on its first parameter."""
+        out: set[str] = set()
+        for stmt in node.body:
+            value = stmt.value if isinstance(stmt, ast.Assign | ast.AnnAssign) else None
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else \
+                [stmt.target] if isinstance(stmt, ast.AnnAssign) else []
+            if not isinstance(value, ast.Call) or len(value.args) != 1 or value.keywords or \
+                    not isinstance(value.args[0], ast.Name) or \
+                    not self._names_staticmethod(value.func, outer):
+                continue
+            out |= {t.id for t in targets if isinstance(t, ast.Name) and t.id == value.args[0].id}
+        return out
 
     def _b_comprehension(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
         assert isinstance(node, ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp)
@@ -823,7 +842,8 @@ class Resolver:
         self._method_contexts_memo[fn.key] = []  # a cycle: nothing more
         out: list[tuple[str, str, tuple[int, ...]]] = []
         if outer.kind == "class" and not isinstance(fn.node, ast.Lambda):
-            out.append((outer.name, fn.node.name, self._shifts(fn.node.decorator_list, outer)))
+            first = (0,) if fn.node.name in outer.statics else self._shifts(fn.node.decorator_list, outer)
+            out.append((outer.name, fn.node.name, first))
         for where, attr, value, scope in self.installs:
             if not isinstance(value, ast.Name | ast.Attribute | ast.Lambda | ast.Call):
                 continue  # a constant, a container, ...: not a function

@@ -136,9 +136,7 @@ class CheckBase(Resolver):
         """The values a store to `node` binds: the right-hand side of a plain, annotated or augmented
         assignment that has `node` as a whole target; None for any other store (unpacking, a `for` or
         `with` target, ...), which the caller treats as unknown."""
-        if self._parents is None:
-            self._parents = {id(c): p for p in ast.walk(self.tree) for c in ast.iter_child_nodes(p)}
-        parent = self._parents.get(id(node))
+        parent = self._parent(node)
         if isinstance(parent, ast.Assign) and any(t is node for t in parent.targets):
             return [parent.value]
         if isinstance(parent, ast.AnnAssign | ast.AugAssign) and parent.target is node:
@@ -162,9 +160,7 @@ class CheckBase(Resolver):
             target = self.resolve(node.value, scope)
             if not self._own_namespace(target):
                 return
-            if self._parents is None:
-                self._parents = {id(c): p for p in ast.walk(self.tree) for c in ast.iter_child_nodes(p)}
-            parent = self._parents.get(id(node))
+            parent = self._parent(node)
             targets = parent.targets if isinstance(parent, ast.Assign) else \
                 [parent.target] if isinstance(parent, ast.AnnAssign) else []
             values = [parent.value] if isinstance(parent, ast.Assign | ast.AnnAssign) and \

@@ -158,9 +158,7 @@ class MonkeypatchChecks(CheckBase):
         if not isinstance(node.ctx, ast.Store) or not _matches(container,
                                                                self.settings.engine_self_registrations):
             return False
-        if self._parents is None:
-            self._parents = {id(c): p for p in ast.walk(self.tree) for c in ast.iter_child_nodes(p)}
-        stmt = self._parents.get(id(node))
+        stmt = self._parent(node)
         if not isinstance(stmt, ast.Assign) or stmt.targets != [node] or not isinstance(stmt.value, ast.Name):
             return False
         key = self._enclosing_function(scope)

@@ -1320,12 +1320,17 @@ class Resolver:
                                          severity=severity, target=target, path=self.path,
                                          context=self._context(node), lenient=lenient))
 
-    def _context(self, node: ast.AST) -> str:
-        """The defs, classes and guards around `node`, outermost first (`def f > if X > else`)."""
+    def _parent(self, node: ast.AST) -> ast.AST | None:
+        """The node `node` is a child of in this file's tree (None at the module), from one map built
+        on first use."""
         if self._parents is None:
             self._parents = {id(c): p for p in ast.walk(self.tree) for c in ast.iter_child_nodes(p)}
+        return self._parents.get(id(node))
+
+    def _context(self, node: ast.AST) -> str:
+        """The defs, classes and guards around `node`, outermost first (`def f > if X > else`)."""
         parts: list[str] = []
-        child, parent = node, self._parents.get(id(node))
+        child, parent = node, self._parent(node)
         while parent is not None:
             if isinstance(parent, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
                 parts.append(f"{'class' if isinstance(parent, ast.ClassDef) else 'def'} {parent.name}")
@@ -1345,7 +1350,7 @@ class Resolver:
                 parts.append("with " + ", ".join(ast.unparse(i.context_expr)[:60] for i in parent.items))
             elif isinstance(parent, ast.match_case):
                 parts.append(f"case {ast.unparse(parent.pattern)[:60]}")
-            child, parent = parent, self._parents.get(id(parent))
+            child, parent = parent, self._parent(parent)
         return " > ".join(reversed(parts))
 
     def _enclosing_function(self, scope: _Scope) -> str | None:

@@ -8,12 +8,19 @@ override that renames `attn_metadata` to `m` still gets the engine's object.
 method (a new method: what its parameters are depends on its callers), or None when it is not defined in
 what can be read and the class or one of its bases cannot be read (the scan then fails closed). Every
 definition in the MRO counts: a position an engine subclass renamed, or one past a wrapper's `*args`,
-answers all the names the engine's definitions give it, joined by `|` (`attn_metadata|md`)."""
+answers all the names the engine's definitions give it, joined by `|` (`attn_metadata|md`).
+
+Contribution mode: the engine tree does not hold the model's package, so the contribution's own modules
+are given as an overlay (`own`: dotted module -> its text, None when it cannot be read) and read before
+the tree: an own base class of another file (`from vllm.models.kimi_k3.base import K3Base`) is followed
+to the engine classes it derives from. An own module the overlay names but cannot read answers None
+(the scan then fails closed)."""
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable
+import builtins
+from collections.abc import Callable, Mapping
 from functools import lru_cache
 from pathlib import Path
 
@@ -23,14 +30,18 @@ _MAX_BYTES = 4 * 1024 * 1024
 _MAX_HOPS = 12
 _Unknown = None
 Signatures = Callable[[str, str], "tuple[str, ...] | None"]
+# dotted module -> (its text, None when it cannot be read; whether it is a package's __init__)
+OwnModules = Mapping[str, "tuple[str | None, bool]"]
+_BUILTINS = frozenset(n for n in dir(builtins) if isinstance(getattr(builtins, n), type))
 
 
 class EngineSignatures:
     """Method signatures of the engine package `package` under `root` (the tree the PR is judged in)."""
 
-    def __init__(self, root: Path, package: str = "vllm") -> None:
+    def __init__(self, root: Path, package: str = "vllm", own: OwnModules | None = None) -> None:
         self.root = root
         self.package = package
+        self.own = dict(own or {})
         self._trees: dict[str, tuple[ast.Module, bool] | None] = {}
         self.lookup = lru_cache(maxsize=4096)(self._method_params)
 
@@ -38,13 +49,25 @@ class EngineSignatures:
         return self.lookup(cls, method)
 
     def _engine(self, qualname: str) -> bool:
-        return qualname == self.package or qualname.startswith(self.package + ".")
+        """A class the reader follows: the engine's, or one of the contribution's own modules'."""
+        if qualname == self.package or qualname.startswith(self.package + "."):
+            return True
+        parts = qualname.split(".")
+        return any(".".join(parts[:cut]) in self.own for cut in range(1, len(parts)))
 
     def _module(self, module: str) -> tuple[ast.Module, bool] | None:
         """The parsed module (and whether it is a package), None when it is not a readable file."""
         if module in self._trees:
             return self._trees[module]
         got: tuple[ast.Module, bool] | None = None
+        if module in self.own:
+            own_text, own_pkg = self.own[module]
+            try:
+                got = (ast.parse(own_text), own_pkg) if own_text is not None else None
+            except (SyntaxError, ValueError, RecursionError):
+                got = None
+            self._trees[module] = got
+            return got
         stem = self.root / module.replace(".", "/")
         for cand, is_pkg in ((stem.with_name(stem.name + ".py"), False), (stem / "__init__.py", True)):
             try:
@@ -154,6 +177,8 @@ class EngineSignatures:
                 for a in node.names:
                     if a.asname is None and a.name.split(".")[0] == expr.id:
                         return ".".join([expr.id, *parts])
+        if not parts and expr.id in _BUILTINS:  # `object`, `dict`, `Exception`: not the engine's
+            return f"builtins.{expr.id}"
         return None
 
     def _method_params(self, cls: str, method: str) -> tuple[str, ...] | None:
@@ -208,20 +233,25 @@ def engine_signatures(root: str, package: str = "vllm") -> EngineSignatures:
     return EngineSignatures(Path(root), package)
 
 
-def signatures_for(head_dir: Path, package: str, engine: str, version: str) -> Signatures | None:
+def signatures_for(head_dir: Path, package: str, engine: str, version: str,
+                   own: OwnModules | None = None) -> Signatures | None:
     """The engine's method signatures for a PR: from the head tree when it holds the engine's package
     (range mode), else from the engine tree a contribution is laid over ($FASTTRACK_ENGINE_TREE or the
     cache, as `fasttrack verify` finds it); None when neither is at hand (parameters are then judged by
-    name and annotation only)."""
+    name and annotation only). `own` (contribution mode): the contribution's modules, read before the
+    engine tree and never from the repository around the contribution (a `vllm/` the contributor ships
+    beside it is not the engine)."""
     import os
 
     from fasttrack.cache import cache_root
 
-    candidates = [head_dir]
+    candidates = [] if own is not None else [head_dir]
     env = os.environ.get("FASTTRACK_ENGINE_TREE")
     candidates += [Path(env)] if env else []
     candidates.append(cache_root() / f"{engine}-{version}")
     for root in candidates:
         if (root / package).is_dir():
+            if own is not None:
+                return EngineSignatures(root.resolve(), package, own).method_params
             return engine_signatures(str(root.resolve()), package).method_params
     return None

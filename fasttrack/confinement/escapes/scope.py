@@ -789,11 +789,16 @@ class Resolver:
                     return (f"a parameter of a function installed {how} in a class deriving from the "
                             f"engine's `{base}`: which of the engine's objects it gets cannot be told")
                 continue
-            # an own base of another file is read from the tree being judged when it is there (range
-            # mode), and followed to the engine classes it derives from; unreadable, it tells nothing
+            # an own base of another file is read from the tree being judged (range mode) or from the
+            # contribution's own files (contribution mode), and followed to the engine classes it derives
+            # from; one that cannot be read (or found) may derive from any engine class: fail closed
             for base in self._own_import_bases(cls):
                 params = self.signatures(base, method)
-                hit = self._position_hit(params or (), every.index(name), shifts)
+                if params is None:
+                    return (f"a parameter of a method of a class deriving from `{base}` (an own base of "
+                            "another file), which the scan cannot read or follow to its bases (so it may "
+                            "derive from an engine class and get any of the engine's objects)")
+                hit = self._position_hit(params, every.index(name), shifts)
                 if hit is not None:
                     return (f"in the position of `{hit}` in `{base.rsplit('.', 1)[-1]}.{method}` (an own "
                             "base of another file, deriving from the engine's class), which the engine fills")

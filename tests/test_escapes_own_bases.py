@@ -166,3 +166,46 @@ def test_contribution_mode_follows_an_own_base_of_another_file(tmp_path: Path, p
 def test_own_modules_is_none_in_range_mode(tmp_path: Path, policy: Policy) -> None:
     ctx = make_ctx(tmp_path, policy, {MODEL_FILE: "x = 1\n"})
     assert escape_facts.own_modules(ctx) is None
+
+
+# -- every way a method runs as an override, through an own base of another file ----------------------------
+OVERRIDE_FORMS: list[tuple[str, str]] = [
+    ("varargs", "class K3(K3Base):\n    def forward(self, *args):\n"
+                "        args[5].num_actual_tokens = 0  # <-\n"),
+    ("mixin-before-the-own-base", "class Mixin:\n    def forward(self, a, b, c, d, e, m):\n"
+                                  "        m.num_actual_tokens = 0  # <-\n"
+                                  "class K3(Mixin, K3Base):\n    pass\n"),
+    ("installed-under-a-computed-name", "def _h(self, a, b, c, d, e, m):\n    m.num_actual_tokens = 0  # <-\n"
+                                        "class K3(K3Base):\n    pass\nfor n in ('forward',):\n"
+                                        "    setattr(K3, n, _h)\n"),
+    ("installed-by-name", "def _fwd(self, a, b, c, d, e, m):\n    m.num_actual_tokens = 0  # <-\n"
+                          "class K3(K3Base):\n    forward = _fwd\n"),
+    ("staticmethod", "class K3(K3Base):\n    @staticmethod\n    def forward(a, b, c, d, e, m):\n"
+                     "        m.num_actual_tokens = 0  # <-\n"),
+]
+IMPORT = "from vllm.models.kimi_k3.nvidia.base import K3Base\n"
+
+
+@pytest.mark.parametrize("src", [f[1] for f in OVERRIDE_FORMS], ids=[f[0] for f in OVERRIDE_FORMS])
+def test_every_override_form_through_an_own_base_of_another_file(engine_root: Path, src: str) -> None:
+    sig = EngineSignatures(engine_root, own={"vllm.models.kimi_k3.nvidia.base": (BASE, False)})
+    assert errors(scan(IMPORT + src, sig)) == marked(IMPORT + src)
+    # honest twin: the same code over an own base of another file that derives from no engine class
+    torch_base = "import torch\nclass K3Base(torch.nn.Module):\n    pass\n"
+    plain = EngineSignatures(engine_root, own={"vllm.models.kimi_k3.nvidia.base": (torch_base, False)})
+    assert errors(scan(IMPORT + src, plain)) == []
+
+
+def test_computed_method_name_answers_whether_an_engine_class_is_in_the_mro(engine_root: Path) -> None:
+    own = {"vllm.models.kimi_k3.nvidia.base": (BASE, False),
+           "vllm.models.kimi_k3.nvidia.plain": ("class P:\n    pass\n", False)}
+    sig = EngineSignatures(engine_root, own=own)
+    assert sig.method_params("vllm.models.kimi_k3.nvidia.base.K3Base", "*") == ("*",)
+    assert sig.method_params("vllm.models.kimi_k3.nvidia.plain.P", "*") == ()
+    assert sig.method_params("vllm.models.kimi_k3.nvidia.gone.G", "*") is None
+    # range mode: the contribution's packages, not the overlay, say which classes are its own
+    tree = write(engine_root, {"vllm/models/__init__.py": "", "vllm/models/kimi_k3/__init__.py": "",
+                               "vllm/models/kimi_k3/p.py": "class P:\n    pass\n"})
+    ranged = EngineSignatures(tree, own_packages=("vllm.models.kimi_k3",))
+    assert ranged.method_params("vllm.models.kimi_k3.p.P", "*") == ()
+    assert EngineSignatures(tree).method_params("vllm.models.kimi_k3.p.P", "*") == ("*",)  # fail closed

@@ -8,7 +8,9 @@ override that renames `attn_metadata` to `m` still gets the engine's object.
 method (a new method: what its parameters are depends on its callers), or None when it is not defined in
 what can be read and the class or one of its bases cannot be read (the scan then fails closed). Every
 definition in the MRO counts: a position an engine subclass renamed, or one past a wrapper's `*args`,
-answers all the names the engine's definitions give it, joined by `|` (`attn_metadata|md`).
+answers all the names the engine's definitions give it, joined by `|` (`attn_metadata|md`). The method
+`*` (a name computed at run time, or any method) answers `("*",)` when a class of the engine's, not one
+of the contribution's `own_packages`, is in the MRO.
 
 Contribution mode: the engine tree does not hold the model's package, so the contribution's own modules
 are given as an overlay (`own`: dotted module -> its text, None when it cannot be read) and read before
@@ -38,10 +40,12 @@ _BUILTINS = frozenset(n for n in dir(builtins) if isinstance(getattr(builtins, n
 class EngineSignatures:
     """Method signatures of the engine package `package` under `root` (the tree the PR is judged in)."""
 
-    def __init__(self, root: Path, package: str = "vllm", own: OwnModules | None = None) -> None:
+    def __init__(self, root: Path, package: str = "vllm", own: OwnModules | None = None,
+                 own_packages: tuple[str, ...] = ()) -> None:
         self.root = root
         self.package = package
         self.own = dict(own or {})
+        self.own_packages = own_packages  # the contribution's packages: their classes are not the engine's
         self._trees: dict[str, tuple[ast.Module, bool] | None] = {}
         self.lookup = lru_cache(maxsize=4096)(self._method_params)
 
@@ -54,6 +58,11 @@ class EngineSignatures:
             return True
         parts = qualname.split(".")
         return any(".".join(parts[:cut]) in self.own for cut in range(1, len(parts)))
+
+    def _is_own(self, qualname: str) -> bool:
+        parts = qualname.split(".")
+        return any(qualname == p or qualname.startswith(p + ".") for p in self.own_packages) or \
+            any(".".join(parts[:cut]) in self.own for cut in range(1, len(parts)))
 
     def _module(self, module: str) -> tuple[ast.Module, bool] | None:
         """The parsed module (and whether it is a package), None when it is not a readable file."""
@@ -186,7 +195,12 @@ class EngineSignatures:
         position an engine subclass renamed (`md` for `attn_metadata`) or a definition taking `*args`
         (a wrapper passing through) keeps every name the engine's definitions give it, joined by `|`."""
         found: list[tuple[str, ...]] = []
-        unknown = self._definitions(cls, method, found, set(), 0)
+        reached: list[str] = []
+        unknown = self._definitions(cls, method, found, set(), 0, reached)
+        if method == "*":  # a method under a computed name: any of the engine's, if one is in the MRO
+            if any(not self._is_own(c) for c in reached):
+                return ("*",)
+            return _Unknown if unknown else ()
         if not found:
             return _Unknown if unknown else ()
         merged: list[str] = []
@@ -196,7 +210,7 @@ class EngineSignatures:
         return tuple(merged)
 
     def _definitions(self, cls: str, method: str, found: list[tuple[str, ...]], seen: set[str],
-                     depth: int) -> bool:
+                     depth: int, reached: list[str]) -> bool:
         """Append the positional parameters (after self) of each definition of `method` in `cls` and its
         engine bases, nearest first; whether some class on the way cannot be read."""
         if depth > _MAX_HOPS:
@@ -208,6 +222,7 @@ class EngineSignatures:
         if got is None:
             return True
         node, module, is_pkg = got
+        reached.append(cls)
         for stmt in node.body:
             if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef) and stmt.name == method:
                 positional = [a.arg for a in [*stmt.args.posonlyargs, *stmt.args.args]]
@@ -223,18 +238,19 @@ class EngineSignatures:
                 continue
             if not self._engine(base):
                 continue  # torch.nn.Module, typing.Generic, abc.ABC, object: not the engine's signature
-            unknown = self._definitions(base, method, found, seen, depth + 1) or unknown
+            unknown = self._definitions(base, method, found, seen, depth + 1, reached) or unknown
         return unknown
 
 
 @lru_cache(maxsize=8)
-def engine_signatures(root: str, package: str = "vllm") -> EngineSignatures:
+def engine_signatures(root: str, package: str = "vllm",
+                      own_packages: tuple[str, ...] = ()) -> EngineSignatures:
     """One reader per engine tree (the tree is read-only while a PR is judged)."""
-    return EngineSignatures(Path(root), package)
+    return EngineSignatures(Path(root), package, own_packages=own_packages)
 
 
 def signatures_for(head_dir: Path, package: str, engine: str, version: str,
-                   own: OwnModules | None = None) -> Signatures | None:
+                   own: OwnModules | None = None, own_packages: tuple[str, ...] = ()) -> Signatures | None:
     """The engine's method signatures for a PR: from the head tree when it holds the engine's package
     (range mode), else from the engine tree a contribution is laid over ($FASTTRACK_ENGINE_TREE or the
     cache, as `fasttrack verify` finds it); None when neither is at hand (parameters are then judged by
@@ -252,6 +268,6 @@ def signatures_for(head_dir: Path, package: str, engine: str, version: str,
     for root in candidates:
         if (root / package).is_dir():
             if own is not None:
-                return EngineSignatures(root.resolve(), package, own).method_params
-            return engine_signatures(str(root.resolve()), package).method_params
+                return EngineSignatures(root.resolve(), package, own, own_packages).method_params
+            return engine_signatures(str(root.resolve()), package, own_packages).method_params
     return None

@@ -428,7 +428,8 @@ class EscapeAnalysis:
         tests = pathspec.GitIgnoreSpec.from_lines(ctx.policy.escapes.test_paths)
         out: list[FileEscapes] = []
         signatures = signatures_for(ctx.head_dir, ctx.policy.blast_radius.root_package, ctx.policy.engine,
-                                    ctx.policy.engine_version, own_modules(ctx))
+                                    ctx.policy.engine_version, own_modules(ctx),
+                                    tuple(sorted(scope.packages)))
         for change in ctx.changes:
             if change.status not in ANALYSED or not change.path.endswith(".py"):
                 continue

@@ -778,6 +778,10 @@ class Resolver:
                     continue
                 base = next((b for c, _, _ in self._method_contexts(fn, outer)
                              for b in self._engine_bases_in_use(c)), None)
+                if base is None and self.signatures is not None:  # an own base of another file
+                    base = next((b for c, _, _ in self._method_contexts(fn, outer)
+                                 for b in self._own_import_bases_in_use(c) if self.signatures(b, "*") != ()),
+                                None)
                 if base is not None:
                     self.engine_param_why.setdefault(arg.arg, f"the `{param.name}{arg.arg}` of a method of a "
                                                      f"class deriving from the engine's `{base}`")
@@ -814,7 +818,8 @@ class Resolver:
         every = [a.arg for a in [*fn.node.args.posonlyargs, *fn.node.args.args]]
         for cls, method, shifts in self._method_contexts(fn, outer):
             if method == "*" or not shifts:  # installed under a computed name, or wrapped: fail closed
-                base = next(iter(self._engine_bases_in_use(cls)), None)
+                base = next(iter(self._engine_bases_in_use(cls)), None) or next(
+                    (b for b in self._own_import_bases_in_use(cls) if self.signatures(b, "*") != ()), None)
                 if base is not None and (method == "*" or self.signatures(base, method) != ()):
                     how = "under a computed name" if method == "*" else f"as `{method}` through a wrapper"
                     return (f"a parameter of a function installed {how} in a class deriving from the "
@@ -823,7 +828,7 @@ class Resolver:
             # an own base of another file is read from the tree being judged (range mode) or from the
             # contribution's own files (contribution mode), and followed to the engine classes it derives
             # from; one that cannot be read (or found) may derive from any engine class: fail closed
-            for base in self._own_import_bases(cls):
+            for base in self._own_import_bases_in_use(cls):
                 params = self.signatures(base, method)
                 if params is None:
                     return (f"a parameter of a method of a class deriving from `{base}` (an own base of "
@@ -856,6 +861,14 @@ class Resolver:
                 if hit is not None:
                     return hit
         return None
+
+    def _own_import_bases_in_use(self, cls: str) -> list[str]:
+        """`_own_import_bases` of `cls` and of every own class deriving from it (a mixin before them)."""
+        out = self._own_import_bases(cls)
+        for other in self.classes:
+            if other != cls and cls in self._own_bases(other):
+                out += [b for b in self._own_import_bases(other) if b not in out]
+        return out
 
     def _own_import_bases(self, cls: str) -> list[str]:
         """The own classes of other files an own class derives from (through this file's classes)."""

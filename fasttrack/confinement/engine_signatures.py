@@ -54,15 +54,17 @@ class EngineSignatures:
 
     def _engine(self, qualname: str) -> bool:
         """A class the reader follows: the engine's, or one of the contribution's own modules'."""
-        if qualname == self.package or qualname.startswith(self.package + "."):
-            return True
+        return qualname == self.package or qualname.startswith(self.package + ".") or \
+            self._in_overlay(qualname)
+
+    def _in_overlay(self, qualname: str) -> bool:
+        """A name of one of the contribution's modules given as the overlay."""
         parts = qualname.split(".")
         return any(".".join(parts[:cut]) in self.own for cut in range(1, len(parts)))
 
     def _is_own(self, qualname: str) -> bool:
-        parts = qualname.split(".")
         return any(qualname == p or qualname.startswith(p + ".") for p in self.own_packages) or \
-            any(".".join(parts[:cut]) in self.own for cut in range(1, len(parts)))
+            self._in_overlay(qualname)
 
     def _module(self, module: str) -> tuple[ast.Module, bool] | None:
         """The parsed module (and whether it is a package), None when it is not a readable file."""

@@ -21,19 +21,10 @@ from fasttrack.policy import Policy, load_policy
 from fasttrack.rules import escapes as escape_rules
 from fasttrack.verdict import ChangeStatus
 from tests.test_escapes import POLICY, make_ctx, reference_manifest
+from tests.test_escapes_hostile_flow import ENGINE  # the engine's AttentionImpl and two subclasses
 
 MODEL_FILE = "vllm/models/kimi_k3/nvidia/model.py"
 OWN = {"vllm.models.kimi_k3"}
-ENGINE = {
-    "vllm/__init__.py": "",
-    "vllm/v1/__init__.py": "",
-    "vllm/v1/attention/__init__.py": "",
-    "vllm/v1/attention/backend.py": """
-class AttentionImpl:
-    def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None):
-        raise NotImplementedError
-""",
-}
 BASE = "from vllm.v1.attention.backend import AttentionImpl\nclass K3Base(AttentionImpl):\n    pass\n"
 OVERRIDE = """
 from vllm.models.kimi_k3.nvidia.base import K3Base

@@ -8,12 +8,21 @@ override that renames `attn_metadata` to `m` still gets the engine's object.
 method (a new method: what its parameters are depends on its callers), or None when it is not defined in
 what can be read and the class or one of its bases cannot be read (the scan then fails closed). Every
 definition in the MRO counts: a position an engine subclass renamed, or one past a wrapper's `*args`,
-answers all the names the engine's definitions give it, joined by `|` (`attn_metadata|md`)."""
+answers all the names the engine's definitions give it, joined by `|` (`attn_metadata|md`). The method
+`*` (a name computed at run time, or any method) answers `("*",)` when a class of the engine's, not one
+of the contribution's `own_packages`, is in the MRO.
+
+Contribution mode: the engine tree does not hold the model's package, so the contribution's own modules
+are given as an overlay (`own`: dotted module -> its text, None when it cannot be read) and read before
+the tree: an own base class of another file (`from vllm.models.kimi_k3.base import K3Base`) is followed
+to the engine classes it derives from. An own module the overlay names but cannot read answers None
+(the scan then fails closed)."""
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable
+import builtins
+from collections.abc import Callable, Mapping
 from functools import lru_cache
 from pathlib import Path
 
@@ -23,14 +32,20 @@ _MAX_BYTES = 4 * 1024 * 1024
 _MAX_HOPS = 12
 _Unknown = None
 Signatures = Callable[[str, str], "tuple[str, ...] | None"]
+# dotted module -> (its text, None when it cannot be read; whether it is a package's __init__)
+OwnModules = Mapping[str, "tuple[str | None, bool]"]
+_BUILTINS = frozenset(n for n in dir(builtins) if isinstance(getattr(builtins, n), type))
 
 
 class EngineSignatures:
     """Method signatures of the engine package `package` under `root` (the tree the PR is judged in)."""
 
-    def __init__(self, root: Path, package: str = "vllm") -> None:
+    def __init__(self, root: Path, package: str = "vllm", own: OwnModules | None = None,
+                 own_packages: tuple[str, ...] = ()) -> None:
         self.root = root
         self.package = package
+        self.own = dict(own or {})
+        self.own_packages = own_packages  # the contribution's packages: their classes are not the engine's
         self._trees: dict[str, tuple[ast.Module, bool] | None] = {}
         self.lookup = lru_cache(maxsize=4096)(self._method_params)
 
@@ -38,13 +53,32 @@ class EngineSignatures:
         return self.lookup(cls, method)
 
     def _engine(self, qualname: str) -> bool:
-        return qualname == self.package or qualname.startswith(self.package + ".")
+        """A class the reader follows: the engine's, or one of the contribution's own modules'."""
+        return qualname == self.package or qualname.startswith(self.package + ".") or \
+            self._in_overlay(qualname)
+
+    def _in_overlay(self, qualname: str) -> bool:
+        """A name of one of the contribution's modules given as the overlay."""
+        parts = qualname.split(".")
+        return any(".".join(parts[:cut]) in self.own for cut in range(1, len(parts)))
+
+    def _is_own(self, qualname: str) -> bool:
+        return any(qualname == p or qualname.startswith(p + ".") for p in self.own_packages) or \
+            self._in_overlay(qualname)
 
     def _module(self, module: str) -> tuple[ast.Module, bool] | None:
         """The parsed module (and whether it is a package), None when it is not a readable file."""
         if module in self._trees:
             return self._trees[module]
         got: tuple[ast.Module, bool] | None = None
+        if module in self.own:
+            own_text, own_pkg = self.own[module]
+            try:
+                got = (ast.parse(own_text), own_pkg) if own_text is not None else None
+            except (SyntaxError, ValueError, RecursionError):
+                got = None
+            self._trees[module] = got
+            return got
         stem = self.root / module.replace(".", "/")
         for cand, is_pkg in ((stem.with_name(stem.name + ".py"), False), (stem / "__init__.py", True)):
             try:
@@ -154,6 +188,8 @@ class EngineSignatures:
                 for a in node.names:
                     if a.asname is None and a.name.split(".")[0] == expr.id:
                         return ".".join([expr.id, *parts])
+        if not parts and expr.id in _BUILTINS:  # `object`, `dict`, `Exception`: not the engine's
+            return f"builtins.{expr.id}"
         return None
 
     def _method_params(self, cls: str, method: str) -> tuple[str, ...] | None:
@@ -161,7 +197,12 @@ class EngineSignatures:
         position an engine subclass renamed (`md` for `attn_metadata`) or a definition taking `*args`
         (a wrapper passing through) keeps every name the engine's definitions give it, joined by `|`."""
         found: list[tuple[str, ...]] = []
-        unknown = self._definitions(cls, method, found, set(), 0)
+        reached: list[str] = []
+        unknown = self._definitions(cls, method, found, set(), 0, reached)
+        if method == "*":  # a method under a computed name: any of the engine's, if one is in the MRO
+            if any(not self._is_own(c) for c in reached):
+                return ("*",)
+            return _Unknown if unknown else ()
         if not found:
             return _Unknown if unknown else ()
         merged: list[str] = []
@@ -171,7 +212,7 @@ class EngineSignatures:
         return tuple(merged)
 
     def _definitions(self, cls: str, method: str, found: list[tuple[str, ...]], seen: set[str],
-                     depth: int) -> bool:
+                     depth: int, reached: list[str]) -> bool:
         """Append the positional parameters (after self) of each definition of `method` in `cls` and its
         engine bases, nearest first; whether some class on the way cannot be read."""
         if depth > _MAX_HOPS:
@@ -183,6 +224,7 @@ class EngineSignatures:
         if got is None:
             return True
         node, module, is_pkg = got
+        reached.append(cls)
         for stmt in node.body:
             if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef) and stmt.name == method:
                 positional = [a.arg for a in [*stmt.args.posonlyargs, *stmt.args.args]]
@@ -198,30 +240,36 @@ class EngineSignatures:
                 continue
             if not self._engine(base):
                 continue  # torch.nn.Module, typing.Generic, abc.ABC, object: not the engine's signature
-            unknown = self._definitions(base, method, found, seen, depth + 1) or unknown
+            unknown = self._definitions(base, method, found, seen, depth + 1, reached) or unknown
         return unknown
 
 
 @lru_cache(maxsize=8)
-def engine_signatures(root: str, package: str = "vllm") -> EngineSignatures:
+def engine_signatures(root: str, package: str = "vllm",
+                      own_packages: tuple[str, ...] = ()) -> EngineSignatures:
     """One reader per engine tree (the tree is read-only while a PR is judged)."""
-    return EngineSignatures(Path(root), package)
+    return EngineSignatures(Path(root), package, own_packages=own_packages)
 
 
-def signatures_for(head_dir: Path, package: str, engine: str, version: str) -> Signatures | None:
+def signatures_for(head_dir: Path, package: str, engine: str, version: str,
+                   own: OwnModules | None = None, own_packages: tuple[str, ...] = ()) -> Signatures | None:
     """The engine's method signatures for a PR: from the head tree when it holds the engine's package
     (range mode), else from the engine tree a contribution is laid over ($FASTTRACK_ENGINE_TREE or the
     cache, as `fasttrack verify` finds it); None when neither is at hand (parameters are then judged by
-    name and annotation only)."""
+    name and annotation only). `own` (contribution mode): the contribution's modules, read before the
+    engine tree and never from the repository around the contribution (a `vllm/` the contributor ships
+    beside it is not the engine)."""
     import os
 
     from fasttrack.cache import cache_root
 
-    candidates = [head_dir]
+    candidates = [] if own is not None else [head_dir]
     env = os.environ.get("FASTTRACK_ENGINE_TREE")
     candidates += [Path(env)] if env else []
     candidates.append(cache_root() / f"{engine}-{version}")
     for root in candidates:
         if (root / package).is_dir():
-            return engine_signatures(str(root.resolve()), package).method_params
+            if own is not None:
+                return EngineSignatures(root.resolve(), package, own, own_packages).method_params
+            return engine_signatures(str(root.resolve()), package, own_packages).method_params
     return None

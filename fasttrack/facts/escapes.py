@@ -20,7 +20,7 @@ from pathlib import Path
 import pathspec
 
 from fasttrack.changes.model import Change
-from fasttrack.confinement.engine_signatures import signatures_for
+from fasttrack.confinement.engine_signatures import OwnModules, Signatures, signatures_for
 from fasttrack.confinement.escapes import (
     DYNAMIC_CODE,
     GLOBAL_STATE,
@@ -209,7 +209,26 @@ class _Ownership:
     op_namespaces: set[str]
 
 
-def _analyse_file(ctx: Context, change: Change, own: _Ownership, is_test: bool) -> FileEscapes:
+def own_modules(ctx: Context) -> OwnModules | None:
+    """Contribution mode: the contribution's own Python modules under every dotted name they are imported
+    by (their text, None when it cannot be read; whether each is a package), so the engine-signature
+    reader follows an own base class of another file (the engine tree does not hold them). None in range
+    mode: the head tree holds them."""
+    if ctx.mode != "contribution":
+        return None
+    out: dict[str, tuple[str | None, bool]] = {}
+    for change in ctx.changes:
+        if change.status not in ANALYSED or not change.path.endswith(".py") or change.is_submodule:
+            continue
+        text = read_python_source(ctx.head_dir, change.path)
+        got = (None if isinstance(text, SourceProblem) else text, change.path.endswith("/__init__.py"))
+        for name in import_names(ctx, change.path):
+            out[name] = got
+    return out
+
+
+def _analyse_file(ctx: Context, change: Change, own: _Ownership, is_test: bool,
+                  signatures: Signatures | None) -> FileEscapes:
     module = module_of(ctx, change.path)
     text = read_python_source(ctx.head_dir, change.path)  # the text Python runs (cookie, symlinks on disk)
     if isinstance(text, SourceProblem):
@@ -219,9 +238,6 @@ def _analyse_file(ctx: Context, change: Change, own: _Ownership, is_test: bool) 
         return FileEscapes(change.path, module, is_test, (cannot,), frozenset(),
                            import_names(ctx, change.path))
     foreign_ops = set(ctx.known_models) - own.op_namespaces - {ctx.model or ""}
-
-    signatures = signatures_for(ctx.head_dir, ctx.policy.blast_radius.root_package, ctx.policy.engine,
-                                ctx.policy.engine_version)
 
     def analyse(source: str) -> FileFacts:
         return analyse_source(source, change.path, own.packages, module=module,
@@ -411,13 +427,16 @@ class EscapeAnalysis:
         scope = _Ownership(own_packages(ctx), own_op_namespaces(ctx))
         tests = pathspec.GitIgnoreSpec.from_lines(ctx.policy.escapes.test_paths)
         out: list[FileEscapes] = []
+        signatures = signatures_for(ctx.head_dir, ctx.policy.blast_radius.root_package, ctx.policy.engine,
+                                    ctx.policy.engine_version, own_modules(ctx),
+                                    tuple(sorted(scope.packages)))
         for change in ctx.changes:
             if change.status not in ANALYSED or not change.path.endswith(".py"):
                 continue
             if change.is_submodule:
                 continue  # the path rules judge submodules; a .py symlink is analysed as its target's text
             is_test = tests.match_file(change.path) or tests.match_file(ctx.engine_paths.get(change.path, ""))
-            out.append(_analyse_file(ctx, change, scope, bool(is_test)))
+            out.append(_analyse_file(ctx, change, scope, bool(is_test), signatures))
         extra = _helper_escapes(out)
         for path, more in _reexport_escapes(ctx, scope.packages, out).items():
             extra.setdefault(path, []).extend(more)

@@ -109,6 +109,15 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
                 isinstance(node.func, ast.Attribute) and node.func.attr in _MUTATORS:
             self._own_import_write(_Ref("import", callee.qualname.rpartition(".")[0]), MONKEYPATCH,
                                    f".{node.func.attr}()", f"calls `.{node.func.attr}()` on", node, True)
+        if callee is not None and callee.origin == "import" and self.is_own(callee.qualname) and \
+                isinstance(node.func, ast.Attribute) and \
+                node.func.attr in ("update", "setdefault", "__setitem__") and \
+                callee.qualname.rpartition(".")[0].endswith(".__dict__"):
+            # `m.__dict__.update(x=v)`, `vars(m).setdefault("x", v)`: binds names of another own module
+            values = [a.value if isinstance(a, ast.Starred) else a for a in node.args] + \
+                [k.value for k in node.keywords]
+            self._bind_into_own_import(_Ref("import", callee.qualname.rpartition(".")[0]), values, "*",
+                                       f"calls `.{node.func.attr}()` on the namespace of", node, scope)
         if callee is None or callee.origin != "import" or self.is_own(callee.qualname):
             self._check_library_method_on_local(node, scope)
             if callee is not None and callee.origin == "import" and key is None:

@@ -197,6 +197,10 @@ class CheckBase(Resolver):
         """A value built here or the file's own def/class: nothing foreign, no parameter, nothing unknown."""
         if isinstance(value, ast.Constant):
             return True
+        if isinstance(value, ast.Call) and not all(
+                self._plain_value(a.value if isinstance(a, ast.Starred) else a, scope)
+                for a in [*value.args, *(k.value for k in value.keywords)]):
+            return False  # `staticmethod(Engine.forward)`, `K(engine_obj)`: it may return its argument
         r = self.resolve(value, scope)
         return r is not None and r.origin in ("local", "own") and not r.elements and \
             not r.qualname.startswith("<")

@@ -235,6 +235,16 @@ def _matches(name: str, patterns: Sequence[str]) -> bool:
     return _pattern(tuple(patterns)).match(name) is not None
 
 
+def _namespace_of(node: ast.expr) -> ast.expr | None:
+    """The object whose attribute namespace `node` is (`x.__dict__`, `vars(x)`), or None."""
+    if isinstance(node, ast.Attribute) and node.attr == "__dict__":
+        return node.value
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "vars" and \
+            len(node.args) == 1 and not node.keywords:
+        return node.args[0]
+    return None
+
+
 def _dotted_literal(node: ast.expr | None) -> str | None:
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value

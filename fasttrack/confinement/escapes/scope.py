@@ -31,6 +31,7 @@ from fasttrack.confinement.escapes.common import (
     _dotted_literal,
     _is_main_guard,
     _matches,
+    _namespace_of,
     _string_prefix,
 )
 from fasttrack.confinement.escapes.flow import ENTRY, reaching
@@ -195,7 +196,9 @@ class Resolver:
         self._function_of_scope: dict[int, str] | None = None
         # `x.attr = value` on any object: attribute name -> the values stored (taint by attribute name,
         # so `self.target = SharedClass; self.target.forward = f` is a write to SharedClass).
-        self.attr_stores: dict[str, list[tuple[ast.expr, _Scope]]] = {}
+        # attribute name ("*": computed) -> (value stored, its scope, the call storing it when a 3-argument
+        # call may be `setattr(x, "name", value)`: it counts when that resolves to a setattr)
+        self.attr_stores: dict[str, list[tuple[ast.expr, _Scope, ast.expr | None]]] = {}
         # a function installed as a method: (the class: its dotted name for a class-body assignment, else the
         # expression the attribute is set on), the method's name, the value, the scope it is evaluated in
         self.installs: list[tuple[str | ast.expr, str, ast.expr, _Scope]] = []
@@ -274,6 +277,8 @@ class Resolver:
         if isinstance(target, ast.Name):
             if value is not None and scope.kind == "class":
                 self.installs.append((scope.name, target.id, value, scope))  # a method of the class
+                # a class attribute: `C.name` and `instance.name` read it
+                self.attr_stores.setdefault(target.id, []).append((value, scope, None))
             if value is not None:
                 self._bind_name(scope, target.id, _Alias(value, scope), target)
             elif element_of is not None:
@@ -298,7 +303,7 @@ class Resolver:
             if isinstance(target, ast.Attribute) and (value is not None or element_of is not None):
                 stored = value if value is not None else self._element_node(element_of)
                 if stored is not None:
-                    self.attr_stores.setdefault(target.attr, []).append((stored, scope))
+                    self.attr_stores.setdefault(target.attr, []).append((stored, scope, None))
             self._push([target], scope, import_time)
 
     def _element_node(self, container: ast.expr | None) -> ast.expr | None:
@@ -503,6 +508,10 @@ class Resolver:
                         and isinstance(t.value.func, ast.Name) and t.value.func.id in ("locals", "vars") \
                         and not t.value.args:  # `locals()["forward"] = f` in a class body
                     self.installs.append((scope.name, _dotted_literal(t.slice) or "*", node.value, scope))
+                if isinstance(t, ast.Subscript) and _namespace_of(t.value) is not None:
+                    # `x.__dict__["name"] = v`, `vars(x)["name"] = v`: x.name holds v
+                    self.attr_stores.setdefault(_dotted_literal(t.slice) or "*", []).append(
+                        (node.value, scope, None))
             self._push([node.value], scope, import_time)
         elif isinstance(node, ast.AnnAssign):
             if node.value is not None:
@@ -598,7 +607,29 @@ class Resolver:
             attr = _dotted_literal(node.args[1])  # setattr(Cls, "name", fn): judged when resolved
             self.installs.append((node.args[0], attr or "*", node.args[2], scope))  # "*": a computed name
             self._setattr_installs[id(node.args[2])] = node.func
+            self.attr_stores.setdefault(attr or "*", []).append((node.args[2], scope, node.func))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                node.func.attr in ("update", "setdefault", "__setitem__") and \
+                _namespace_of(node.func.value) is not None:
+            self._note_namespace_stores(node, scope)
         self._push_children(node, scope, import_time)
+
+    def _note_namespace_stores(self, node: ast.Call, scope: _Scope) -> None:
+        """`x.__dict__.update(name=v)`, `vars(x).update({"name": v})`, `.setdefault("name", v)`,
+        `.__setitem__("name", v)`: x.name holds v (a name that is not a literal: every attribute may)."""
+        assert isinstance(node.func, ast.Attribute)
+        pairs: list[tuple[str, ast.expr]] = []
+        if node.func.attr == "update":
+            pairs += [(k.arg or "*", k.value) for k in node.keywords]
+            for a in node.args:
+                if isinstance(a, ast.Dict):
+                    pairs += [(_dotted_literal(k) or "*", v) for k, v in zip(a.keys, a.values, strict=True)]
+                else:
+                    pairs.append(("*", a.value if isinstance(a, ast.Starred) else a))
+        elif len(node.args) >= 2:
+            pairs.append((_dotted_literal(node.args[0]) or "*", node.args[1]))
+        for name, value in pairs:
+            self.attr_stores.setdefault(name, []).append((value, scope, None))
 
     def _make_binders(self) -> dict[type[ast.AST], _Handler]:
         return {
@@ -747,6 +778,10 @@ class Resolver:
                     continue
                 base = next((b for c, _, _ in self._method_contexts(fn, outer)
                              for b in self._engine_bases_in_use(c)), None)
+                if base is None and self.signatures is not None:  # an own base of another file
+                    base = next((b for c, _, _ in self._method_contexts(fn, outer)
+                                 for b in self._own_import_bases_in_use(c) if self.signatures(b, "*") != ()),
+                                None)
                 if base is not None:
                     self.engine_param_why.setdefault(arg.arg, f"the `{param.name}{arg.arg}` of a method of a "
                                                      f"class deriving from the engine's `{base}`")
@@ -783,17 +818,23 @@ class Resolver:
         every = [a.arg for a in [*fn.node.args.posonlyargs, *fn.node.args.args]]
         for cls, method, shifts in self._method_contexts(fn, outer):
             if method == "*" or not shifts:  # installed under a computed name, or wrapped: fail closed
-                base = next(iter(self._engine_bases_in_use(cls)), None)
+                base = next(iter(self._engine_bases_in_use(cls)), None) or next(
+                    (b for b in self._own_import_bases_in_use(cls) if self.signatures(b, "*") != ()), None)
                 if base is not None and (method == "*" or self.signatures(base, method) != ()):
                     how = "under a computed name" if method == "*" else f"as `{method}` through a wrapper"
                     return (f"a parameter of a function installed {how} in a class deriving from the "
                             f"engine's `{base}`: which of the engine's objects it gets cannot be told")
                 continue
-            # an own base of another file is read from the tree being judged when it is there (range
-            # mode), and followed to the engine classes it derives from; unreadable, it tells nothing
-            for base in self._own_import_bases(cls):
+            # an own base of another file is read from the tree being judged (range mode) or from the
+            # contribution's own files (contribution mode), and followed to the engine classes it derives
+            # from; one that cannot be read (or found) may derive from any engine class: fail closed
+            for base in self._own_import_bases_in_use(cls):
                 params = self.signatures(base, method)
-                hit = self._position_hit(params or (), every.index(name), shifts)
+                if params is None:
+                    return (f"a parameter of a method of a class deriving from `{base}` (an own base of "
+                            "another file), which the scan cannot read or follow to its bases (so it may "
+                            "derive from an engine class and get any of the engine's objects)")
+                hit = self._position_hit(params, every.index(name), shifts)
                 if hit is not None:
                     return (f"in the position of `{hit}` in `{base.rsplit('.', 1)[-1]}.{method}` (an own "
                             "base of another file, deriving from the engine's class), which the engine fills")
@@ -820,6 +861,14 @@ class Resolver:
                 if hit is not None:
                     return hit
         return None
+
+    def _own_import_bases_in_use(self, cls: str) -> list[str]:
+        """`_own_import_bases` of `cls` and of every own class deriving from it (a mixin before them)."""
+        out = self._own_import_bases(cls)
+        for other in self.classes:
+            if other != cls and cls in self._own_bases(other):
+                out += [b for b in self._own_import_bases(other) if b not in out]
+        return out
 
     def _own_import_bases(self, cls: str) -> list[str]:
         """The own classes of other files an own class derives from (through this file's classes)."""
@@ -953,9 +1002,15 @@ class Resolver:
         return None
 
     def _stored_attr(self, attr: str) -> _Ref | None:
-        """The foreign object some `x.<attr> = value` of this file stored, if any (flow- and
-        receiver-insensitive: fail closed)."""
-        for value, scope in self.attr_stores.get(attr, []):
+        """The foreign object some store of this file put in an attribute named `attr`, if any: `x.<attr> =
+        value`, a class body's `<attr> = value`, `setattr(x, "<attr>", value)`, `x.__dict__["<attr>"] =
+        value` (and `.update`), or one of those under a computed name. Flow- and receiver-insensitive: an
+        attribute that at some point held an engine object is that object (fail closed)."""
+        for value, scope, setter in [*self.attr_stores.get(attr, []), *self.attr_stores.get("*", [])]:
+            if setter is not None:
+                f = self.resolve(setter, scope)
+                if f is None or not f.qualname.endswith(("setattr", "__setattr__")):
+                    continue
             t = self.tainted(self.resolve(value, scope))
             if t is not None:
                 return t
@@ -1007,7 +1062,9 @@ class Resolver:
             if node.attr == "__class__" and base.origin == "param":
                 return _Ref("classof", "<class of a parameter>")
             if base.origin == "param":
-                return base
+                # an attribute some store of this file put an engine object in (`c.t = Engine` then
+                # `def h(c): c.t.forward = f`): that object, whatever the parameter is (fail closed)
+                return self._stored_attr(node.attr) or base
             if node.attr == "__class__" and base.origin == "local":
                 if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
                     return _Ref("own", "<own class>")
@@ -1019,6 +1076,10 @@ class Resolver:
                 return _Ref(shared.origin, f"{shared.qualname}.{node.attr}")
             if base.origin == "local":
                 return self._stored_attr(node.attr) or _LOCAL_REF
+            if base.origin == "own" and base.qualname in self.classes:
+                stored = self._stored_attr(node.attr)  # a class attribute holding an engine object
+                if stored is not None:
+                    return stored
             return _Ref(base.origin, f"{base.qualname}.{node.attr}")
         if isinstance(node, ast.Subscript):
             base = self.resolve(node.value, scope)

@@ -99,3 +99,20 @@ def test_the_binding_pass_collects_the_nodes_the_checkers_judge() -> None:
     kinds = [(type(n).__name__, import_time) for n, _, import_time in r.candidates]
     assert ("Subscript", True) in kinds and ("Call", False) in kinds
     assert r.facts.escapes == []  # the resolver reports nothing itself
+
+
+def test_a_resolved_node_that_is_dropped_never_answers_for_a_new_one() -> None:
+    # returns() makes new nodes (a `yield from` becomes a Starred); the memo is keyed by id(node), so it
+    # holds every node it answered for: a freed node's id, reused by the next new node, must not bring
+    # back the first node's answer (an engine module answered for an own list)
+    r = resolver("import vllm.config as cfg\nown = [1]\n")
+    scope = r.module_scope
+    for _ in range(50):
+        engine = ast.Name(id="cfg", ctx=ast.Load())
+        got = r.resolve(engine, scope)
+        assert got is not None and got.qualname == "vllm.config"
+        del engine, got
+        local = ast.Name(id="own", ctx=ast.Load())
+        again = r.resolve(local, scope)
+        assert again is None or again.qualname != "vllm.config", "a freed node's answer came back"
+        del local, again

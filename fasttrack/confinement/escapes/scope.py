@@ -171,7 +171,9 @@ class Resolver:
         self.star_imports: list[str] = []
         self.facts = FileFacts()
         self._resolving: set[int] = set()
-        self._memo: dict[int, _Ref | None] = {}
+        # id(node) -> (node, what it refers to); the node is held so that its id is never reused while the
+        # memo lives (returns() makes new nodes for `yield from`)
+        self._memo: dict[int, tuple[ast.expr, _Ref | None]] = {}
         self._resolving_names: set[tuple[int, str, frozenset[int] | None]] = set()
         self._name_memo: dict[tuple[int, str, frozenset[int] | None], _Ref | None] = {}
         # statement order inside functions: a use (id of a Name load) -> the binding sites reaching it, and
@@ -670,7 +672,7 @@ class Resolver:
         """What `node` refers to, or None when it is not a name-like expression."""
         key = id(node)
         if key in self._memo:
-            return self._memo[key]
+            return self._memo[key][1]
         if key in self._resolving:
             return None  # a cycle (x = x.y): no further information
         self._resolving.add(key)
@@ -678,7 +680,7 @@ class Resolver:
             ref = self._resolve(node, scope)
         finally:
             self._resolving.discard(key)
-        self._memo[key] = ref
+        self._memo[key] = (node, ref)
         return ref
 
     def _resolve_name(self, name: str, scope: _Scope, reach: frozenset[int] | None = None) -> _Ref | None:

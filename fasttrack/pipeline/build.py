@@ -18,15 +18,14 @@ judge, after the prestart.
 from __future__ import annotations
 
 import dataclasses
-import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fasttrack.cache import cache_root
 from fasttrack.context import Context
-from fasttrack.pipeline.options import TRACE_ENV, VerifyOptions
+from fasttrack.pipeline.options import VerifyOptions
+from fasttrack.pipeline.prestart import prestart_trace, trace_cache_dir, trace_wanted
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -36,21 +35,11 @@ if TYPE_CHECKING:
 
 
 def trace_enabled(opts: VerifyOptions) -> bool:
-    return opts.trace if opts.trace is not None else os.environ.get(TRACE_ENV, "1") != "0"
+    return trace_wanted(opts.trace)
 
 
 def _prestart(cache_dir: Path) -> Warm | None:
-    """A child importing the engine stack, when no trace is cached yet (a cold run, as in CI); on a warm
-    cache the key is looked up first and a child starts only on a miss (no child is wasted on a hit)."""
-    try:
-        if any(cache_dir.glob("*.json")):
-            return None
-    except OSError:
-        pass
-    from fasttrack.confinement.trace.plan import ALWAYS_PREIMPORT
-    from fasttrack.confinement.trace.sandbox import prestart
-
-    return prestart(ALWAYS_PREIMPORT)
+    return prestart_trace(cache_dir)
 
 
 # The mode's loaders are imported when called, after the prestart: the child imports the engine stack
@@ -68,12 +57,18 @@ def build_contribution_context(opts: VerifyOptions,
     return build(opts, cwd)
 
 
-def build_context(opts: VerifyOptions) -> Context:
-    """Load every input into the immutable Context the rules read (InputError on bad input)."""
+def build_context(opts: VerifyOptions, *, warm: Warm | None = None) -> Context:
+    """Load every input into the immutable Context the rules read (InputError on bad input). `warm`: a child
+    prestarted by the caller (`prestart.prestart_for_verify_args`), now this function's to use or close;
+    without one, one is started here when the trace runs."""
     cwd = (opts.cwd or Path.cwd()).resolve()
     traced = trace_enabled(opts)
-    cache_dir = cache_root() / "traces"
-    warm = _prestart(cache_dir) if traced else None
+    cache_dir = trace_cache_dir()
+    if warm is not None and not traced:
+        warm.close()
+        warm = None
+    elif warm is None and traced:
+        warm = _prestart(cache_dir)
     try:
         if opts.base is not None or opts.head is not None:
             ctx, blast = build_range_context(opts, cwd)

@@ -3,16 +3,17 @@ the effect trace, side by side).
 
 The effect trace's child spends most of its time importing the engine's stack (torch and its compiler, a
 fixed list: `ALWAYS_PREIMPORT`), which does not depend on the PR. On a cold run (no trace cached yet) that
-child is started first, before the mode's loaders (`sandbox.prestart`): it imports the stack while this
-process diffs, plans and builds the import graph, and is handed its plan when the plan is ready. It is used
-only when the plan's pre-imports begin with exactly that stack (a PR naming torch), else it is killed and a
-child started with its plan runs, as without the prestart. Until it is handed its plan it has run nothing but
-those imports, in the same sandbox, interpreter, environment and limits.
+child is started first (`sandbox.prestart`): by the command line before the command's modules load
+(`fasttrack.pipeline.prestart`, handed in as `warm`), else here, before the mode's loaders. It imports the
+stack while this process diffs, plans and builds the import graph, and is handed its plan when the plan is
+ready. It is used only when the plan's pre-imports begin with exactly that stack (a PR naming torch), else it
+is killed and a child started with its plan runs, as without the prestart. Until it is handed its plan it has
+run nothing but those imports, in the same sandbox, interpreter, environment and limits.
 
 While the child runs, this process builds the import graph, then gathers the facts (`fasttrack.facts`) and
 imports the rules, so that once the trace answers only judging is left; on that path the Context returned is
-already the Facts (with the trace). The rules, numpy and the renderers are imported only here and in the
-judge, after the prestart.
+already the Facts (with the trace). The rules and the renderers are imported only here and in the judge,
+after the prestart (numpy only where evidence is analysed).
 """
 
 from __future__ import annotations

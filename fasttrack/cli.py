@@ -12,9 +12,12 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fasttrack import __version__
+
+if TYPE_CHECKING:
+    from fasttrack.confinement.trace.sandbox import Warm
 
 EXIT_INPUT_ERROR = 2
 EXIT_BUG = 3
@@ -52,7 +55,6 @@ Options:
 
 Exit codes: 0 pass, 1 policy failure, 2 bad input or an unusable path, 3 a bug in fasttrack.
 """
-
 
 def root_help() -> str:
     width = max(len(n) for n, _ in COMMANDS)
@@ -105,11 +107,25 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _run(args: list[str], debug: bool) -> int:
+    started: list[Warm] = []  # the trace child prestarted for `verify`, if any
+    try:
+        return _dispatch(args, debug, started)
+    finally:
+        for warm in started:
+            warm.close()  # a no-op once the run took it; kills it when the command stopped before
+
+
+def _dispatch(args: list[str], debug: bool, started: list[Warm]) -> int:
     import warnings
 
     from fasttrack.errors import InputError, from_os_error
 
     try:
+        if args[:1] == ["verify"]:
+            # The effect trace's child imports the engine stack (a cold run's floor) while the command loads.
+            from fasttrack.pipeline.prestart import prestart_for_verify_args
+
+            started.extend(w for w in [prestart_for_verify_args(args[1:])] if w is not None)
         from fasttrack.app import app
 
         # Python prints a warning raw (`FILE:LINE: Category: message`, FILE may be a PR's file name handed
@@ -117,7 +133,8 @@ def _run(args: list[str], debug: bool) -> int:
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning
             # Without standalone mode click returns a typer.Exit's code instead of exiting: pass it on.
-            rc = app(args=args, prog_name="fasttrack", standalone_mode=False)
+            rc = app(args=args, prog_name="fasttrack", standalone_mode=False,
+                     obj=started[0] if started else None)
     except InputError as exc:
         _err(f"error: {exc.render()}")
         return EXIT_INPUT_ERROR

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from blast_fake_tree import write_tree
 
+from fasttrack.confinement import graph as graph_mod
 from fasttrack.confinement.graph import (
     GraphBuildError,
     GraphLoad,
@@ -115,6 +116,61 @@ def test_build_errors_say_why(tmp_path: Path) -> None:
         build_module_graph(tmp_path / "empty", "vllm", exclude_type_checking=True)
     bad = write_tree(tmp_path / "bad", {"vllm/models/alpha/private.py": "def f(:\n"})
     with pytest.raises(GraphBuildError, match="grimp could not build"):
+        build_module_graph(bad, "vllm", exclude_type_checking=True)
+
+
+# Imports the direct scan must read as grimp's public graph does: several statements for one edge, relative
+# and `as` imports, a function-level one, TYPE_CHECKING, a module only imported (a namespace directory's).
+_SCAN_EXTRAS = {
+    "vllm/models/alpha/many.py": (
+        "from typing import TYPE_CHECKING\n"
+        "from . import kernels\n"
+        "import vllm.models.alpha.kernels as k\n"
+        "from .kernels import fused  # again\n"
+        "if TYPE_CHECKING:\n"
+        "    from vllm.model_executor.layers import typed\n"
+        "def f():\n"
+        "    from ..alpha import model\n"
+        "    import vllm.models.alpha.nsdir.hidden\n"
+    ),
+}
+
+
+def _public_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(graph_mod, "_scan_direct", lambda *a: None)
+
+
+@pytest.mark.parametrize("tc", [True, False])
+def test_the_direct_scan_gives_grimps_public_graph(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   tc: bool) -> None:
+    tree = write_tree(tmp_path / "head", _SCAN_EXTRAS)
+    direct = build_module_graph(tree, "vllm", exclude_type_checking=tc)
+    with monkeypatch.context() as m:
+        _public_only(m)
+        public = build_module_graph(tree, "vllm", exclude_type_checking=tc)
+    assert direct.importers_of == public.importers_of and direct.modules == public.modules
+    sites = direct.importers("vllm.models.alpha.kernels")["vllm.models.alpha.many"]
+    assert [s.line for s in sites] == [2, 3, 4]
+    assert ("vllm.models.alpha.many" in direct.importers("vllm.model_executor.layers.typed")) is not tc
+
+
+def test_another_grimp_version_takes_the_public_api(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import grimp
+
+    monkeypatch.setattr(grimp, "__version__", "3.21", raising=False)
+    assert graph_mod._scan_direct(grimp, "vllm", True) is None  # private steps unchecked there
+    g = build_module_graph(tree, "vllm", exclude_type_checking=True)
+    assert set(g.importers("vllm.models.alpha.kernels")) == {"vllm.model_executor.models.gamma",
+                                                             "vllm.models.alpha.model"}
+
+
+@pytest.mark.parametrize("public", [False, True])
+def test_a_syntax_error_fails_the_build_either_way(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    public: bool) -> None:
+    if public:
+        _public_only(monkeypatch)
+    bad = write_tree(tmp_path / "bad", {"vllm/models/alpha/private.py": "def f(:\n"})
+    with pytest.raises(GraphBuildError, match=r"grimp could not build .*private"):
         build_module_graph(bad, "vllm", exclude_type_checking=True)
 
 

@@ -122,7 +122,7 @@ def test_a_bug_is_exit_3_with_a_report_line_and_debug_shows_the_traceback(
         make_repo: MakeRepo, monkeypatch: MP, capsys: Cap) -> None:
     repo = contribution(make_repo)
 
-    def broken(opts: VerifyOptions) -> Verdict:
+    def broken(opts: VerifyOptions, **_k: object) -> Verdict:
         raise ZeroDivisionError("boom")
 
     monkeypatch.setattr(verify_mod, "run_verify", broken)

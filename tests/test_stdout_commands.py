@@ -22,7 +22,7 @@ FORGED = "legacy ##[error]forged\n::error title=x::forged ##[group]"
 
 
 def _stdout(v: object, fmt: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> str:
-    monkeypatch.setattr(verify_cmd, "run_verify", lambda _opts: v)
+    monkeypatch.setattr(verify_cmd, "run_verify", lambda _opts, **_k: v)
     with pytest.raises(SystemExit):
         main(["verify", "-f", fmt])
     return capsys.readouterr().out

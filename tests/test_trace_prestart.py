@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from test_trace import POLICY, _context, _contribution
 
+from fasttrack import cli
 from fasttrack.commands.verify import VerifyOptions, build_context
 from fasttrack.confinement.trace import gather, sandbox
 from fasttrack.confinement.trace.facts import TraceStatus
@@ -21,6 +22,7 @@ from fasttrack.confinement.trace.sandbox import Pass, Warm, prestart, run_child
 from fasttrack.context import Context
 from fasttrack.errors import InputError
 from fasttrack.pipeline import build
+from fasttrack.pipeline import prestart as prestart_mod
 
 PATCH = "import json\njson.dumps = len\n"
 CLEAN = "import math\n\ndef rms(xs):\n    return math.sqrt(sum(x * x for x in xs) / len(xs))\n"
@@ -200,3 +202,91 @@ def test_no_trace_means_no_child(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     started = _spy(monkeypatch)
     ctx = build_context(dataclasses.replace(_options(tmp_path, CLEAN), trace=False))
     assert started == [] and ctx.trace is None
+
+
+# ------------------------------------------------------------- started by the command line, before it loads
+
+
+def _recording(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """prestart_trace replaced by a recorder (no child): which calls would have started one."""
+    calls: list[Path] = []
+
+    def record(cache_dir: Path) -> None:
+        calls.append(cache_dir)
+
+    monkeypatch.setattr(prestart_mod, "prestart_trace", record)
+    return calls
+
+
+@pytest.mark.parametrize(("args", "env", "starts"), [
+    (["--repo", "r", "--base", "b"], None, True),
+    (["--no-trace", "--repo", "r"], None, False),
+    (["--help"], None, False),
+    (["-h"], None, False),
+    (["--repo", "r"], "0", False),
+    (["--trace", "--repo", "r"], "0", True),
+    (["--", "--no-trace"], None, True),  # after `--` it is an argument, not the flag
+])
+def test_the_command_line_prestart_follows_the_trace_switches(
+        monkeypatch: pytest.MonkeyPatch, args: list[str], env: str | None, starts: bool) -> None:
+    if env is None:
+        monkeypatch.delenv("FASTTRACK_TRACE", raising=False)
+    else:
+        monkeypatch.setenv("FASTTRACK_TRACE", env)
+    calls = _recording(monkeypatch)
+    prestart_mod.prestart_for_verify_args(args)
+    assert len(calls) == int(starts)
+
+
+def test_a_usage_error_after_the_command_line_prestart_leaves_no_child(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The child is started before typer parses anything: a command that stops there kills it."""
+    monkeypatch.setenv("FASTTRACK_CACHE_DIR", str(tmp_path / "cache"))
+    started: list[tuple[Warm, Any]] = []
+
+    def small(args: list[str]) -> Warm | None:
+        warm = prestart(STACK)
+        assert warm is not None and warm.child is not None
+        started.append((warm, warm.child.proc))
+        return warm
+
+    monkeypatch.setattr(prestart_mod, "prestart_for_verify_args", small)
+    assert cli._run(["verify", "--no-such-option"], debug=False) == cli.EXIT_INPUT_ERROR
+    ((warm, proc),) = started
+    _gone(warm, proc)
+
+
+def test_the_command_lines_child_is_the_one_build_context_uses(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`fasttrack verify` hands its prestarted child to build_context, which starts none of its own."""
+    monkeypatch.setenv("FASTTRACK_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("FASTTRACK_TRACE", raising=False)
+    handed: list[Warm | None] = []
+    real = prestart_mod.prestart_for_verify_args
+
+    def spy(args: list[str]) -> Warm | None:
+        warm = real(args)
+        handed.append(warm)
+        return warm
+
+    def no_second(cache_dir: Path) -> Warm | None:
+        raise AssertionError("build_context started a second child")
+
+    monkeypatch.setattr(prestart_mod, "prestart_for_verify_args", spy)
+    monkeypatch.setattr(build, "_prestart", no_second)
+    used: list[bool] = []
+    real_run = gather.run_child
+
+    def run(plan: TracePlan, **k: Any) -> Pass:
+        used.append(k.get("warm") is not None and k["warm"] is handed[0])
+        return real_run(plan, **k)
+
+    monkeypatch.setattr(gather, "run_child", run)
+    opts = _options(tmp_path, TORCH_CLEAN)
+    assert opts.contribution is not None and opts.engine_tree is not None
+    rc = cli._run(["verify", str(opts.contribution), "--repo", str(opts.repo), "--policy", str(POLICY),
+                   "--engine-tree", str(opts.engine_tree), "-f", "json"], debug=False)
+    assert rc in (0, 1), capsys.readouterr().err
+    (warm,) = handed
+    assert warm is not None and warm.child is None and not warm.box.exists()
+    assert used == [True]

@@ -10,6 +10,7 @@ import typer
 
 from fasttrack.changes.git import WORKTREE
 from fasttrack.commands.renderers import render_text, renderers
+from fasttrack.confinement.trace.sandbox import Warm
 from fasttrack.errors import EXIT_PASS, EXIT_POLICY_FAILURE, InputError
 from fasttrack.pipeline.build import build_context
 from fasttrack.pipeline.inputs import resolve_policy_path
@@ -41,6 +42,7 @@ Exit codes: 0 pass, 1 policy failure (a finding is an error), 2 bad input or an 
 
 
 def verify_command(
+    ctx: typer.Context,
     directory: Annotated[Path | None, typer.Argument(
         metavar="[DIR]", show_default=False,
         help="Contribution directory (holds fasttrack.toml; default kernels/kimi_k3).")] = None,
@@ -95,7 +97,9 @@ def verify_command(
     from fasttrack.render.encoding import safe_verdict
     from fasttrack.render.headline import headline
 
-    verdict = safe_verdict(run_verify(opts))  # renderable whatever file names it quotes
+    # The trace child `cli._run` started before this module loaded (prestart.prestart_for_verify_args).
+    warm = ctx.obj if isinstance(ctx.obj, Warm) else None
+    verdict = safe_verdict(run_verify(opts, warm=warm))  # renderable whatever file names it quotes
 
     if output is not None:
         refuse_output_in_evidence(output, evidence_dirs(verdict))

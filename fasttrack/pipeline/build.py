@@ -3,30 +3,30 @@ the effect trace, side by side).
 
 The effect trace's child spends most of its time importing the engine's stack (torch and its compiler, a
 fixed list: `ALWAYS_PREIMPORT`), which does not depend on the PR. On a cold run (no trace cached yet) that
-child is started first, before the mode's loaders (`sandbox.prestart`): it imports the stack while this
-process diffs, plans and builds the import graph, and is handed its plan when the plan is ready. It is used
-only when the plan's pre-imports begin with exactly that stack (a PR naming torch), else it is killed and a
-child started with its plan runs, as without the prestart. Until it is handed its plan it has run nothing but
-those imports, in the same sandbox, interpreter, environment and limits.
+child is started first (`sandbox.prestart`): by the command line before the command's modules load
+(`fasttrack.pipeline.prestart`, handed in as `warm`), else here, before the mode's loaders. It imports the
+stack while this process diffs, plans and builds the import graph, and is handed its plan when the plan is
+ready. It is used only when the plan's pre-imports begin with exactly that stack (a PR naming torch), else it
+is killed and a child started with its plan runs, as without the prestart. Until it is handed its plan it has
+run nothing but those imports, in the same sandbox, interpreter, environment and limits.
 
 While the child runs, this process builds the import graph, then gathers the facts (`fasttrack.facts`) and
 imports the rules, so that once the trace answers only judging is left; on that path the Context returned is
-already the Facts (with the trace). The rules, numpy and the renderers are imported only here and in the
-judge, after the prestart.
+already the Facts (with the trace). The rules and the renderers are imported only here and in the judge,
+after the prestart (numpy only where evidence is analysed).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fasttrack.cache import cache_root
 from fasttrack.context import Context
-from fasttrack.pipeline.options import TRACE_ENV, VerifyOptions
+from fasttrack.pipeline.options import VerifyOptions
+from fasttrack.pipeline.prestart import prestart_trace, trace_cache_dir, trace_wanted
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -36,21 +36,11 @@ if TYPE_CHECKING:
 
 
 def trace_enabled(opts: VerifyOptions) -> bool:
-    return opts.trace if opts.trace is not None else os.environ.get(TRACE_ENV, "1") != "0"
+    return trace_wanted(opts.trace)
 
 
 def _prestart(cache_dir: Path) -> Warm | None:
-    """A child importing the engine stack, when no trace is cached yet (a cold run, as in CI); on a warm
-    cache the key is looked up first and a child starts only on a miss (no child is wasted on a hit)."""
-    try:
-        if any(cache_dir.glob("*.json")):
-            return None
-    except OSError:
-        pass
-    from fasttrack.confinement.trace.plan import ALWAYS_PREIMPORT
-    from fasttrack.confinement.trace.sandbox import prestart
-
-    return prestart(ALWAYS_PREIMPORT)
+    return prestart_trace(cache_dir)
 
 
 # The mode's loaders are imported when called, after the prestart: the child imports the engine stack
@@ -68,12 +58,18 @@ def build_contribution_context(opts: VerifyOptions,
     return build(opts, cwd)
 
 
-def build_context(opts: VerifyOptions) -> Context:
-    """Load every input into the immutable Context the rules read (InputError on bad input)."""
+def build_context(opts: VerifyOptions, *, warm: Warm | None = None) -> Context:
+    """Load every input into the immutable Context the rules read (InputError on bad input). `warm`: a child
+    prestarted by the caller (`prestart.prestart_for_verify_args`), now this function's to use or close;
+    without one, one is started here when the trace runs."""
     cwd = (opts.cwd or Path.cwd()).resolve()
     traced = trace_enabled(opts)
-    cache_dir = cache_root() / "traces"
-    warm = _prestart(cache_dir) if traced else None
+    cache_dir = trace_cache_dir()
+    if warm is not None and not traced:
+        warm.close()
+        warm = None
+    elif warm is None and traced:
+        warm = _prestart(cache_dir)
     try:
         if opts.base is not None or opts.head is not None:
             ctx, blast = build_range_context(opts, cwd)

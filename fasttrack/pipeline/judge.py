@@ -14,6 +14,7 @@ from fasttrack.pipeline.options import VerifyOptions
 from fasttrack.verdict import ChangedFile, EvidenceSummary, Verdict, decide
 
 if TYPE_CHECKING:
+    from fasttrack.confinement.trace.sandbox import Warm
     from fasttrack.rules.base import Rule
 
 
@@ -96,9 +97,10 @@ def judge(ctx: Context, *, pr: int | None = None) -> Verdict:
     )
 
 
-def run_verify(opts: VerifyOptions) -> Verdict:
-    """Build the Context and judge it: the pure API (no printing)."""
+def run_verify(opts: VerifyOptions, *, warm: Warm | None = None) -> Verdict:
+    """Build the Context and judge it: the pure API (no printing). `warm`: a prestarted trace child, handed
+    to `build_context`."""
     from fasttrack.pipeline.build import build_context
 
-    return judge(build_context(opts), pr=opts.pr)
+    return judge(build_context(opts, warm=warm), pr=opts.pr)
 

@@ -17,20 +17,20 @@ from pathlib import Path
 import pathspec
 from pydantic import BaseModel, ConfigDict
 
+from fasttrack.confinement.trace.stack import ALWAYS_PREIMPORT as ALWAYS_PREIMPORT
+from fasttrack.confinement.trace.stack import MAX_FILE_BYTES as MAX_FILE_BYTES
 from fasttrack.context import Context
 from fasttrack.policy import MODEL_PLACEHOLDER
 from fasttrack.verdict import ChangeStatus
 
-MAX_FILE_BYTES = 4 * 1024 * 1024
 MAX_FILES = 5000
 _SKIP_DIRS = {"__pycache__", ".git", ".pytest_cache", ".mypy_cache", ".ruff_cache"}
 _TRACED = {ChangeStatus.ADDED, ChangeStatus.MODIFIED, ChangeStatus.RENAMED, ChangeStatus.COPIED,
            ChangeStatus.TYPE_CHANGED}
-# Imported before the "before" snapshot when importable, whatever the contribution names: what the engine
-# process always has loaded (vLLM imports torch's compiler stack at start-up), so their own import-time
-# work is the baseline, not an effect of the PR, and torch's switches are read from it.
-ALWAYS_PREIMPORT = ("torch", "torch.library", "torch._dynamo", "torch._inductor.config",
-                    "torch._library.triton", "torch.distributed", "triton", "numpy")
+# ALWAYS_PREIMPORT (trace/stack.py): imported before the "before" snapshot when importable, whatever the
+# contribution names: what the engine process always has loaded (vLLM imports torch's compiler stack at
+# start-up), so their own import-time work is the baseline, not an effect of the PR, and torch's switches
+# are read from it.
 
 
 class TracePlan(BaseModel):

@@ -29,10 +29,13 @@ import time
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
-from fasttrack.confinement.trace.plan import MAX_FILE_BYTES, TracePlan
+from fasttrack.confinement.trace.stack import MAX_FILE_BYTES
 from fasttrack.safe_read import NotRegular, read_regular
+
+if TYPE_CHECKING:  # the plan's module imports pydantic and the Context: not needed to start a child
+    from fasttrack.confinement.trace.plan import TracePlan
 
 CHILD_MODULES = ("__init__.py", "child.py", "snapshot.py", "standins.py")
 TIMEOUT_S = 120.0

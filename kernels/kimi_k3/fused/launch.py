@@ -225,6 +225,20 @@ def make_plan(cfg: K3LayerConfig, B: int, max_context: int, *, gpu: bool = True,
             gpu_tiles.update(F_MODE=1, F_BN=64, F_BK=128, F_ST=4, D_ST=3)
         if B > 32:
             gpu_tiles.update(x_stages=3)
+    if big and cfg.tp == 8:
+        # The TP-8 per-rank shard shapes (12 heads, expert intermediate 384), measured on one H200 against the
+        # older tiles side by side (docs/results/kimi_k3-r20/): 32-row tensor-core qkv_a blocks with 4 stages
+        # (114 CTAs beat 228 16-row ones at 1-8 rows), at 1-2 rows also tensor-core moe_front tiles (32 rows)
+        # and expert_down; at 3-32 rows 4 stages for q_b and moe_front; from 33 rows 3-stage expert kernels.
+        # The TP-8 sequence with collectives (tp_launch) inherits them, unmeasured (no 8-GPU box).
+        if B <= 32:
+            gpu_tiles.update(A_MODE=1, A_BN=32, A_BK=128, A_ST=4)
+        if B <= 2:
+            gpu_tiles.update(F_MODE=1, F_BN=32, F_BK=128, F_ST=4, X_MODE=1, BT=16)
+        elif B <= 32:
+            gpu_tiles.update(QB_ST=4, F_ST=4)
+        else:
+            gpu_tiles.update(x_stages=3)
     plan = Plan(
         B=B,
         BB=bb,

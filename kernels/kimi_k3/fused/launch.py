@@ -537,18 +537,7 @@ def launch_attention(cfg: K3LayerConfig, w: K3LayerWeights, batch: DecodeBatch, 
         num_stages=2,
         **p.pdl(),
     )
-    return {
-        "ctr": ctr,
-        "raw": raw,
-        "ssq": ssq,
-        "ss_in": ss_in,
-        "resid1": resid1,
-        "ql_part": ql_part,
-        "qpe": qpe,
-        "opart": opart,
-        "lse": lse,
-        "attn_out": attn_out,
-    }
+    return bufs
 
 
 def forward_planned(
@@ -596,6 +585,28 @@ def moe_scratch(cfg: K3LayerConfig, batch: DecodeBatch, p: Plan) -> dict[str, to
         "latent": ws("latent", (B, LAT), bf16),
         "lss": ws("lss", (_cdiv(LAT, p.D_BN), B), f32),
     }
+
+
+def route_args(
+    cfg: K3LayerConfig, w: K3LayerWeights, m: dict[str, torch.Tensor], ctr: torch.Tensor, B: int
+) -> tuple[Any, ...]:
+    """The top-k role's positional arguments, the same in `moe_front_kernel` and `route_tp_kernel`: the
+    selection bias, the routing and touched-expert buffers of `moe_scratch`, the counters, B, the scale."""
+    names = ("topk_ids", "topk_weights", "rank", "eoff", "slot_exp", "slot_off", "slot_cnt", "sorted_tok",
+             "sorted_pair")
+    return (w.e_score_correction_bias, *(m[n] for n in names), ctr, B, float(cfg.routed_scaling_factor))
+
+
+def route_consts(cfg: K3LayerConfig, p: Plan, B: int) -> dict[str, Any]:
+    """The top-k role's constexprs (both kernels of `route_args`)."""
+    return dict(
+        TOPK=cfg.top_k,
+        RENORM=bool(cfg.moe_renormalize),
+        EP=_p2(cfg.n_routed_experts),
+        TB=p.TB,
+        KP=_p2(cfg.top_k),
+        PP=_p2(B * cfg.top_k),
+    )
 
 
 def launch_o_proj(
@@ -746,36 +757,19 @@ def run_planned(
         m["logits"],
         m["lat"],
         m["sh"],
-        w.e_score_correction_bias,
-        m["topk_ids"],
-        m["topk_weights"],
-        m["rank"],
-        m["eoff"],
-        m["slot_exp"],
-        m["slot_off"],
-        m["slot_cnt"],
-        m["sorted_tok"],
-        m["sorted_pair"],
-        ctr,
-        B,
-        float(cfg.routed_scaling_factor),
+        *route_args(cfg, w, m, ctr, B),
         H=H,
         E=E,
         LAT=LAT,
         SI=SI,
         EPS=eps,
-        TOPK=TOPK,
-        RENORM=bool(cfg.moe_renormalize),
         BETA=float(cfg.situ_beta),
         LBETA=float(cfg.situ_linear_beta),
         BB=p.bb("f"),
         BN=p.F_BN,
         BK=p.F_BK,
         MODE=p.mode("f"),
-        EP=_p2(E),
-        TB=p.TB,
-        KP=_p2(TOPK),
-        PP=_p2(B * TOPK),
+        **route_consts(cfg, p, B),
         NBO=nbo,
         PC=PC,
         PDL=p.PDL,

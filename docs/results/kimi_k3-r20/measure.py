@@ -113,6 +113,7 @@ def main() -> int:
     ap.add_argument("--tp1", default="[]", help="JSON [[batch, context], ...]: TP-1 points after the sweeps")
     ap.add_argument("--tp8", default="[]", help="JSON [[batch, context], ...]: TP-8 shard points")
     ap.add_argument("--sweep", default="", help="JSON file {\"B,C[,TP]\": {name: overrides}}")
+    ap.add_argument("--points-first", action="store_true", help="the points, then the sweeps")
     a = ap.parse_args()
     import triton
     from kimi_k3.benchmarks.measure_fused import SHARD, warm_keys
@@ -150,27 +151,37 @@ def main() -> int:
     print(json.dumps(R["bandwidth"]), flush=True)
     save()
     flush = torch.empty(512 * 1024 * 1024, dtype=torch.uint8, device="cuda")
-    for k, vs in sweep.items():
-        if time.time() - M.T0 > a.budget * 0.75:
-            R["errors"].append(f"skipped sweep {k}: budget")
-            continue
-        try:
-            run_variants(R, *_key(k), vs, flush, a.reps)
-        except Exception as e:
-            R["errors"].append(f"sweep {k}: {type(e).__name__}: {str(e)[:400]}")
-            traceback.print_exc(limit=4)
-        save()
-    for tp, pts in ((1, tp1), (8, tp8)):
-        for b, c in pts:
-            if time.time() - M.T0 > a.budget * 0.9:
-                R["errors"].append(f"skipped tp{tp} b{b} c{c}: budget")
+    def sweeps(share: float) -> None:
+        for k, vs in sweep.items():
+            if time.time() - M.T0 > a.budget * share:
+                R["errors"].append(f"skipped sweep {k}: budget")
                 continue
             try:
-                M.run_point(R, tp, b, c, flush, a.reps)
+                run_variants(R, *_key(k), vs, flush, a.reps)
             except Exception as e:
-                R["errors"].append(f"tp{tp} b{b} c{c}: {type(e).__name__}: {str(e)[:400]}")
+                R["errors"].append(f"sweep {k}: {type(e).__name__}: {str(e)[:400]}")
                 traceback.print_exc(limit=4)
             save()
+
+    def points(share: float) -> None:
+        for tp, pts in ((1, tp1), (8, tp8)):
+            for b, c in pts:
+                if time.time() - M.T0 > a.budget * share:
+                    R["errors"].append(f"skipped tp{tp} b{b} c{c}: budget")
+                    continue
+                try:
+                    M.run_point(R, tp, b, c, flush, a.reps)
+                except Exception as e:
+                    R["errors"].append(f"tp{tp} b{b} c{c}: {type(e).__name__}: {str(e)[:400]}")
+                    traceback.print_exc(limit=4)
+                save()
+
+    if a.points_first:  # the sweeps then run with every point's weights resident, as the points did
+        points(0.6)
+        sweeps(0.9)
+    else:
+        sweeps(0.75)
+        points(0.9)
     save()
     return 0
 

@@ -1,13 +1,14 @@
-"""Markdown tables of one run's results.json (python3 table.py run2/results.json): each sweep point's variants
-with the per-stage profile of one replay, then the points (fused vs the engine baseline)."""
+"""Markdown tables of one run's results.json (python3 table.py run2/results.json): each sweep point's
+variants with the per-stage profile of one replay, then the points (fused vs the engine baseline)."""
 
 from __future__ import annotations
 
 import json
 import sys
 
-STAGES = [("qkv_a_kernel", "qkv_a"), ("q_b_kernel", "q_b"), ("flashinfer", "FI"), ("attn_kernel", "W_UV+gate"),
-          ("o_proj_kernel", "o_proj"), ("moe_front_kernel", "moe_front"), ("expert_up_kernel", "exp_up"),
+STAGES = [("qkv_a_kernel", "qkv_a"), ("q_b_kernel", "q_b"), ("flashinfer", "FI"),
+          ("attn_kernel", "W_UV+gate"), ("o_proj_kernel", "o_proj"), ("moe_front_kernel", "moe_front"),
+          ("expert_up_kernel", "exp_up"),
           ("expert_down_kernel", "exp_down")]
 
 
@@ -21,7 +22,8 @@ def stages(profile: list[list[object]]) -> dict[str, float]:
 
 
 def main(path: str) -> None:
-    R = json.load(open(path))
+    with open(path) as f:
+        R = json.load(f)
     print(f"read {R['bandwidth']['read_TBps']:.2f} TB/s, copy {R['bandwidth']['copy_TBps']:.2f} TB/s; "
           f"elapsed {R['elapsed_s']} s; errors {R['errors']}\n")
     for s in R.get("sweep", []):
@@ -38,10 +40,11 @@ def main(path: str) -> None:
                 continue
             k = stages(v["profile"])
             rel = f"{base / v['median_us']:.3f}x" if base else ""
-            print(f"| {n} | `{json.dumps(v['override'], separators=(',', ':'))}` | {v['median_us']:.1f} | {rel} | "
+            ov = json.dumps(v["override"], separators=(",", ":"))
+            print(f"| {n} | `{ov}` | {v['median_us']:.1f} | {rel} | "
                   f"{v['graph_vs_oracle']['pass_bf16_cap']} | {v['bit_repeatable']} | "
-                  f"{v.get('same_bits_as_first', '-')} | " + " | ".join(f"{k.get(s2, 0):.1f}" for _, s2 in STAGES)
-                  + " |")
+                  f"{v.get('same_bits_as_first', '-')} | "
+                  + " | ".join(f"{k.get(s2, 0):.1f}" for _, s2 in STAGES) + " |")
         print()
     if R.get("points"):
         print("### Points: fused (the defaults of the run's code) vs the engine baseline\n")
@@ -51,11 +54,14 @@ def main(path: str) -> None:
         for p in R["points"]:
             st, fu = p.get("stock", {}), p.get("fused", {})
             if "time" not in st or "time" not in fu:
-                print(f"| {p['tp']} | {p['batch']} | {p['context']} | {st.get('error', '')} {fu.get('error', '')} |")
+                err = f"{st.get('error', '')} {fu.get('error', '')}"
+                print(f"| {p['tp']} | {p['batch']} | {p['context']} | {err} |")
                 continue
-            print(f"| {p['tp']}{' shard' if p['shard'] else ''} | {p['batch']} | {p['context'] // 1024}k | "
+            tp = f"{p['tp']}{' shard' if p['shard'] else ''}"
+            print(f"| {tp} | {p['batch']} | {p['context'] // 1024}k | "
                   f"{st['time']['median_us']:.0f} ({st['time_again']['median_us']:.0f}) | "
-                  f"{fu['time']['median_us']:.0f} | **{p['speedup']:.3f}x** | {st['kernels']} / {fu['kernels']} | "
+                  f"{fu['time']['median_us']:.0f} | **{p['speedup']:.3f}x** | "
+                  f"{st['kernels']} / {fu['kernels']} | "
                   f"{p['bytes_moved'] / 1e9:.3f} | {fu['TBps']:.2f} | {st['max_abs_error']:.4f} / "
                   f"{fu['max_abs_error']:.4f} | {fu['graph_vs_oracle']['pass_bf16_cap']} | "
                   f"{fu.get('bit_repeatable', '')} |")

@@ -226,15 +226,16 @@ def make_plan(cfg: K3LayerConfig, B: int, max_context: int, *, gpu: bool = True,
         if B > 32:
             gpu_tiles.update(x_stages=3)
     if big and cfg.tp == 8:
-        # The TP-8 per-rank shard shapes (12 heads, expert intermediate 384), measured on one H200 against the
-        # older tiles side by side (docs/results/kimi_k3-r20/): 32-row tensor-core qkv_a blocks, 4 stages up to
-        # 32 rows (114 CTAs beat 228 16-row ones at 1-64 rows); at 1-2 rows tensor-core tiles for q_b,
+        # The TP-8 per-rank shard shapes (12 heads, expert intermediate 384), measured on one H200 against
+        # the older tiles side by side (docs/results/kimi_k3-r20/): 32-row tensor-core qkv_a blocks, 4 stages
+        # up to 32 rows (114 CTAs beat 228 16-row ones at 1-64 rows); at 1-2 rows tensor-core tiles for q_b,
         # moe_front (32 rows) and expert_down too, and BK 256 for qkv_a and moe_front; at 3-32 rows 4 stages
         # for q_b and moe_front; from 33 rows 3-stage expert kernels. The TP-8 sequence with collectives
         # (tp_launch) inherits them, unmeasured (no 8-GPU box).
         gpu_tiles.update(A_MODE=1, A_BN=32, A_BK=256 if B <= 2 else 128, A_ST=4 if B <= 32 else 0)
         if B <= 2:
-            gpu_tiles.update(QB_MODE=1, QB_BK=128, QB_ST=4, F_MODE=1, F_BN=32, F_BK=256, F_ST=3, X_MODE=1, BT=16)
+            gpu_tiles.update(QB_MODE=1, QB_BK=128, QB_ST=4, F_MODE=1, F_BN=32, F_BK=256, F_ST=3)
+            gpu_tiles.update(X_MODE=1, BT=16)
         elif B <= 32:
             gpu_tiles.update(QB_ST=4, F_ST=4)
         else:

@@ -136,9 +136,10 @@ def profile_kernels(g: Any, flush: Any) -> list[tuple[str, float]]:
     return out
 
 
-def _meta_setup(tp: int, batch: int, context: int) -> tuple[Any, Any, Any]:
+def _meta_setup(tp: int, batch: int, context: int, shard: bool = False) -> tuple[Any, Any, Any]:
     """Meta-tensor (cfg, weights, batch) of one plan at real shapes (no memory). At tp > 1: the TP shard's
-    shapes, and `batch.tp` a `CompileOnlyTP` group (meta exchange buffers, no process group)."""
+    shapes, and `batch.tp` a `CompileOnlyTP` group (meta exchange buffers, no process group); with `shard`
+    no group (the per-rank shard benchmark: the TP-1 sequence on the shard's shapes)."""
     import torch
 
     from baselines.vllm.kimi_k3.config import K3LayerConfig
@@ -165,7 +166,7 @@ def _meta_setup(tp: int, batch: int, context: int) -> tuple[Any, Any, Any]:
         seq_lens=torch.empty(batch, dtype=torch.int32, device=meta),
         meta=DecodeMeta(batch=batch, max_context=context, tp=tp),
         workspace=Workspace(),
-        tp=CompileOnlyTP(rank=0, world=tp) if tp > 1 else None,
+        tp=CompileOnlyTP(rank=0, world=tp) if tp > 1 and not shard else None,
     )
     return cfg, w, b
 
@@ -217,10 +218,13 @@ def intercept_launches(call: Callable[[], Any], on_launch: OnLaunch) -> None:
 def plan_launches(tp: int, bsz: int, ctx: int, ov: dict[str, Any], on_launch: OnLaunch) -> None:
     """Every launch of one layer of plan (tp, bsz, ctx, ov) through the real host code
     (`launch.run_planned`: the TP-1 sequence, or at tp > 1 the TP sequence of `tp_launch`) on meta tensors,
-    each handed to `on_launch`."""
+    each handed to `on_launch`. The pseudo-override `SHARD: True` compiles the shard benchmark's plan
+    (`_meta_setup(shard=True)`)."""
     from kimi_k3.fused import launch
 
-    cfg, w, b = _meta_setup(tp, bsz, ctx)
+    ov = dict(ov)
+    shard = bool(ov.pop(SHARD, False))
+    cfg, w, b = _meta_setup(tp, bsz, ctx, shard=shard)
     plan = launch.make_plan(cfg, bsz, ctx, gpu=True, **ov)
     intercept_launches(lambda: launch.run_planned(cfg, w, b, plan), on_launch)
 
@@ -251,6 +255,8 @@ def triton_cache_key(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], tar
     key = get_cache_key(src, backend, full, env_vars=get_cache_invalidating_env_vars())
     return hashlib.sha256(key.encode("utf-8")).hexdigest()
 
+
+SHARD = "shard"  # pseudo-override of a warm-up key: the TP-N per-rank shard benchmark (no TP group)
 
 # one warm-up task: (tp, batch, context, overrides, part, parts): compile launches i with i % parts == part
 WarmTask = tuple[int, int, int, dict[str, Any], int, int]

@@ -635,6 +635,49 @@ def _merge_row(
 
 
 @triton.jit
+def _wuv_dot(out, lat, wkvb_ptr, wrow, rl, lm, vm, KL: tl.constexpr):
+    """out += lat (latent columns rl, bf16-rounded) @ W_UV^T (rows wrow of w_kv_b, columns rl)."""
+    wuv = tl.load(wkvb_ptr + wrow[None, :] * KL + rl[:, None], mask=lm[:, None] & vm[None, :], other=0.0)
+    return tl.dot(lat.to(tl.bfloat16), wuv, out)
+
+
+@triton.jit
+def _gate_store(
+    out,
+    rb,
+    bm,
+    rv,
+    vm,
+    h,
+    raw_ptr,
+    ssin_ptr,
+    attn_out_ptr,
+    H: tl.constexpr,
+    R: tl.constexpr,
+    EPS: tl.constexpr,
+    GATE_OFF: tl.constexpr,
+    USE_GATE: tl.constexpr,
+    DV: tl.constexpr,
+    NH: tl.constexpr,
+):
+    """The W_UV epilogue's tail: attn * sigmoid(gate) (the gate rows of q_a | kv_a | gate, normed by the input
+    rstd), stored bf16 into attn_out [B, NH * DV] at rows rb, head h, value columns rv."""
+    if USE_GATE:
+        rstd_in = tl.rsqrt(tl.load(ssin_ptr + rb, mask=bm, other=0.0) / H + EPS)
+        g = tl.load(
+            raw_ptr + rb[:, None] * R + GATE_OFF + h * DV + rv[None, :],
+            mask=bm[:, None] & vm[None, :],
+            other=0.0,
+        ).to(tl.float32)
+        out = out * tl.sigmoid(g * rstd_in[:, None])
+    tl.store(
+        attn_out_ptr + rb[:, None] * (NH * DV) + h * DV + rv[None, :],
+        out.to(tl.bfloat16),
+        mask=bm[:, None] & vm[None, :],
+    )
+
+
+@triton.jit
 def _merge_role(
     m,
     opart_ptr,
@@ -690,10 +733,7 @@ def _merge_role(
                 mask=bm[:, None] & lm[None, :],
                 other=0.0,
             )
-            wuv = tl.load(
-                wkvb_ptr + wrow[None, :] * KL + rl[:, None], mask=lm[:, None] & vm[None, :], other=0.0
-            )
-            out = tl.dot(lat.to(tl.bfloat16), wuv, out)  # [MB, DVP]
+            out = _wuv_dot(out, lat, wkvb_ptr, wrow, rl, lm, vm, KL)  # [MB, DVP]
     elif BY_ROW:
         # many splits, few rows: splits vectorised, rows one at a time
         n_rows = tl.minimum(B - b0, MB)
@@ -704,10 +744,7 @@ def _merge_role(
             for i in range(0, n_rows):
                 r = _merge_row(opart_ptr, lse_ptr, b0 + i, h, l0, S, NH, KL, LC, SP, SC)
                 lat = tl.where((tl.arange(0, MB) == i)[:, None], r[None, :], lat)
-            wuv = tl.load(
-                wkvb_ptr + wrow[None, :] * KL + rl[:, None], mask=lm[:, None] & vm[None, :], other=0.0
-            )
-            out = tl.dot(lat.to(tl.bfloat16), wuv, out)  # [MB, DVP]
+            out = _wuv_dot(out, lat, wkvb_ptr, wrow, rl, lm, vm, KL)  # [MB, DVP]
     else:
         # few splits, many rows: rows vectorised, splits one at a time
         mx = tl.full([MB], float("-inf"), dtype=tl.float32)
@@ -736,22 +773,9 @@ def _merge_role(
                     cache_modifier=".cg",
                 )
                 lat += wgt[:, None] * o
-            wuv = tl.load(
-                wkvb_ptr + wrow[None, :] * KL + rl[:, None], mask=lm[:, None] & vm[None, :], other=0.0
-            )
-            out = tl.dot(lat.to(tl.bfloat16), wuv, out)  # [MB, DVP]
-    if USE_GATE:
-        rstd_in = tl.rsqrt(tl.load(ssin_ptr + rb, mask=bm, other=0.0) / H + EPS)
-        g = tl.load(
-            raw_ptr + rb[:, None] * R + GATE_OFF + h * DV + rv[None, :],
-            mask=bm[:, None] & vm[None, :],
-            other=0.0,
-        ).to(tl.float32)
-        out = out * tl.sigmoid(g * rstd_in[:, None])
-    tl.store(
-        attn_out_ptr + rb[:, None] * (NH * DV) + h * DV + rv[None, :],
-        out.to(tl.bfloat16),
-        mask=bm[:, None] & vm[None, :],
+            out = _wuv_dot(out, lat, wkvb_ptr, wrow, rl, lm, vm, KL)  # [MB, DVP]
+    _gate_store(
+        out, rb, bm, rv, vm, h, raw_ptr, ssin_ptr, attn_out_ptr, H, R, EPS, GATE_OFF, USE_GATE, DV, NH
     )
 
 
@@ -804,20 +828,9 @@ def _merge_one(
             mask=bm[:, None] & lm[None, :],
             other=0.0,
         )
-        wuv = tl.load(wkvb_ptr + wrow[None, :] * KL + rl[:, None], mask=lm[:, None] & vm[None, :], other=0.0)
-        out = tl.dot(lat.to(tl.bfloat16), wuv, out)  # [MB, VC]
-    if USE_GATE:
-        rstd_in = tl.rsqrt(tl.load(ssin_ptr + rb, mask=bm, other=0.0) / H + EPS)
-        g = tl.load(
-            raw_ptr + rb[:, None] * R + GATE_OFF + h * DV + rv[None, :],
-            mask=bm[:, None] & vm[None, :],
-            other=0.0,
-        ).to(tl.float32)
-        out = out * tl.sigmoid(g * rstd_in[:, None])
-    tl.store(
-        attn_out_ptr + rb[:, None] * (NH * DV) + h * DV + rv[None, :],
-        out.to(tl.bfloat16),
-        mask=bm[:, None] & vm[None, :],
+        out = _wuv_dot(out, lat, wkvb_ptr, wrow, rl, lm, vm, KL)  # [MB, VC]
+    _gate_store(
+        out, rb, bm, rv, vm, h, raw_ptr, ssin_ptr, attn_out_ptr, H, R, EPS, GATE_OFF, USE_GATE, DV, NH
     )
 
 

@@ -218,12 +218,27 @@ def make_plan(cfg: K3LayerConfig, B: int, max_context: int, *, gpu: bool = True,
     gpu_tiles: dict[str, Any] = dict(M_VC=32) if big else {}
     if tuned:
         gpu_tiles.update(A_MODE=1, A_BN=64, A_BK=128 if bb <= 16 else 64, A_ST=4)
-        if B <= 2:
-            gpu_tiles.update(QB_MODE=1, QB_BK=64 if B == 1 else 128, QB_ST=4)
+        if B <= 2:  # (QB_BK 64 at 2 rows too: 0.2 % faster at 4k and 32k in runs 1-2 of kimi_k3-r20)
+            gpu_tiles.update(QB_MODE=1, QB_BK=64, QB_ST=4)
             gpu_tiles.update(O_MODE=1, O_BN=64, O_BK=128, O_KS=2, O_ST=4)
         if B == 1:
             gpu_tiles.update(F_MODE=1, F_BN=64, F_BK=128, F_ST=4, D_ST=3)
         if B > 32:
+            gpu_tiles.update(x_stages=3)
+    if big and cfg.tp == 8:
+        # The TP-8 per-rank shard shapes (12 heads, expert intermediate 384), measured on one H200 against
+        # the older tiles side by side (docs/results/kimi_k3-r20/): 32-row tensor-core qkv_a blocks, 4 stages
+        # up to 32 rows (114 CTAs beat 228 16-row ones at 1-64 rows); at 1-2 rows tensor-core tiles for q_b,
+        # moe_front (32 rows) and expert_down too, and BK 256 for qkv_a and moe_front; at 3-32 rows 4 stages
+        # for q_b and moe_front; from 33 rows 3-stage expert kernels. The TP-8 sequence with collectives
+        # (tp_launch) inherits them, unmeasured (no 8-GPU box).
+        gpu_tiles.update(A_MODE=1, A_BN=32, A_BK=256 if B <= 2 else 128, A_ST=4 if B <= 32 else 0)
+        if B <= 2:
+            gpu_tiles.update(QB_MODE=1, QB_BK=128, QB_ST=4, F_MODE=1, F_BN=32, F_BK=256, F_ST=3)
+            gpu_tiles.update(X_MODE=1, BT=16)
+        elif B <= 32:
+            gpu_tiles.update(QB_ST=4, F_ST=4)
+        else:
             gpu_tiles.update(x_stages=3)
     plan = Plan(
         B=B,
@@ -523,18 +538,7 @@ def launch_attention(cfg: K3LayerConfig, w: K3LayerWeights, batch: DecodeBatch, 
         num_stages=2,
         **p.pdl(),
     )
-    return {
-        "ctr": ctr,
-        "raw": raw,
-        "ssq": ssq,
-        "ss_in": ss_in,
-        "resid1": resid1,
-        "ql_part": ql_part,
-        "qpe": qpe,
-        "opart": opart,
-        "lse": lse,
-        "attn_out": attn_out,
-    }
+    return bufs
 
 
 def forward_planned(
@@ -582,6 +586,28 @@ def moe_scratch(cfg: K3LayerConfig, batch: DecodeBatch, p: Plan) -> dict[str, to
         "latent": ws("latent", (B, LAT), bf16),
         "lss": ws("lss", (_cdiv(LAT, p.D_BN), B), f32),
     }
+
+
+def route_args(
+    cfg: K3LayerConfig, w: K3LayerWeights, m: dict[str, torch.Tensor], ctr: torch.Tensor, B: int
+) -> tuple[Any, ...]:
+    """The top-k role's positional arguments, the same in `moe_front_kernel` and `route_tp_kernel`: the
+    selection bias, the routing and touched-expert buffers of `moe_scratch`, the counters, B, the scale."""
+    names = ("topk_ids", "topk_weights", "rank", "eoff", "slot_exp", "slot_off", "slot_cnt", "sorted_tok",
+             "sorted_pair")
+    return (w.e_score_correction_bias, *(m[n] for n in names), ctr, B, float(cfg.routed_scaling_factor))
+
+
+def route_consts(cfg: K3LayerConfig, p: Plan, B: int) -> dict[str, Any]:
+    """The top-k role's constexprs (both kernels of `route_args`)."""
+    return dict(
+        TOPK=cfg.top_k,
+        RENORM=bool(cfg.moe_renormalize),
+        EP=_p2(cfg.n_routed_experts),
+        TB=p.TB,
+        KP=_p2(cfg.top_k),
+        PP=_p2(B * cfg.top_k),
+    )
 
 
 def launch_o_proj(
@@ -732,36 +758,19 @@ def run_planned(
         m["logits"],
         m["lat"],
         m["sh"],
-        w.e_score_correction_bias,
-        m["topk_ids"],
-        m["topk_weights"],
-        m["rank"],
-        m["eoff"],
-        m["slot_exp"],
-        m["slot_off"],
-        m["slot_cnt"],
-        m["sorted_tok"],
-        m["sorted_pair"],
-        ctr,
-        B,
-        float(cfg.routed_scaling_factor),
+        *route_args(cfg, w, m, ctr, B),
         H=H,
         E=E,
         LAT=LAT,
         SI=SI,
         EPS=eps,
-        TOPK=TOPK,
-        RENORM=bool(cfg.moe_renormalize),
         BETA=float(cfg.situ_beta),
         LBETA=float(cfg.situ_linear_beta),
         BB=p.bb("f"),
         BN=p.F_BN,
         BK=p.F_BK,
         MODE=p.mode("f"),
-        EP=_p2(E),
-        TB=p.TB,
-        KP=_p2(TOPK),
-        PP=_p2(B * TOPK),
+        **route_consts(cfg, p, B),
         NBO=nbo,
         PC=PC,
         PDL=p.PDL,

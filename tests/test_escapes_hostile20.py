@@ -1,0 +1,182 @@
+"""Hostile review 20 of the escape scan: ways shipping model code reaches an engine object, an engine
+module or interpreter-wide state that the existing hostile suites (test_escapes_hostile_flow.py,
+test_escapes_write_forms.py, test_escapes_own_bases.py) do not write. Each attack must be an error at the
+lines marked `# <-`; each honest twin (the same form on the contribution's own objects) stays clean.
+Attacks marked NEW got through (no error) when this file was written and were fixed with it; attacks the
+scan does not catch yet are strict xfails in OPEN, with the reason."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from fasttrack.confinement.escapes import Escape, find_escapes
+
+MODEL_FILE = "vllm/models/kimi_k3/nvidia/model.py"
+OWN = {"vllm.models.kimi_k3"}
+HEAD = ("import functools\nimport importlib\nimport operator\nimport sys\nimport typing\n"
+        "import vllm.model_executor.layers.linear as m\n"
+        "from vllm.model_executor.layers.linear import RowParallelLinear as L\n"
+        "class K:\n    pass\n")
+
+
+def scan(src: str) -> list[Escape]:
+    return find_escapes(HEAD + textwrap.dedent(src), MODEL_FILE, OWN, own_op_namespaces={"kimi_k3"})
+
+
+def marked(src: str) -> list[int]:
+    lines = (HEAD + textwrap.dedent(src)).splitlines()
+    return [i for i, line in enumerate(lines, start=1) if "# <-" in line]
+
+
+def error_lines(found: list[Escape]) -> list[int]:
+    return sorted({e.line for e in found if e.severity == "error"})
+
+
+ATTACKS: list[tuple[str, str]] = [
+    # -- laundering an engine object through a value the resolver must follow --------------------------
+    ("generator-yield", "def g():\n    yield L\nfor x in g():\n    x.forward = None  # <-\n"),
+    ("generator-yield-from", "def g():\n    yield from (L,)\nfor x in g():\n    x.forward = None  # <-\n"),
+    ("next-of-a-generator", "def g():\n    yield L\nnext(g()).forward = None  # <-\n"),
+    ("await-of-an-own-coroutine",  # NEW: `await c` is what the coroutine returns
+     "async def g():\n    return L\nasync def f():\n    x = await g()\n    x.forward = None  # <-\n"),
+    ("nested-function-returns-the-engine-module",  # NEW: f() is g, g() is m
+     "def f():\n    def g():\n        return m\n    return g\nf()().X = 1  # <-\n"),
+    ("getattr-default-is-the-engine-class",  # NEW: the third argument is what getattr returns
+     "getattr(K, 'nope', L).forward = None  # <-\n"),
+    ("object-getattribute-of-the-engine-module",  # NEW
+     "object.__getattribute__(m, 'RowParallelLinear').forward = None  # <-\n"),
+    ("moduletype-getattribute",  # NEW
+     "import types\ntypes.ModuleType.__getattribute__(m, 'RowParallelLinear').forward = None  # <-\n"),
+    ("bound-getattribute-of-the-engine-module",  # NEW
+     "m.__getattribute__('RowParallelLinear').forward = None  # <-\n"),
+    ("typing-cast",  # NEW: cast returns its second argument
+     "typing.cast(typing.Any, L).forward = None  # <-\n"),
+    ("weakref-proxy",  # NEW: a proxy's attributes are the object's
+     "import weakref\nweakref.proxy(L).forward = None  # <-\n"),
+    ("weakref-ref-called",  # NEW: ref(x)() is x
+     "import weakref\nweakref.ref(L)().forward = None  # <-\n"),
+    ("operator-getitem",  # NEW
+     "operator.getitem([L], 0).forward = None  # <-\n"),
+    ("attrgetter-of-the-engine-class", "operator.attrgetter('forward')(L).__doc__ = 'x'  # <-\n"),
+    ("walrus-in-a-comprehension-leaks", "[(x := L) for _ in (1,)]\nx.forward = None  # <-\n"),
+    ("match-capture", "match L:\n    case x:\n        x.forward = None  # <-\n"),
+    ("match-sequence-capture", "match (L,):\n    case (x,):\n        x.forward = None  # <-\n"),
+    ("global-rebound-in-a-function",
+     "x = None\ndef f():\n    global x\n    x = L\ndef h():\n    x.forward = None  # <-\n"),
+    ("min-with-a-key", "max([L], key=id).forward = None  # <-\n"),
+    ("dict-values", "d = {'a': L}\nfor v in d.values():\n    v.forward = None  # <-\n"),
+    # -- this module's own namespace as a way back to the engine objects it imported --------------------
+    ("globals-item-is-the-engine-module",  # NEW: globals()['m'] is m
+     "globals()['m'].X = 1  # <-\n"),
+    ("globals-get-is-the-engine-module",  # NEW
+     "globals().get('m').X = 1  # <-\n"),
+    ("sys-modules-of-this-module",  # NEW: sys.modules[__name__].L is L
+     "me = sys.modules[__name__]\nme.L.forward = None  # <-\n"),
+    ("getattr-of-this-module",  # NEW
+     "me = sys.modules[__name__]\ngetattr(me, 'L').forward = None  # <-\n"),
+    ("import-of-this-module",  # NEW: importing the file itself gives its namespace
+     "import vllm.models.kimi_k3.nvidia.model as me\nme.L.forward = None  # <-\n"),
+    # -- super() in a subclass of an engine class reaches the engine class -------------------------------
+    ("super-method-function-defaults",  # NEW
+     "class C(L):\n    def f(self):\n        super().forward.__func__.__defaults__ = ()  # <-\n"),
+    ("super-two-argument-form",  # NEW
+     "class C(L):\n    def f(self):\n        super(C, self).forward.__func__.__defaults__ = ()  # <-\n"),
+    # -- interpreter-wide import machinery that is not sys.path ----------------------------------------
+    ("sys-path-hooks",  # NEW: was a warning, read as sys.path
+     "sys.path_hooks.insert(0, object)  # <-\n"),
+    ("sys-path-importer-cache",  # NEW: was a warning, read as sys.path
+     "sys.path_importer_cache.clear()  # <-\n"),
+    ("importlib-sys-modules", "importlib.sys.modules['vllm.config'] = None  # <-\n"),
+    ("sys-modules-via-os", "import os\nos.sys.modules['vllm.config'] = None  # <-\n"),
+    ("sys-modules-via-sys-dict", "sys.__dict__['modules']['vllm.config'] = None  # <-\n"),
+    ("sys-via-a-computed-import", "s = importlib.import_module('s' + 'ys')\ns.modules['x'] = None  # <-\n"),
+    ("import-module-constant-folded", "mm = importlib.import_module('vllm.' + 'config')\nmm.X = 1  # <-\n"),
+    ("dunder-import-fromlist", "mm = __import__('vllm.config', fromlist=['x'])\nmm.X = 1  # <-\n"),
+    ("builtins-through-dunder-import", "b = __import__('builtins')\nb.len = None  # <-\n"),
+    # -- deferred or indirect writers ------------------------------------------------------------------
+    ("atexit-setattr", "import atexit\natexit.register(setattr, L, 'forward', None)  # <-\n"),
+    ("threading-timer-setattr",
+     "import threading\nthreading.Timer(1.0, setattr, (L, 'forward', None)).start()  # <-\n"),
+    ("weakref-finalize-setattr", "import weakref\nweakref.finalize(K, setattr, L, 'forward', None)  # <-\n"),
+    ("dunder-del-writes-the-engine", "class C:\n    def __del__(self):\n        L.forward = None  # <-\n"),
+    ("itertools-starmap-setattr",
+     "import itertools\nlist(itertools.starmap(setattr, [(L, 'forward', None)]))  # <-\n"),
+    ("map-setattr", "list(map(setattr, [L], ['forward'], [None]))  # <-\n"),
+    ("methodcaller-setattr", "operator.methodcaller('__setattr__', 'forward', None)(L)  # <-\n"),
+    ("mock-patch-object-started",
+     "from unittest import mock\nmock.patch.object(L, 'forward', None).start()  # <-\n"),
+    ("exitstack-enters-a-patch", "import contextlib\nfrom unittest import mock\n"
+     "contextlib.ExitStack().enter_context(mock.patch.object(L, 'forward', None))  # <-\n"),
+    # -- interpreter and torch switches --------------------------------------------------------------
+    ("sys-setprofile", "sys.setprofile(lambda *a: None)  # <-\n"),
+    ("threading-settrace", "import threading\nthreading.settrace(lambda *a: None)  # <-\n"),
+    ("sys-excepthook", "sys.excepthook = lambda *a: None  # <-\n"),
+    ("threading-excepthook", "import threading\nthreading.excepthook = lambda a: None  # <-\n"),
+    ("sys-addaudithook", "sys.addaudithook(lambda *a: None)  # <-\n"),
+    ("builtins-dict-item", "__builtins__['print'] = None  # <-\n"),
+    ("torch-backends-tf32-from-import",
+     "from torch.backends import cuda\ncuda.matmul.allow_fp16_reduced_precision_reduction = False  # <-\n"),
+    ("torch-backends-setattr", "import torch\nsetattr(torch.backends.cuda.matmul, 'allow_tf32', True)  # <-\n"),
+    ("torch-set-default-dtype", "import torch\ntorch.set_default_dtype(torch.float16)  # <-\n"),
+    ("torch-dynamo-config", "import torch\ntorch._dynamo.config.suppress_errors = True  # <-\n"),
+    ("torch-library-define-in-another-namespace",
+     "import torch\ntorch.library.define('_C::evil', '(Tensor x) -> Tensor')  # <-\n"),
+    ("torch-library-namespace-constant-folded",
+     "import torch\nns = '_' + 'C'\nlib = torch.library.Library(ns, 'IMPL')  # <-\n"),
+    ("global-module-forward-hook",
+     "from torch.nn.modules.module import register_module_forward_pre_hook as r\nr(lambda *a: None)  # <-\n"),
+    ("copyreg-dispatch-table", "import copyreg\ncopyreg.dispatch_table[L] = None  # <-\n"),
+    ("abc-register-on-an-engine-class",
+     "from vllm.v1.attention.backend import AttentionImpl\nAttentionImpl.register(K)  # <-\n"),
+]
+
+HONEST: list[tuple[str, str]] = [
+    ("await-of-an-own-coroutine",
+     "async def g():\n    return K()\nasync def f():\n    x = await g()\n    x.t = 1\n"),
+    ("nested-function-returns-a-local",
+     "def f():\n    def g():\n        return K()\n    return g\nf()().X = 1\nf().tag = 1\n"),
+    ("getattr-default-is-own", "getattr(K, 'nope', K).t = 1\ngetattr(K(), 'nope', None)\n"),
+    ("getattribute-of-own-objects",
+     "c = K()\nobject.__getattribute__(c, 't').x = 1\nc.__getattribute__('t').y = 1\n"),
+    ("cast-proxy-getitem-of-own", "import weakref\nc = K()\ntyping.cast(K, c).t = 1\n"
+     "weakref.proxy(c).t = 1\nweakref.ref(c)().t = 1\noperator.getitem([c], 0).t = 1\n"),
+    ("own-names-through-this-module", "globals()['K'].t = 1\nglobals().get('K').t = 1\n"
+     "me = sys.modules[__name__]\nme.K.t = 1\ngetattr(me, 'K').t = 1\n"
+     "import vllm.models.kimi_k3.nvidia.model as me2\nme2.K.t = 1\n"),
+    ("super-calls-in-an-engine-subclass", "class C(L):\n    def __init__(self):\n        super().__init__()\n"
+     "        self.t = super().forward(1)\n        self.u = 1\n"),
+    ("super-of-an-own-base", "class B:\n    t = K\nclass C(B):\n    def f(self):\n        super().t.x = 1\n"),
+]
+
+
+def test_sys_path_itself_stays_a_warning() -> None:
+    # honest twin of sys-path-hooks: sys.path is a warning (a model may add its own kernels' directory)
+    found = scan("sys.path.insert(0, '/opt/k3')\n")
+    assert error_lines(found) == []
+    assert any(e.severity == "warning" and "sys.path" in e.message for e in found)
+
+
+@pytest.mark.parametrize("src", [a[1] for a in ATTACKS], ids=[a[0] for a in ATTACKS])
+def test_attack_is_an_error(src: str) -> None:
+    want = marked(src)
+    assert want, "an attack marks its lines"
+    assert set(want) <= set(error_lines(scan(src)))
+
+
+@pytest.mark.parametrize("src", [h[1] for h in HONEST], ids=[h[0] for h in HONEST])
+def test_honest_twin_is_clean(src: str) -> None:
+    assert error_lines(scan(src)) == []
+
+
+OPEN: list[tuple[str, str, str]] = []
+
+
+@pytest.mark.parametrize("src", [o[1] for o in OPEN] or ["pass  # <-\n"], ids=[o[0] for o in OPEN] or ["none"])
+def test_open_attack(src: str, request: pytest.FixtureRequest) -> None:
+    if not OPEN:
+        pytest.skip("no open attack")
+    reason = {o[1]: o[2] for o in OPEN}[src]
+    request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
+    assert set(marked(src)) <= set(error_lines(scan(src)))

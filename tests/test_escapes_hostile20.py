@@ -118,7 +118,8 @@ ATTACKS: list[tuple[str, str]] = [
     ("builtins-dict-item", "__builtins__['print'] = None  # <-\n"),
     ("torch-backends-tf32-from-import",
      "from torch.backends import cuda\ncuda.matmul.allow_fp16_reduced_precision_reduction = False  # <-\n"),
-    ("torch-backends-setattr", "import torch\nsetattr(torch.backends.cuda.matmul, 'allow_tf32', True)  # <-\n"),
+    ("torch-backends-setattr",
+     "import torch\nsetattr(torch.backends.cuda.matmul, 'allow_tf32', True)  # <-\n"),
     ("torch-set-default-dtype", "import torch\ntorch.set_default_dtype(torch.float16)  # <-\n"),
     ("torch-dynamo-config", "import torch\ntorch._dynamo.config.suppress_errors = True  # <-\n"),
     ("torch-library-define-in-another-namespace",
@@ -147,6 +148,10 @@ HONEST: list[tuple[str, str]] = [
      "import vllm.models.kimi_k3.nvidia.model as me2\nme2.K.t = 1\n"),
     ("super-calls-in-an-engine-subclass", "class C(L):\n    def __init__(self):\n        super().__init__()\n"
      "        self.t = super().forward(1)\n        self.u = 1\n"),
+    ("super-methods-act-on-self",
+     "class C(L):\n    def f(self, t):\n        super().register_buffer('b', t)\n"
+     "        super().register_forward_hook(self.f)\n        super().__setattr__('u', 1)\n"
+     "        super().weight_loader(t, t)\n"),
     ("super-of-an-own-base", "class B:\n    t = K\nclass C(B):\n    def f(self):\n        super().t.x = 1\n"),
 ]
 
@@ -173,10 +178,7 @@ def test_honest_twin_is_clean(src: str) -> None:
 OPEN: list[tuple[str, str, str]] = []
 
 
-@pytest.mark.parametrize("src", [o[1] for o in OPEN] or ["pass  # <-\n"], ids=[o[0] for o in OPEN] or ["none"])
-def test_open_attack(src: str, request: pytest.FixtureRequest) -> None:
-    if not OPEN:
-        pytest.skip("no open attack")
-    reason = {o[1]: o[2] for o in OPEN}[src]
-    request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
+@pytest.mark.parametrize("src", [
+    pytest.param(o[1], id=o[0], marks=pytest.mark.xfail(strict=True, reason=o[2])) for o in OPEN])
+def test_open_attack(src: str) -> None:
     assert set(marked(src)) <= set(error_lines(scan(src)))

@@ -137,6 +137,9 @@ class _Ref:
 
 
 _LOCAL_REF = _Ref("local")
+# unbound attribute lookups: `object.__getattribute__(o, "x")` is `getattr(o, "x")`
+_GETATTRIBUTE_CALLS = frozenset({"builtins.object.__getattribute__", "builtins.type.__getattribute__",
+                                 "types.ModuleType.__getattribute__", "builtins.object.__getattr__"})
 _COPY = "<shallow copy>"  # a local ref: `copy.copy(x)`, whose `elements` are what its attributes are
 _INSTANCE = "<instance of "  # + an own class's dotted name + ">": a local object of an own class
 # a thread or thread pool made here: starting it at import time is FT146
@@ -1076,6 +1079,9 @@ class Resolver:
                 return _Ref(shared.origin, f"{shared.qualname}.{node.attr}")
             if base.origin == "local":
                 return self._stored_attr(node.attr) or _LOCAL_REF
+            member = self._this_module_member(base, node.attr)
+            if member is not None:
+                return member
             if base.origin == "own" and base.qualname in self.classes:
                 stored = self._stored_attr(node.attr)  # a class attribute holding an engine object
                 if stored is not None:
@@ -1086,6 +1092,10 @@ class Resolver:
             if base is None:
                 return None
             key = _dotted_literal(node.slice)
+            if key is not None and base.qualname == f"{self._this_module()}.__dict__":
+                member = self._this_module_member(_Ref(base.origin, self._this_module()), key)
+                if member is not None:
+                    return member  # globals()["m"], vars(sys.modules[__name__])["m"]
             if key == "__builtins__" and base.qualname.endswith("__dict__"):
                 return _Ref("import", "builtins")
             if key is not None and base.origin == "import" and base.qualname.endswith(".__dict__"):
@@ -1105,8 +1115,8 @@ class Resolver:
             return _Ref(base.origin, f"{base.qualname}[{key!r}]" if key else f"{base.qualname}[...]")
         if isinstance(node, ast.Call):
             return self._resolve_call(node, scope)
-        if isinstance(node, ast.NamedExpr):
-            return self.resolve(node.value, scope)
+        if isinstance(node, ast.NamedExpr | ast.Await):
+            return self.resolve(node.value, scope)  # `await c`: what the coroutine returns
         if isinstance(node, ast.List | ast.Tuple | ast.Set):
             return self._container(node.elts, scope)
         if isinstance(node, ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp):
@@ -1138,6 +1148,13 @@ class Resolver:
         if getter is not None:
             return getter
         callee = self.resolve(node.func, scope)
+        this_dict = f"{self._this_module()}.__dict__."
+        if callee is not None and callee.qualname.startswith(this_dict) and \
+                callee.qualname[len(this_dict):] in ("get", "pop", "setdefault", "__getitem__"):
+            key = _dotted_literal(_arg(node, 0))  # globals().get("m")
+            member = self._this_module_member(_Ref(callee.origin, self._this_module()), key) if key else None
+            if member is not None:
+                return member
         if callee is not None and callee.origin == "own" and callee.qualname in self.classes:
             if self._is_thread_class(callee.qualname):
                 return _THREAD_REF
@@ -1181,12 +1198,37 @@ class Resolver:
             base = self.resolve(first, scope)
             if base is not None and base.origin == "param":
                 return _Ref("classof", "<class of a parameter>") if q == "builtins.type" else base
+        if q == "builtins.getattr" and len(node.args) >= 3:
+            default = self.tainted(self.resolve(node.args[2], scope))
+            if default is not None:
+                return default  # getattr(K, "missing", Engine) is Engine
+        if q in _GETATTRIBUTE_CALLS and first is not None:
+            q = "builtins.getattr"  # object.__getattribute__(m, "x") is getattr(m, "x")
+        elif q.endswith((".__getattribute__", ".__getattr__")) and not q.startswith("builtins."):
+            attr = _dotted_literal(_arg(node, 0))  # m.__getattribute__("x"): the receiver's attribute
+            return _Ref("import", f"{q.rpartition('.')[0]}.{attr if attr else '*'}")
         if q == "builtins.getattr" and first is not None:
             base = self.resolve(first, scope)
             attr = _dotted_literal(_arg(node, 1))
             if base is None or base.origin == "local":
                 return _LOCAL_REF
+            member = self._this_module_member(base, attr) if attr else None
+            if member is not None:
+                return member
             return _Ref(base.origin, f"{base.qualname}.{attr if attr else '*'}")
+        if q == "typing.cast" and len(node.args) >= 2:
+            return self.resolve(node.args[1], scope) or _LOCAL_REF  # cast returns its value unchanged
+        if q == "weakref.proxy" and first is not None:
+            return self.resolve(first, scope) or _LOCAL_REF  # a proxy's attributes are the object's
+        if q == "operator.getitem" and first is not None:
+            base = self.resolve(first, scope)
+            if base is None or base.origin == "local":
+                return self._element(base) or _LOCAL_REF
+            return base if base.origin == "param" else _Ref(base.origin, f"{base.qualname}[...]")
+        if q == "builtins.super":
+            sup = self._super_class(node, scope)
+            if sup is not None:
+                return sup
         if q == "builtins.vars" and first is not None:
             base = self.resolve(first, scope)
             if base is None or base.origin == "local":
@@ -1222,11 +1264,40 @@ class Resolver:
             return _Ref("import", key) if key else _Ref("import", "sys.modules[*]")
         return _LOCAL_REF
 
+    def _this_module(self) -> str:
+        return self.module or "<this module>"
+
+    def _this_module_member(self, base: _Ref | None, attr: str) -> _Ref | None:
+        """`sys.modules[__name__].x`, `getattr(me, "x")`, `globals()["x"]` where `me` is this very file: what
+        the file's module-level name `x` is (an engine object it imported stays that object)."""
+        if base is None or base.origin not in ("own", "import") or base.qualname != self._this_module():
+            return None
+        if "." in attr or attr not in self.module_scope.bindings:
+            return None
+        return self._resolve_name(attr, self.module_scope)
+
+    def _super_class(self, node: ast.Call, scope: _Scope) -> _Ref | None:
+        """`super()` / `super(C, self)` in a method of an own class deriving from an engine class: the
+        engine class (its attributes and functions are the engine's)."""
+        cls = self._enclosing_class(scope)
+        if node.args:
+            r = self.resolve(node.args[0], scope)
+            cls = r.qualname if r is not None and r.origin == "own" and r.qualname in self.classes else None
+        if cls is None:
+            return None
+        bases = self._engine_bases(cls)
+        return _Ref("import", bases[0]) if bases else None
+
     def _getter_call(self, node: ast.Call, scope: _Scope) -> _Ref | None:
         """`operator.attrgetter("a.b")(obj)` / `itemgetter(k)(obj)`: the attribute or item of obj."""
-        if not isinstance(node.func, ast.Call) or not node.args:
+        if not isinstance(node.func, ast.Call):
             return None
         maker = self.resolve(node.func.func, scope)
+        if maker is not None and maker.qualname in ("weakref.ref", "weakref.WeakMethod") and node.func.args \
+                and not node.args:
+            return self.resolve(node.func.args[0], scope)  # weakref.ref(x)() is x
+        if not node.args:
+            return None
         if maker is None or maker.qualname not in ("operator.attrgetter", "operator.itemgetter"):
             return None
         base = self.resolve(node.args[0], scope)
@@ -1335,6 +1406,8 @@ class Resolver:
                 t = self.tainted(r)
                 if t is not None:
                     return t
+                if r is not None and r.origin == "own" and r.qualname in self.functions:
+                    local = r  # a function it returns (`f()()` runs it)
         return local
 
     def _is_relative_load(self, node: ast.Call) -> bool:

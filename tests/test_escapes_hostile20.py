@@ -129,6 +129,52 @@ ATTACKS: list[tuple[str, str]] = [
     ("global-module-forward-hook",
      "from torch.nn.modules.module import register_module_forward_pre_hook as r\nr(lambda *a: None)  # <-\n"),
     ("copyreg-dispatch-table", "import copyreg\ncopyreg.dispatch_table[L] = None  # <-\n"),
+    # -- round 2: values the resolver lost (NEW unless noted) ------------------------------------------
+    ("exception-carries-the-engine-class",
+     "try:\n    raise ValueError(L)\nexcept ValueError as e:\n    e.args[0].forward = None  # <-\n"),
+    ("exception-raised-by-a-helper", "def g():\n    raise ValueError(L)\ntry:\n    g()\n"
+     "except ValueError as e:\n    e.args[0].forward = None  # <-\n"),
+    ("dict-fromkeys", "d = dict.fromkeys(['a'], L)\nd['a'].forward = None  # <-\n"),
+    ("dict-of-keywords", "dict(a=L)['a'].forward = None  # <-\n"),
+    ("simple-namespace", "import types\nns = types.SimpleNamespace(t=L)\nns.t.forward = None  # <-\n"),
+    ("chainmap", "import collections\ncollections.ChainMap({'a': L})['a'].forward = None  # <-\n"),
+    ("ordereddict-of-keywords",
+     "import collections\ncollections.OrderedDict(a=L)['a'].forward = None  # <-\n"),
+    ("deque", "import collections\ncollections.deque([L])[0].forward = None  # <-\n"),
+    ("functools-reduce-returns-an-element",
+     "functools.reduce(lambda a, b: b, [1, L]).forward = None  # <-\n"),
+    ("list-filled-after-it-was-made", "xs = []\nxs.append(L)\nxs[0].forward = None  # <-\n"),
+    ("list-filled-in-another-function",
+     "xs = []\ndef f():\n    xs.append(L)\ndef h():\n    for x in xs:\n        x.forward = None  # <-\n"),
+    ("attribute-list-filled-in-init", "class C:\n    def __init__(self):\n        self.xs = []\n"
+     "        self.xs.append(m)\n    def f(self):\n        self.xs[0].X = 1  # <-\n"),
+    ("dict-item-stored-then-read", "d = {}\nd['a'] = L\nd['a'].forward = None  # <-\n"),
+    ("context-variable", "import contextvars\nv = contextvars.ContextVar('v')\nv.set(L)\n"
+     "v.get().forward = None  # <-\n"),
+    ("queue", "import queue\nq = queue.Queue()\nq.put(L)\nq.get().forward = None  # <-\n"),
+    ("property-returns-the-engine-class",
+     "class C:\n    @property\n    def t(self):\n        return L\nC().t.forward = None  # <-\n"),
+    ("instance-method-returns-the-engine-class",
+     "class C:\n    def t(self):\n        return L\nC().t().forward = None  # <-\n"),
+    ("self-method-returns-the-engine-class", "class C:\n    def t(self):\n        return L\n"
+     "    def f(self):\n        self.t().forward = None  # <-\n"),
+    ("exec-of-a-constant-sees-the-file-imports", "exec('m.X = 1')  # <-\n"),
+    ("eval-of-a-constant-sees-the-file-imports", "eval('setattr(L, \"forward\", None)')  # <-\n"),
+    ("filter-callback-writes-its-element",
+     "list(filter(lambda c: setattr(c, 'forward', None), [L]))  # <-\n"),
+    ("sorted-key-writes-its-element", "sorted([L], key=lambda c: setattr(c, 'forward', None))  # <-\n"),
+    ("map-of-an-own-function", "def w(c):\n    c.forward = None\nlist(map(w, [L]))  # <-\n"),
+    # already caught (at the call handing the engine object on): kept as regressions
+    ("star-unpacked-into-a-helper", "def g(a, b):\n    b.forward = None\ng(*[1, L])  # <-\n"),
+    ("keyword-unpacked-into-a-helper", "def g(a=None, b=None):\n    b.forward = None\ng(**{'b': L})  # <-\n"),
+    ("metaclass-new-writes-the-bases", "class Meta(type):\n    def __new__(mcs, name, bases, ns):\n"
+     "        for b in bases:\n            b.forward = None\n"
+     "        return super().__new__(mcs, name, bases, ns)\n"
+     "class C(L, metaclass=Meta):  # <-\n    pass\n"),
+    ("set-name-reaches-the-owner-base", "class D:\n    def __set_name__(self, owner, name):\n"
+     "        owner.__base__.forward = None  # <-\nclass C(L):\n    d = D()\n"),
+    ("init-subclass-walks-the-mro", "class B:\n    def __init_subclass__(cls, **kw):\n"
+     "        for b in cls.__mro__:\n            b.x = 1  # <-\nclass C(B, L):\n    pass\n"),
     ("abc-register-on-an-engine-class",
      "from vllm.v1.attention.backend import AttentionImpl\nAttentionImpl.register(K)  # <-\n"),
 ]
@@ -152,6 +198,18 @@ HONEST: list[tuple[str, str]] = [
      "class C(L):\n    def f(self, t):\n        super().register_buffer('b', t)\n"
      "        super().register_forward_hook(self.f)\n        super().__setattr__('u', 1)\n"
      "        super().weight_loader(t, t)\n"),
+    ("containers-filled-with-own-objects", "xs = []\nxs.append(K())\nxs[0].t = 1\nd = {}\nd['a'] = K()\n"
+     "d['a'].t = 1\nimport queue\nq = queue.Queue()\nq.put(K())\nq.get().t = 1\n"),
+    ("exception-carrying-own-objects", "try:\n    raise ValueError(K())\nexcept ValueError as e:\n"
+     "    e.args[0].t = 1\n    e.note = 1\n"),
+    ("namespace-and-dicts-of-own-objects", "import types\ntypes.SimpleNamespace(t=K()).t.x = 1\n"
+     "dict(a=K())['a'].t = 1\ndict.fromkeys(['a'], K())['a'].t = 1\n"),
+    ("methods-returning-own-objects", "class C:\n    @property\n    def p(self):\n        return K()\n"
+     "    def t(self):\n        return K()\n    def f(self):\n        self.t().x = 1\n"
+     "C().p.x = 1\nC().t().x = 1\n"),
+    ("exec-and-eval-of-harmless-constants", "eval('len([1])')\nexec('print(sorted([2, 1]))')\n"),
+    ("callbacks-over-own-objects", "list(filter(lambda c: setattr(c, 't', 1), [K()]))\n"
+     "sorted([K()], key=lambda c: setattr(c, 't', 1))\nlist(map(lambda c: setattr(c, 't', 1), [K()]))\n"),
     ("super-of-an-own-base", "class B:\n    t = K\nclass C(B):\n    def f(self):\n        super().t.x = 1\n"),
 ]
 
@@ -175,7 +233,23 @@ def test_honest_twin_is_clean(src: str) -> None:
     assert error_lines(scan(src)) == []
 
 
-OPEN: list[tuple[str, str, str]] = []
+OPEN: list[tuple[str, str, str]] = [
+    ("class-getitem-gets-the-subscript",
+     "class C:\n    def __class_getitem__(cls, item):\n        item.forward = None  # <-\n"
+     "        return cls\nC[L]\n",
+     "`C[x]` calls the own `__class_getitem__(x)`: a subscript of an own class is not linked as an own call"),
+    ("pep562-module-getattr",
+     "def __getattr__(n):\n    return L\nimport vllm.models.kimi_k3.nvidia.model as me\n"
+     "me.anything.forward = None  # <-\n",
+     "an unknown attribute of this module is what its module-level `__getattr__` returns: not followed"),
+    ("engine-class-re-exported-by-another-own-module",
+     "import vllm.models.kimi_k3.layers as o\no.RowParallelLinear.forward = None  # <-\n",
+     "the scan reads one file: what another own module's name is (an engine class it imported) needs the "
+     "contribution's other files (the overlay contribution mode gives engine_signatures), not wired here"),
+    ("generator-send",
+     "def g():\n    x = yield\n    x.forward = None  # <-\ngen = g()\nnext(gen)\ngen.send(L)\n",
+     "a yield expression's value is what `.send()` passes in: send is not linked to the generator"),
+]
 
 
 @pytest.mark.parametrize("src", [

@@ -83,6 +83,30 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
                     self._kept.append(call)
                     self.own_calls += [(call, outer, k) for k in dict.fromkeys(keys)]
 
+    def _link_callbacks(self, node: ast.Call, scope: _Scope, import_time: bool) -> None:
+        """`map(f, xs)`, `filter(f, xs)`, `sorted(xs, key=f)`, `functools.reduce(f, xs)`: the builtin calls
+        the own function f with the elements of xs; each becomes an own call `f(*xs)` at this call, so a
+        callback writing through its parameter is judged like a helper."""
+        callee = self.resolve(node.func, scope)
+        if callee is None or callee.origin != "import":
+            return
+        q = callee.qualname
+        if q in _CALLBACK_FIRST:
+            fns, iterables = node.args[:1], node.args[1:]
+        elif q in _CALLBACK_KEY:
+            fns, iterables = [], list(node.args)
+        else:
+            return
+        fns = [*fns, *(k.value for k in node.keywords if k.arg == "key")]
+        for fn in fns:
+            call = ast.copy_location(ast.Call(func=fn, args=[ast.Starred(value=i, ctx=ast.Load())
+                                                             for i in iterables], keywords=[]), node)
+            self._kept.append(call)
+            for k in self._callee_keys(call, scope):
+                self.own_calls.append((call, scope, k))
+                if import_time:
+                    self.import_time_calls.add(id(call))
+
     def _check_call(self, node: ast.Call, scope: _Scope, import_time: bool) -> None:
         if isinstance(node.func, ast.Call):
             self._check_decorator_application(node, scope)
@@ -92,6 +116,7 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
         if keys and import_time:
             self.import_time_calls.add(id(node))
         key = keys[0] if keys else None
+        self._link_callbacks(node, scope, import_time)
         self._check_writer_values(node, scope)
         self._check_manual_enter(node, scope)
         self._check_methodcaller(node, scope)
@@ -198,6 +223,13 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
         fake = ast.Call(func=node.args[0], args=list(node.args[1:]), keywords=list(node.keywords))
         ast.copy_location(fake, node)
         self._check_call(fake, scope, import_time)
+
+
+# builtins that call their first argument with the elements of the others, or a `key=` with the elements
+_CALLBACK_FIRST = frozenset({"builtins.map", "builtins.filter", "functools.reduce", "itertools.starmap",
+                             "itertools.filterfalse", "itertools.takewhile", "itertools.dropwhile"})
+_CALLBACK_KEY = frozenset({"builtins.sorted", "builtins.min", "builtins.max", "itertools.groupby",
+                           "heapq.nsmallest", "heapq.nlargest"})
 
 
 def _analyse(source: str, path: str, own_packages: set[str], module: str | None, is_package: bool,

@@ -75,8 +75,14 @@ class _Elem:
     scope: _Scope
 
 
-_Binding = _Import | _Own | _Alias | _Local | _Param | _Elem
+@dataclass(frozen=True)
+class _Raised:
+    """A name bound by `except ... as e`: an exception some `raise` of this file raised."""
+
+
+_Binding = _Import | _Own | _Alias | _Local | _Param | _Elem | _Raised
 _LOCAL = _Local()
+_RAISED = _Raised()
 
 
 @dataclass(eq=False)
@@ -137,6 +143,11 @@ class _Ref:
 
 
 _LOCAL_REF = _Ref("local")
+_NAMESPACE = "<namespace>"  # a local ref: `types.SimpleNamespace(**kw)`, whose attributes are its elements
+_NAMESPACE_CALLS = frozenset({"types.SimpleNamespace", "argparse.Namespace"})
+# methods putting their arguments into the receiver (a container, a queue, a context variable)
+_FILLERS = frozenset({"append", "extend", "insert", "add", "update", "setdefault", "__setitem__", "put",
+                      "put_nowait", "appendleft", "extendleft", "set", "push"})
 # unbound attribute lookups: `object.__getattribute__(o, "x")` is `getattr(o, "x")`
 _GETATTRIBUTE_CALLS = frozenset({"builtins.object.__getattribute__", "builtins.type.__getattribute__",
                                  "types.ModuleType.__getattribute__", "builtins.object.__getattr__"})
@@ -202,6 +213,11 @@ class Resolver:
         # attribute name ("*": computed) -> (value stored, its scope, the call storing it when a 3-argument
         # call may be `setattr(x, "name", value)`: it counts when that resolves to a setattr)
         self.attr_stores: dict[str, list[tuple[ast.expr, _Scope, ast.expr | None]]] = {}
+        # values put into a container after it was made (`xs.append(v)`, `d[k] = v`, `q.put(v)`), by the
+        # receiver's name (a variable or an attribute): flow- and scope-insensitive, like attr_stores
+        self.item_stores: dict[str, list[tuple[ast.expr, _Scope]]] = {}
+        # what `raise` statements of this file raise (an `except ... as e` may catch any of them)
+        self.raised: list[tuple[ast.expr, _Scope]] = []
         # a function installed as a method: (the class: its dotted name for a class-body assignment, else the
         # expression the attribute is set on), the method's name, the value, the scope it is evaluated in
         self.installs: list[tuple[str | ast.expr, str, ast.expr, _Scope]] = []
@@ -511,6 +527,8 @@ class Resolver:
                         and isinstance(t.value.func, ast.Name) and t.value.func.id in ("locals", "vars") \
                         and not t.value.args:  # `locals()["forward"] = f` in a class body
                     self.installs.append((scope.name, _dotted_literal(t.slice) or "*", node.value, scope))
+                if isinstance(t, ast.Subscript):
+                    self._note_item_store(t.value, [node.value], scope)
                 if isinstance(t, ast.Subscript) and _namespace_of(t.value) is not None:
                     # `x.__dict__["name"] = v`, `vars(x)["name"] = v`: x.name holds v
                     self.attr_stores.setdefault(_dotted_literal(t.slice) or "*", []).append(
@@ -566,7 +584,7 @@ class Resolver:
     def _b_except(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
         assert isinstance(node, ast.ExceptHandler)
         if node.name:
-            self._bind_name(scope, node.name, _LOCAL, node)
+            self._bind_name(scope, node.name, _RAISED, node)
         self._push([node.type, *node.body], scope, import_time)
 
     def _b_global(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
@@ -615,6 +633,50 @@ class Resolver:
                 node.func.attr in ("update", "setdefault", "__setitem__") and \
                 _namespace_of(node.func.value) is not None:
             self._note_namespace_stores(node, scope)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                node.func.attr in _FILLERS:
+            self._note_item_store(node.func.value, [*node.args, *(k.value for k in node.keywords)], scope)
+        self._push_children(node, scope, import_time)
+
+    def _note_item_store(self, receiver: ast.expr, values: Sequence[ast.expr], scope: _Scope) -> None:
+        """`xs.append(v)`, `d[k] = v`, `self.q.put(v)`: the container named `xs` / `.q` now holds v."""
+        name = receiver.id if isinstance(receiver, ast.Name) else \
+            f".{receiver.attr}" if isinstance(receiver, ast.Attribute) else None
+        if name is None:
+            return
+        for v in values:
+            value = v.value if isinstance(v, ast.Starred) else v
+            self.item_stores.setdefault(name, []).append((value, scope))
+
+    def _filled(self, name: str) -> tuple[_Ref, ...]:
+        """The foreign objects (or parameters) some fill of this file put into a container named `name`."""
+        held: list[_Ref] = []
+        for value, scope in self.item_stores.get(name, []):
+            r = self.resolve(value, scope)
+            t = self.tainted(r)
+            if t is not None:
+                held.append(t)
+            elif r is not None and r.origin == "param":
+                held.append(r)
+        return tuple(held)
+
+    def _raised_ref(self) -> _Ref:
+        """What `except ... as e` binds: any exception this file raises, with the objects it carries (its
+        arguments); one carrying an engine object is that object (fail closed)."""
+        for exc, scope in self.raised:
+            parts = [a.value if isinstance(a, ast.Starred) else a for a in exc.args] + \
+                [k.value for k in exc.keywords] if isinstance(exc, ast.Call) else [exc]
+            for part in parts:
+                t = self.tainted(self.resolve(part, scope))
+                if t is not None:
+                    return t
+        return _LOCAL_REF
+
+    def _b_raise(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
+        assert isinstance(node, ast.Raise)
+        for exc in (node.exc, node.cause):
+            if exc is not None:
+                self.raised.append((exc, scope))
         self._push_children(node, scope, import_time)
 
     def _note_namespace_stores(self, node: ast.Call, scope: _Scope) -> None:
@@ -645,7 +707,7 @@ class Resolver:
             ast.NamedExpr: self._b_assign, ast.For: self._b_for, ast.AsyncFor: self._b_for,
             ast.With: self._b_with, ast.AsyncWith: self._b_with, ast.ExceptHandler: self._b_except,
             ast.Global: self._b_global, ast.Nonlocal: self._b_global, ast.MatchAs: self._b_match,
-            ast.Match: self._b_match_statement,
+            ast.Match: self._b_match_statement, ast.Raise: self._b_raise,
             ast.MatchStar: self._b_match, ast.MatchMapping: self._b_match, ast.If: self._b_if,
             ast.Call: self._b_candidate, ast.Attribute: self._b_candidate, ast.Subscript: self._b_candidate,
         }
@@ -740,8 +802,13 @@ class Resolver:
                 refs.append(self._engine_param(b) or _Ref("param", f"{b.function}{_SEP}{b.name}"))
             elif isinstance(b, _Elem):
                 refs.append(self._element(self.resolve(b.value, b.scope)) or _LOCAL_REF)
+            elif isinstance(b, _Raised):
+                refs.append(self._raised_ref())
             else:
                 refs.append(_LOCAL_REF)
+        filled = self._filled(name)
+        if filled and all(r.origin == "local" for r in refs):
+            return _Ref("local", "<container>", filled)  # a local container some fill put engine objects in
         # Conservative: if any binding of the name reaches a foreign object, judge it as that object.
         for r in refs:
             if self.foreign(r):
@@ -1077,8 +1144,20 @@ class Resolver:
                 if shared.origin == "param":
                     return shared
                 return _Ref(shared.origin, f"{shared.qualname}.{node.attr}")
+            if base.origin == "local" and base.qualname == _NAMESPACE and base.elements:
+                return base.elements[0]  # SimpleNamespace(t=Engine).t
             if base.origin == "local":
-                return self._stored_attr(node.attr) or _LOCAL_REF
+                stored = self._stored_attr(node.attr)
+                if stored is not None:
+                    return stored
+                filled = self._filled(f".{node.attr}")
+                if filled:
+                    return _Ref("local", "<container>", filled)
+                if base.qualname.startswith(_INSTANCE):
+                    keys = self._method_keys(base.qualname[len(_INSTANCE):-1], [node.attr])
+                    if keys:
+                        return self._method_value(keys[0])
+                return _LOCAL_REF
             member = self._this_module_member(base, node.attr)
             if member is not None:
                 return member
@@ -1155,6 +1234,12 @@ class Resolver:
             member = self._this_module_member(_Ref(callee.origin, self._this_module()), key) if key else None
             if member is not None:
                 return member
+        if isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name) and \
+                node.func.value.id in ("self", "cls"):
+            for key in self._callee_keys(node, scope):  # self.t(): what the own method returns
+                t = self.tainted(self._own_return(node, key, scope))
+                if t is not None:
+                    return t
         if callee is not None and callee.origin == "own" and callee.qualname in self.classes:
             if self._is_thread_class(callee.qualname):
                 return _THREAD_REF
@@ -1182,8 +1267,11 @@ class Resolver:
             # a new object (writes to it are the copy's) whose attributes and items are the original's
             return _Ref("local", _COPY, self._container([first], scope).elements)
         if q in _ELEMENT_CALLS:
-            held = self._container(list(node.args), scope)
+            held = self._container([*node.args, *(k.value for k in node.keywords)], scope)
             return held
+        if q in _NAMESPACE_CALLS:  # SimpleNamespace(t=v).t is v
+            held = self._container([*node.args, *(k.value for k in node.keywords)], scope)
+            return _Ref("local", _NAMESPACE, held.elements) if held.elements else _LOCAL_REF
         receiver, _, method = q.rpartition(".")
         if receiver and method in _ELEMENT_METHODS and not self.is_own(receiver) and (
                 receiver.startswith(("sys.modules", "builtins.", ENGINE_PARAM + "."))
@@ -1263,6 +1351,21 @@ class Resolver:
             key = _dotted_literal(first)
             return _Ref("import", key) if key else _Ref("import", "sys.modules[*]")
         return _LOCAL_REF
+
+    def _method_value(self, key: str) -> _Ref:
+        """`instance.name` for an own method `key`: the method (calling it runs it), or for a property
+        what its getter returns."""
+        for fn in self.functions.get(key, []):
+            if isinstance(fn.node, ast.FunctionDef | ast.AsyncFunctionDef) and any(
+                    (isinstance(d, ast.Name) and d.id in ("property", "cached_property")) or
+                    (isinstance(d, ast.Attribute) and d.attr == "cached_property")
+                    for d in fn.node.decorator_list):
+                for value in fn.returns():
+                    t = self.tainted(self.resolve(value, fn.scope))
+                    if t is not None:
+                        return t
+                return _LOCAL_REF
+        return _Ref("own", key)
 
     def _this_module(self) -> str:
         return self.module or "<this module>"

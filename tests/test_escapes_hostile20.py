@@ -200,6 +200,18 @@ HONEST: list[tuple[str, str]] = [
      "        super().weight_loader(t, t)\n"),
     ("containers-filled-with-own-objects", "xs = []\nxs.append(K())\nxs[0].t = 1\nd = {}\nd['a'] = K()\n"
      "d['a'].t = 1\nimport queue\nq = queue.Queue()\nq.put(K())\nq.get().t = 1\n"),
+    # a results object of unknown type given a value read from torch by `.add()`: not a container made
+    # here, so what a helper writes onto it is not a write to torch (kernels/kimi_k3/benchmarks/
+    # measure_fused.py); nor is a parameter put into a container one (`self.data[k] = item` then
+    # `self.data[k].append(x)` does not write through `item`)
+    ("add-onto-an-object-that-is-not-a-container",
+     "import torch\ndef run(r):\n    r.data['x'] = []\ndef main(r):\n    r.add('torch', torch.__version__)\n"
+     "    r.set('k', m.X)\n    run(r)\n"),
+    ("parameter-put-into-an-own-container",
+     "import torch\nclass R:\n    def __init__(self):\n        self.data = {'a': []}\n"
+     "    def add(self, key, item):\n        if isinstance(self.data.get(key), list):\n"
+     "            self.data[key].append(item)\n        else:\n            self.data[key] = item\n"
+     "R().add('torch', torch.__version__)\n"),
     ("exception-carrying-own-objects", "try:\n    raise ValueError(K())\nexcept ValueError as e:\n"
      "    e.args[0].t = 1\n    e.note = 1\n"),
     ("namespace-and-dicts-of-own-objects", "import types\ntypes.SimpleNamespace(t=K()).t.x = 1\n"

@@ -144,6 +144,11 @@ class _Ref:
 
 _LOCAL_REF = _Ref("local")
 _NAMESPACE = "<namespace>"  # a local ref: `types.SimpleNamespace(**kw)`, whose attributes are its elements
+_CONTAINER_MAKERS = frozenset({
+    "builtins.list", "builtins.dict", "builtins.set", "collections.deque", "collections.OrderedDict",
+    "collections.defaultdict", "collections.ChainMap", "queue.Queue", "queue.LifoQueue", "queue.SimpleQueue",
+    "queue.PriorityQueue", "asyncio.Queue", "contextvars.ContextVar", "weakref.WeakValueDictionary",
+    "weakref.WeakKeyDictionary", "weakref.WeakSet"})
 _NAMESPACE_CALLS = frozenset({"types.SimpleNamespace", "argparse.Namespace"})
 # methods putting their arguments into the receiver (a container, a queue, a context variable)
 _FILLERS = frozenset({"append", "extend", "insert", "add", "update", "setdefault", "__setitem__", "put",
@@ -649,16 +654,25 @@ class Resolver:
             self.item_stores.setdefault(name, []).append((value, scope))
 
     def _filled(self, name: str) -> tuple[_Ref, ...]:
-        """The foreign objects (or parameters) some fill of this file put into a container named `name`."""
+        """The foreign objects some fill of this file put into a container named `name` (a parameter put
+        in is not followed: `self.data[k] = item` then `self.data[k].append(x)` would read as a write
+        through `item`)."""
         held: list[_Ref] = []
         for value, scope in self.item_stores.get(name, []):
-            r = self.resolve(value, scope)
-            t = self.tainted(r)
+            t = self.tainted(self.resolve(value, scope))
             if t is not None:
                 held.append(t)
-            elif r is not None and r.origin == "param":
-                held.append(r)
         return tuple(held)
+
+    def _made_container(self, value: ast.expr, scope: _Scope) -> bool:
+        """Whether `value` makes a container (a display, a comprehension, list()/dict()/deque()/Queue()/
+        ContextVar()...): only such a container holds what is put into it later."""
+        if isinstance(value, ast.List | ast.Dict | ast.Set | ast.ListComp | ast.DictComp | ast.SetComp):
+            return True
+        if isinstance(value, ast.Call):
+            maker = self.resolve(value.func, scope)
+            return maker is not None and maker.qualname in _CONTAINER_MAKERS
+        return False
 
     def _raised_ref(self) -> _Ref:
         """What `except ... as e` binds: any exception this file raises, with the objects it carries (its
@@ -806,7 +820,8 @@ class Resolver:
                 refs.append(self._raised_ref())
             else:
                 refs.append(_LOCAL_REF)
-        filled = self._filled(name)
+        made = any(isinstance(b, _Alias) and self._made_container(b.value, b.scope) for b in bindings)
+        filled = self._filled(name) if made else ()
         if filled and all(r.origin == "local" for r in refs):
             return _Ref("local", "<container>", filled)  # a local container some fill put engine objects in
         # Conservative: if any binding of the name reaches a foreign object, judge it as that object.
@@ -1150,7 +1165,9 @@ class Resolver:
                 stored = self._stored_attr(node.attr)
                 if stored is not None:
                     return stored
-                filled = self._filled(f".{node.attr}")
+                made = any(setter is None and self._made_container(v, sc)
+                           for v, sc, setter in self.attr_stores.get(node.attr, []))
+                filled = self._filled(f".{node.attr}") if made else ()
                 if filled:
                     return _Ref("local", "<container>", filled)
                 if base.qualname.startswith(_INSTANCE):

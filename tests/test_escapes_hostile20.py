@@ -8,10 +8,15 @@ scan does not catch yet are strict xfails in OPEN, with the reason."""
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from fasttrack.confinement.escapes import Escape, find_escapes
+from fasttrack.policy import Policy, load_policy
+from tests.test_escapes import POLICY
+from tests.test_escapes_hostile_flow import ENGINE
+from tests.test_escapes_own_bases import contribution, ft_errors, write
 
 MODEL_FILE = "vllm/models/kimi_k3/nvidia/model.py"
 OWN = {"vllm.models.kimi_k3"}
@@ -254,10 +259,6 @@ OPEN: list[tuple[str, str, str]] = [
      "def __getattr__(n):\n    return L\nimport vllm.models.kimi_k3.nvidia.model as me\n"
      "me.anything.forward = None  # <-\n",
      "an unknown attribute of this module is what its module-level `__getattr__` returns: not followed"),
-    ("engine-class-re-exported-by-another-own-module",
-     "import vllm.models.kimi_k3.layers as o\no.RowParallelLinear.forward = None  # <-\n",
-     "the scan reads one file: what another own module's name is (an engine class it imported) needs the "
-     "contribution's other files (the overlay contribution mode gives engine_signatures), not wired here"),
     ("generator-send",
      "def g():\n    x = yield\n    x.forward = None  # <-\ngen = g()\nnext(gen)\ngen.send(L)\n",
      "a yield expression's value is what `.send()` passes in: send is not linked to the generator"),
@@ -268,3 +269,71 @@ OPEN: list[tuple[str, str, str]] = [
     pytest.param(o[1], id=o[0], marks=pytest.mark.xfail(strict=True, reason=o[2])) for o in OPEN])
 def test_open_attack(src: str) -> None:
     assert set(marked(src)) <= set(error_lines(scan(src)))
+
+
+# -- contribution mode: an engine class another own module re-exports, laundered on the way -------------
+# (`_reexport_escapes` judges a write to a name another own module binds; these hand that name on first)
+LAYERS = "from vllm.v1.attention.backend import AttentionImpl\n"
+HOLDER = LAYERS + "def get():\n    return AttentionImpl\nclass Holder:\n    t = AttentionImpl\n"
+REEXPORTS: list[tuple[str, str]] = [
+    ("attribute-through-the-module", "from . import layers\nlayers.AttentionImpl.forward = None\n"),
+    ("getattr-of-the-module", "from . import layers\ngetattr(layers, 'AttentionImpl').forward = None\n"),
+    ("class-bases", "from .layers import AttentionImpl\nclass C(AttentionImpl):\n    pass\n"
+     "C.__bases__[0].forward = None\n"),
+    ("importlib-of-the-module", "import importlib\nlay = importlib.import_module("
+     "'vllm.models.kimi_k3.nvidia.specialized_decode.hopper.layers')\nlay.AttentionImpl.forward = None\n"),
+    # NEW: handed to an own helper that writes through its parameter
+    ("handed-to-a-helper", "from .layers import AttentionImpl\ndef put(c):\n    c.forward = None\n"
+     "def f():\n    put(AttentionImpl)\n"),
+    # NEW: super() of a class deriving from the re-exported engine class
+    ("super-of-a-re-exported-base", "from .layers import AttentionImpl\nclass C(AttentionImpl):\n"
+     "    def g(self):\n        super().forward.__func__.__defaults__ = ()\n"),
+]
+REEXPORT_HONEST = ("from .layers import AttentionImpl\nfrom .holder import Holder\nimport torch\n"
+                   "class C(AttentionImpl):\n    def __init__(self):\n        super().__init__()\n"
+                   "        self.t = super().forward(1)\n        super().register_buffer('b', torch.zeros(1))\n"
+                   "def put(c):\n    c.t = 1\nput(C())\nput(Holder())\n")
+REEXPORT_OPEN: list[tuple[str, str, str]] = [
+    ("in-a-container", "from .layers import AttentionImpl\nx = [AttentionImpl]\nx[0].forward = None\n",
+     "a container holds only foreign objects: a name another own module binds is dropped from it, so the "
+     "write through x[0] is not an own-import write the cross-file pass resolves"),
+    ("returned-by-another-own-module", "from .holder import get\nget().forward = None\n",
+     "what a function of another own module returns is not read (the cross-file pass resolves names)"),
+    ("class-attribute-of-another-own-module", "from .holder import Holder\nHolder.t.forward = None\n",
+     "a class attribute of another own module's class is not read (the cross-file pass resolves names)"),
+]
+
+
+@pytest.fixture(scope="module")
+def policy() -> Policy:
+    return load_policy(POLICY)
+
+
+def _reexport_errors(tmp_path: Path, policy: Policy, src: str, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    monkeypatch.setenv("FASTTRACK_ENGINE_TREE", str(write(tmp_path / "engine", ENGINE)))
+    files = {"kernels/kimi_k3/__init__.py": "", "kernels/kimi_k3/layers.py": LAYERS,
+             "kernels/kimi_k3/holder.py": HOLDER, "kernels/kimi_k3/impl.py": src}
+    ctx = contribution(tmp_path, policy, files)
+    return [line or 0 for code, path, line in ft_errors(ctx) if path == "kernels/kimi_k3/impl.py"]
+
+
+@pytest.mark.parametrize("src", [r[1] for r in REEXPORTS], ids=[r[0] for r in REEXPORTS])
+def test_re_exported_engine_class_is_an_error(tmp_path: Path, policy: Policy, src: str,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _reexport_errors(tmp_path, policy, src, monkeypatch)
+
+
+def test_re_exported_engine_class_honest_twin(tmp_path: Path, policy: Policy,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    holder = "class Holder:\n    t = 1\n"
+    monkeypatch.setenv("FASTTRACK_ENGINE_TREE", str(write(tmp_path / "engine", ENGINE)))
+    files = {"kernels/kimi_k3/__init__.py": "", "kernels/kimi_k3/layers.py": LAYERS,
+             "kernels/kimi_k3/holder.py": holder, "kernels/kimi_k3/impl.py": REEXPORT_HONEST}
+    assert ft_errors(contribution(tmp_path, policy, files)) == []
+
+
+@pytest.mark.parametrize("src", [
+    pytest.param(o[1], id=o[0], marks=pytest.mark.xfail(strict=True, reason=o[2])) for o in REEXPORT_OPEN])
+def test_open_re_export_laundering(tmp_path: Path, policy: Policy, src: str,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _reexport_errors(tmp_path, policy, src, monkeypatch)

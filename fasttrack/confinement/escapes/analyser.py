@@ -122,6 +122,10 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
         self._check_methodcaller(node, scope)
         self._check_thread_start(node, scope, import_time)
         callee = self.resolve(node.func, scope)
+        if isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Call):
+            sup = self.resolve(node.func.value.func, scope)
+            if sup is not None and sup.qualname == "builtins.super":
+                return  # super().m(...) runs the base class's method on self, the model's own object
         if callee is not None and callee.origin == "param" and isinstance(node.func, ast.Attribute) \
                 and (node.func.attr in _MUTATORS or node.func.attr in _MODULE_MUTATORS):
             self._record_param_write(callee, node)
@@ -150,10 +154,6 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
             return
         q = callee.qualname
         receiver, _, method = q.rpartition(".")
-        if isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Call):
-            sup = self.resolve(node.func.value.func, scope)
-            if sup is not None and sup.qualname == "builtins.super":
-                return  # super().m(...) runs the engine's method on self, the model's own object
         if method == "*" and not self.is_own(receiver):
             self.report(GLOBAL_STATE, node, f"calls an attribute of `{receiver}` chosen by a computed name "
                         "(`getattr(m, <computed>)(...)`): what it calls cannot be checked", target=q)

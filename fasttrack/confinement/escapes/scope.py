@@ -1406,7 +1406,15 @@ class Resolver:
         if cls is None:
             return None
         bases = self._engine_bases(cls)
-        return _Ref("import", bases[0]) if bases else None
+        if bases:
+            return _Ref("import", bases[0])
+        for node_, outer in self.classes.get(cls, []):  # a base another own module binds (a re-export)
+            for b in node_.bases:
+                r = self.resolve(b, outer)
+                if r is not None and r.origin == "import" and self.is_own(r.qualname) and \
+                        not r.qualname.startswith(self._this_module() + "."):
+                    return r
+        return None
 
     def _getter_call(self, node: ast.Call, scope: _Scope) -> _Ref | None:
         """`operator.attrgetter("a.b")(obj)` / `itemgetter(k)(obj)`: the attribute or item of obj."""

@@ -291,7 +291,8 @@ REEXPORTS: list[tuple[str, str]] = [
 ]
 REEXPORT_HONEST = ("from .layers import AttentionImpl\nfrom .holder import Holder\nimport torch\n"
                    "class C(AttentionImpl):\n    def __init__(self):\n        super().__init__()\n"
-                   "        self.t = super().forward(1)\n        super().register_buffer('b', torch.zeros(1))\n"
+                   "        self.t = super().forward(1)\n"
+                   "        super().register_buffer('b', torch.zeros(1))\n"
                    "def put(c):\n    c.t = 1\nput(C())\nput(Holder())\n")
 REEXPORT_OPEN: list[tuple[str, str, str]] = [
     ("in-a-container", "from .layers import AttentionImpl\nx = [AttentionImpl]\nx[0].forward = None\n",

@@ -169,6 +169,9 @@ ATTACKS: list[tuple[str, str]] = [
      "list(filter(lambda c: setattr(c, 'forward', None), [L]))  # <-\n"),
     ("sorted-key-writes-its-element", "sorted([L], key=lambda c: setattr(c, 'forward', None))  # <-\n"),
     ("map-of-an-own-function", "def w(c):\n    c.forward = None\nlist(map(w, [L]))  # <-\n"),
+    ("class-getitem-gets-the-subscript",  # NEW: `C[x]` runs the own `__class_getitem__(x)`
+     "class C:\n    def __class_getitem__(cls, item):\n        item.forward = None\n"
+     "        return cls\nC[L]  # <-\n"),
     # already caught (at the call handing the engine object on): kept as regressions
     ("star-unpacked-into-a-helper", "def g(a, b):\n    b.forward = None\ng(*[1, L])  # <-\n"),
     ("keyword-unpacked-into-a-helper", "def g(a=None, b=None):\n    b.forward = None\ng(**{'b': L})  # <-\n"),
@@ -225,6 +228,8 @@ HONEST: list[tuple[str, str]] = [
      "    def t(self):\n        return K()\n    def f(self):\n        self.t().x = 1\n"
      "C().p.x = 1\nC().t().x = 1\n"),
     ("exec-and-eval-of-harmless-constants", "eval('len([1])')\nexec('print(sorted([2, 1]))')\n"),
+    ("class-getitem-of-own-objects", "class C:\n    def __class_getitem__(cls, item):\n        item.t = 1\n"
+     "        return cls\nC[K]\nC[K()]\nx = [L]\nx[0]\n"),
     ("callbacks-over-own-objects", "list(filter(lambda c: setattr(c, 't', 1), [K()]))\n"
      "sorted([K()], key=lambda c: setattr(c, 't', 1))\nlist(map(lambda c: setattr(c, 't', 1), [K()]))\n"),
     ("super-of-an-own-base", "class B:\n    t = K\nclass C(B):\n    def f(self):\n        super().t.x = 1\n"),
@@ -251,10 +256,6 @@ def test_honest_twin_is_clean(src: str) -> None:
 
 
 OPEN: list[tuple[str, str, str]] = [
-    ("class-getitem-gets-the-subscript",
-     "class C:\n    def __class_getitem__(cls, item):\n        item.forward = None  # <-\n"
-     "        return cls\nC[L]\n",
-     "`C[x]` calls the own `__class_getitem__(x)`: a subscript of an own class is not linked as an own call"),
     ("pep562-module-getattr",
      "def __getattr__(n):\n    return L\nimport vllm.models.kimi_k3.nvidia.model as me\n"
      "me.anything.forward = None  # <-\n",

@@ -56,8 +56,26 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
             elif isinstance(node, ast.AugAssign):
                 self._check_aug_name(node, scope, import_time)
         self._link_class_keywords()
+        self._link_class_getitem()
         self._check_helper_calls()
         self._check_import_time_thread_calls()
+
+    def _link_class_getitem(self) -> None:
+        """`C[x]` on an own class runs its (own bases') `__class_getitem__(x)`: an own call there."""
+        for node, scope, import_time in self.subscript_loads:
+            r = self.resolve(node.value, scope)
+            if r is None or r.origin != "own" or r.qualname not in self.classes:
+                continue
+            keys = self._method_keys(r.qualname, ["__class_getitem__"])
+            if not keys:
+                continue
+            call = ast.copy_location(ast.Call(func=ast.Attribute(value=node.value, attr="__class_getitem__",
+                                                                 ctx=ast.Load()), args=[node.slice],
+                                              keywords=[]), node)
+            self._kept.append(call)
+            self.own_calls += [(call, scope, k) for k in keys]
+            if import_time:
+                self.import_time_calls.add(id(call))
 
     def _link_class_keywords(self) -> None:
         """A class statement's keywords are arguments of implicit calls: its own bases'

@@ -223,6 +223,8 @@ class Resolver:
         self.item_stores: dict[str, list[tuple[ast.expr, _Scope]]] = {}
         # what `raise` statements of this file raise (an `except ... as e` may catch any of them)
         self.raised: list[tuple[ast.expr, _Scope]] = []
+        # `C[x]` loads: an own class's `__class_getitem__(x)` runs (linked as own calls by the analyser)
+        self.subscript_loads: list[tuple[ast.Subscript, _Scope, bool]] = []
         # a function installed as a method: (the class: its dotted name for a class-body assignment, else the
         # expression the attribute is set on), the method's name, the value, the scope it is evaluated in
         self.installs: list[tuple[str | ast.expr, str, ast.expr, _Scope]] = []
@@ -629,6 +631,8 @@ class Resolver:
     def _b_candidate(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
         if isinstance(node, ast.Call) or isinstance(getattr(node, "ctx", None), ast.Store | ast.Del):
             self.candidates.append((node, scope, import_time))
+        elif isinstance(node, ast.Subscript):
+            self.subscript_loads.append((node, scope, import_time))
         if isinstance(node, ast.Call) and len(node.args) == 3 and not node.keywords:
             attr = _dotted_literal(node.args[1])  # setattr(Cls, "name", fn): judged when resolved
             self.installs.append((node.args[0], attr or "*", node.args[2], scope))  # "*": a computed name

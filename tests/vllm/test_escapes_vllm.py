@@ -9,7 +9,8 @@ sequence-parallel padding mask), one forces `attention_config.sparse_mla_force_m
 (the forward context's `attn_metadata[prefix]`): deepseek_v4/v41 `flashinfer_sparse.py` pass it (through
 `typing.cast`) to `_forward`, which stores into its `flashinfer_sparse_index_cache`, and deepseek_v41's
 decode indexer sets `.kernel_metadata` on what its own method `_decode_rows()` returns from it (both hidden
-from the scan until hostile20 followed `typing.cast` and own methods' return values). Without the self-registration rule the same scan also reports
+from the scan until hostile20 followed `typing.cast` and own methods' return values). Without the
+self-registration rule the same scan also reports
 the attention layers' `static_forward_context[prefix] = self` reached through an accessor (in kimi_k3:
 nvidia/mla.py; its two KDA layers reach the config through their `vllm_config` parameter, which the scan does
 not taint)."""

@@ -169,6 +169,9 @@ ATTACKS: list[tuple[str, str]] = [
      "list(filter(lambda c: setattr(c, 'forward', None), [L]))  # <-\n"),
     ("sorted-key-writes-its-element", "sorted([L], key=lambda c: setattr(c, 'forward', None))  # <-\n"),
     ("map-of-an-own-function", "def w(c):\n    c.forward = None\nlist(map(w, [L]))  # <-\n"),
+    ("pep562-module-getattr",  # NEW: an attribute this module does not bind is what its __getattr__ returns
+     "def __getattr__(n):\n    return L\nimport vllm.models.kimi_k3.nvidia.model as me\n"
+     "me.anything.forward = None  # <-\n"),
     ("class-getitem-gets-the-subscript",  # NEW: `C[x]` runs the own `__class_getitem__(x)`
      "class C:\n    def __class_getitem__(cls, item):\n        item.forward = None\n"
      "        return cls\nC[L]  # <-\n"),
@@ -228,6 +231,8 @@ HONEST: list[tuple[str, str]] = [
      "    def t(self):\n        return K()\n    def f(self):\n        self.t().x = 1\n"
      "C().p.x = 1\nC().t().x = 1\n"),
     ("exec-and-eval-of-harmless-constants", "eval('len([1])')\nexec('print(sorted([2, 1]))')\n"),
+    ("pep562-module-getattr-of-own-objects", "def __getattr__(n):\n    return K\n"
+     "me = sys.modules[__name__]\nme.anything.t = 1\nme.K.t = 1\n"),
     ("class-getitem-of-own-objects", "class C:\n    def __class_getitem__(cls, item):\n        item.t = 1\n"
      "        return cls\nC[K]\nC[K()]\nx = [L]\nx[0]\n"),
     ("callbacks-over-own-objects", "list(filter(lambda c: setattr(c, 't', 1), [K()]))\n"
@@ -256,10 +261,6 @@ def test_honest_twin_is_clean(src: str) -> None:
 
 
 OPEN: list[tuple[str, str, str]] = [
-    ("pep562-module-getattr",
-     "def __getattr__(n):\n    return L\nimport vllm.models.kimi_k3.nvidia.model as me\n"
-     "me.anything.forward = None  # <-\n",
-     "an unknown attribute of this module is what its module-level `__getattr__` returns: not followed"),
     ("generator-send",
      "def g():\n    x = yield\n    x.forward = None  # <-\ngen = g()\nnext(gen)\ngen.send(L)\n",
      "a yield expression's value is what `.send()` passes in: send is not linked to the generator"),

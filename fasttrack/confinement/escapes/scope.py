@@ -1396,7 +1396,15 @@ class Resolver:
         the file's module-level name `x` is (an engine object it imported stays that object)."""
         if base is None or base.origin not in ("own", "import") or base.qualname != self._this_module():
             return None
-        if "." in attr or attr not in self.module_scope.bindings:
+        if "." in attr:
+            return None
+        if attr not in self.module_scope.bindings:
+            # PEP 562: an attribute the module does not bind is what its module-level __getattr__ returns
+            for fn in self.functions.get(f"{self._this_module()}.__getattr__", []):
+                for value in fn.returns():
+                    t = self.tainted(self.resolve(value, fn.scope))
+                    if t is not None:
+                        return t
             return None
         return self._resolve_name(attr, self.module_scope)
 

@@ -56,8 +56,26 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
             elif isinstance(node, ast.AugAssign):
                 self._check_aug_name(node, scope, import_time)
         self._link_class_keywords()
+        self._link_class_getitem()
         self._check_helper_calls()
         self._check_import_time_thread_calls()
+
+    def _link_class_getitem(self) -> None:
+        """`C[x]` on an own class runs its (own bases') `__class_getitem__(x)`: an own call there."""
+        for node, scope, import_time in self.subscript_loads:
+            r = self.resolve(node.value, scope)
+            if r is None or r.origin != "own" or r.qualname not in self.classes:
+                continue
+            keys = self._method_keys(r.qualname, ["__class_getitem__"])
+            if not keys:
+                continue
+            call = ast.copy_location(ast.Call(func=ast.Attribute(value=node.value, attr="__class_getitem__",
+                                                                 ctx=ast.Load()), args=[node.slice],
+                                              keywords=[]), node)
+            self._kept.append(call)
+            self.own_calls += [(call, scope, k) for k in keys]
+            if import_time:
+                self.import_time_calls.add(id(call))
 
     def _link_class_keywords(self) -> None:
         """A class statement's keywords are arguments of implicit calls: its own bases'
@@ -83,6 +101,30 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
                     self._kept.append(call)
                     self.own_calls += [(call, outer, k) for k in dict.fromkeys(keys)]
 
+    def _link_callbacks(self, node: ast.Call, scope: _Scope, import_time: bool) -> None:
+        """`map(f, xs)`, `filter(f, xs)`, `sorted(xs, key=f)`, `functools.reduce(f, xs)`: the builtin calls
+        the own function f with the elements of xs; each becomes an own call `f(*xs)` at this call, so a
+        callback writing through its parameter is judged like a helper."""
+        callee = self.resolve(node.func, scope)
+        if callee is None or callee.origin != "import":
+            return
+        q = callee.qualname
+        if q in _CALLBACK_FIRST:
+            fns, iterables = node.args[:1], node.args[1:]
+        elif q in _CALLBACK_KEY:
+            fns, iterables = [], list(node.args)
+        else:
+            return
+        fns = [*fns, *(k.value for k in node.keywords if k.arg == "key")]
+        for fn in fns:
+            call = ast.copy_location(ast.Call(func=fn, args=[ast.Starred(value=i, ctx=ast.Load())
+                                                             for i in iterables], keywords=[]), node)
+            self._kept.append(call)
+            for k in self._callee_keys(call, scope):
+                self.own_calls.append((call, scope, k))
+                if import_time:
+                    self.import_time_calls.add(id(call))
+
     def _check_call(self, node: ast.Call, scope: _Scope, import_time: bool) -> None:
         if isinstance(node.func, ast.Call):
             self._check_decorator_application(node, scope)
@@ -92,11 +134,16 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
         if keys and import_time:
             self.import_time_calls.add(id(node))
         key = keys[0] if keys else None
+        self._link_callbacks(node, scope, import_time)
         self._check_writer_values(node, scope)
         self._check_manual_enter(node, scope)
         self._check_methodcaller(node, scope)
         self._check_thread_start(node, scope, import_time)
         callee = self.resolve(node.func, scope)
+        if isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Call):
+            sup = self.resolve(node.func.value.func, scope)
+            if sup is not None and sup.qualname == "builtins.super":
+                return  # super().m(...) runs the base class's method on self, the model's own object
         if callee is not None and callee.origin == "param" and isinstance(node.func, ast.Attribute) \
                 and (node.func.attr in _MUTATORS or node.func.attr in _MODULE_MUTATORS):
             self._record_param_write(callee, node)
@@ -194,6 +241,13 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
         fake = ast.Call(func=node.args[0], args=list(node.args[1:]), keywords=list(node.keywords))
         ast.copy_location(fake, node)
         self._check_call(fake, scope, import_time)
+
+
+# builtins that call their first argument with the elements of the others, or a `key=` with the elements
+_CALLBACK_FIRST = frozenset({"builtins.map", "builtins.filter", "functools.reduce", "itertools.starmap",
+                             "itertools.filterfalse", "itertools.takewhile", "itertools.dropwhile"})
+_CALLBACK_KEY = frozenset({"builtins.sorted", "builtins.min", "builtins.max", "itertools.groupby",
+                           "heapq.nsmallest", "heapq.nlargest"})
 
 
 def _analyse(source: str, path: str, own_packages: set[str], module: str | None, is_package: bool,

@@ -84,9 +84,11 @@ class CheckBase(Resolver):
             return
         code = self._classify(target) or default_code
         if code == INTERPRETER:
-            sev: EscapeSeverity = "warning" if target.startswith("sys.path") else "error"
+            # sys.path itself, not sys.path_hooks / sys.path_importer_cache (the import system)
+            on_path = target == "sys.path" or target.startswith(("sys.path.", "sys.path["))
+            sev: EscapeSeverity = "warning" if on_path else "error"
             what = ("the builtins module" if target.startswith("builtins") else
-                    "the import system" if not target.startswith("sys.path") else "sys.path")
+                    "the import system" if not on_path else "sys.path")
             self.report(code, node, f"{verb} `{target}` ({how}): edits {what}, which every module shares",
                         severity=sev, target=target)
         elif code == ENVIRONMENT:

@@ -120,6 +120,9 @@ _ELEMENT_CALLS = frozenset({
     "builtins.list", "builtins.tuple", "builtins.set", "builtins.frozenset", "builtins.iter", "builtins.next",
     "builtins.reversed", "builtins.sorted", "builtins.dict", "builtins.enumerate", "builtins.zip",
     "builtins.filter", "builtins.min", "builtins.max", "copy.copy", "itertools.chain", "itertools.cycle",
+    "builtins.dict.fromkeys", "collections.ChainMap", "collections.OrderedDict", "collections.defaultdict",
+    "collections.deque", "collections.UserDict", "collections.UserList", "functools.reduce",
+    "types.MappingProxyType",
 })
 # Methods of a container returning its elements (or a view of them).
 _ELEMENT_METHODS = frozenset({"values", "items", "keys", "get", "pop", "copy", "setdefault", "popitem",

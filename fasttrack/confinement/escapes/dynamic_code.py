@@ -91,12 +91,22 @@ class DynamicCodeChecks(CheckBase):
                             "out",
                             target=f"{q}:{bound[0]}")
             if self.exec_depth < _MAX_EXEC_DEPTH:
-                inner = self._nested(text)
+                # the string runs in this module's namespace (exec/eval's default globals): it sees the
+                # file's imports, so `exec("m.x = 1")` writes the engine module `m` this file imported
+                prelude = self._import_prelude()
+                skip = prelude.count("\n")
+                inner = self._nested(prelude + text)
                 for esc in inner.escapes:
-                    if esc.code == UNPARSEABLE:
+                    if esc.code == UNPARSEABLE or esc.line <= skip:
                         continue
                     self.report(esc.code, node, f"in the string passed to `{fn}()`: {esc.message}",
                                 severity=esc.severity, target=esc.target)
+
+    def _import_prelude(self) -> str:
+        """The file's module-level imports, one a line: what a string run by exec/eval sees of them."""
+        lines = [ast.unparse(n) for n in self.tree.body if isinstance(n, ast.Import | ast.ImportFrom)
+                 and not (isinstance(n, ast.ImportFrom) and n.module == "__future__")]
+        return "".join(line + "\n" for line in lines)
 
     def _constant_sources(self, arg: ast.expr | None, scope: _Scope, depth: int = 0) -> list[str]:
         """The constant strings a name passed as source code is bound to anywhere in its scope (through

@@ -57,7 +57,13 @@ class MonkeypatchChecks(CheckBase):
                     if write is None:
                         continue
                     for e in exprs:
-                        t = self.tainted(self.resolve(e, scope))
+                        r = self.resolve(e, scope)
+                        t = self.tainted(r)
+                        if t is None:
+                            # a name another own module binds: the engine's object when it re-exports it
+                            helper = key.rsplit(".", 1)[-1]
+                            self._own_import_write(r, MONKEYPATCH, "", f"passes to `{helper}` (which writes "
+                                                   f"through its parameter `{name}`)", call)
                         if t is not None:
                             shown = key.rsplit(".", 1)[-1]
                             at = getattr(write, "lineno", "?")

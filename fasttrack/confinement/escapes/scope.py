@@ -75,8 +75,14 @@ class _Elem:
     scope: _Scope
 
 
-_Binding = _Import | _Own | _Alias | _Local | _Param | _Elem
+@dataclass(frozen=True)
+class _Raised:
+    """A name bound by `except ... as e`: an exception some `raise` of this file raised."""
+
+
+_Binding = _Import | _Own | _Alias | _Local | _Param | _Elem | _Raised
 _LOCAL = _Local()
+_RAISED = _Raised()
 
 
 @dataclass(eq=False)
@@ -137,6 +143,19 @@ class _Ref:
 
 
 _LOCAL_REF = _Ref("local")
+_NAMESPACE = "<namespace>"  # a local ref: `types.SimpleNamespace(**kw)`, whose attributes are its elements
+_CONTAINER_MAKERS = frozenset({
+    "builtins.list", "builtins.dict", "builtins.set", "collections.deque", "collections.OrderedDict",
+    "collections.defaultdict", "collections.ChainMap", "queue.Queue", "queue.LifoQueue", "queue.SimpleQueue",
+    "queue.PriorityQueue", "asyncio.Queue", "contextvars.ContextVar", "weakref.WeakValueDictionary",
+    "weakref.WeakKeyDictionary", "weakref.WeakSet"})
+_NAMESPACE_CALLS = frozenset({"types.SimpleNamespace", "argparse.Namespace"})
+# methods putting their arguments into the receiver (a container, a queue, a context variable)
+_FILLERS = frozenset({"append", "extend", "insert", "add", "update", "setdefault", "__setitem__", "put",
+                      "put_nowait", "appendleft", "extendleft", "set", "push"})
+# unbound attribute lookups: `object.__getattribute__(o, "x")` is `getattr(o, "x")`
+_GETATTRIBUTE_CALLS = frozenset({"builtins.object.__getattribute__", "builtins.type.__getattribute__",
+                                 "types.ModuleType.__getattribute__", "builtins.object.__getattr__"})
 _COPY = "<shallow copy>"  # a local ref: `copy.copy(x)`, whose `elements` are what its attributes are
 _INSTANCE = "<instance of "  # + an own class's dotted name + ">": a local object of an own class
 # a thread or thread pool made here: starting it at import time is FT146
@@ -201,6 +220,13 @@ class Resolver:
         # attribute name ("*": computed) -> (value stored, its scope, the call storing it when a 3-argument
         # call may be `setattr(x, "name", value)`: it counts when that resolves to a setattr)
         self.attr_stores: dict[str, list[tuple[ast.expr, _Scope, ast.expr | None]]] = {}
+        # values put into a container after it was made (`xs.append(v)`, `d[k] = v`, `q.put(v)`), by the
+        # receiver's name (a variable or an attribute): flow- and scope-insensitive, like attr_stores
+        self.item_stores: dict[str, list[tuple[ast.expr, _Scope]]] = {}
+        # what `raise` statements of this file raise (an `except ... as e` may catch any of them)
+        self.raised: list[tuple[ast.expr, _Scope]] = []
+        # `C[x]` loads: an own class's `__class_getitem__(x)` runs (linked as own calls by the analyser)
+        self.subscript_loads: list[tuple[ast.Subscript, _Scope, bool]] = []
         # a function installed as a method: (the class: its dotted name for a class-body assignment, else the
         # expression the attribute is set on), the method's name, the value, the scope it is evaluated in
         self.installs: list[tuple[str | ast.expr, str, ast.expr, _Scope]] = []
@@ -510,6 +536,8 @@ class Resolver:
                         and isinstance(t.value.func, ast.Name) and t.value.func.id in ("locals", "vars") \
                         and not t.value.args:  # `locals()["forward"] = f` in a class body
                     self.installs.append((scope.name, _dotted_literal(t.slice) or "*", node.value, scope))
+                if isinstance(t, ast.Subscript):
+                    self._note_item_store(t.value, [node.value], scope)
                 if isinstance(t, ast.Subscript) and _namespace_of(t.value) is not None:
                     # `x.__dict__["name"] = v`, `vars(x)["name"] = v`: x.name holds v
                     self.attr_stores.setdefault(_dotted_literal(t.slice) or "*", []).append(
@@ -565,7 +593,7 @@ class Resolver:
     def _b_except(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
         assert isinstance(node, ast.ExceptHandler)
         if node.name:
-            self._bind_name(scope, node.name, _LOCAL, node)
+            self._bind_name(scope, node.name, _RAISED, node)
         self._push([node.type, *node.body], scope, import_time)
 
     def _b_global(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
@@ -605,6 +633,8 @@ class Resolver:
     def _b_candidate(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
         if isinstance(node, ast.Call) or isinstance(getattr(node, "ctx", None), ast.Store | ast.Del):
             self.candidates.append((node, scope, import_time))
+        elif isinstance(node, ast.Subscript):
+            self.subscript_loads.append((node, scope, import_time))
         if isinstance(node, ast.Call) and len(node.args) == 3 and not node.keywords:
             attr = _dotted_literal(node.args[1])  # setattr(Cls, "name", fn): judged when resolved
             self.installs.append((node.args[0], attr or "*", node.args[2], scope))  # "*": a computed name
@@ -614,6 +644,59 @@ class Resolver:
                 node.func.attr in ("update", "setdefault", "__setitem__") and \
                 _namespace_of(node.func.value) is not None:
             self._note_namespace_stores(node, scope)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                node.func.attr in _FILLERS:
+            self._note_item_store(node.func.value, [*node.args, *(k.value for k in node.keywords)], scope)
+        self._push_children(node, scope, import_time)
+
+    def _note_item_store(self, receiver: ast.expr, values: Sequence[ast.expr], scope: _Scope) -> None:
+        """`xs.append(v)`, `d[k] = v`, `self.q.put(v)`: the container named `xs` / `.q` now holds v."""
+        name = receiver.id if isinstance(receiver, ast.Name) else \
+            f".{receiver.attr}" if isinstance(receiver, ast.Attribute) else None
+        if name is None:
+            return
+        for v in values:
+            value = v.value if isinstance(v, ast.Starred) else v
+            self.item_stores.setdefault(name, []).append((value, scope))
+
+    def _filled(self, name: str) -> tuple[_Ref, ...]:
+        """The foreign objects some fill of this file put into a container named `name` (a parameter put
+        in is not followed: `self.data[k] = item` then `self.data[k].append(x)` would read as a write
+        through `item`)."""
+        held: list[_Ref] = []
+        for value, scope in self.item_stores.get(name, []):
+            t = self.tainted(self.resolve(value, scope))
+            if t is not None:
+                held.append(t)
+        return tuple(held)
+
+    def _made_container(self, value: ast.expr, scope: _Scope) -> bool:
+        """Whether `value` makes a container (a display, a comprehension, list()/dict()/deque()/Queue()/
+        ContextVar()...): only such a container holds what is put into it later."""
+        if isinstance(value, ast.List | ast.Dict | ast.Set | ast.ListComp | ast.DictComp | ast.SetComp):
+            return True
+        if isinstance(value, ast.Call):
+            maker = self.resolve(value.func, scope)
+            return maker is not None and maker.qualname in _CONTAINER_MAKERS
+        return False
+
+    def _raised_ref(self) -> _Ref:
+        """What `except ... as e` binds: any exception this file raises, with the objects it carries (its
+        arguments); one carrying an engine object is that object (fail closed)."""
+        for exc, scope in self.raised:
+            parts = [a.value if isinstance(a, ast.Starred) else a for a in exc.args] + \
+                [k.value for k in exc.keywords] if isinstance(exc, ast.Call) else [exc]
+            for part in parts:
+                t = self.tainted(self.resolve(part, scope))
+                if t is not None:
+                    return t
+        return _LOCAL_REF
+
+    def _b_raise(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
+        assert isinstance(node, ast.Raise)
+        for exc in (node.exc, node.cause):
+            if exc is not None:
+                self.raised.append((exc, scope))
         self._push_children(node, scope, import_time)
 
     def _note_namespace_stores(self, node: ast.Call, scope: _Scope) -> None:
@@ -644,7 +727,7 @@ class Resolver:
             ast.NamedExpr: self._b_assign, ast.For: self._b_for, ast.AsyncFor: self._b_for,
             ast.With: self._b_with, ast.AsyncWith: self._b_with, ast.ExceptHandler: self._b_except,
             ast.Global: self._b_global, ast.Nonlocal: self._b_global, ast.MatchAs: self._b_match,
-            ast.Match: self._b_match_statement,
+            ast.Match: self._b_match_statement, ast.Raise: self._b_raise,
             ast.MatchStar: self._b_match, ast.MatchMapping: self._b_match, ast.If: self._b_if,
             ast.Call: self._b_candidate, ast.Attribute: self._b_candidate, ast.Subscript: self._b_candidate,
         }
@@ -739,8 +822,14 @@ class Resolver:
                 refs.append(self._engine_param(b) or _Ref("param", f"{b.function}{_SEP}{b.name}"))
             elif isinstance(b, _Elem):
                 refs.append(self._element(self.resolve(b.value, b.scope)) or _LOCAL_REF)
+            elif isinstance(b, _Raised):
+                refs.append(self._raised_ref())
             else:
                 refs.append(_LOCAL_REF)
+        made = any(isinstance(b, _Alias) and self._made_container(b.value, b.scope) for b in bindings)
+        filled = self._filled(name) if made else ()
+        if filled and all(r.origin == "local" for r in refs):
+            return _Ref("local", "<container>", filled)  # a local container some fill put engine objects in
         # Conservative: if any binding of the name reaches a foreign object, judge it as that object.
         for r in refs:
             if self.foreign(r):
@@ -1076,8 +1165,25 @@ class Resolver:
                 if shared.origin == "param":
                     return shared
                 return _Ref(shared.origin, f"{shared.qualname}.{node.attr}")
+            if base.origin == "local" and base.qualname == _NAMESPACE and base.elements:
+                return base.elements[0]  # SimpleNamespace(t=Engine).t
             if base.origin == "local":
-                return self._stored_attr(node.attr) or _LOCAL_REF
+                stored = self._stored_attr(node.attr)
+                if stored is not None:
+                    return stored
+                made = any(setter is None and self._made_container(v, sc)
+                           for v, sc, setter in self.attr_stores.get(node.attr, []))
+                filled = self._filled(f".{node.attr}") if made else ()
+                if filled:
+                    return _Ref("local", "<container>", filled)
+                if base.qualname.startswith(_INSTANCE):
+                    keys = self._method_keys(base.qualname[len(_INSTANCE):-1], [node.attr])
+                    if keys:
+                        return self._method_value(keys[0])
+                return _LOCAL_REF
+            member = self._this_module_member(base, node.attr)
+            if member is not None:
+                return member
             if base.origin == "own" and base.qualname in self.classes:
                 stored = self._stored_attr(node.attr)  # a class attribute holding an engine object
                 if stored is not None:
@@ -1088,6 +1194,10 @@ class Resolver:
             if base is None:
                 return None
             key = _dotted_literal(node.slice)
+            if key is not None and base.qualname == f"{self._this_module()}.__dict__":
+                member = self._this_module_member(_Ref(base.origin, self._this_module()), key)
+                if member is not None:
+                    return member  # globals()["m"], vars(sys.modules[__name__])["m"]
             if key == "__builtins__" and base.qualname.endswith("__dict__"):
                 return _Ref("import", "builtins")
             if key is not None and base.origin == "import" and base.qualname.endswith(".__dict__"):
@@ -1107,8 +1217,8 @@ class Resolver:
             return _Ref(base.origin, f"{base.qualname}[{key!r}]" if key else f"{base.qualname}[...]")
         if isinstance(node, ast.Call):
             return self._resolve_call(node, scope)
-        if isinstance(node, ast.NamedExpr):
-            return self.resolve(node.value, scope)
+        if isinstance(node, ast.NamedExpr | ast.Await):
+            return self.resolve(node.value, scope)  # `await c`: what the coroutine returns
         if isinstance(node, ast.List | ast.Tuple | ast.Set):
             return self._container(node.elts, scope)
         if isinstance(node, ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp):
@@ -1140,6 +1250,19 @@ class Resolver:
         if getter is not None:
             return getter
         callee = self.resolve(node.func, scope)
+        this_dict = f"{self._this_module()}.__dict__."
+        if callee is not None and callee.qualname.startswith(this_dict) and \
+                callee.qualname[len(this_dict):] in ("get", "pop", "setdefault", "__getitem__"):
+            key = _dotted_literal(_arg(node, 0))  # globals().get("m")
+            member = self._this_module_member(_Ref(callee.origin, self._this_module()), key) if key else None
+            if member is not None:
+                return member
+        if isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name) and \
+                node.func.value.id in ("self", "cls"):
+            for key in self._callee_keys(node, scope):  # self.t(): what the own method returns
+                t = self.tainted(self._own_return(node, key, scope))
+                if t is not None:
+                    return t
         if callee is not None and callee.origin == "own" and callee.qualname in self.classes:
             if self._is_thread_class(callee.qualname):
                 return _THREAD_REF
@@ -1167,8 +1290,11 @@ class Resolver:
             # a new object (writes to it are the copy's) whose attributes and items are the original's
             return _Ref("local", _COPY, self._container([first], scope).elements)
         if q in _ELEMENT_CALLS:
-            held = self._container(list(node.args), scope)
+            held = self._container([*node.args, *(k.value for k in node.keywords)], scope)
             return held
+        if q in _NAMESPACE_CALLS:  # SimpleNamespace(t=v).t is v
+            held = self._container([*node.args, *(k.value for k in node.keywords)], scope)
+            return _Ref("local", _NAMESPACE, held.elements) if held.elements else _LOCAL_REF
         receiver, _, method = q.rpartition(".")
         if receiver and method in _ELEMENT_METHODS and not self.is_own(receiver) and (
                 receiver.startswith(("sys.modules", "builtins.", ENGINE_PARAM + "."))
@@ -1183,12 +1309,37 @@ class Resolver:
             base = self.resolve(first, scope)
             if base is not None and base.origin == "param":
                 return _Ref("classof", "<class of a parameter>") if q == "builtins.type" else base
+        if q == "builtins.getattr" and len(node.args) >= 3:
+            default = self.tainted(self.resolve(node.args[2], scope))
+            if default is not None:
+                return default  # getattr(K, "missing", Engine) is Engine
+        if q in _GETATTRIBUTE_CALLS and first is not None:
+            q = "builtins.getattr"  # object.__getattribute__(m, "x") is getattr(m, "x")
+        elif q.endswith((".__getattribute__", ".__getattr__")) and not q.startswith("builtins."):
+            attr = _dotted_literal(_arg(node, 0))  # m.__getattribute__("x"): the receiver's attribute
+            return _Ref("import", f"{q.rpartition('.')[0]}.{attr if attr else '*'}")
         if q == "builtins.getattr" and first is not None:
             base = self.resolve(first, scope)
             attr = _dotted_literal(_arg(node, 1))
             if base is None or base.origin == "local":
                 return _LOCAL_REF
+            member = self._this_module_member(base, attr) if attr else None
+            if member is not None:
+                return member
             return _Ref(base.origin, f"{base.qualname}.{attr if attr else '*'}")
+        if q == "typing.cast" and len(node.args) >= 2:
+            return self.resolve(node.args[1], scope) or _LOCAL_REF  # cast returns its value unchanged
+        if q == "weakref.proxy" and first is not None:
+            return self.resolve(first, scope) or _LOCAL_REF  # a proxy's attributes are the object's
+        if q == "operator.getitem" and first is not None:
+            base = self.resolve(first, scope)
+            if base is None or base.origin == "local":
+                return self._element(base) or _LOCAL_REF
+            return base if base.origin == "param" else _Ref(base.origin, f"{base.qualname}[...]")
+        if q == "builtins.super":
+            sup = self._super_class(node, scope)
+            if sup is not None:
+                return sup
         if q == "builtins.vars" and first is not None:
             base = self.resolve(first, scope)
             if base is None or base.origin == "local":
@@ -1224,11 +1375,71 @@ class Resolver:
             return _Ref("import", key) if key else _Ref("import", "sys.modules[*]")
         return _LOCAL_REF
 
+    def _method_value(self, key: str) -> _Ref:
+        """`instance.name` for an own method `key`: the method (calling it runs it), or for a property
+        what its getter returns."""
+        for fn in self.functions.get(key, []):
+            if isinstance(fn.node, ast.FunctionDef | ast.AsyncFunctionDef) and any(
+                    (isinstance(d, ast.Name) and d.id in ("property", "cached_property")) or
+                    (isinstance(d, ast.Attribute) and d.attr == "cached_property")
+                    for d in fn.node.decorator_list):
+                for value in fn.returns():
+                    t = self.tainted(self.resolve(value, fn.scope))
+                    if t is not None:
+                        return t
+                return _LOCAL_REF
+        return _Ref("own", key)
+
+    def _this_module(self) -> str:
+        return self.module or "<this module>"
+
+    def _this_module_member(self, base: _Ref | None, attr: str) -> _Ref | None:
+        """`sys.modules[__name__].x`, `getattr(me, "x")`, `globals()["x"]` where `me` is this very file: what
+        the file's module-level name `x` is (an engine object it imported stays that object)."""
+        if base is None or base.origin not in ("own", "import") or base.qualname != self._this_module():
+            return None
+        if "." in attr:
+            return None
+        if attr not in self.module_scope.bindings:
+            # PEP 562: an attribute the module does not bind is what its module-level __getattr__ returns
+            for fn in self.functions.get(f"{self._this_module()}.__getattr__", []):
+                for value in fn.returns():
+                    t = self.tainted(self.resolve(value, fn.scope))
+                    if t is not None:
+                        return t
+            return None
+        return self._resolve_name(attr, self.module_scope)
+
+    def _super_class(self, node: ast.Call, scope: _Scope) -> _Ref | None:
+        """`super()` / `super(C, self)` in a method of an own class deriving from an engine class: the
+        engine class (its attributes and functions are the engine's)."""
+        cls = self._enclosing_class(scope)
+        if node.args:
+            r = self.resolve(node.args[0], scope)
+            cls = r.qualname if r is not None and r.origin == "own" and r.qualname in self.classes else None
+        if cls is None:
+            return None
+        bases = self._engine_bases(cls)
+        if bases:
+            return _Ref("import", bases[0])
+        for node_, outer in self.classes.get(cls, []):  # a base another own module binds (a re-export)
+            for b in node_.bases:
+                r = self.resolve(b, outer)
+                if r is not None and r.origin == "import" and self.is_own(r.qualname) and \
+                        not r.qualname.startswith(self._this_module() + "."):
+                    return r
+        return None
+
     def _getter_call(self, node: ast.Call, scope: _Scope) -> _Ref | None:
         """`operator.attrgetter("a.b")(obj)` / `itemgetter(k)(obj)`: the attribute or item of obj."""
-        if not isinstance(node.func, ast.Call) or not node.args:
+        if not isinstance(node.func, ast.Call):
             return None
         maker = self.resolve(node.func.func, scope)
+        if maker is not None and maker.qualname in ("weakref.ref", "weakref.WeakMethod") and node.func.args \
+                and not node.args:
+            return self.resolve(node.func.args[0], scope)  # weakref.ref(x)() is x
+        if not node.args:
+            return None
         if maker is None or maker.qualname not in ("operator.attrgetter", "operator.itemgetter"):
             return None
         base = self.resolve(node.args[0], scope)
@@ -1337,6 +1548,8 @@ class Resolver:
                 t = self.tainted(r)
                 if t is not None:
                     return t
+                if r is not None and r.origin == "own" and r.qualname in self.functions:
+                    local = r  # a function it returns (`f()()` runs it)
         return local
 
     def _is_relative_load(self, node: ast.Call) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 from fasttrack.confinement.escapes.common import (
     _BUILTIN_NAMES,
@@ -167,14 +167,30 @@ _Handler = Callable[[ast.AST, "_Scope", bool], None]
 Signatures = Callable[[str, str], "tuple[str, ...] | None"]
 
 
+class CrossModules(Protocol):
+    """What the names of the contribution's other modules refer to (cross_module.py): consulted when a
+    name imported from one of them is resolved, and when a function of one of them is called."""
+
+    def member(self, qualname: str, here: str | None) -> _Ref | None:
+        """The foreign object the own dotted name `qualname` is (a re-export, a class attribute, a module
+        global holding one), or None when it is the contribution's own (or not one the summary reads).
+        `here`: the asking file's module (its own names are its own resolver's)."""
+
+    def call(self, qualname: str, node: ast.Call, scope: _Scope, caller: Resolver) -> _Ref | None:
+        """The foreign object a call `node` (in `caller`) of the own function `qualname` of another
+        module returns, or None."""
+
+
 class Resolver:
     """Bindings, scopes and what expressions refer to, for one parsed file."""
 
     def __init__(self, tree: ast.Module, path: str, own_packages: set[str], module: str | None,
                  is_package: bool, own_op_namespaces: set[str], settings: EscapesSpec,
                  exec_depth: int, foreign_op_namespaces: frozenset[str] = frozenset(),
-                 signatures: Signatures | None = None) -> None:
+                 signatures: Signatures | None = None, cross: CrossModules | None = None) -> None:
         self.tree = tree
+        # the contribution's other modules (cross_module.py): what the names imported from them are
+        self.cross = cross
         # the positional parameters of an engine class's method (engine_signatures.py), None: unknown
         self.signatures = signatures
         self.path = path
@@ -760,11 +776,19 @@ class Resolver:
             return None  # a cycle (x = x.y): no further information
         self._resolving.add(key)
         try:
-            ref = self._resolve(node, scope)
+            ref = self._cross_ref(self._resolve(node, scope))
         finally:
             self._resolving.discard(key)
         self._memo[key] = (node, ref)
         return ref
+
+    def _cross_ref(self, ref: _Ref | None) -> _Ref | None:
+        """An own dotted name of another of the contribution's modules is what that module binds it to:
+        the engine's object when it re-exports one (a global, a class attribute holding it)."""
+        if self.cross is None or ref is None or ref.origin != "import" or ref.elements or \
+                not self.is_own(ref.qualname):
+            return ref
+        return self.cross.member(ref.qualname, self.module) or ref
 
     def _resolve_name(self, name: str, scope: _Scope, reach: frozenset[int] | None = None) -> _Ref | None:
         # One answer per (scope, name, reaching sites); memoised, which also keeps a name with many
@@ -812,7 +836,7 @@ class Resolver:
         refs: list[_Ref] = []
         for b in bindings:
             if isinstance(b, _Import):
-                refs.append(_Ref("import", b.qualname))
+                refs.append(self._cross_ref(_Ref("import", b.qualname)) or _LOCAL_REF)
             elif isinstance(b, _Own):
                 refs.append(_Ref("own", b.qualname))
             elif isinstance(b, _Alias):
@@ -1279,6 +1303,10 @@ class Resolver:
         if callee is None or callee.origin != "import":
             return _LOCAL_REF
         q = callee.qualname
+        if self.cross is not None and self.is_own(q):
+            returned = self.cross.call(q, node, scope, self)  # a function of another own module
+            if returned is not None:
+                return returned
         first = _arg(node, 0, "name", "o", "object")
         if q.startswith("<"):
             return _Ref("import", f"{q}()")  # called through __subclasses__, __globals__, ...

@@ -72,7 +72,7 @@ class OwnModuleSummary:
                 tree = ast.parse(got[0])
                 resolver = Resolver(tree, f"<{module}>", self._own, module, got[1], self._ops, self._settings,
                                     0, signatures=self._signatures, cross=self)
-                resolver.bind_all()
+                resolver.bind_all(order=False)  # statement order: precision the summary does without
             except (SyntaxError, ValueError, RecursionError):
                 resolver = None
         self._resolvers[module] = resolver

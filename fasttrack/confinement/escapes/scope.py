@@ -275,10 +275,11 @@ class Resolver:
         base = parts[: len(parts) - (level - 1)]
         return ".".join(base + ([module] if module else []))
 
-    def bind_all(self) -> None:
+    def bind_all(self, order: bool = True) -> None:
         """One pass over the tree: bind every name in its scope (Python's rules: functions, lambdas,
         classes and comprehensions have their own) and collect the nodes the check pass judges, with
-        the scope they run in and whether they run when the module is imported."""
+        the scope they run in and whether they run when the module is imported. `order`: also which
+        binding reaches each use inside functions (without it every binding does: coarser, never laxer)."""
         self.scopes[self.tree] = self.module_scope
         stack: list[tuple[ast.AST, _Scope, bool]] = [
             (n, self.module_scope, True) for n in reversed(self.tree.body)]
@@ -290,7 +291,8 @@ class Resolver:
                 handler(node, scope, import_time)
             else:
                 self._push_children(node, scope, import_time)
-        self._order_functions()
+        if order:
+            self._order_functions()
 
     def _order_functions(self) -> None:
         """Which binding reaches each use of a function's own names (statement order; flow.py)."""
@@ -1208,8 +1210,10 @@ class Resolver:
             member = self._this_module_member(base, node.attr)
             if member is not None:
                 return member
-            if base.origin == "own" and base.qualname in self.classes:
-                stored = self._stored_attr(node.attr)  # a class attribute holding an engine object
+            if base.origin == "own" and (base.qualname in self.classes or
+                                         base.qualname.rpartition(".")[0] in self.classes):
+                # a class attribute holding an engine object (also of a nested class: `H.Inner.t`)
+                stored = self._stored_attr(node.attr)
                 if stored is not None:
                     return stored
             return _Ref(base.origin, f"{base.qualname}.{node.attr}")

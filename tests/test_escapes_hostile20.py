@@ -72,6 +72,21 @@ ATTACKS: list[tuple[str, str]] = [
      "x = None\ndef f():\n    global x\n    x = L\ndef h():\n    x.forward = None  # <-\n"),
     ("min-with-a-key", "max([L], key=id).forward = None  # <-\n"),
     ("dict-values", "d = {'a': L}\nfor v in d.values():\n    v.forward = None  # <-\n"),
+    # NEW (esc20b; was a strict xfail of review 20): a yield expression's value is what `.send()` passes
+    ("generator-send",
+     "def g():\n    x = yield\n    x.forward = None  # <-\ngen = g()\nnext(gen)\ngen.send(L)\n"),
+    ("generator-send-with-a-yielded-value",
+     "def g():\n    x = yield 1\n    x.forward = None  # <-\ngen = g()\nnext(gen)\ngen.send(m.X)\n"),
+    ("generator-send-from-a-method", "class C:\n    def __init__(self):\n        self.gen = self.g()\n"
+     "    def g(self):\n        while True:\n            x = (yield)\n            setattr(x, 'forward', None)  # <-\n"
+     "    def f(self):\n        self.gen.send(L)\n"),
+    ("async-generator-asend", "async def g():\n    x = yield\n    x.forward = None  # <-\n"
+     "async def f():\n    a = g()\n    await a.asend(None)\n    await a.asend(L)\n"),
+    ("generator-throw-carries-the-engine-class",
+     "def g():\n    try:\n        yield\n    except ValueError as e:\n        e.args[0].forward = None  # <-\n"
+     "gen = g()\nnext(gen)\ngen.throw(ValueError(L))\n"),
+    ("generator-send-of-a-container", "def g():\n    xs = yield\n    xs[0].forward = None  # <-\n"
+     "gen = g()\nnext(gen)\ngen.send([L])\n"),
     ("nested-class-attribute",  # NEW (esc20b): `H.Inner` is no class of `self.classes` by that name
      "class H:\n    class Inner:\n        t = L\nH.Inner.t.forward = None  # <-\n"),
     # -- this module's own namespace as a way back to the engine objects it imported --------------------
@@ -240,6 +255,8 @@ HONEST: list[tuple[str, str]] = [
     ("callbacks-over-own-objects", "list(filter(lambda c: setattr(c, 't', 1), [K()]))\n"
      "sorted([K()], key=lambda c: setattr(c, 't', 1))\nlist(map(lambda c: setattr(c, 't', 1), [K()]))\n"),
     ("super-of-an-own-base", "class B:\n    t = K\nclass C(B):\n    def f(self):\n        super().t.x = 1\n"),
+    ("generator-send-of-own-objects", "def g():\n    x = yield\n    x.t = 1\ngen = g()\nnext(gen)\n"
+     "gen.send(K())\ngen.send(K)\nclass Pipe:\n    def send(self, b):\n        pass\nPipe().send(b'x')\n"),
     ("nested-class-attribute-of-own", "class H:\n    class Inner:\n        t = K\nH.Inner.t.x = 1\nH.Inner.u = 1\n"),
 ]
 
@@ -264,11 +281,11 @@ def test_honest_twin_is_clean(src: str) -> None:
 
 
 OPEN: list[tuple[str, str, str]] = [
-    ("generator-send",
-     "def g():\n    x = yield\n    x.forward = None  # <-\ngen = g()\nnext(gen)\ngen.send(L)\n",
-     "a yield expression's value is what `.send()` passes in: send is not linked to the generator"),
+    ("generator-send-in-a-computed-call",
+     "def g():\n    x = yield\n    x.forward = None  # <-\ngen = g()\nnext(gen)\ngetattr(gen, 'se' + 'nd')(L)\n",
+     "`.send()` is found by its attribute name: a computed name (getattr, a bound method stored first) is "
+     "not linked to the yield expressions"),
 ]
-
 
 @pytest.mark.parametrize("src", [
     pytest.param(o[1], id=o[0], marks=pytest.mark.xfail(strict=True, reason=o[2])) for o in OPEN])
@@ -376,6 +393,12 @@ CROSS: list[tuple[str, dict[str, str], str]] = [
     ("unparseable-module", {"holder.py": "def get(:\n"}, "from .holder import get\nget().forward = None  # <-\n"),
 ]
 CROSS_OPEN: list[tuple[str, dict[str, str], str, str]] = [
+    ("generator-of-another-module-sent-the-engine-class",
+     {"holder.py": "def g():\n    x = yield\n    x.forward = None\n"},
+     "from .layers import AttentionImpl\nfrom .holder import g\ngen = g()\nnext(gen)\n"
+     "gen.send(AttentionImpl)  # <-\n",
+     "`.send()` is linked to the yield expressions of its own file only: another module's generator "
+     "writing through what it is sent is not a helper writing through a parameter"),
     ("class-attribute-through-an-instance", {}, "from .holder import Holder\nHolder().t.forward = None  # <-\n",
      "an instance of another own module's class is a local object: its class attributes are not read"),
     ("class-attribute-of-a-subclass", {}, "from .holder import Holder\nclass S(Holder):\n    pass\n"

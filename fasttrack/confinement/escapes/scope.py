@@ -241,6 +241,9 @@ class Resolver:
         self.item_stores: dict[str, list[tuple[ast.expr, _Scope]]] = {}
         # what `raise` statements of this file raise (an `except ... as e` may catch any of them)
         self.raised: list[tuple[ast.expr, _Scope]] = []
+        # what `.send(v)` / `.asend(v)` calls of this file pass (the value of any `yield` expression here:
+        # flow-, scope- and receiver-insensitive, like item_stores)
+        self.sent: list[tuple[ast.expr, _Scope]] = []
         # `C[x]` loads: an own class's `__class_getitem__(x)` runs (linked as own calls by the analyser)
         self.subscript_loads: list[tuple[ast.Subscript, _Scope, bool]] = []
         # a function installed as a method: (the class: its dotted name for a class-body assignment, else the
@@ -662,6 +665,13 @@ class Resolver:
                 node.func.attr in ("update", "setdefault", "__setitem__") and \
                 _namespace_of(node.func.value) is not None:
             self._note_namespace_stores(node, scope)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                node.func.attr in ("send", "asend"):
+            self.sent.extend((a.value if isinstance(a, ast.Starred) else a, scope) for a in node.args)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                node.func.attr in ("throw", "athrow"):
+            # `gen.throw(exc)` raises exc inside the generator: an `except ... as e` there may catch it
+            self.raised.extend((a.value if isinstance(a, ast.Starred) else a, scope) for a in node.args)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
                 node.func.attr in _FILLERS:
             self._note_item_store(node.func.value, [*node.args, *(k.value for k in node.keywords)], scope)
@@ -1245,6 +1255,10 @@ class Resolver:
             return _Ref(base.origin, f"{base.qualname}[{key!r}]" if key else f"{base.qualname}[...]")
         if isinstance(node, ast.Call):
             return self._resolve_call(node, scope)
+        if isinstance(node, ast.Yield):
+            # `x = yield`: what some `.send(v)` of this file passes in (fail closed: any of them)
+            sent = (self.tainted(self.resolve(v, sc)) for v, sc in self.sent)
+            return next((t for t in sent if t is not None), _LOCAL_REF)
         if isinstance(node, ast.NamedExpr | ast.Await):
             return self.resolve(node.value, scope)  # `await c`: what the coroutine returns
         if isinstance(node, ast.List | ast.Tuple | ast.Set):

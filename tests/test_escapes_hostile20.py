@@ -78,12 +78,14 @@ ATTACKS: list[tuple[str, str]] = [
     ("generator-send-with-a-yielded-value",
      "def g():\n    x = yield 1\n    x.forward = None  # <-\ngen = g()\nnext(gen)\ngen.send(m.X)\n"),
     ("generator-send-from-a-method", "class C:\n    def __init__(self):\n        self.gen = self.g()\n"
-     "    def g(self):\n        while True:\n            x = (yield)\n            setattr(x, 'forward', None)  # <-\n"
+     "    def g(self):\n        while True:\n            x = (yield)\n"
+     "            setattr(x, 'forward', None)  # <-\n"
      "    def f(self):\n        self.gen.send(L)\n"),
     ("async-generator-asend", "async def g():\n    x = yield\n    x.forward = None  # <-\n"
      "async def f():\n    a = g()\n    await a.asend(None)\n    await a.asend(L)\n"),
     ("generator-throw-carries-the-engine-class",
-     "def g():\n    try:\n        yield\n    except ValueError as e:\n        e.args[0].forward = None  # <-\n"
+     "def g():\n    try:\n        yield\n    except ValueError as e:\n"
+     "        e.args[0].forward = None  # <-\n"
      "gen = g()\nnext(gen)\ngen.throw(ValueError(L))\n"),
     ("generator-send-of-a-container", "def g():\n    xs = yield\n    xs[0].forward = None  # <-\n"
      "gen = g()\nnext(gen)\ngen.send([L])\n"),
@@ -257,7 +259,8 @@ HONEST: list[tuple[str, str]] = [
     ("super-of-an-own-base", "class B:\n    t = K\nclass C(B):\n    def f(self):\n        super().t.x = 1\n"),
     ("generator-send-of-own-objects", "def g():\n    x = yield\n    x.t = 1\ngen = g()\nnext(gen)\n"
      "gen.send(K())\ngen.send(K)\nclass Pipe:\n    def send(self, b):\n        pass\nPipe().send(b'x')\n"),
-    ("nested-class-attribute-of-own", "class H:\n    class Inner:\n        t = K\nH.Inner.t.x = 1\nH.Inner.u = 1\n"),
+    ("nested-class-attribute-of-own",
+     "class H:\n    class Inner:\n        t = K\nH.Inner.t.x = 1\nH.Inner.u = 1\n"),
 ]
 
 
@@ -282,7 +285,8 @@ def test_honest_twin_is_clean(src: str) -> None:
 
 OPEN: list[tuple[str, str, str]] = [
     ("generator-send-in-a-computed-call",
-     "def g():\n    x = yield\n    x.forward = None  # <-\ngen = g()\nnext(gen)\ngetattr(gen, 'se' + 'nd')(L)\n",
+     "def g():\n    x = yield\n    x.forward = None  # <-\ngen = g()\nnext(gen)\n"
+     "getattr(gen, 'se' + 'nd')(L)\n",
      "`.send()` is found by its attribute name: a computed name (getattr, a bound method stored first) is "
      "not linked to the yield expressions"),
 ]
@@ -376,7 +380,8 @@ CROSS: list[tuple[str, dict[str, str], str]] = [
     ("two-hop-function", {"third.py": LAYERS + "def get():\n    return AttentionImpl\n",
                           "holder.py": "from .third import get as g3\ndef get():\n    return g3()\n"},
      "from .holder import get\nget().forward = None  # <-\n"),
-    ("getattr-of-the-module-then-called", {}, "from . import holder\ngetattr(holder, 'get')().forward = None  # <-\n"),
+    ("getattr-of-the-module-then-called", {},
+     "from . import holder\ngetattr(holder, 'get')().forward = None  # <-\n"),
     ("returned-then-stored", {}, "from .holder import get\ndef f():\n    c = get()\n"
      "    setattr(c, 'forward', None)  # <-\n"),
     # a class attribute of another own module's class
@@ -390,7 +395,8 @@ CROSS: list[tuple[str, dict[str, str], str]] = [
     # fail closed: an import cycle, a module that does not parse
     ("import-cycle", {"a.py": "from .b import E\n", "b.py": "from .a import E\n"},
      "from .a import E\nE.forward = None  # <-\n"),
-    ("unparseable-module", {"holder.py": "def get(:\n"}, "from .holder import get\nget().forward = None  # <-\n"),
+    ("unparseable-module", {"holder.py": "def get(:\n"},
+     "from .holder import get\nget().forward = None  # <-\n"),
 ]
 CROSS_OPEN: list[tuple[str, dict[str, str], str, str]] = [
     ("generator-of-another-module-sent-the-engine-class",
@@ -399,7 +405,8 @@ CROSS_OPEN: list[tuple[str, dict[str, str], str, str]] = [
      "gen.send(AttentionImpl)  # <-\n",
      "`.send()` is linked to the yield expressions of its own file only: another module's generator "
      "writing through what it is sent is not a helper writing through a parameter"),
-    ("class-attribute-through-an-instance", {}, "from .holder import Holder\nHolder().t.forward = None  # <-\n",
+    ("class-attribute-through-an-instance", {},
+     "from .holder import Holder\nHolder().t.forward = None  # <-\n",
      "an instance of another own module's class is a local object: its class attributes are not read"),
     ("class-attribute-of-a-subclass", {}, "from .holder import Holder\nclass S(Holder):\n    pass\n"
      "S.t.forward = None  # <-\n",

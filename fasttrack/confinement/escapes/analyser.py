@@ -256,7 +256,7 @@ def _analyse(source: str, path: str, own_packages: set[str], module: str | None,
              foreign_op_namespaces: frozenset[str] = frozenset(),
              signatures: Signatures | None = None, cross: CrossModules | None = None) -> FileFacts:
     try:
-        tree = ast.parse(source, filename=path)
+        tree = cross.parse(source) if cross is not None and exec_depth == 0 else ast.parse(source, filename=path)
     except (SyntaxError, ValueError) as exc:
         line = getattr(exc, "lineno", None) or 1
         msg = getattr(exc, "msg", None) or str(exc)

@@ -42,6 +42,14 @@ class OwnModuleSummary:
         self._resolvers: dict[str, Resolver | None] = {}
         self._members: dict[str, _Ref | None] = {}
         self._busy: set[tuple[str, str]] = set()
+        self._trees: dict[str, ast.Module] = {}  # source text -> its tree (the analysis of a file shares it)
+
+    def parse(self, source: str) -> ast.Module:
+        """`ast.parse(source)`, once per text (raises like it). Resolvers only read the tree."""
+        tree = self._trees.get(source)
+        if tree is None:
+            tree = self._trees[source] = ast.parse(source)
+        return tree
 
     def _module(self, name: str) -> tuple[str | None, bool] | None:
         if name not in self._modules:
@@ -69,7 +77,7 @@ class OwnModuleSummary:
         resolver: Resolver | None = None
         if got is not None and got[0] is not None:
             try:
-                tree = ast.parse(got[0])
+                tree = self.parse(got[0])
                 resolver = Resolver(tree, f"<{module}>", self._own, module, got[1], self._ops, self._settings,
                                     0, signatures=self._signatures, cross=self)
                 resolver.bind_all(order=False)  # statement order: precision the summary does without

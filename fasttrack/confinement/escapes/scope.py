@@ -176,6 +176,9 @@ class CrossModules(Protocol):
         global holding one), or None when it is the contribution's own (or not one the summary reads).
         `here`: the asking file's module (its own names are its own resolver's)."""
 
+    def parse(self, source: str) -> ast.Module:
+        """The tree of a module's text, shared with the summary's own reading of it."""
+
     def call(self, qualname: str, node: ast.Call, scope: _Scope, caller: Resolver) -> _Ref | None:
         """The foreign object a call `node` (in `caller`) of the own function `qualname` of another
         module returns, or None."""

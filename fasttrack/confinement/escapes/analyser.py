@@ -256,7 +256,9 @@ def _analyse(source: str, path: str, own_packages: set[str], module: str | None,
              foreign_op_namespaces: frozenset[str] = frozenset(),
              signatures: Signatures | None = None, cross: CrossModules | None = None) -> FileFacts:
     try:
-        tree = cross.parse(source) if cross is not None and exec_depth == 0 else ast.parse(source, filename=path)
+        # the summary of the contribution's modules reads this file's tree too: parsed once
+        tree = cross.parse(source) if cross is not None and exec_depth == 0 else \
+            ast.parse(source, filename=path)
     except (SyntaxError, ValueError) as exc:
         line = getattr(exc, "lineno", None) or 1
         msg = getattr(exc, "msg", None) or str(exc)

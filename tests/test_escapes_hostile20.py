@@ -390,6 +390,15 @@ CROSS: list[tuple[str, dict[str, str], str]] = [
     ("through-the-module", {}, "from . import holder\nholder.Holder.t.forward = None  # <-\n"),
     ("nested-class", {"holder.py": LAYERS + "class Holder:\n    class Inner:\n        t = AttentionImpl\n"},
      "from .holder import Holder\nHolder.Inner.t.forward = None  # <-\n"),
+    # NEW (esc20b): an instance of another module's class, an own subclass of it, an attribute its
+    # __init__ stores on self
+    ("class-attribute-through-an-instance", {},
+     "from .holder import Holder\nHolder().t.forward = None  # <-\n"),
+    ("class-attribute-of-a-subclass", {}, "from .holder import Holder\nclass S(Holder):\n    pass\n"
+     "S.t.forward = None  # <-\n"),
+    ("attribute-set-in-another-module-init", {"holder.py": LAYERS + "class Holder:\n    def __init__(self):\n"
+                                              "        self.impl = AttentionImpl\n"},
+     "from .holder import Holder\nh = Holder()\nh.impl.forward = None  # <-\n"),
     ("getattr-of-the-module-two-hop", {"third.py": THIRD, "holder.py": "from . import third\n"},
      "from .holder import third\ngetattr(third, 'E').forward = None  # <-\n"),
     # fail closed: an import cycle, a module that does not parse
@@ -405,12 +414,6 @@ CROSS_OPEN: list[tuple[str, dict[str, str], str, str]] = [
      "gen.send(AttentionImpl)  # <-\n",
      "`.send()` is linked to the yield expressions of its own file only: another module's generator "
      "writing through what it is sent is not a helper writing through a parameter"),
-    ("class-attribute-through-an-instance", {},
-     "from .holder import Holder\nHolder().t.forward = None  # <-\n",
-     "an instance of another own module's class is a local object: its class attributes are not read"),
-    ("class-attribute-of-a-subclass", {}, "from .holder import Holder\nclass S(Holder):\n    pass\n"
-     "S.t.forward = None  # <-\n",
-     "an own class's attribute inherited from another own module's class is not read"),
 ]
 # honest twins: other own modules returning, holding and re-exporting the contribution's own objects
 OWN_THINGS = ("import torch\nclass Own:\n    pass\nclass M(torch.nn.Module):\n    pass\n"
@@ -422,7 +425,9 @@ CROSS_HONEST = ("from .holder import get, get_m, get_fn, ident, Holder, D, XS, O
                 "Holder.t.x = 1\nHolder.m.forward = None\nHolder.Inner.t.x = 1\nD['a'].x = 1\n"
                 "XS[0].forward = None\nx = [Own, M]\nx[0].y = 1\nx[1].forward = None\n"
                 "getattr(holder, 'get')().x = 1\nholder.Holder.t.x = 1\nfor c in (Own, M):\n    c.z = 1\n"
-                "class S(M):\n    def forward(self, t):\n        return t\nS.extra = 1\n")
+                "class S(M):\n    def forward(self, t):\n        return t\nS.extra = 1\n"
+                "Holder().t.x = 1\nHolder().m.forward = None\nclass S2(Holder):\n    pass\nS2.t.x = 1\n"
+                "h = Holder()\nh.own = 1\nh.t.y = 1\n")
 
 
 def _cross_errors(tmp_path: Path, policy: Policy, extra: dict[str, str], src: str,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable
 
-from fasttrack.confinement.escapes.scope import _SEP, Resolver, Signatures, _Ref, _Scope
+from fasttrack.confinement.escapes.scope import _INSTANCE, _SEP, Resolver, Signatures, _Ref, _Scope
 from fasttrack.policy import EscapesSpec
 
 # dotted module -> (its text, None when it cannot be read; whether it is a package's __init__), or None
@@ -143,6 +143,8 @@ class OwnModuleSummary:
         key = ("call", qualname)
         if key in self._busy:
             return _failed(f"{qualname}()", "its own modules call it in a cycle")
+        if qualname in r.classes:  # an instance: its attributes are what the class's are (`member`)
+            return _Ref("local", f"{_INSTANCE}{qualname}>")
         self._busy.add(key)
         try:
             for fn in r.functions.get(qualname, []):

@@ -1216,9 +1216,14 @@ class Resolver:
                 if filled:
                     return _Ref("local", "<container>", filled)
                 if base.qualname.startswith(_INSTANCE):
-                    keys = self._method_keys(base.qualname[len(_INSTANCE):-1], [node.attr])
+                    cls = base.qualname[len(_INSTANCE):-1]
+                    keys = self._method_keys(cls, [node.attr])
                     if keys:
                         return self._method_value(keys[0])
+                    # an instance of another own module's class: what that class's attribute is
+                    held = self.cross.member(f"{cls}.{node.attr}", self.module) if self.cross else None
+                    if held is not None:
+                        return held
                 return _LOCAL_REF
             member = self._this_module_member(base, node.attr)
             if member is not None:
@@ -1229,6 +1234,11 @@ class Resolver:
                 stored = self._stored_attr(node.attr)
                 if stored is not None:
                     return stored
+                if self.cross is not None and base.qualname in self.classes:
+                    for b in self._own_import_bases(base.qualname):  # inherited from another own module
+                        held = self.cross.member(f"{b}.{node.attr}", self.module)
+                        if held is not None:
+                            return held
             return _Ref(base.origin, f"{base.qualname}.{node.attr}")
         if isinstance(node, ast.Subscript):
             base = self.resolve(node.value, scope)

@@ -194,6 +194,7 @@ class Resolver:
         self.tree = tree
         # the contribution's other modules (cross_module.py): what the names imported from them are
         self.cross = cross
+        self.reexported: dict[str, str] = {}  # a foreign object -> the own name this file reached it by
         # the positional parameters of an engine class's method (engine_signatures.py), None: unknown
         self.signatures = signatures
         self.path = path
@@ -803,7 +804,12 @@ class Resolver:
         if self.cross is None or ref is None or ref.origin != "import" or ref.elements or \
                 not self.is_own(ref.qualname):
             return ref
-        return self.cross.member(ref.qualname, self.module) or ref
+        got = self.cross.member(ref.qualname, self.module)
+        if got is None:
+            return ref
+        if got.origin == "import":
+            self.reexported.setdefault(got.qualname, ref.qualname)  # named in the report of a write
+        return got
 
     def _resolve_name(self, name: str, scope: _Scope, reach: frozenset[int] | None = None) -> _Ref | None:
         # One answer per (scope, name, reaching sites); memoised, which also keeps a name with many
@@ -1651,6 +1657,10 @@ class Resolver:
             return
         self._found.add(key)
         message = message.replace(f"`{ENGINE_PARAM}.", "`")
+        via = next((k for k in sorted(self.reexported, key=len, reverse=True) if target and (
+            target == k or target.startswith((k + ".", k + "[")))), None)
+        if via is not None:
+            message += f" (`{via}` is `{self.reexported[via]}`, re-exported by the contribution's module)"
         self.facts.escapes.append(Escape(code=code, line=line, col=col, message=message,
                                          severity=severity, target=target, path=self.path,
                                          context=self._context(node), lenient=lenient))

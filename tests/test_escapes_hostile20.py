@@ -83,6 +83,9 @@ ATTACKS: list[tuple[str, str]] = [
      "    def f(self):\n        self.gen.send(L)\n"),
     ("async-generator-asend", "async def g():\n    x = yield\n    x.forward = None  # <-\n"
      "async def f():\n    a = g()\n    await a.asend(None)\n    await a.asend(L)\n"),
+    ("generator-send-in-a-computed-call",  # NEW (esc20b): getattr with a computed name may be send
+     "def g():\n    x = yield\n    x.forward = None  # <-\ngen = g()\nnext(gen)\n"
+     "getattr(gen, 'se' + 'nd')(L)\n"),
     ("generator-throw-carries-the-engine-class",
      "def g():\n    try:\n        yield\n    except ValueError as e:\n"
      "        e.args[0].forward = None  # <-\n"
@@ -284,11 +287,10 @@ def test_honest_twin_is_clean(src: str) -> None:
 
 
 OPEN: list[tuple[str, str, str]] = [
-    ("generator-send-in-a-computed-call",
-     "def g():\n    x = yield\n    x.forward = None  # <-\ngen = g()\nnext(gen)\n"
-     "getattr(gen, 'se' + 'nd')(L)\n",
-     "`.send()` is found by its attribute name: a computed name (getattr, a bound method stored first) is "
-     "not linked to the yield expressions"),
+    ("generator-send-through-a-stored-bound-method",
+     "def g():\n    x = yield\n    x.forward = None  # <-\ngen = g()\nnext(gen)\ns = gen.send\ns(L)\n",
+     "`.send()` is found by its attribute name where it is called: a bound method stored first is not "
+     "linked to the yield expressions"),
 ]
 
 @pytest.mark.parametrize("src", [

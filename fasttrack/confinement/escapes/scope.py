@@ -669,8 +669,8 @@ class Resolver:
                 node.func.attr in ("update", "setdefault", "__setitem__") and \
                 _namespace_of(node.func.value) is not None:
             self._note_namespace_stores(node, scope)
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
-                node.func.attr in ("send", "asend"):
+        if isinstance(node, ast.Call) and ((isinstance(node.func, ast.Attribute) and node.func.attr in (
+                "send", "asend")) or self._computed_getattr(node.func, ("send", "asend"))):
             self.sent.extend((a.value if isinstance(a, ast.Starred) else a, scope) for a in node.args)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
                 node.func.attr in ("throw", "athrow"):
@@ -680,6 +680,15 @@ class Resolver:
                 node.func.attr in _FILLERS:
             self._note_item_store(node.func.value, [*node.args, *(k.value for k in node.keywords)], scope)
         self._push_children(node, scope, import_time)
+
+    @staticmethod
+    def _computed_getattr(func: ast.expr, names: tuple[str, ...]) -> bool:
+        """`getattr(x, name)` (as written) with one of `names` or a name computed at run time."""
+        if not (isinstance(func, ast.Call) and isinstance(func.func, ast.Name) and func.func.id == "getattr"
+                and len(func.args) >= 2):
+            return False
+        name = _dotted_literal(func.args[1])
+        return name is None or name in names
 
     def _note_item_store(self, receiver: ast.expr, values: Sequence[ast.expr], scope: _Scope) -> None:
         """`xs.append(v)`, `d[k] = v`, `self.q.put(v)`: the container named `xs` / `.q` now holds v."""

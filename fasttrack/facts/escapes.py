@@ -32,6 +32,7 @@ from fasttrack.confinement.escapes import (
     module_name_for,
     state_like_receiver,
 )
+from fasttrack.confinement.escapes.cross_module import ModuleReader, OwnModuleSummary
 from fasttrack.confinement.harness_reach import Reach, find_reach, new_reach
 from fasttrack.confinement.source_text import SourceProblem, decode_python_source, read_python_source
 from fasttrack.context import Context
@@ -227,8 +228,24 @@ def own_modules(ctx: Context) -> OwnModules | None:
     return out
 
 
+def _module_reader(ctx: Context, own: set[str], texts: OwnModules | None) -> ModuleReader:
+    """The text of one of the contribution's modules by dotted name (None: not one of them): the
+    contribution's files in contribution mode (`own_modules`), the head tree's own packages in range mode."""
+    if texts is not None:
+        return texts.get
+
+    def read(module: str) -> tuple[str | None, bool] | None:
+        path = _own_module_file(ctx, own, module)
+        if path is None:
+            return None
+        small = path.stat().st_size <= MAX_BASE_BYTES
+        text = decode_python_source(path.read_bytes(), str(path)) if small else None
+        return (text if isinstance(text, str) else None), path.name == "__init__.py"
+    return read
+
+
 def _analyse_file(ctx: Context, change: Change, own: _Ownership, is_test: bool,
-                  signatures: Signatures | None) -> FileEscapes:
+                  signatures: Signatures | None, cross: OwnModuleSummary | None = None) -> FileEscapes:
     module = module_of(ctx, change.path)
     text = read_python_source(ctx.head_dir, change.path)  # the text Python runs (cookie, symlinks on disk)
     if isinstance(text, SourceProblem):
@@ -242,7 +259,7 @@ def _analyse_file(ctx: Context, change: Change, own: _Ownership, is_test: bool,
     def analyse(source: str) -> FileFacts:
         return analyse_source(source, change.path, own.packages, module=module,
                               own_op_namespaces=own.op_namespaces, foreign_op_namespaces=foreign_ops,
-                              settings=ctx.policy.escapes, signatures=signatures)
+                              settings=ctx.policy.escapes, signatures=signatures, cross=cross)
 
     facts = analyse(text)
     old: dict[int, int] = {}
@@ -427,16 +444,19 @@ class EscapeAnalysis:
         scope = _Ownership(own_packages(ctx), own_op_namespaces(ctx))
         tests = pathspec.GitIgnoreSpec.from_lines(ctx.policy.escapes.test_paths)
         out: list[FileEscapes] = []
+        texts = own_modules(ctx)
         signatures = signatures_for(ctx.head_dir, ctx.policy.blast_radius.root_package, ctx.policy.engine,
-                                    ctx.policy.engine_version, own_modules(ctx),
-                                    tuple(sorted(scope.packages)))
+                                    ctx.policy.engine_version, texts, tuple(sorted(scope.packages)))
+        # one summary of the contribution's modules for every file (each module is read once)
+        cross = OwnModuleSummary(_module_reader(ctx, scope.packages, texts), scope.packages,
+                                 ctx.policy.escapes, scope.op_namespaces, signatures)
         for change in ctx.changes:
             if change.status not in ANALYSED or not change.path.endswith(".py"):
                 continue
             if change.is_submodule:
                 continue  # the path rules judge submodules; a .py symlink is analysed as its target's text
             is_test = tests.match_file(change.path) or tests.match_file(ctx.engine_paths.get(change.path, ""))
-            out.append(_analyse_file(ctx, change, scope, bool(is_test), signatures))
+            out.append(_analyse_file(ctx, change, scope, bool(is_test), signatures, cross))
         extra = _helper_escapes(out)
         for path, more in _reexport_escapes(ctx, scope.packages, out).items():
             extra.setdefault(path, []).extend(more)

@@ -30,6 +30,7 @@ from fasttrack.confinement.escapes.global_state import GlobalStateChecks
 from fasttrack.confinement.escapes.monkeypatch import MonkeypatchChecks
 from fasttrack.confinement.escapes.registries import RegistryChecks
 from fasttrack.confinement.escapes.scope import (
+    CrossModules,
     Signatures,
     _Ref,
     _Scope,
@@ -234,7 +235,7 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
 
     def _nested(self, source: str) -> FileFacts:
         return _analyse(source, self.path, self.own_packages, self.module, self.is_package, self.own_ops,
-                        self.settings, self.exec_depth + 1, self.foreign_ops, self.signatures)
+                        self.settings, self.exec_depth + 1, self.foreign_ops, self.signatures, self.cross)
 
     def _check_partial(self, node: ast.Call, scope: _Scope, import_time: bool) -> None:
         """`functools.partial(f, *a, **kw)` is judged as the call `f(*a, **kw)` it prepares."""
@@ -253,9 +254,11 @@ _CALLBACK_KEY = frozenset({"builtins.sorted", "builtins.min", "builtins.max", "i
 def _analyse(source: str, path: str, own_packages: set[str], module: str | None, is_package: bool,
              own_op_namespaces: set[str], settings: EscapesSpec, exec_depth: int,
              foreign_op_namespaces: frozenset[str] = frozenset(),
-             signatures: Signatures | None = None) -> FileFacts:
+             signatures: Signatures | None = None, cross: CrossModules | None = None) -> FileFacts:
     try:
-        tree = ast.parse(source, filename=path)
+        # the summary of the contribution's modules reads this file's tree too: parsed once
+        tree = cross.parse(source) if cross is not None and exec_depth == 0 else \
+            ast.parse(source, filename=path)
     except (SyntaxError, ValueError) as exc:
         line = getattr(exc, "lineno", None) or 1
         msg = getattr(exc, "msg", None) or str(exc)
@@ -266,7 +269,7 @@ def _analyse(source: str, path: str, own_packages: set[str], module: str | None,
         return FileFacts(escapes=[Escape(UNPARSEABLE, 1, "is nested too deeply to parse, so it cannot be "
                                          "checked for escapes", path=path)])
     analyser = Analyser(tree, path, own_packages, module, is_package, own_op_namespaces, settings,
-                         exec_depth, foreign_op_namespaces, signatures)
+                         exec_depth, foreign_op_namespaces, signatures, cross)
     try:
         analyser.bind_all()
         analyser.check()
@@ -279,16 +282,18 @@ def _analyse(source: str, path: str, own_packages: set[str], module: str | None,
 
 def analyse_source(source: str, path: str, own_packages: set[str], *, module: str | None = None,
                    own_op_namespaces: set[str] | None = None, foreign_op_namespaces: set[str] | None = None,
-                   settings: EscapesSpec | None = None, signatures: Signatures | None = None) -> FileFacts:
+                   settings: EscapesSpec | None = None, signatures: Signatures | None = None,
+                   cross: CrossModules | None = None) -> FileFacts:
     """Escapes and imported modules of one file. `module` (the file's dotted name, defaulting to one
     derived from `path`) places relative imports; without it they count as the contribution's own.
     `signatures`: the engine's method parameters (engine_signatures.py), so an override's parameters are
-    tainted by position too; without it only by name and annotation."""
+    tainted by position too; without it only by name and annotation. `cross`: the contribution's other
+    modules (cross_module.py), so a name imported from one of them is what that module binds it to."""
     if module is None:
         module = module_name_for(path)
     is_package = path.endswith("__init__.py")
     return _analyse(source, path, set(own_packages), module, is_package, set(own_op_namespaces or ()),
-                    settings or EscapesSpec(), 0, frozenset(foreign_op_namespaces or ()), signatures)
+                    settings or EscapesSpec(), 0, frozenset(foreign_op_namespaces or ()), signatures, cross)
 
 
 def find_escapes(source: str, path: str, own_packages: set[str], *, module: str | None = None,

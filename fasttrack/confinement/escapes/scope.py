@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 from fasttrack.confinement.escapes.common import (
     _BUILTIN_NAMES,
@@ -167,14 +167,34 @@ _Handler = Callable[[ast.AST, "_Scope", bool], None]
 Signatures = Callable[[str, str], "tuple[str, ...] | None"]
 
 
+class CrossModules(Protocol):
+    """What the names of the contribution's other modules refer to (cross_module.py): consulted when a
+    name imported from one of them is resolved, and when a function of one of them is called."""
+
+    def member(self, qualname: str, here: str | None) -> _Ref | None:
+        """The foreign object the own dotted name `qualname` is (a re-export, a class attribute, a module
+        global holding one), or None when it is the contribution's own (or not one the summary reads).
+        `here`: the asking file's module (its own names are its own resolver's)."""
+
+    def parse(self, source: str) -> ast.Module:
+        """The tree of a module's text, shared with the summary's own reading of it."""
+
+    def call(self, qualname: str, node: ast.Call, scope: _Scope, caller: Resolver) -> _Ref | None:
+        """The foreign object a call `node` (in `caller`) of the own function `qualname` of another
+        module returns, or None."""
+
+
 class Resolver:
     """Bindings, scopes and what expressions refer to, for one parsed file."""
 
     def __init__(self, tree: ast.Module, path: str, own_packages: set[str], module: str | None,
                  is_package: bool, own_op_namespaces: set[str], settings: EscapesSpec,
                  exec_depth: int, foreign_op_namespaces: frozenset[str] = frozenset(),
-                 signatures: Signatures | None = None) -> None:
+                 signatures: Signatures | None = None, cross: CrossModules | None = None) -> None:
         self.tree = tree
+        # the contribution's other modules (cross_module.py): what the names imported from them are
+        self.cross = cross
+        self.reexported: dict[str, str] = {}  # a foreign object -> the own name this file reached it by
         # the positional parameters of an engine class's method (engine_signatures.py), None: unknown
         self.signatures = signatures
         self.path = path
@@ -225,6 +245,9 @@ class Resolver:
         self.item_stores: dict[str, list[tuple[ast.expr, _Scope]]] = {}
         # what `raise` statements of this file raise (an `except ... as e` may catch any of them)
         self.raised: list[tuple[ast.expr, _Scope]] = []
+        # what `.send(v)` / `.asend(v)` calls of this file pass (the value of any `yield` expression here:
+        # flow-, scope- and receiver-insensitive, like item_stores)
+        self.sent: list[tuple[ast.expr, _Scope]] = []
         # `C[x]` loads: an own class's `__class_getitem__(x)` runs (linked as own calls by the analyser)
         self.subscript_loads: list[tuple[ast.Subscript, _Scope, bool]] = []
         # a function installed as a method: (the class: its dotted name for a class-body assignment, else the
@@ -259,10 +282,11 @@ class Resolver:
         base = parts[: len(parts) - (level - 1)]
         return ".".join(base + ([module] if module else []))
 
-    def bind_all(self) -> None:
+    def bind_all(self, order: bool = True) -> None:
         """One pass over the tree: bind every name in its scope (Python's rules: functions, lambdas,
         classes and comprehensions have their own) and collect the nodes the check pass judges, with
-        the scope they run in and whether they run when the module is imported."""
+        the scope they run in and whether they run when the module is imported. `order`: also which
+        binding reaches each use inside functions (without it every binding does: coarser, never laxer)."""
         self.scopes[self.tree] = self.module_scope
         stack: list[tuple[ast.AST, _Scope, bool]] = [
             (n, self.module_scope, True) for n in reversed(self.tree.body)]
@@ -274,7 +298,8 @@ class Resolver:
                 handler(node, scope, import_time)
             else:
                 self._push_children(node, scope, import_time)
-        self._order_functions()
+        if order:
+            self._order_functions()
 
     def _order_functions(self) -> None:
         """Which binding reaches each use of a function's own names (statement order; flow.py)."""
@@ -644,10 +669,26 @@ class Resolver:
                 node.func.attr in ("update", "setdefault", "__setitem__") and \
                 _namespace_of(node.func.value) is not None:
             self._note_namespace_stores(node, scope)
+        if isinstance(node, ast.Call) and ((isinstance(node.func, ast.Attribute) and node.func.attr in (
+                "send", "asend")) or self._computed_getattr(node.func, ("send", "asend"))):
+            self.sent.extend((a.value if isinstance(a, ast.Starred) else a, scope) for a in node.args)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                node.func.attr in ("throw", "athrow"):
+            # `gen.throw(exc)` raises exc inside the generator: an `except ... as e` there may catch it
+            self.raised.extend((a.value if isinstance(a, ast.Starred) else a, scope) for a in node.args)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
                 node.func.attr in _FILLERS:
             self._note_item_store(node.func.value, [*node.args, *(k.value for k in node.keywords)], scope)
         self._push_children(node, scope, import_time)
+
+    @staticmethod
+    def _computed_getattr(func: ast.expr, names: tuple[str, ...]) -> bool:
+        """`getattr(x, name)` (as written) with one of `names` or a name computed at run time."""
+        if not (isinstance(func, ast.Call) and isinstance(func.func, ast.Name) and func.func.id == "getattr"
+                and len(func.args) >= 2):
+            return False
+        name = _dotted_literal(func.args[1])
+        return name is None or name in names
 
     def _note_item_store(self, receiver: ast.expr, values: Sequence[ast.expr], scope: _Scope) -> None:
         """`xs.append(v)`, `d[k] = v`, `self.q.put(v)`: the container named `xs` / `.q` now holds v."""
@@ -760,11 +801,24 @@ class Resolver:
             return None  # a cycle (x = x.y): no further information
         self._resolving.add(key)
         try:
-            ref = self._resolve(node, scope)
+            ref = self._cross_ref(self._resolve(node, scope))
         finally:
             self._resolving.discard(key)
         self._memo[key] = (node, ref)
         return ref
+
+    def _cross_ref(self, ref: _Ref | None) -> _Ref | None:
+        """An own dotted name of another of the contribution's modules is what that module binds it to:
+        the engine's object when it re-exports one (a global, a class attribute holding it)."""
+        if self.cross is None or ref is None or ref.origin != "import" or ref.elements or \
+                not self.is_own(ref.qualname):
+            return ref
+        got = self.cross.member(ref.qualname, self.module)
+        if got is None:
+            return ref
+        if got.origin == "import":
+            self.reexported.setdefault(got.qualname, ref.qualname)  # named in the report of a write
+        return got
 
     def _resolve_name(self, name: str, scope: _Scope, reach: frozenset[int] | None = None) -> _Ref | None:
         # One answer per (scope, name, reaching sites); memoised, which also keeps a name with many
@@ -812,7 +866,7 @@ class Resolver:
         refs: list[_Ref] = []
         for b in bindings:
             if isinstance(b, _Import):
-                refs.append(_Ref("import", b.qualname))
+                refs.append(self._cross_ref(_Ref("import", b.qualname)) or _LOCAL_REF)
             elif isinstance(b, _Own):
                 refs.append(_Ref("own", b.qualname))
             elif isinstance(b, _Alias):
@@ -1177,17 +1231,29 @@ class Resolver:
                 if filled:
                     return _Ref("local", "<container>", filled)
                 if base.qualname.startswith(_INSTANCE):
-                    keys = self._method_keys(base.qualname[len(_INSTANCE):-1], [node.attr])
+                    cls = base.qualname[len(_INSTANCE):-1]
+                    keys = self._method_keys(cls, [node.attr])
                     if keys:
                         return self._method_value(keys[0])
+                    # an instance of another own module's class: what that class's attribute is
+                    held = self.cross.member(f"{cls}.{node.attr}", self.module) if self.cross else None
+                    if held is not None:
+                        return held
                 return _LOCAL_REF
             member = self._this_module_member(base, node.attr)
             if member is not None:
                 return member
-            if base.origin == "own" and base.qualname in self.classes:
-                stored = self._stored_attr(node.attr)  # a class attribute holding an engine object
+            if base.origin == "own" and (base.qualname in self.classes or
+                                         base.qualname.rpartition(".")[0] in self.classes):
+                # a class attribute holding an engine object (also of a nested class: `H.Inner.t`)
+                stored = self._stored_attr(node.attr)
                 if stored is not None:
                     return stored
+                if self.cross is not None and base.qualname in self.classes:
+                    for b in self._own_import_bases(base.qualname):  # inherited from another own module
+                        held = self.cross.member(f"{b}.{node.attr}", self.module)
+                        if held is not None:
+                            return held
             return _Ref(base.origin, f"{base.qualname}.{node.attr}")
         if isinstance(node, ast.Subscript):
             base = self.resolve(node.value, scope)
@@ -1217,6 +1283,10 @@ class Resolver:
             return _Ref(base.origin, f"{base.qualname}[{key!r}]" if key else f"{base.qualname}[...]")
         if isinstance(node, ast.Call):
             return self._resolve_call(node, scope)
+        if isinstance(node, ast.Yield):
+            # `x = yield`: what some `.send(v)` of this file passes in (fail closed: any of them)
+            sent = (self.tainted(self.resolve(v, sc)) for v, sc in self.sent)
+            return next((t for t in sent if t is not None), _LOCAL_REF)
         if isinstance(node, ast.NamedExpr | ast.Await):
             return self.resolve(node.value, scope)  # `await c`: what the coroutine returns
         if isinstance(node, ast.List | ast.Tuple | ast.Set):
@@ -1279,6 +1349,10 @@ class Resolver:
         if callee is None or callee.origin != "import":
             return _LOCAL_REF
         q = callee.qualname
+        if self.cross is not None and self.is_own(q):
+            returned = self.cross.call(q, node, scope, self)  # a function of another own module
+            if returned is not None:
+                return returned
         first = _arg(node, 0, "name", "o", "object")
         if q.startswith("<"):
             return _Ref("import", f"{q}()")  # called through __subclasses__, __globals__, ...
@@ -1592,6 +1666,10 @@ class Resolver:
             return
         self._found.add(key)
         message = message.replace(f"`{ENGINE_PARAM}.", "`")
+        via = next((k for k in sorted(self.reexported, key=len, reverse=True) if target and (
+            target == k or target.startswith((k + ".", k + "[")))), None)
+        if via is not None:
+            message += f" (`{via}` is `{self.reexported[via]}`, re-exported by the contribution's module)"
         self.facts.escapes.append(Escape(code=code, line=line, col=col, message=message,
                                          severity=severity, target=target, path=self.path,
                                          context=self._context(node), lenient=lenient))

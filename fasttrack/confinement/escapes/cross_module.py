@@ -1,0 +1,168 @@
+"""What the names of the contribution's other modules refer to, for the escape scan of one of them.
+
+A model file that imports a name from another of the contribution's modules gets whatever that module
+binds it to: an engine class it re-exports (`from vllm.x import Engine`), a class attribute holding one
+(`class Holder: E = Engine`), what one of its functions returns (`def get(): return Engine`), a module
+global holding one in a container. The resolver of the importing file asks `OwnModuleSummary` (through
+`scope.CrossModules`), which reads the other module with a resolver of its own (the same rules: aliases,
+containers, conditionals, return values, the engine's parameters), once per module, and answers the
+foreign object or None (the contribution's own). It fails closed: a module that cannot be read or parsed,
+or a name whose resolution comes back to itself (an import cycle), is a foreign object of its own name,
+so a write through it is an error."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable
+
+from fasttrack.confinement.escapes.scope import _INSTANCE, _SEP, Resolver, Signatures, _Ref, _Scope
+from fasttrack.policy import EscapesSpec
+
+# dotted module -> (its text, None when it cannot be read; whether it is a package's __init__), or None
+# when no module of the contribution has that name
+ModuleReader = Callable[[str], "tuple[str | None, bool] | None"]
+
+
+def _failed(qualname: str, why: str) -> _Ref:
+    """A foreign object standing for what cannot be read: every write through it is an error."""
+    return _Ref("import", f"<{qualname}: {why}>")
+
+
+class OwnModuleSummary:
+    """The contribution's own modules, read on demand through `read`, each resolved once."""
+
+    def __init__(self, read: ModuleReader, own_packages: set[str], settings: EscapesSpec,
+                 own_op_namespaces: set[str] | None = None, signatures: Signatures | None = None) -> None:
+        self._read = read
+        self._own = {p for p in own_packages if p}
+        self._settings = settings
+        self._ops = set(own_op_namespaces or ())
+        self._signatures = signatures
+        self._modules: dict[str, tuple[str | None, bool] | None] = {}
+        self._resolvers: dict[str, Resolver | None] = {}
+        self._members: dict[str, _Ref | None] = {}
+        self._busy: set[tuple[str, str]] = set()
+        self._trees: dict[str, ast.Module] = {}  # source text -> its tree (the analysis of a file shares it)
+
+    def parse(self, source: str) -> ast.Module:
+        """`ast.parse(source)`, once per text (raises like it). Resolvers only read the tree."""
+        tree = self._trees.get(source)
+        if tree is None:
+            tree = self._trees[source] = ast.parse(source)
+        return tree
+
+    def _module(self, name: str) -> tuple[str | None, bool] | None:
+        if name not in self._modules:
+            self._modules[name] = self._read(name)
+        return self._modules[name]
+
+    def _split(self, qualname: str) -> tuple[str, list[str]] | None:
+        """The own module `qualname` is in (the longest dotted prefix that is one) and the names after it;
+        None when it is a module itself or in none the summary reads."""
+        if self._module(qualname) is not None:
+            return None
+        parts = qualname.split(".")
+        for cut in range(len(parts) - 1, 0, -1):
+            module = ".".join(parts[:cut])
+            if not any(module == p or module.startswith(p + ".") for p in self._own):
+                return None
+            if self._module(module) is not None:
+                return module, parts[cut:]
+        return None
+
+    def _resolver(self, module: str) -> Resolver | None:
+        if module in self._resolvers:
+            return self._resolvers[module]
+        got = self._module(module)
+        resolver: Resolver | None = None
+        if got is not None and got[0] is not None:
+            try:
+                tree = self.parse(got[0])
+                resolver = Resolver(tree, f"<{module}>", self._own, module, got[1], self._ops, self._settings,
+                                    0, signatures=self._signatures, cross=self)
+                resolver.bind_all(order=False)  # statement order: precision the summary does without
+            except (SyntaxError, ValueError, RecursionError):
+                resolver = None
+        self._resolvers[module] = resolver
+        return resolver
+
+    def member(self, qualname: str, here: str | None) -> _Ref | None:
+        split = self._split(qualname)
+        if split is None or split[0] == here:
+            return None
+        if qualname in self._members:
+            return self._members[qualname]
+        module, rest = split
+        key = ("member", qualname)
+        if key in self._busy:
+            return _failed(qualname, "its own modules import it in a cycle")
+        self._busy.add(key)
+        try:
+            got = self._member(module, rest, qualname)
+        except RecursionError:
+            got = _failed(qualname, "too deep to follow")
+        finally:
+            self._busy.discard(key)
+        self._members[qualname] = got
+        return got
+
+    def _member(self, module: str, rest: list[str], qualname: str) -> _Ref | None:
+        r = self._resolver(module)
+        if r is None:
+            return _failed(qualname, "an own module that cannot be read or parsed")
+        expr: ast.expr = ast.Name(id=rest[0], ctx=ast.Load())
+        for attr in rest[1:]:
+            expr = ast.Attribute(value=expr, attr=attr, ctx=ast.Load())
+        r._kept.append(expr)  # the resolver's memo is keyed by node id: keep the node alive
+        if rest[0] in r.module_scope.bindings or not r.functions.get(f"{module}.__getattr__"):
+            ref = r.resolve(expr, r.module_scope)
+        else:  # PEP 562: a name the module does not bind is what its __getattr__ returns
+            head = r._this_module_member(_Ref("own", module), rest[0])
+            ref = None if head is None else _Ref(head.origin, ".".join([head.qualname, *rest[1:]]))
+        return self._foreign(r, ref)
+
+    @staticmethod
+    def _foreign(r: Resolver, ref: _Ref | None) -> _Ref | None:
+        """What of `ref` (a value in module `r`) is foreign in any file: the object itself, or the foreign
+        elements of a container; None for the contribution's own."""
+        if ref is None:
+            return None
+        if r.foreign(ref):
+            return ref
+        held = tuple(e for e in ref.elements if r.foreign(e))
+        return _Ref("local", ref.qualname or "<container>", held) if held else None
+
+    def call(self, qualname: str, node: ast.Call, scope: _Scope, caller: Resolver) -> _Ref | None:
+        split = self._split(qualname)
+        if split is None or split[0] == caller.module:
+            return None
+        module, _ = split
+        r = self._resolver(module)
+        if r is None:
+            return _failed(f"{qualname}()", "an own module that cannot be read or parsed")
+        key = ("call", qualname)
+        if key in self._busy:
+            return _failed(f"{qualname}()", "its own modules call it in a cycle")
+        if qualname in r.classes:  # an instance: its attributes are what the class's are (`member`)
+            return _Ref("local", f"{_INSTANCE}{qualname}>")
+        self._busy.add(key)
+        try:
+            for fn in r.functions.get(qualname, []):
+                args = r._call_arguments(node, fn)
+                for value in fn.returns():
+                    ref = r.resolve(value, fn.scope)
+                    if ref is not None and ref.origin == "param" and ref.qualname.startswith(qualname + _SEP):
+                        name = ref.qualname.rpartition(_SEP)[2]  # it hands back an argument of the caller's
+                        for a in args.get(name, []):
+                            t = caller.tainted(caller.resolve(a, scope))
+                            if t is not None:
+                                return t
+                        continue
+                    t = self._foreign(r, ref)
+                    if t is not None:
+                        return t
+        except RecursionError:
+            return _failed(f"{qualname}()", "too deep to follow")
+        finally:
+            self._busy.discard(key)
+        return None

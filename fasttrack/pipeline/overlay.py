@@ -3,11 +3,13 @@ laid files), kept in the cache under a digest of its content and built atomicall
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
 import stat
 import tempfile
+import time
 from pathlib import Path
 
 from fasttrack.cache import cache_root
@@ -15,6 +17,9 @@ from fasttrack.pipeline.options import MAX_TEXT_BYTES
 from fasttrack.safe_read import hash_regular
 
 MAX_OVERLAYS = 8
+# An overlay made or reused this recently may be read by another fasttrack run (the cache is shared by all of
+# a user's runs): pruning leaves it, however many newer ones there are.
+IN_USE_S = 900
 
 
 def overlay_tree(engine: Path, files: dict[str, Path]) -> Path:
@@ -32,6 +37,7 @@ def overlay_tree(engine: Path, files: dict[str, Path]) -> Path:
     root = cache_root() / "overlays"
     dest = root / h.hexdigest()[:40]
     if dest.is_dir():
+        _touch(dest)
         return dest
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".overlay-", dir=root))
@@ -62,6 +68,7 @@ def overlay_tree(engine: Path, files: dict[str, Path]) -> Path:
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    _touch(dest)  # copytree gave it the engine tree's mtime
     _prune(root, keep=dest)
     return dest
 
@@ -82,11 +89,25 @@ def _drop_leaving_links(top: Path, links: list[Path]) -> None:
             link.unlink()
 
 
-def _prune(root: Path, keep: Path, most: int = MAX_OVERLAYS) -> None:
-    """Keep the `most` newest overlays (a contribution under edit makes a new one per version)."""
-    done = sorted((p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")),
-                  key=lambda p: p.stat().st_mtime, reverse=True)
-    for old in done[most:]:
-        if old != keep:
+def _touch(path: Path) -> None:
+    """Mark an overlay as used now (its mtime orders the pruning)."""
+    with contextlib.suppress(OSError):  # a read-only cache: nothing is pruned there either
+        os.utime(path)
+
+
+def _prune(root: Path, keep: Path) -> None:
+    """Keep the MAX_OVERLAYS newest overlays (a contribution under edit makes a new one per version), and
+    every one made or used in the last IN_USE_S seconds: another run may be reading it."""
+    now = time.time()
+    aged: list[tuple[float, Path]] = []
+    for p in root.iterdir():
+        try:
+            if p.is_dir() and not p.name.startswith("."):
+                aged.append((p.stat().st_mtime, p))
+        except OSError:
+            continue  # removed by another run meanwhile
+    aged.sort(key=lambda a: a[0], reverse=True)
+    for mtime, old in aged[MAX_OVERLAYS:]:
+        if old != keep and now - mtime > IN_USE_S:
             shutil.rmtree(old, ignore_errors=True)
 

@@ -1,0 +1,156 @@
+"""Hostile review 20b of the cross-module summary (cross_module.py) and the generator rules of scope.py:
+contribution-mode attacks that write to an engine object reached through ANOTHER own module of the
+contribution, end to end through `contribution()` / `ft_errors()`. Each attack must be an error at the
+lines of impl.py marked `# <-`; the honest twins (the same forms on the contribution's own objects) stay
+clean. Attacks marked NEW got through when this file was written and were fixed with it; those the scan does
+not catch yet are strict xfails in OPEN, with the reason."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fasttrack.policy import Policy, load_policy
+from tests.test_escapes import POLICY
+from tests.test_escapes_hostile20 import _cross_errors
+
+LAYERS = "from vllm.v1.attention.backend import AttentionImpl\n"
+ENG = "import vllm.v1.attention.backend as eng\n"
+
+ATTACKS: list[tuple[str, dict[str, str], str]] = [
+    # -- the other module's namespace reached by other means than `from .m import name` ------------------
+    ("module-dict-item", {}, "from . import layers\nlayers.__dict__['AttentionImpl'].forward = None  # <-\n"),
+    ("vars-of-the-module", {}, "from . import layers\nvars(layers)['AttentionImpl'].forward = None  # <-\n"),
+    ("importlib-relative", {}, "import importlib\n"
+     "importlib.import_module('.layers', __package__).AttentionImpl.forward = None  # <-\n"),
+    ("importlib-relative-package-literal", {}, "import importlib\n"
+     "importlib.import_module('.layers', 'vllm.models.kimi_k3.nvidia.specialized_decode.hopper')"
+     ".AttentionImpl.forward = None  # <-\n"),
+    ("dunder-import-fromlist", {}, "__import__('layers', globals(), None, ['AttentionImpl'], 1)"
+     ".AttentionImpl.forward = None  # <-\n"),
+    ("star-import", {}, "from .layers import *\nAttentionImpl.forward = None  # <-\n"),
+    ("star-re-export-chain", {"mid.py": "from .layers import *\n"},
+     "from .mid import AttentionImpl\nAttentionImpl.forward = None  # <-\n"),
+    ("star-chain-then-star", {"mid.py": "from .layers import *\n"},
+     "from .mid import *\nAttentionImpl.forward = None  # <-\n"),
+    ("all-names-a-re-export", {"mid.py": LAYERS + "__all__ = ['AttentionImpl']\n"},
+     "from .mid import *\nAttentionImpl.forward = None  # <-\n"),
+    ("all-hides-it-but-star-of-engine", {"mid.py": "from vllm.v1.attention.backend import *\n__all__ = []\n"},
+     "from .mid import AttentionImpl\nAttentionImpl.forward = None  # <-\n"),
+    ("subpackage-module", {"sub/__init__.py": "", "sub/mod.py": "from vllm.v1.attention.backend import "
+                           "AttentionImpl as E\n"},
+     "from .sub import mod\nmod.E.forward = None  # <-\n"),
+    ("subpackage-init-re-export", {"sub/__init__.py": "from .mod import E\n",
+                                   "sub/mod.py": "from vllm.v1.attention.backend import AttentionImpl as E\n"},
+     "from .sub import E\nE.forward = None  # <-\n"),
+    ("parent-relative-import", {"sub/__init__.py": "", "sub/deep.py": ""},
+     "from .sub import deep\nfrom .layers import AttentionImpl as A\ndeep.A = A\n"
+     "A.forward = None  # <-\n"),
+    # -- how the other module binds the name ----------------------------------------------------------------
+    ("type-checking-else", {"mid.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    E = object\n"
+                            "else:\n    from vllm.v1.attention.backend import AttentionImpl as E\n"},
+     "from . import mid\nmid.E.forward = None  # <-\n"),
+    ("try-except-importerror", {"mid.py": "try:\n    from vllm.v1.attention.backend import AttentionImpl as E\n"
+                                "except ImportError:\n    class E:\n        pass\n"},
+     "from .mid import E\nE.forward = None  # <-\n"),
+    ("except-branch-binds-it", {"mid.py": "try:\n    import nothing_here as E\nexcept ImportError:\n"
+                                "    from vllm.v1.attention.backend import AttentionImpl as E\n"},
+     "from .mid import E\nE.forward = None  # <-\n"),
+    ("globals-item-assignment", {"mid.py": LAYERS + "globals()['E'] = AttentionImpl\n"},
+     "from .mid import E\nE.forward = None  # <-\n"),
+    ("setattr-own-module", {"mid.py": "import sys\n" + LAYERS + "setattr(sys.modules[__name__], 'E', "
+                            "AttentionImpl)\n"},
+     "from .mid import E\nE.forward = None  # <-\n"),
+    ("globals-update", {"mid.py": LAYERS + "globals().update(E=AttentionImpl)\n"},
+     "from .mid import E\nE.forward = None  # <-\n"),
+    ("rebound-later-to-own-class", {"mid.py": LAYERS + "E = AttentionImpl\nclass Own:\n    pass\nE = Own\n"},
+     "from . import mid\ndef f():\n    mid.E.forward = None  # <-\n"),
+    ("rebound-in-a-function", {"mid.py": LAYERS + "class Own:\n    pass\nE = Own\ndef setup():\n"
+                               "    global E\n    E = AttentionImpl\n"},
+     "from . import mid\nmid.setup()\nmid.E.forward = None  # <-\n"),
+    ("walrus-at-module-level", {"mid.py": LAYERS + "if (E := AttentionImpl):\n    pass\n"},
+     "from .mid import E\nE.forward = None  # <-\n"),
+    ("for-loop-target", {"mid.py": LAYERS + "for E in (AttentionImpl,):\n    pass\n"},
+     "from .mid import E\nE.forward = None  # <-\n"),
+    ("with-target", {"mid.py": LAYERS + "import contextlib\nwith contextlib.nullcontext(AttentionImpl) as E:\n"
+                     "    pass\n"},
+     "from .mid import E\nE.forward = None  # <-\n"),
+    ("unpacking", {"mid.py": LAYERS + "_, E = 1, AttentionImpl\n"},
+     "from .mid import E\nE.forward = None  # <-\n"),
+    # -- what a function / class of the other module gives back -----------------------------------------
+    ("getattr-of-engine-module-by-name", {"mid.py": ENG + "def get(name):\n    return getattr(eng, name)\n"},
+     "from .mid import get\nget('AttentionImpl').forward = None  # <-\n"),
+    ("classmethod-returns-it", {"mid.py": LAYERS + "class H:\n    @classmethod\n    def make(cls):\n"
+                                "        return AttentionImpl\n"},
+     "from .mid import H\nH.make().forward = None  # <-\n"),
+    ("method-of-an-instance", {"mid.py": LAYERS + "class H:\n    def make(self):\n        return AttentionImpl\n"},
+     "from .mid import H\nH().make().forward = None  # <-\n"),
+    ("property-returns-it", {"mid.py": LAYERS + "class H:\n    @property\n    def impl(self):\n"
+                             "        return AttentionImpl\n"},
+     "from .mid import H\nH().impl.forward = None  # <-\n"),
+    ("module-instance-method", {"mid.py": LAYERS + "class H:\n    def make(self):\n        return AttentionImpl\n"
+                                "h = H()\n"},
+     "from .mid import h\nh.make().forward = None  # <-\n"),
+    ("lambda", {"mid.py": LAYERS + "get = lambda: AttentionImpl\n"},
+     "from .mid import get\nget().forward = None  # <-\n"),
+    ("partial", {"mid.py": "import functools\n" + LAYERS + "def ident(x):\n    return x\n"
+                 "get = functools.partial(ident, AttentionImpl)\n"},
+     "from .mid import get\nget().forward = None  # <-\n"),
+    ("partial-args", {"mid.py": "import functools\n" + LAYERS + "p = functools.partial(print, AttentionImpl)\n"},
+     "from .mid import p\np.args[0].forward = None  # <-\n"),
+    ("dataclass-default", {"mid.py": "import dataclasses\n" + LAYERS + "@dataclasses.dataclass\nclass Cfg:\n"
+                           "    impl: type = AttentionImpl\n"},
+     "from .mid import Cfg\nCfg().impl.forward = None  # <-\n"),
+    ("enum-member-value", {"mid.py": "import enum\n" + LAYERS + "class K(enum.Enum):\n    A = AttentionImpl\n"},
+     "from .mid import K\nK.A.value.forward = None  # <-\n"),
+    ("callback-called-with-it", {"mid.py": LAYERS + "def visit(cb):\n    cb(AttentionImpl)\n"},
+     "from .mid import visit\ndef cb(c):\n    c.forward = None  # <-\nvisit(cb)\n"),
+    ("decorator-returns-it", {"mid.py": LAYERS + "def deco(f):\n    return AttentionImpl\n"},
+     "from .mid import deco\n@deco\ndef f():\n    pass\nf.forward = None  # <-\n"),
+    ("class-decorator-returns-it", {"mid.py": LAYERS + "def deco(c):\n    return AttentionImpl\n"},
+     "from .mid import deco\n@deco\nclass C:\n    pass\nC.forward = None  # <-\n"),
+    ("type-of-a-module-instance", {"mid.py": LAYERS + "inst = AttentionImpl()\n"},
+     "from .mid import inst\ntype(inst).forward = None  # <-\n"),
+    ("class-of-a-module-instance", {"mid.py": LAYERS + "inst = AttentionImpl()\n"},
+     "from .mid import inst\ninst.__class__.forward = None  # <-\n"),
+    ("lazy-cycle-broken-in-a-function", {"mid.py": LAYERS + "def get():\n    from .impl import X\n"
+                                         "    return AttentionImpl\n"},
+     "X = 1\ndef f():\n    from .mid import get\n    get().forward = None  # <-\n"),
+    ("function-import-in-other", {"mid.py": "def get():\n    from vllm.v1.attention.backend import "
+                                  "AttentionImpl\n    return AttentionImpl\n"},
+     "from .mid import get\nget().forward = None  # <-\n"),
+    ("generator-of-another-module", {"mid.py": LAYERS + "def gen():\n    yield AttentionImpl\n"},
+     "from .mid import gen\nfor c in gen():\n    c.forward = None  # <-\n"),
+    ("next-of-another-module-generator", {"mid.py": LAYERS + "def gen():\n    yield AttentionImpl\n"},
+     "from .mid import gen\nnext(gen()).forward = None  # <-\n"),
+    ("async-of-another-module", {"mid.py": LAYERS + "async def get():\n    return AttentionImpl\n"},
+     "from .mid import get\nasync def f():\n    (await get()).forward = None  # <-\n"),
+    ("dict-get-of-another-module", {"mid.py": LAYERS + "D = {'a': AttentionImpl}\n"},
+     "from .mid import D\nD.get('a').forward = None  # <-\n"),
+    ("module-getattr-pep562", {"mid.py": LAYERS + "def __getattr__(name):\n    return AttentionImpl\n"},
+     "from .mid import Anything\nAnything.forward = None  # <-\n"),
+    ("own-subclass-in-other-module-mro", {"mid.py": LAYERS + "class Sub(AttentionImpl):\n    pass\n"},
+     "from .mid import Sub\nSub.__mro__[1].forward = None  # <-\n"),
+    ("own-subclass-in-other-module-super", {"mid.py": LAYERS + "class Sub(AttentionImpl):\n    pass\n"},
+     "from .mid import Sub\nclass C(Sub):\n    def g(self):\n"
+     "        super(Sub, self).forward.__func__.__defaults__ = ()  # <-\n"),
+    ("other-module-writes-through-its-param", {"mid.py": "def put(c):\n    c.forward = None\n"},
+     "from .layers import AttentionImpl\nfrom .mid import put\nput(AttentionImpl)  # <-\n"),
+    ("sys-modules-of-other-module", {}, "import sys\n"
+     "sys.modules['vllm.models.kimi_k3.nvidia.specialized_decode.hopper.layers'].AttentionImpl.forward"
+     " = None  # <-\n"),
+]
+
+
+@pytest.fixture(scope="module")
+def policy() -> Policy:
+    return load_policy(POLICY)
+
+
+@pytest.mark.parametrize(("extra", "src"), [(a[1], a[2]) for a in ATTACKS], ids=[a[0] for a in ATTACKS])
+def test_cross_module_attack_is_an_error(tmp_path: Path, policy: Policy, extra: dict[str, str], src: str,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    want = [i for i, line in enumerate(src.splitlines(), start=1) if "# <-" in line]
+    assert want, "an attack marks its lines"
+    assert set(want) <= set(_cross_errors(tmp_path, policy, extra, src, monkeypatch))

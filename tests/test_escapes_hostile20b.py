@@ -154,3 +154,17 @@ def test_cross_module_attack_is_an_error(tmp_path: Path, policy: Policy, extra: 
     want = [i for i, line in enumerate(src.splitlines(), start=1) if "# <-" in line]
     assert want, "an attack marks its lines"
     assert set(want) <= set(_cross_errors(tmp_path, policy, extra, src, monkeypatch))
+
+
+# honest twins: the same forms on the contribution's own objects, held and returned by another own module
+OWN_MID = ("import torch\nclass Own:\n    pass\nclass M(torch.nn.Module):\n    pass\n"
+           "class H:\n    def make(self):\n        return Own\n    @property\n    def impl(self):\n"
+           "        return M\n    @classmethod\n    def mk(cls):\n        return Own\n"
+           "h = H()\nget = lambda: Own\n")
+HONEST = ("from .mid import H, h, get, Own, M\n"
+          "H().make().x = 1\nH().impl.forward = None\nH.mk().x = 1\nh.make().x = 1\nh.impl.forward = None\n"
+          "get().x = 1\nh.own = 1\nH().make.__doc__ = 'x'\n")
+
+
+def test_cross_module_honest_twin(tmp_path: Path, policy: Policy, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _cross_errors(tmp_path, policy, {"mid.py": OWN_MID}, HONEST, monkeypatch) == []

@@ -183,6 +183,10 @@ class CrossModules(Protocol):
         """The foreign object a call `node` (in `caller`) of the own function `qualname` of another
         module returns, or None."""
 
+    def instance_attribute(self, cls: str, attr: str, here: str | None) -> _Ref | None:
+        """`obj.attr` for an instance of the own class `cls` of another module: the foreign object a property
+        returns or a class attribute holds, or None."""
+
 
 class Resolver:
     """Bindings, scopes and what expressions refer to, for one parsed file."""
@@ -1235,8 +1239,9 @@ class Resolver:
                     keys = self._method_keys(cls, [node.attr])
                     if keys:
                         return self._method_value(keys[0])
-                    # an instance of another own module's class: what that class's attribute is
-                    held = self.cross.member(f"{cls}.{node.attr}", self.module) if self.cross else None
+                    # an instance of another own module's class: what that class's attribute (or a
+                    # property of it) is
+                    held = self.cross.instance_attribute(cls, node.attr, self.module) if self.cross else None
                     if held is not None:
                         return held
                 return _LOCAL_REF
@@ -1333,6 +1338,15 @@ class Resolver:
                 t = self.tainted(self._own_return(node, key, scope))
                 if t is not None:
                     return t
+        if self.cross is not None and isinstance(node.func, ast.Attribute) and callee is not None and \
+                callee.origin == "local":
+            base = self.resolve(node.func.value, scope)
+            cls = base.qualname[len(_INSTANCE):-1] if base is not None and \
+                base.qualname.startswith(_INSTANCE) else None
+            if cls is not None and cls not in self.classes:  # a method of another own module's class
+                returned = self.cross.call(f"{cls}.{node.func.attr}", node, scope, self)
+                if returned is not None:
+                    return returned
         if callee is not None and callee.origin == "own" and callee.qualname in self.classes:
             if self._is_thread_class(callee.qualname):
                 return _THREAD_REF

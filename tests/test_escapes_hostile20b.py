@@ -157,11 +157,12 @@ def test_cross_module_attack_is_an_error(tmp_path: Path, policy: Policy, extra: 
 
 
 # honest twins: the same forms on the contribution's own objects, held and returned by another own module
-OWN_MID = ("import torch\nclass Own:\n    pass\nclass M(torch.nn.Module):\n    pass\n"
+OWN_MID = ("import sys\nimport torch\nclass Own:\n    pass\nclass M(torch.nn.Module):\n    pass\n"
            "class H:\n    def make(self):\n        return Own\n    @property\n    def impl(self):\n"
            "        return M\n    @classmethod\n    def mk(cls):\n        return Own\n"
-           "h = H()\nget = lambda: Own\n")
-HONEST = ("from .mid import H, h, get, Own, M\n"
+           "h = H()\nget = lambda: Own\nglobals()['G'] = Own\nsetattr(sys.modules[__name__], 'G2', Own)\n"
+           "globals().update(G3=M)\n")
+HONEST = ("from .mid import H, h, get, Own, M, G, G2, G3\nG.x = 1\nG2.x = 1\nG3.forward = None\n"
           "H().make().x = 1\nH().impl.forward = None\nH.mk().x = 1\nh.make().x = 1\nh.impl.forward = None\n"
           "get().x = 1\nh.own = 1\nH().make.__doc__ = 'x'\n")
 

@@ -167,6 +167,13 @@ _Handler = Callable[[ast.AST, "_Scope", bool], None]
 Signatures = Callable[[str, str], "tuple[str, ...] | None"]
 
 
+def _is_namespace(node: ast.expr) -> bool:
+    """An attribute namespace: `x.__dict__`, `vars(x)`, or this module's own (`globals()`, `vars()`)."""
+    return _namespace_of(node) is not None or (
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and
+        node.func.id in ("globals", "vars", "locals") and not node.args and not node.keywords)
+
+
 class CrossModules(Protocol):
     """What the names of the contribution's other modules refer to (cross_module.py): consulted when a
     name imported from one of them is resolved, and when a function of one of them is called."""
@@ -567,7 +574,7 @@ class Resolver:
                     self.installs.append((scope.name, _dotted_literal(t.slice) or "*", node.value, scope))
                 if isinstance(t, ast.Subscript):
                     self._note_item_store(t.value, [node.value], scope)
-                if isinstance(t, ast.Subscript) and _namespace_of(t.value) is not None:
+                if isinstance(t, ast.Subscript) and _is_namespace(t.value):
                     # `x.__dict__["name"] = v`, `vars(x)["name"] = v`: x.name holds v
                     self.attr_stores.setdefault(_dotted_literal(t.slice) or "*", []).append(
                         (node.value, scope, None))
@@ -671,7 +678,7 @@ class Resolver:
             self.attr_stores.setdefault(attr or "*", []).append((node.args[2], scope, node.func))
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
                 node.func.attr in ("update", "setdefault", "__setitem__") and \
-                _namespace_of(node.func.value) is not None:
+                _is_namespace(node.func.value):
             self._note_namespace_stores(node, scope)
         if isinstance(node, ast.Call) and ((isinstance(node.func, ast.Attribute) and node.func.attr in (
                 "send", "asend")) or self._computed_getattr(node.func, ("send", "asend"))):
@@ -864,6 +871,13 @@ class Resolver:
         if bindings is None:
             if name in _BUILTIN_NAMES:
                 return _Ref("import", f"builtins.{name}")
+            # a global no statement binds: what a store into a namespace of this file put under its name
+            # (`globals()["E"] = v`, `setattr(sys.modules[__name__], "E", v)`, `globals().update(E=v)`);
+            # by the name, whatever the namespace (fail closed)
+            for value, sc, _ in [*self.attr_stores.get(name, []), *self.attr_stores.get("*", [])]:
+                t = self.tainted(self.resolve(value, sc))
+                if t is not None:
+                    return t
             for star in self.star_imports:
                 return _Ref("import", f"{star}.{name}")
             return None

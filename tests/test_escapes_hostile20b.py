@@ -161,10 +161,12 @@ OWN_MID = ("import sys\nimport torch\nclass Own:\n    pass\nclass M(torch.nn.Mod
            "class H:\n    def make(self):\n        return Own\n    @property\n    def impl(self):\n"
            "        return M\n    @classmethod\n    def mk(cls):\n        return Own\n"
            "h = H()\nget = lambda: Own\nglobals()['G'] = Own\nsetattr(sys.modules[__name__], 'G2', Own)\n"
-           "globals().update(G3=M)\n")
+           "globals().update(G3=M)\ninst = Own()\nmod = M()\n")
 HONEST = ("from .mid import H, h, get, Own, M, G, G2, G3\nG.x = 1\nG2.x = 1\nG3.forward = None\n"
           "H().make().x = 1\nH().impl.forward = None\nH.mk().x = 1\nh.make().x = 1\nh.impl.forward = None\n"
-          "get().x = 1\nh.own = 1\nH().make.__doc__ = 'x'\n")
+          "get().x = 1\nh.own = 1\nH().make.__doc__ = 'x'\n"
+          "from .mid import inst, mod\ntype(inst).x = 1\ninst.__class__.x = 1\ntype(mod).forward = None\n"
+          "from .layers import AttentionImpl\na = AttentionImpl()\na.y = 1\nsetattr(a, 'z', 1)\n")
 
 
 def test_cross_module_honest_twin(tmp_path: Path, policy: Policy, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -157,6 +157,7 @@ _FILLERS = frozenset({"append", "extend", "insert", "add", "update", "setdefault
 _GETATTRIBUTE_CALLS = frozenset({"builtins.object.__getattribute__", "builtins.type.__getattribute__",
                                  "types.ModuleType.__getattribute__", "builtins.object.__getattr__"})
 _COPY = "<shallow copy>"  # a local ref: `copy.copy(x)`, whose `elements` are what its attributes are
+_OF_FOREIGN = "<made by "  # + a foreign callable's dotted name + ">": a local object a foreign call made
 _INSTANCE = "<instance of "  # + an own class's dotted name + ">": a local object of an own class
 # a thread or thread pool made here: starting it at import time is FT146
 _THREAD_REF = _Ref("local", "<thread>")
@@ -915,7 +916,7 @@ class Resolver:
                     return r
         if _THREAD_REF in refs:
             return _THREAD_REF
-        return next((r for r in refs if r.qualname.startswith(_INSTANCE)), _LOCAL_REF)
+        return next((r for r in refs if r.qualname.startswith((_INSTANCE, _OF_FOREIGN))), _LOCAL_REF)
 
     def _engine_param(self, param: _Param) -> _Ref | None:
         """What a parameter of model code is when the engine fills it: the engine's object when it is named
@@ -1231,7 +1232,7 @@ class Resolver:
             if node.attr == "__class__" and base.origin == "local":
                 if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
                     return _Ref("own", "<own class>")
-                return _Ref("classof", "<class of a local object>")
+                return self._class_of_local(base)
             if base.origin == "local" and base.qualname == _COPY and base.elements:
                 shared = base.elements[0]  # the copy's attributes are the original's objects
                 if shared.origin == "param":
@@ -1466,7 +1467,11 @@ class Resolver:
             if isinstance(first, ast.Name) and first.id in ("self", "cls"):
                 return _Ref("own", "<own class>")
             if base is None or base.origin == "local":
-                return _Ref("classof", "<class of a local object>")
+                return self._class_of_local(base)
+            if base.origin == "import" and self.is_own(base.qualname) and self.cross is not None:
+                made = self.cross.member(f"{base.qualname}.__class__", self.module)
+                if made is not None:  # type(obj) of another own module's `obj = Engine()`
+                    return made
             return base  # type(<module or class>) is as foreign as the thing itself
         if q == "decimal.getcontext":
             return _Ref("import", "decimal.context")  # the thread's current context, shared by everyone
@@ -1475,7 +1480,17 @@ class Resolver:
         if q == "sys.modules.get" and first is not None:
             key = _dotted_literal(first)
             return _Ref("import", key) if key else _Ref("import", "sys.modules[*]")
+        if self.foreign(callee) and not q.startswith("builtins."):
+            return _Ref("local", f"{_OF_FOREIGN}{q}>")  # `Engine()`: local, but its class is the engine's
         return _LOCAL_REF
+
+    @staticmethod
+    def _class_of_local(base: _Ref | None) -> _Ref:
+        """`type(x)` / `x.__class__` of a local object: the foreign class (or what the foreign callable)
+        that made it (`x = Engine()`), else a class that cannot be checked."""
+        if base is not None and base.qualname.startswith(_OF_FOREIGN):
+            return _Ref("import", base.qualname[len(_OF_FOREIGN):-1])
+        return _Ref("classof", "<class of a local object>")
 
     def _method_value(self, key: str) -> _Ref:
         """`instance.name` for an own method `key`: the method (calling it runs it), or for a property

@@ -135,6 +135,13 @@ ATTACKS: list[tuple[str, dict[str, str], str]] = [
     ("own-subclass-in-other-module-super", {"mid.py": LAYERS + "class Sub(AttentionImpl):\n    pass\n"},
      "from .mid import Sub\nclass C(Sub):\n    def g(self):\n"
      "        super(Sub, self).forward.__func__.__defaults__ = ()  # <-\n"),
+    # NEW: an attribute an own subclass of an engine class inherits is the engine class's
+    ("inherited-engine-method-through-another-module-subclass", {"mid.py": LAYERS + "class Sub(AttentionImpl):\n"
+                                                                "    pass\n"},
+     "from .mid import Sub\nSub.forward.__code__ = None  # <-\n"),
+    ("inherited-engine-method-through-a-local-subclass", {},
+     "from .layers import AttentionImpl\nclass Sub(AttentionImpl):\n    pass\n"
+     "Sub.forward.__defaults__ = ()  # <-\n"),
     ("other-module-writes-through-its-param", {"mid.py": "def put(c):\n    c.forward = None\n"},
      "from .layers import AttentionImpl\nfrom .mid import put\nput(AttentionImpl)  # <-\n"),
     ("sys-modules-of-other-module", {}, "import sys\n"
@@ -166,7 +173,10 @@ HONEST = ("from .mid import H, h, get, Own, M, G, G2, G3\nG.x = 1\nG2.x = 1\nG3.
           "H().make().x = 1\nH().impl.forward = None\nH.mk().x = 1\nh.make().x = 1\nh.impl.forward = None\n"
           "get().x = 1\nh.own = 1\nH().make.__doc__ = 'x'\n"
           "from .mid import inst, mod\ntype(inst).x = 1\ninst.__class__.x = 1\ntype(mod).forward = None\n"
-          "from .layers import AttentionImpl\na = AttentionImpl()\na.y = 1\nsetattr(a, 'z', 1)\n")
+          "from .layers import AttentionImpl\na = AttentionImpl()\na.y = 1\nsetattr(a, 'z', 1)\n"
+          "class S(AttentionImpl):\n    def forward(self, *a):\n        return super().forward(*a)\n"
+          "S.forward.__doc__ = 'x'\nS.extra = 1\nS.__doc__ = 'x'\nS.__name__.upper()\n"
+          "class S2(S):\n    pass\nS2.forward.__doc__ = 'x'\n")
 
 
 def test_cross_module_honest_twin(tmp_path: Path, policy: Policy, monkeypatch: pytest.MonkeyPatch) -> None:

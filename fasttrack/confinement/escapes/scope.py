@@ -157,6 +157,10 @@ _FILLERS = frozenset({"append", "extend", "insert", "add", "update", "setdefault
 _GETATTRIBUTE_CALLS = frozenset({"builtins.object.__getattribute__", "builtins.type.__getattribute__",
                                  "types.ModuleType.__getattribute__", "builtins.object.__getattr__"})
 _COPY = "<shallow copy>"  # a local ref: `copy.copy(x)`, whose `elements` are what its attributes are
+# a class's attributes of its own, not its bases' (`Sub.__dict__`, `Sub.__name__`, `Sub.__bases__`)
+_CLASS_OWN_DUNDERS = frozenset({"__dict__", "__name__", "__qualname__", "__module__", "__doc__", "__bases__",
+                                "__mro__", "__class__", "__subclasses__", "__base__", "__annotations__",
+                                "__slots__", "__weakref__", "__init_subclass__", "mro"})
 _OF_FOREIGN = "<made by "  # + a foreign callable's dotted name + ">": a local object a foreign call made
 _INSTANCE = "<instance of "  # + an own class's dotted name + ">": a local object of an own class
 # a thread or thread pool made here: starting it at import time is FT146
@@ -1123,6 +1127,21 @@ class Resolver:
                 out += [b for b in self._engine_bases(other) if b not in out]
         return out
 
+    def _inherited_engine_attr(self, cls: str, attr: str) -> _Ref | None:
+        """`Sub.forward` of an own class deriving from an engine class that no own class body on the way
+        defines: the engine class's attribute (`Sub.forward.__code__ = ...` writes the engine's function)."""
+        if attr in _CLASS_OWN_DUNDERS:
+            return None
+        bases = self._engine_bases(cls)
+        if not bases:
+            return None
+        for c in self._own_bases(cls):
+            for node, _ in self.classes.get(c, []):
+                body = self.scopes.get(node)
+                if body is None or attr in body.bindings:
+                    return None  # defined by the own class (or unreadable: judged as its own)
+        return _Ref("import", f"{bases[0]}.{attr}")
+
     def _engine_bases(self, cls: str) -> list[str]:
         """The engine classes (under `hidden_import_roots`) an own class derives from, through own classes."""
         roots = self.settings.hidden_import_roots
@@ -1274,6 +1293,10 @@ class Resolver:
                         held = self.cross.member(f"{b}.{node.attr}", self.module)
                         if held is not None:
                             return held
+                if base.qualname in self.classes:
+                    inherited = self._inherited_engine_attr(base.qualname, node.attr)
+                    if inherited is not None:
+                        return inherited
             return _Ref(base.origin, f"{base.qualname}.{node.attr}")
         if isinstance(node, ast.Subscript):
             base = self.resolve(node.value, scope)
@@ -1533,6 +1556,9 @@ class Resolver:
         cls = self._enclosing_class(scope)
         if node.args:
             r = self.resolve(node.args[0], scope)
+            if r is not None and r.origin == "import" and self.is_own(r.qualname) and \
+                    not r.qualname.startswith(self._this_module() + "."):
+                return r  # super(X, self), X another own module's class: judged as X (its bases' attributes)
             cls = r.qualname if r is not None and r.origin == "own" and r.qualname in self.classes else None
         if cls is None:
             return None

@@ -17,6 +17,9 @@ from tests.test_escapes_hostile20 import _cross_errors
 
 LAYERS = "from vllm.v1.attention.backend import AttentionImpl\n"
 ENG = "import vllm.v1.attention.backend as eng\n"
+FT = "import functools\n" + LAYERS
+AS_E = "from vllm.v1.attention.backend import AttentionImpl as E\n"
+MID = "mid.py"
 
 ATTACKS: list[tuple[str, dict[str, str], str]] = [
     # -- the other module's namespace reached by other means than `from .m import name` ------------------
@@ -42,16 +45,16 @@ ATTACKS: list[tuple[str, dict[str, str], str]] = [
                            "AttentionImpl as E\n"},
      "from .sub import mod\nmod.E.forward = None  # <-\n"),
     ("subpackage-init-re-export", {"sub/__init__.py": "from .mod import E\n",
-                                   "sub/mod.py": "from vllm.v1.attention.backend import AttentionImpl as E\n"},
+                                   "sub/mod.py": AS_E},
      "from .sub import E\nE.forward = None  # <-\n"),
-    ("parent-relative-import", {"sub/__init__.py": "", "sub/deep.py": ""},
+    ("bound-into-a-subpackage-module", {"sub/__init__.py": "", "sub/deep.py": ""},
      "from .sub import deep\nfrom .layers import AttentionImpl as A\ndeep.A = A\n"
      "A.forward = None  # <-\n"),
     # -- how the other module binds the name ----------------------------------------------------------------
     ("type-checking-else", {"mid.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    E = object\n"
                             "else:\n    from vllm.v1.attention.backend import AttentionImpl as E\n"},
      "from . import mid\nmid.E.forward = None  # <-\n"),
-    ("try-except-importerror", {"mid.py": "try:\n    from vllm.v1.attention.backend import AttentionImpl as E\n"
+    ("try-except-importerror", {MID: "try:\n    " + AS_E +
                                 "except ImportError:\n    class E:\n        pass\n"},
      "from .mid import E\nE.forward = None  # <-\n"),
     ("except-branch-binds-it", {"mid.py": "try:\n    import nothing_here as E\nexcept ImportError:\n"
@@ -73,7 +76,7 @@ ATTACKS: list[tuple[str, dict[str, str], str]] = [
      "from .mid import E\nE.forward = None  # <-\n"),
     ("for-loop-target", {"mid.py": LAYERS + "for E in (AttentionImpl,):\n    pass\n"},
      "from .mid import E\nE.forward = None  # <-\n"),
-    ("with-target", {"mid.py": LAYERS + "import contextlib\nwith contextlib.nullcontext(AttentionImpl) as E:\n"
+    ("with-target", {MID: LAYERS + "import contextlib\nwith contextlib.nullcontext(AttentionImpl) as E:\n"
                      "    pass\n"},
      "from .mid import E\nE.forward = None  # <-\n"),
     ("unpacking", {"mid.py": LAYERS + "_, E = 1, AttentionImpl\n"},
@@ -84,25 +87,30 @@ ATTACKS: list[tuple[str, dict[str, str], str]] = [
     ("classmethod-returns-it", {"mid.py": LAYERS + "class H:\n    @classmethod\n    def make(cls):\n"
                                 "        return AttentionImpl\n"},
      "from .mid import H\nH.make().forward = None  # <-\n"),
-    ("method-of-an-instance", {"mid.py": LAYERS + "class H:\n    def make(self):\n        return AttentionImpl\n"},
+    ("method-of-an-instance", {MID: LAYERS + "class H:\n    def make(self):\n        return AttentionImpl\n"},
      "from .mid import H\nH().make().forward = None  # <-\n"),
     ("property-returns-it", {"mid.py": LAYERS + "class H:\n    @property\n    def impl(self):\n"
                              "        return AttentionImpl\n"},
      "from .mid import H\nH().impl.forward = None  # <-\n"),
-    ("module-instance-method", {"mid.py": LAYERS + "class H:\n    def make(self):\n        return AttentionImpl\n"
+    ("module-instance-method", {MID: LAYERS + "class H:\n    def make(self):\n        return AttentionImpl\n"
                                 "h = H()\n"},
      "from .mid import h\nh.make().forward = None  # <-\n"),
     ("lambda", {"mid.py": LAYERS + "get = lambda: AttentionImpl\n"},
      "from .mid import get\nget().forward = None  # <-\n"),
-    ("partial", {"mid.py": "import functools\n" + LAYERS + "def ident(x):\n    return x\n"
+    ("partial", {"mid.py": FT + "def ident(x):\n    return x\n"
                  "get = functools.partial(ident, AttentionImpl)\n"},
      "from .mid import get\nget().forward = None  # <-\n"),
-    ("partial-args", {"mid.py": "import functools\n" + LAYERS + "p = functools.partial(print, AttentionImpl)\n"},
+    ("partial-args", {"mid.py": FT + "p = functools.partial(print, AttentionImpl)\n"},
      "from .mid import p\np.args[0].forward = None  # <-\n"),
+    # NEW: a partial holds its function and arguments, and its call may return an argument
+    ("partial-func", {"mid.py": FT + "p = functools.partial(AttentionImpl)\n"},
+     "from .mid import p\np.func.forward = None  # <-\n"),
+    ("partial-keywords", {"mid.py": FT + "p = functools.partial(print, c=AttentionImpl)\n"},
+     "from .mid import p\np.keywords['c'].forward = None  # <-\n"),
     ("dataclass-default", {"mid.py": "import dataclasses\n" + LAYERS + "@dataclasses.dataclass\nclass Cfg:\n"
                            "    impl: type = AttentionImpl\n"},
      "from .mid import Cfg\nCfg().impl.forward = None  # <-\n"),
-    ("enum-member-value", {"mid.py": "import enum\n" + LAYERS + "class K(enum.Enum):\n    A = AttentionImpl\n"},
+    ("enum-member-value", {MID: "import enum\n" + LAYERS + "class K(enum.Enum):\n    A = AttentionImpl\n"},
      "from .mid import K\nK.A.value.forward = None  # <-\n"),
     ("callback-called-with-it", {"mid.py": LAYERS + "def visit(cb):\n    cb(AttentionImpl)\n"},
      "from .mid import visit\ndef cb(c):\n    c.forward = None  # <-\nvisit(cb)\n"),
@@ -136,7 +144,7 @@ ATTACKS: list[tuple[str, dict[str, str], str]] = [
      "from .mid import Sub\nclass C(Sub):\n    def g(self):\n"
      "        super(Sub, self).forward.__func__.__defaults__ = ()  # <-\n"),
     # NEW: an attribute an own subclass of an engine class inherits is the engine class's
-    ("inherited-engine-method-through-another-module-subclass", {"mid.py": LAYERS + "class Sub(AttentionImpl):\n"
+    ("inherited-engine-method-through-another-module-subclass", {MID: LAYERS + "class Sub(AttentionImpl):\n"
                                                                 "    pass\n"},
      "from .mid import Sub\nSub.forward.__code__ = None  # <-\n"),
     ("inherited-engine-method-through-a-local-subclass", {},
@@ -168,8 +176,11 @@ OWN_MID = ("import sys\nimport torch\nclass Own:\n    pass\nclass M(torch.nn.Mod
            "class H:\n    def make(self):\n        return Own\n    @property\n    def impl(self):\n"
            "        return M\n    @classmethod\n    def mk(cls):\n        return Own\n"
            "h = H()\nget = lambda: Own\nglobals()['G'] = Own\nsetattr(sys.modules[__name__], 'G2', Own)\n"
-           "globals().update(G3=M)\ninst = Own()\nmod = M()\n")
-HONEST = ("from .mid import H, h, get, Own, M, G, G2, G3\nG.x = 1\nG2.x = 1\nG3.forward = None\n"
+           "globals().update(G3=M)\ninst = Own()\nmod = M()\nimport functools\n"
+           "from .layers import AttentionImpl\npe = functools.partial(AttentionImpl, 1)\n"
+           "po = functools.partial(print, Own)\n")
+HONEST = ("from .mid import H, h, get, Own, M, G, G2, G3, pe, po\npe().x = 1\npe.x = 1\npo.args[0].x = 1\n"
+          "po.func.__doc__.upper()\npo().x = 1\nG.x = 1\nG2.x = 1\nG3.forward = None\n"
           "H().make().x = 1\nH().impl.forward = None\nH.mk().x = 1\nh.make().x = 1\nh.impl.forward = None\n"
           "get().x = 1\nh.own = 1\nH().make.__doc__ = 'x'\n"
           "from .mid import inst, mod\ntype(inst).x = 1\ninst.__class__.x = 1\ntype(mod).forward = None\n"

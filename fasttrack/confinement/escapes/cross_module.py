@@ -15,7 +15,16 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable
 
-from fasttrack.confinement.escapes.scope import _INSTANCE, _SEP, Resolver, Signatures, _Ref, _Scope
+from fasttrack.confinement.escapes.scope import (
+    _INSTANCE,
+    _LOCAL_REF,
+    _PARTIAL,
+    _SEP,
+    Resolver,
+    Signatures,
+    _Ref,
+    _Scope,
+)
 from fasttrack.policy import EscapesSpec
 
 # dotted module -> (its text, None when it cannot be read; whether it is a package's __init__), or None
@@ -129,6 +138,9 @@ class OwnModuleSummary:
             return None
         if r.foreign(ref):
             return ref
+        if ref.qualname == _PARTIAL and any(r.foreign(e) for e in ref.elements):
+            # a partial's elements are positional (its function, then its arguments): keep the layout
+            return _Ref("local", _PARTIAL, tuple(e if r.foreign(e) else _LOCAL_REF for e in ref.elements))
         held = tuple(e for e in ref.elements if r.foreign(e))
         return _Ref("local", ref.qualname or "<container>", held) if held else None
 

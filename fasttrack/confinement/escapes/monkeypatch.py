@@ -20,6 +20,7 @@ from fasttrack.confinement.escapes.common import (
 from fasttrack.confinement.escapes.scope import (
     _COPY,
     _LOCAL,
+    _PARTIAL,
     _SEP,
     _Function,
     _Ref,
@@ -98,7 +99,7 @@ class MonkeypatchChecks(CheckBase):
         if base.origin == "param":
             self._record_param_write(base, node)
             return
-        if base.elements and not self.foreign(base) and base.qualname != _COPY:
+        if base.elements and not self.foreign(base) and base.qualname not in (_COPY, _PARTIAL):
             base = base.elements[0]
         if base.origin == "classof":
             self.report(MONKEYPATCH, node, f"{verb} `{node.attr}` on the class of an object "
@@ -240,7 +241,7 @@ class MonkeypatchChecks(CheckBase):
                 k.arg is None for k in node.keywords)
             self._bind_into_own_import(obj, [value] if value is not None and not starred else None, name,
                                        f"sets `{name}` by `setattr()` into", node, scope)
-        if obj.elements and not self.foreign(obj) and obj.qualname != _COPY:
+        if obj.elements and not self.foreign(obj) and obj.qualname not in (_COPY, _PARTIAL):
             obj = obj.elements[0]
         if obj is not None and obj.origin == "classof":
             self.report(SETATTR, node, f"{fn}() on the class of an object (`type(x)`/`x.__class__`): a "

@@ -161,6 +161,7 @@ _COPY = "<shallow copy>"  # a local ref: `copy.copy(x)`, whose `elements` are wh
 _CLASS_OWN_DUNDERS = frozenset({"__dict__", "__name__", "__qualname__", "__module__", "__doc__", "__bases__",
                                 "__mro__", "__class__", "__subclasses__", "__base__", "__annotations__",
                                 "__slots__", "__weakref__", "__init_subclass__", "mro"})
+_PARTIAL = "<partial>"  # functools.partial(f, *args): elements are its arguments; calling it may return them
 _OF_FOREIGN = "<made by "  # + a foreign callable's dotted name + ">": a local object a foreign call made
 _INSTANCE = "<instance of "  # + an own class's dotted name + ">": a local object of an own class
 # a thread or thread pool made here: starting it at import time is FT146
@@ -1259,6 +1260,11 @@ class Resolver:
                 return _Ref(shared.origin, f"{shared.qualname}.{node.attr}")
             if base.origin == "local" and base.qualname == _NAMESPACE and base.elements:
                 return base.elements[0]  # SimpleNamespace(t=Engine).t
+            if base.origin == "local" and base.qualname == _PARTIAL and base.elements:
+                if node.attr == "func":
+                    return base.elements[0]  # partial(Engine).func
+                if node.attr in ("args", "keywords"):
+                    return _Ref("local", "<container>", base.elements[1:])  # partial(f, Engine).args[0]
             if base.origin == "local":
                 stored = self._stored_attr(node.attr)
                 if stored is not None:
@@ -1376,6 +1382,13 @@ class Resolver:
                 t = self.tainted(self._own_return(node, key, scope))
                 if t is not None:
                     return t
+        if callee is not None and callee.origin == "local" and callee.qualname == _PARTIAL:
+            # a partial's call hands its bound arguments to the function, which may return one (fail closed)
+            func = callee.elements[0] if callee.elements else _LOCAL_REF
+            if self.foreign(func):
+                return _Ref("local", f"{_OF_FOREIGN}{func.qualname}>")  # partial(Engine)(): an instance
+            bound = _Ref("local", "<container>", callee.elements[1:])
+            return self.tainted(bound) or _LOCAL_REF
         if self.cross is not None and isinstance(node.func, ast.Attribute) and callee is not None and \
                 callee.origin == "local":
             base = self.resolve(node.func.value, scope)
@@ -1415,6 +1428,10 @@ class Resolver:
         if q == "copy.copy" and first is not None:
             # a new object (writes to it are the copy's) whose attributes and items are the original's
             return _Ref("local", _COPY, self._container([first], scope).elements)
+        if q in ("functools.partial", "functools.partialmethod") and node.args:
+            func = self.resolve(node.args[0], scope) or _LOCAL_REF
+            held = self._container([*node.args[1:], *(k.value for k in node.keywords)], scope)
+            return _Ref("local", _PARTIAL, (func, *held.elements))
         if q in _ELEMENT_CALLS:
             held = self._container([*node.args, *(k.value for k in node.keywords)], scope)
             return held

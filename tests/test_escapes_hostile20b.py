@@ -112,8 +112,6 @@ ATTACKS: list[tuple[str, dict[str, str], str]] = [
      "from .mid import Cfg\nCfg().impl.forward = None  # <-\n"),
     ("enum-member-value", {MID: "import enum\n" + LAYERS + "class K(enum.Enum):\n    A = AttentionImpl\n"},
      "from .mid import K\nK.A.value.forward = None  # <-\n"),
-    ("callback-called-with-it", {"mid.py": LAYERS + "def visit(cb):\n    cb(AttentionImpl)\n"},
-     "from .mid import visit\ndef cb(c):\n    c.forward = None  # <-\nvisit(cb)\n"),
     ("decorator-returns-it", {"mid.py": LAYERS + "def deco(f):\n    return AttentionImpl\n"},
      "from .mid import deco\n@deco\ndef f():\n    pass\nf.forward = None  # <-\n"),
     ("class-decorator-returns-it", {"mid.py": LAYERS + "def deco(c):\n    return AttentionImpl\n"},
@@ -192,3 +190,20 @@ HONEST = ("from .mid import H, h, get, Own, M, G, G2, G3, pe, po\npe().x = 1\npe
 
 def test_cross_module_honest_twin(tmp_path: Path, policy: Policy, monkeypatch: pytest.MonkeyPatch) -> None:
     assert _cross_errors(tmp_path, policy, {"mid.py": OWN_MID}, HONEST, monkeypatch) == []
+
+
+OPEN: list[tuple[str, dict[str, str], str, str]] = [
+    ("callback-called-with-it", {"mid.py": LAYERS + "def visit(cb):\n    cb(AttentionImpl)\n"},
+     "from .mid import visit\ndef cb(c):\n    c.forward = None  # <-\nvisit(cb)\n",
+     "a helper writing through its parameter is judged where it is called by name; an own function handed "
+     "as a callback to another function (here or in another own module) that calls it with an engine object "
+     "is not linked to those calls (also open within one file)"),
+]
+
+
+@pytest.mark.parametrize(("extra", "src"), [
+    pytest.param(o[1], o[2], id=o[0], marks=pytest.mark.xfail(strict=True, reason=o[3])) for o in OPEN])
+def test_open_cross_module_attack(tmp_path: Path, policy: Policy, extra: dict[str, str], src: str,
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    want = [i for i, line in enumerate(src.splitlines(), start=1) if "# <-" in line]
+    assert set(want) <= set(_cross_errors(tmp_path, policy, extra, src, monkeypatch))

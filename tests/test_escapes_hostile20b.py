@@ -11,9 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from fasttrack.facts.gather import gather_facts
 from fasttrack.policy import Policy, load_policy
+from fasttrack.rules import escapes as escape_rules
 from tests.test_escapes import POLICY
 from tests.test_escapes_hostile20 import _cross_errors
+from tests.test_escapes_hostile_flow import ENGINE
+from tests.test_escapes_own_bases import contribution, write
 
 LAYERS = "from vllm.v1.attention.backend import AttentionImpl\n"
 ENG = "import vllm.v1.attention.backend as eng\n"
@@ -207,3 +211,20 @@ def test_open_cross_module_attack(tmp_path: Path, policy: Policy, extra: dict[st
                                   monkeypatch: pytest.MonkeyPatch) -> None:
     want = [i for i, line in enumerate(src.splitlines(), start=1) if "# <-" in line]
     assert set(want) <= set(_cross_errors(tmp_path, policy, extra, src, monkeypatch))
+
+
+@pytest.mark.parametrize("name", ["globals-item-assignment", "property-returns-it", "partial",
+                                  "type-of-a-module-instance",
+                                  "inherited-engine-method-through-another-module-subclass"])
+def test_error_names_the_file_line_and_engine_object(tmp_path: Path, policy: Policy, name: str,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # what the PR author reads: the file and line of the write, and the engine object it reaches
+    extra, src = next((a[1], a[2]) for a in ATTACKS if a[0] == name)
+    monkeypatch.setenv("FASTTRACK_ENGINE_TREE", str(write(tmp_path / "engine", ENGINE)))
+    files = {"kernels/kimi_k3/__init__.py": "", "kernels/kimi_k3/layers.py": LAYERS,
+             **{f"kernels/kimi_k3/{k}": v for k, v in extra.items()}, "kernels/kimi_k3/impl.py": src}
+    facts = gather_facts(contribution(tmp_path, policy, files))
+    found = [f for r in escape_rules.catalogue.rules for f in r.run(facts) if f.severity == "error"]
+    line = next(i for i, text in enumerate(src.splitlines(), start=1) if "# <-" in text)
+    assert any(f.path == "kernels/kimi_k3/impl.py" and f.line == line and
+               "vllm.v1.attention.backend.AttentionImpl" in f.message for f in found), found

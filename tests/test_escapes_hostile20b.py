@@ -152,6 +152,13 @@ ATTACKS: list[tuple[str, dict[str, str], str]] = [
     ("inherited-engine-method-through-a-local-subclass", {},
      "from .layers import AttentionImpl\nclass Sub(AttentionImpl):\n    pass\n"
      "Sub.forward.__defaults__ = ()  # <-\n"),
+    # NEW: a callback handed to a function that calls it with the engine class: the error is at the
+    # hand-over (as for a helper writing through its parameter; the message names the write's line)
+    ("callback-called-with-it", {MID: LAYERS + "def visit(cb):\n    cb(AttentionImpl)\n"},
+     "from .mid import visit\ndef cb(c):\n    c.forward = None\nvisit(cb)  # <-\n"),
+    ("callback-by-keyword-in-this-file", {},
+     "from .layers import AttentionImpl\ndef visit(fn):\n    fn(AttentionImpl)\n"
+     "def cb(c):\n    setattr(c, 'forward', None)\nvisit(fn=cb)  # <-\n"),
     ("other-module-writes-through-its-param", {"mid.py": "def put(c):\n    c.forward = None\n"},
      "from .layers import AttentionImpl\nfrom .mid import put\nput(AttentionImpl)  # <-\n"),
     ("sys-modules-of-other-module", {}, "import sys\n"
@@ -180,7 +187,7 @@ OWN_MID = ("import sys\nimport torch\nclass Own:\n    pass\nclass M(torch.nn.Mod
            "h = H()\nget = lambda: Own\nglobals()['G'] = Own\nsetattr(sys.modules[__name__], 'G2', Own)\n"
            "globals().update(G3=M)\ninst = Own()\nmod = M()\nimport functools\n"
            "from .layers import AttentionImpl\npe = functools.partial(AttentionImpl, 1)\n"
-           "po = functools.partial(print, Own)\n")
+           "po = functools.partial(print, Own)\ndef visit(cb):\n    cb(Own)\n    cb(M)\n")
 HONEST = ("from .mid import H, h, get, Own, M, G, G2, G3, pe, po\npe().x = 1\npe.x = 1\npo.args[0].x = 1\n"
           "po.func.__doc__.upper()\npo().x = 1\nG.x = 1\nG2.x = 1\nG3.forward = None\n"
           "H().make().x = 1\nH().impl.forward = None\nH.mk().x = 1\nh.make().x = 1\nh.impl.forward = None\n"
@@ -189,28 +196,13 @@ HONEST = ("from .mid import H, h, get, Own, M, G, G2, G3, pe, po\npe().x = 1\npe
           "from .layers import AttentionImpl\na = AttentionImpl()\na.y = 1\nsetattr(a, 'z', 1)\n"
           "class S(AttentionImpl):\n    def forward(self, *a):\n        return super().forward(*a)\n"
           "S.forward.__doc__ = 'x'\nS.extra = 1\nS.__doc__ = 'x'\nS.__name__.upper()\n"
-          "class S2(S):\n    pass\nS2.forward.__doc__ = 'x'\n")
+          "class S2(S):\n    pass\nS2.forward.__doc__ = 'x'\n"
+          "from .mid import visit\ndef cb(c):\n    c.forward = None\nvisit(cb)\n")
 
 
 def test_cross_module_honest_twin(tmp_path: Path, policy: Policy, monkeypatch: pytest.MonkeyPatch) -> None:
     assert _cross_errors(tmp_path, policy, {"mid.py": OWN_MID}, HONEST, monkeypatch) == []
 
-
-OPEN: list[tuple[str, dict[str, str], str, str]] = [
-    ("callback-called-with-it", {"mid.py": LAYERS + "def visit(cb):\n    cb(AttentionImpl)\n"},
-     "from .mid import visit\ndef cb(c):\n    c.forward = None  # <-\nvisit(cb)\n",
-     "a helper writing through its parameter is judged where it is called by name; an own function handed "
-     "as a callback to another function (here or in another own module) that calls it with an engine object "
-     "is not linked to those calls (also open within one file)"),
-]
-
-
-@pytest.mark.parametrize(("extra", "src"), [
-    pytest.param(o[1], o[2], id=o[0], marks=pytest.mark.xfail(strict=True, reason=o[3])) for o in OPEN])
-def test_open_cross_module_attack(tmp_path: Path, policy: Policy, extra: dict[str, str], src: str,
-                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    want = [i for i, line in enumerate(src.splitlines(), start=1) if "# <-" in line]
-    assert set(want) <= set(_cross_errors(tmp_path, policy, extra, src, monkeypatch))
 
 
 @pytest.mark.parametrize("name", ["globals-item-assignment", "property-returns-it", "partial",

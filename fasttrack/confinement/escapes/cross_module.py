@@ -217,3 +217,24 @@ class OwnModuleSummary:
             finally:
                 self._busy.discard(key)
         return self.member(f"{cls}.{attr}", here)
+
+    def callback_arguments(self, qualname: str, node: ast.Call,
+                           arg: ast.expr) -> list[tuple[_Ref | None, ...]]:
+        """What another module's function `qualname` passes, by position, to the callback `arg` a call `node`
+        hands it (the foreign objects; `_failed` for each position of a module that cannot be read)."""
+        split = self._split(qualname)
+        if split is None:
+            return []
+        r = self._resolver(split[0])
+        if r is None:
+            return [(_failed(f"{qualname}()", "an own module that cannot be read or parsed"),) * 8]
+        key = ("callback", qualname)
+        if key in self._busy:
+            return []
+        self._busy.add(key)
+        try:
+            return r.param_call_arguments(self._function_key(r, qualname, split[1]), node, arg)
+        except RecursionError:
+            return [(_failed(f"{qualname}()", "too deep to follow"),) * 8]
+        finally:
+            self._busy.discard(key)

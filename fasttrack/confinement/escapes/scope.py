@@ -200,6 +200,11 @@ class CrossModules(Protocol):
         """`obj.attr` for an instance of the own class `cls` of another module: the foreign object a property
         returns or a class attribute holds, or None."""
 
+    def callback_arguments(self, qualname: str, node: ast.Call,
+                           arg: ast.expr) -> list[tuple[_Ref | None, ...]]:
+        """For a call `node` of another module's own function `qualname` handing it `arg`: the foreign
+        objects (by position) each call of that parameter inside the function passes."""
+
 
 class Resolver:
     """Bindings, scopes and what expressions refer to, for one parsed file."""
@@ -1689,6 +1694,20 @@ class Resolver:
             if base is not None and base.qualname.startswith(_INSTANCE):
                 return self._method_keys(base.qualname[len(_INSTANCE):-1], [node.func.attr])
         return []
+
+    def param_call_arguments(self, key: str, node: ast.Call, arg: ast.expr) -> list[tuple[_Ref | None, ...]]:
+        """For a call `node` of the own function `key` handing it `arg` (a callback): the foreign objects, by
+        position, that each call of that parameter in the function's body passes (`def visit(cb): cb(E)`)."""
+        out: list[tuple[_Ref | None, ...]] = []
+        for fn in self.functions.get(key, []):
+            names = {f"{key}{_SEP}{n}" for n, exprs in self._call_arguments(node, fn).items()
+                     if any(e is arg for e in exprs)}
+            for inner in ast.walk(fn.node):
+                if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Name):
+                    r = self.resolve(inner.func, fn.scope)
+                    if r is not None and r.origin == "param" and r.qualname in names:
+                        out.append(tuple(self.tainted(self.resolve(a, fn.scope)) for a in inner.args))
+        return out
 
     def _own_return(self, node: ast.Call, key: str, scope: _Scope) -> _Ref:
         """What a call to an own function returns: a foreign object it returns (or the foreign argument

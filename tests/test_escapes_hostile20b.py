@@ -111,6 +111,9 @@ ATTACKS: list[tuple[str, dict[str, str], str]] = [
      "from .mid import p\np.func.forward = None  # <-\n"),
     ("partial-keywords", {"mid.py": FT + "p = functools.partial(print, c=AttentionImpl)\n"},
      "from .mid import p\np.keywords['c'].forward = None  # <-\n"),
+    ("partial-of-a-partial", {MID: "from functools import partial\n" + LAYERS + "def ident(x):\n    return x\n"
+                              "p = partial(partial(ident, AttentionImpl))\n"},
+     "from .mid import p\np().forward = None  # <-\n"),
     ("dataclass-default", {"mid.py": "import dataclasses\n" + LAYERS + "@dataclasses.dataclass\nclass Cfg:\n"
                            "    impl: type = AttentionImpl\n"},
      "from .mid import Cfg\nCfg().impl.forward = None  # <-\n"),
@@ -220,3 +223,21 @@ def test_error_names_the_file_line_and_engine_object(tmp_path: Path, policy: Pol
     line = next(i for i, text in enumerate(src.splitlines(), start=1) if "# <-" in text)
     assert any(f.path == "kernels/kimi_k3/impl.py" and f.line == line and
                "vllm.v1.attention.backend.AttentionImpl" in f.message for f in found), found
+
+
+OPEN: list[tuple[str, dict[str, str], str, str]] = [
+    ("property-of-another-module-returning-self",
+     {MID: LAYERS + "class H:\n    @property\n    def me(self):\n        return self\n"
+      "    def make(self):\n        return AttentionImpl\n"},
+     "from .mid import H\nH().me.make().forward = None  # <-\n",
+     "the summary answers only foreign objects: a property of another module's class returning `self` is "
+     "the contribution's own, so the instance it is (and its methods' returns) is not carried back"),
+]
+
+
+@pytest.mark.parametrize(("extra", "src"), [
+    pytest.param(o[1], o[2], id=o[0], marks=pytest.mark.xfail(strict=True, reason=o[3])) for o in OPEN])
+def test_open_cross_module_attack(tmp_path: Path, policy: Policy, extra: dict[str, str], src: str,
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    want = [i for i, line in enumerate(src.splitlines(), start=1) if "# <-" in line]
+    assert set(want) <= set(_cross_errors(tmp_path, policy, extra, src, monkeypatch))

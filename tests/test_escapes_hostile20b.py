@@ -111,8 +111,8 @@ ATTACKS: list[tuple[str, dict[str, str], str]] = [
      "from .mid import p\np.func.forward = None  # <-\n"),
     ("partial-keywords", {"mid.py": FT + "p = functools.partial(print, c=AttentionImpl)\n"},
      "from .mid import p\np.keywords['c'].forward = None  # <-\n"),
-    ("partial-of-a-partial", {MID: "from functools import partial\n" + LAYERS + "def ident(x):\n    return x\n"
-                              "p = partial(partial(ident, AttentionImpl))\n"},
+    ("partial-of-a-partial", {MID: "from functools import partial\n" + LAYERS +
+                              "def ident(x):\n    return x\np = partial(partial(ident, AttentionImpl))\n"},
      "from .mid import p\np().forward = None  # <-\n"),
     ("dataclass-default", {"mid.py": "import dataclasses\n" + LAYERS + "@dataclasses.dataclass\nclass Cfg:\n"
                            "    impl: type = AttentionImpl\n"},

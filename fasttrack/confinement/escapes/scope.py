@@ -1436,6 +1436,9 @@ class Resolver:
         if q in ("functools.partial", "functools.partialmethod") and node.args:
             func = self.resolve(node.args[0], scope) or _LOCAL_REF
             held = self._container([*node.args[1:], *(k.value for k in node.keywords)], scope)
+            if func.origin == "local" and func.qualname == _PARTIAL and func.elements:
+                # partial(partial(f, a), b) is partial(f, a, b)
+                return _Ref("local", _PARTIAL, (*func.elements, *held.elements))
             return _Ref("local", _PARTIAL, (func, *held.elements))
         if q in _ELEMENT_CALLS:
             held = self._container([*node.args, *(k.value for k in node.keywords)], scope)

@@ -25,6 +25,7 @@ from fasttrack.confinement.escapes.common import (
     _matches,
 )
 from fasttrack.confinement.escapes.scope import (
+    _OF_FOREIGN,
     _SEP,
     Resolver,
     _Ref,
@@ -205,7 +206,7 @@ class CheckBase(Resolver):
             return False  # `staticmethod(Engine.forward)`, `K(engine_obj)`: it may return its argument
         r = self.resolve(value, scope)
         return r is not None and r.origin in ("local", "own") and not r.elements and \
-            not r.qualname.startswith("<")
+            (not r.qualname.startswith("<") or r.qualname.startswith(_OF_FOREIGN))  # `Engine()` built here
 
     def _engine_state(self, receiver: str) -> bool:
         """Whether a dotted receiver is an object of the engine's (not a module of it): reached through an

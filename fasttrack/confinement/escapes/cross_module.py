@@ -15,7 +15,16 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable
 
-from fasttrack.confinement.escapes.scope import _INSTANCE, _SEP, Resolver, Signatures, _Ref, _Scope
+from fasttrack.confinement.escapes.scope import (
+    _INSTANCE,
+    _LOCAL_REF,
+    _PARTIAL,
+    _SEP,
+    Resolver,
+    Signatures,
+    _Ref,
+    _Scope,
+)
 from fasttrack.policy import EscapesSpec
 
 # dotted module -> (its text, None when it cannot be read; whether it is a package's __init__), or None
@@ -129,6 +138,9 @@ class OwnModuleSummary:
             return None
         if r.foreign(ref):
             return ref
+        if ref.qualname == _PARTIAL and any(r.foreign(e) for e in ref.elements):
+            # a partial's elements are positional (its function, then its arguments): keep the layout
+            return _Ref("local", _PARTIAL, tuple(e if r.foreign(e) else _LOCAL_REF for e in ref.elements))
         held = tuple(e for e in ref.elements if r.foreign(e))
         return _Ref("local", ref.qualname or "<container>", held) if held else None
 
@@ -147,11 +159,12 @@ class OwnModuleSummary:
             return _Ref("local", f"{_INSTANCE}{qualname}>")
         self._busy.add(key)
         try:
-            for fn in r.functions.get(qualname, []):
+            target = self._function_key(r, qualname, split[1])
+            for fn in r.functions.get(target, []):
                 args = r._call_arguments(node, fn)
                 for value in fn.returns():
                     ref = r.resolve(value, fn.scope)
-                    if ref is not None and ref.origin == "param" and ref.qualname.startswith(qualname + _SEP):
+                    if ref is not None and ref.origin == "param" and ref.qualname.startswith(target + _SEP):
                         name = ref.qualname.rpartition(_SEP)[2]  # it hands back an argument of the caller's
                         for a in args.get(name, []):
                             t = caller.tainted(caller.resolve(a, scope))
@@ -166,3 +179,62 @@ class OwnModuleSummary:
         finally:
             self._busy.discard(key)
         return None
+
+    @staticmethod
+    def _function_key(r: Resolver, qualname: str, rest: list[str]) -> str:
+        """The own function of module `r` a call of `qualname` runs: itself when it is a def, else what the
+        name is bound to there (a lambda `get = lambda: E`, an alias, a method of a module-level instance
+        `h = H()` called as `h.make()`)."""
+        if qualname in r.functions:
+            return qualname
+        expr: ast.expr = ast.Name(id=rest[0], ctx=ast.Load())
+        for attr in rest[1:]:
+            expr = ast.Attribute(value=expr, attr=attr, ctx=ast.Load())
+        r._kept.append(expr)
+        ref = r.resolve(expr, r.module_scope)
+        return ref.qualname if ref is not None and ref.origin == "own" and ref.qualname in r.functions \
+            else qualname
+
+    def instance_attribute(self, cls: str, attr: str, here: str | None) -> _Ref | None:
+        """`obj.attr` for an instance of the own class `cls` of another module: the foreign object a property
+        of it returns, or a class attribute holding one (`member`); None for the contribution's own."""
+        split = self._split(cls)
+        if split is None or split[0] == here:
+            return None
+        r = self._resolver(split[0])
+        if r is None:
+            return _failed(f"{cls}.{attr}", "an own module that cannot be read or parsed")
+        keys = r._method_keys(cls, [attr])
+        if keys:
+            key = ("attr", f"{cls}.{attr}")
+            if key in self._busy:
+                return _failed(f"{cls}.{attr}", "its own modules read it in a cycle")
+            self._busy.add(key)
+            try:
+                return self._foreign(r, r._method_value(keys[0]))
+            except RecursionError:
+                return _failed(f"{cls}.{attr}", "too deep to follow")
+            finally:
+                self._busy.discard(key)
+        return self.member(f"{cls}.{attr}", here)
+
+    def callback_arguments(self, qualname: str, node: ast.Call,
+                           arg: ast.expr) -> list[tuple[_Ref | None, ...]]:
+        """What another module's function `qualname` passes, by position, to the callback `arg` a call `node`
+        hands it (the foreign objects; `_failed` for each position of a module that cannot be read)."""
+        split = self._split(qualname)
+        if split is None:
+            return []
+        r = self._resolver(split[0])
+        if r is None:
+            return [(_failed(f"{qualname}()", "an own module that cannot be read or parsed"),) * 8]
+        key = ("callback", qualname)
+        if key in self._busy:
+            return []
+        self._busy.add(key)
+        try:
+            return r.param_call_arguments(self._function_key(r, qualname, split[1]), node, arg)
+        except RecursionError:
+            return [(_failed(f"{qualname}()", "too deep to follow"),) * 8]
+        finally:
+            self._busy.discard(key)

@@ -20,6 +20,7 @@ from fasttrack.confinement.escapes.common import (
 from fasttrack.confinement.escapes.scope import (
     _COPY,
     _LOCAL,
+    _PARTIAL,
     _SEP,
     _Function,
     _Ref,
@@ -71,6 +72,7 @@ class MonkeypatchChecks(CheckBase):
                                         f"writes through its parameter `{name}` (line {at}): a monkeypatch "
                                         "of an object outside the contribution",
                                         target=t.qualname)
+        self._check_callbacks()
         for key, fns in self.functions.items():
             if key in self.method_keys or key.startswith("<lambda>"):
                 continue
@@ -78,6 +80,37 @@ class MonkeypatchChecks(CheckBase):
                                 for r in self._param_refs(fn, n))
             if written:
                 self.facts.param_writers[key] = written
+
+    def _check_callbacks(self) -> None:
+        """An own function that writes through a parameter, handed as a callback to a function (of this
+        file or another own module) that calls it with a foreign object: the write is to that object."""
+        for node, scope, _ in self.candidates:
+            if not isinstance(node, ast.Call):
+                continue
+            callee = self.resolve(node.func, scope)
+            if callee is None:
+                continue
+            for arg in node.args + [k.value for k in node.keywords]:
+                cb = self.resolve(arg, scope)
+                if cb is None or cb.origin != "own" or \
+                        not any(k == cb.qualname for k, _ in self.param_writes):
+                    continue
+                if callee.origin == "own" and callee.qualname in self.functions:
+                    passed = self.param_call_arguments(callee.qualname, node, arg)
+                elif callee.origin == "import" and self.is_own(callee.qualname) and self.cross is not None:
+                    passed = self.cross.callback_arguments(callee.qualname, node, arg)
+                else:
+                    continue
+                for fn in self.functions.get(cb.qualname, []):
+                    for refs in passed:
+                        for name, t in zip(fn.positional, refs, strict=False):
+                            write = self.param_writes.get((cb.qualname, name))
+                            if t is not None and write is not None:
+                                self.report(MONKEYPATCH, node, f"hands `{cb.qualname.rsplit('.', 1)[-1]}` "
+                                            f"to a function that calls it with `{t.qualname}`, and it writes "
+                                            f"through its parameter `{name}` (line "
+                                            f"{getattr(write, 'lineno', '?')}): a monkeypatch of an object "
+                                            "outside the contribution", target=t.qualname)
 
     @staticmethod
     def _param_refs(fn: _Function, name: str) -> tuple[int | str, ...]:
@@ -98,7 +131,7 @@ class MonkeypatchChecks(CheckBase):
         if base.origin == "param":
             self._record_param_write(base, node)
             return
-        if base.elements and not self.foreign(base) and base.qualname != _COPY:
+        if base.elements and not self.foreign(base) and base.qualname not in (_COPY, _PARTIAL):
             base = base.elements[0]
         if base.origin == "classof":
             self.report(MONKEYPATCH, node, f"{verb} `{node.attr}` on the class of an object "
@@ -240,7 +273,7 @@ class MonkeypatchChecks(CheckBase):
                 k.arg is None for k in node.keywords)
             self._bind_into_own_import(obj, [value] if value is not None and not starred else None, name,
                                        f"sets `{name}` by `setattr()` into", node, scope)
-        if obj.elements and not self.foreign(obj) and obj.qualname != _COPY:
+        if obj.elements and not self.foreign(obj) and obj.qualname not in (_COPY, _PARTIAL):
             obj = obj.elements[0]
         if obj is not None and obj.origin == "classof":
             self.report(SETATTR, node, f"{fn}() on the class of an object (`type(x)`/`x.__class__`): a "

@@ -157,6 +157,12 @@ _FILLERS = frozenset({"append", "extend", "insert", "add", "update", "setdefault
 _GETATTRIBUTE_CALLS = frozenset({"builtins.object.__getattribute__", "builtins.type.__getattribute__",
                                  "types.ModuleType.__getattribute__", "builtins.object.__getattr__"})
 _COPY = "<shallow copy>"  # a local ref: `copy.copy(x)`, whose `elements` are what its attributes are
+# a class's attributes of its own, not its bases' (`Sub.__dict__`, `Sub.__name__`, `Sub.__bases__`)
+_CLASS_OWN_DUNDERS = frozenset({"__dict__", "__name__", "__qualname__", "__module__", "__doc__", "__bases__",
+                                "__mro__", "__class__", "__subclasses__", "__base__", "__annotations__",
+                                "__slots__", "__weakref__", "__init_subclass__", "mro"})
+_PARTIAL = "<partial>"  # functools.partial(f, *args): elements are its arguments; calling it may return them
+_OF_FOREIGN = "<made by "  # + a foreign callable's dotted name + ">": a local object a foreign call made
 _INSTANCE = "<instance of "  # + an own class's dotted name + ">": a local object of an own class
 # a thread or thread pool made here: starting it at import time is FT146
 _THREAD_REF = _Ref("local", "<thread>")
@@ -165,6 +171,13 @@ _Handler = Callable[[ast.AST, "_Scope", bool], None]
 # (engine class, method) -> the method's positional parameters after self, () when the engine does not
 # define it, None when its source cannot be read (engine_signatures.EngineSignatures.method_params)
 Signatures = Callable[[str, str], "tuple[str, ...] | None"]
+
+
+def _is_namespace(node: ast.expr) -> bool:
+    """An attribute namespace: `x.__dict__`, `vars(x)`, or this module's own (`globals()`, `vars()`)."""
+    return _namespace_of(node) is not None or (
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and
+        node.func.id in ("globals", "vars", "locals") and not node.args and not node.keywords)
 
 
 class CrossModules(Protocol):
@@ -182,6 +195,15 @@ class CrossModules(Protocol):
     def call(self, qualname: str, node: ast.Call, scope: _Scope, caller: Resolver) -> _Ref | None:
         """The foreign object a call `node` (in `caller`) of the own function `qualname` of another
         module returns, or None."""
+
+    def instance_attribute(self, cls: str, attr: str, here: str | None) -> _Ref | None:
+        """`obj.attr` for an instance of the own class `cls` of another module: the foreign object a property
+        returns or a class attribute holds, or None."""
+
+    def callback_arguments(self, qualname: str, node: ast.Call,
+                           arg: ast.expr) -> list[tuple[_Ref | None, ...]]:
+        """For a call `node` of another module's own function `qualname` handing it `arg`: the foreign
+        objects (by position) each call of that parameter inside the function passes."""
 
 
 class Resolver:
@@ -563,7 +585,7 @@ class Resolver:
                     self.installs.append((scope.name, _dotted_literal(t.slice) or "*", node.value, scope))
                 if isinstance(t, ast.Subscript):
                     self._note_item_store(t.value, [node.value], scope)
-                if isinstance(t, ast.Subscript) and _namespace_of(t.value) is not None:
+                if isinstance(t, ast.Subscript) and _is_namespace(t.value):
                     # `x.__dict__["name"] = v`, `vars(x)["name"] = v`: x.name holds v
                     self.attr_stores.setdefault(_dotted_literal(t.slice) or "*", []).append(
                         (node.value, scope, None))
@@ -667,7 +689,7 @@ class Resolver:
             self.attr_stores.setdefault(attr or "*", []).append((node.args[2], scope, node.func))
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
                 node.func.attr in ("update", "setdefault", "__setitem__") and \
-                _namespace_of(node.func.value) is not None:
+                _is_namespace(node.func.value):
             self._note_namespace_stores(node, scope)
         if isinstance(node, ast.Call) and ((isinstance(node.func, ast.Attribute) and node.func.attr in (
                 "send", "asend")) or self._computed_getattr(node.func, ("send", "asend"))):
@@ -860,6 +882,13 @@ class Resolver:
         if bindings is None:
             if name in _BUILTIN_NAMES:
                 return _Ref("import", f"builtins.{name}")
+            # a global no statement binds: what a store into a namespace of this file put under its name
+            # (`globals()["E"] = v`, `setattr(sys.modules[__name__], "E", v)`, `globals().update(E=v)`);
+            # by the name, whatever the namespace (fail closed)
+            for value, sc, _ in [*self.attr_stores.get(name, []), *self.attr_stores.get("*", [])]:
+                t = self.tainted(self.resolve(value, sc))
+                if t is not None:
+                    return t
             for star in self.star_imports:
                 return _Ref("import", f"{star}.{name}")
             return None
@@ -897,7 +926,7 @@ class Resolver:
                     return r
         if _THREAD_REF in refs:
             return _THREAD_REF
-        return next((r for r in refs if r.qualname.startswith(_INSTANCE)), _LOCAL_REF)
+        return next((r for r in refs if r.qualname.startswith((_INSTANCE, _OF_FOREIGN))), _LOCAL_REF)
 
     def _engine_param(self, param: _Param) -> _Ref | None:
         """What a parameter of model code is when the engine fills it: the engine's object when it is named
@@ -1104,6 +1133,21 @@ class Resolver:
                 out += [b for b in self._engine_bases(other) if b not in out]
         return out
 
+    def _inherited_engine_attr(self, cls: str, attr: str) -> _Ref | None:
+        """`Sub.forward` of an own class deriving from an engine class that no own class body on the way
+        defines: the engine class's attribute (`Sub.forward.__code__ = ...` writes the engine's function)."""
+        if attr in _CLASS_OWN_DUNDERS:
+            return None
+        bases = self._engine_bases(cls)
+        if not bases:
+            return None
+        for c in self._own_bases(cls):
+            for node, _ in self.classes.get(c, []):
+                body = self.scopes.get(node)
+                if body is None or attr in body.bindings:
+                    return None  # defined by the own class (or unreadable: judged as its own)
+        return _Ref("import", f"{bases[0]}.{attr}")
+
     def _engine_bases(self, cls: str) -> list[str]:
         """The engine classes (under `hidden_import_roots`) an own class derives from, through own classes."""
         roots = self.settings.hidden_import_roots
@@ -1213,7 +1257,7 @@ class Resolver:
             if node.attr == "__class__" and base.origin == "local":
                 if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
                     return _Ref("own", "<own class>")
-                return _Ref("classof", "<class of a local object>")
+                return self._class_of_local(base)
             if base.origin == "local" and base.qualname == _COPY and base.elements:
                 shared = base.elements[0]  # the copy's attributes are the original's objects
                 if shared.origin == "param":
@@ -1221,6 +1265,11 @@ class Resolver:
                 return _Ref(shared.origin, f"{shared.qualname}.{node.attr}")
             if base.origin == "local" and base.qualname == _NAMESPACE and base.elements:
                 return base.elements[0]  # SimpleNamespace(t=Engine).t
+            if base.origin == "local" and base.qualname == _PARTIAL and base.elements:
+                if node.attr == "func":
+                    return base.elements[0]  # partial(Engine).func
+                if node.attr in ("args", "keywords"):
+                    return _Ref("local", "<container>", base.elements[1:])  # partial(f, Engine).args[0]
             if base.origin == "local":
                 stored = self._stored_attr(node.attr)
                 if stored is not None:
@@ -1235,8 +1284,9 @@ class Resolver:
                     keys = self._method_keys(cls, [node.attr])
                     if keys:
                         return self._method_value(keys[0])
-                    # an instance of another own module's class: what that class's attribute is
-                    held = self.cross.member(f"{cls}.{node.attr}", self.module) if self.cross else None
+                    # an instance of another own module's class: what that class's attribute (or a
+                    # property of it) is
+                    held = self.cross.instance_attribute(cls, node.attr, self.module) if self.cross else None
                     if held is not None:
                         return held
                 return _LOCAL_REF
@@ -1254,6 +1304,10 @@ class Resolver:
                         held = self.cross.member(f"{b}.{node.attr}", self.module)
                         if held is not None:
                             return held
+                if base.qualname in self.classes:
+                    inherited = self._inherited_engine_attr(base.qualname, node.attr)
+                    if inherited is not None:
+                        return inherited
             return _Ref(base.origin, f"{base.qualname}.{node.attr}")
         if isinstance(node, ast.Subscript):
             base = self.resolve(node.value, scope)
@@ -1333,6 +1387,22 @@ class Resolver:
                 t = self.tainted(self._own_return(node, key, scope))
                 if t is not None:
                     return t
+        if callee is not None and callee.origin == "local" and callee.qualname == _PARTIAL:
+            # a partial's call hands its bound arguments to the function, which may return one (fail closed)
+            func = callee.elements[0] if callee.elements else _LOCAL_REF
+            if self.foreign(func):
+                return _Ref("local", f"{_OF_FOREIGN}{func.qualname}>")  # partial(Engine)(): an instance
+            bound = _Ref("local", "<container>", callee.elements[1:])
+            return self.tainted(bound) or _LOCAL_REF
+        if self.cross is not None and isinstance(node.func, ast.Attribute) and callee is not None and \
+                callee.origin == "local":
+            base = self.resolve(node.func.value, scope)
+            cls = base.qualname[len(_INSTANCE):-1] if base is not None and \
+                base.qualname.startswith(_INSTANCE) else None
+            if cls is not None and cls not in self.classes:  # a method of another own module's class
+                returned = self.cross.call(f"{cls}.{node.func.attr}", node, scope, self)
+                if returned is not None:
+                    return returned
         if callee is not None and callee.origin == "own" and callee.qualname in self.classes:
             if self._is_thread_class(callee.qualname):
                 return _THREAD_REF
@@ -1363,6 +1433,13 @@ class Resolver:
         if q == "copy.copy" and first is not None:
             # a new object (writes to it are the copy's) whose attributes and items are the original's
             return _Ref("local", _COPY, self._container([first], scope).elements)
+        if q in ("functools.partial", "functools.partialmethod") and node.args:
+            func = self.resolve(node.args[0], scope) or _LOCAL_REF
+            held = self._container([*node.args[1:], *(k.value for k in node.keywords)], scope)
+            if func.origin == "local" and func.qualname == _PARTIAL and func.elements:
+                # partial(partial(f, a), b) is partial(f, a, b)
+                return _Ref("local", _PARTIAL, (*func.elements, *held.elements))
+            return _Ref("local", _PARTIAL, (func, *held.elements))
         if q in _ELEMENT_CALLS:
             held = self._container([*node.args, *(k.value for k in node.keywords)], scope)
             return held
@@ -1438,7 +1515,11 @@ class Resolver:
             if isinstance(first, ast.Name) and first.id in ("self", "cls"):
                 return _Ref("own", "<own class>")
             if base is None or base.origin == "local":
-                return _Ref("classof", "<class of a local object>")
+                return self._class_of_local(base)
+            if base.origin == "import" and self.is_own(base.qualname) and self.cross is not None:
+                made = self.cross.member(f"{base.qualname}.__class__", self.module)
+                if made is not None:  # type(obj) of another own module's `obj = Engine()`
+                    return made
             return base  # type(<module or class>) is as foreign as the thing itself
         if q == "decimal.getcontext":
             return _Ref("import", "decimal.context")  # the thread's current context, shared by everyone
@@ -1447,7 +1528,17 @@ class Resolver:
         if q == "sys.modules.get" and first is not None:
             key = _dotted_literal(first)
             return _Ref("import", key) if key else _Ref("import", "sys.modules[*]")
+        if self.foreign(callee) and not q.startswith("builtins."):
+            return _Ref("local", f"{_OF_FOREIGN}{q}>")  # `Engine()`: local, but its class is the engine's
         return _LOCAL_REF
+
+    @staticmethod
+    def _class_of_local(base: _Ref | None) -> _Ref:
+        """`type(x)` / `x.__class__` of a local object: the foreign class (or what the foreign callable)
+        that made it (`x = Engine()`), else a class that cannot be checked."""
+        if base is not None and base.qualname.startswith(_OF_FOREIGN):
+            return _Ref("import", base.qualname[len(_OF_FOREIGN):-1])
+        return _Ref("classof", "<class of a local object>")
 
     def _method_value(self, key: str) -> _Ref:
         """`instance.name` for an own method `key`: the method (calling it runs it), or for a property
@@ -1490,6 +1581,9 @@ class Resolver:
         cls = self._enclosing_class(scope)
         if node.args:
             r = self.resolve(node.args[0], scope)
+            if r is not None and r.origin == "import" and self.is_own(r.qualname) and \
+                    not r.qualname.startswith(self._this_module() + "."):
+                return r  # super(X, self), X another own module's class: judged as X (its bases' attributes)
             cls = r.qualname if r is not None and r.origin == "own" and r.qualname in self.classes else None
         if cls is None:
             return None
@@ -1603,6 +1697,20 @@ class Resolver:
             if base is not None and base.qualname.startswith(_INSTANCE):
                 return self._method_keys(base.qualname[len(_INSTANCE):-1], [node.func.attr])
         return []
+
+    def param_call_arguments(self, key: str, node: ast.Call, arg: ast.expr) -> list[tuple[_Ref | None, ...]]:
+        """For a call `node` of the own function `key` handing it `arg` (a callback): the foreign objects, by
+        position, that each call of that parameter in the function's body passes (`def visit(cb): cb(E)`)."""
+        out: list[tuple[_Ref | None, ...]] = []
+        for fn in self.functions.get(key, []):
+            names = {f"{key}{_SEP}{n}" for n, exprs in self._call_arguments(node, fn).items()
+                     if any(e is arg for e in exprs)}
+            for inner in ast.walk(fn.node):
+                if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Name):
+                    r = self.resolve(inner.func, fn.scope)
+                    if r is not None and r.origin == "param" and r.qualname in names:
+                        out.append(tuple(self.tainted(self.resolve(a, fn.scope)) for a in inner.args))
+        return out
 
     def _own_return(self, node: ast.Call, key: str, scope: _Scope) -> _Ref:
         """What a call to an own function returns: a foreign object it returns (or the foreign argument

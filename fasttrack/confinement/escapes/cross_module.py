@@ -22,6 +22,7 @@ from fasttrack.confinement.escapes.scope import (
     _SEP,
     Resolver,
     Signatures,
+    _is_property,
     _Ref,
     _Scope,
 )
@@ -211,12 +212,24 @@ class OwnModuleSummary:
                 return _failed(f"{cls}.{attr}", "its own modules read it in a cycle")
             self._busy.add(key)
             try:
+                if self._returns_self(r, keys[0]):  # `@property def me(self): return self`: the instance
+                    return _Ref("local", f"{_INSTANCE}{cls}>")
                 return self._foreign(r, r._method_value(keys[0]))
             except RecursionError:
                 return _failed(f"{cls}.{attr}", "too deep to follow")
             finally:
                 self._busy.discard(key)
         return self.member(f"{cls}.{attr}", here)
+
+    @staticmethod
+    def _returns_self(r: Resolver, key: str) -> bool:
+        """The own method `key` of module `r` is a property whose getter may return its `self`."""
+        for fn in r.functions.get(key, []):
+            first = [*fn.node.args.posonlyargs, *fn.node.args.args][:1]
+            if _is_property(fn.node) and first and any(
+                    isinstance(v, ast.Name) and v.id == first[0].arg for v in fn.returns()):
+                return True
+        return False
 
     def callback_arguments(self, qualname: str, node: ast.Call,
                            arg: ast.expr) -> list[tuple[_Ref | None, ...]]:

@@ -180,6 +180,13 @@ def _is_namespace(node: ast.expr) -> bool:
         node.func.id in ("globals", "vars", "locals") and not node.args and not node.keywords)
 
 
+def _is_property(node: ast.AST) -> bool:
+    """A def decorated `@property` / `@cached_property` (`instance.name` runs it)."""
+    return isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and any(
+        (isinstance(d, ast.Name) and d.id in ("property", "cached_property")) or
+        (isinstance(d, ast.Attribute) and d.attr == "cached_property") for d in node.decorator_list)
+
+
 class CrossModules(Protocol):
     """What the names of the contribution's other modules refer to (cross_module.py): consulted when a
     name imported from one of them is resolved, and when a function of one of them is called."""
@@ -1544,10 +1551,7 @@ class Resolver:
         """`instance.name` for an own method `key`: the method (calling it runs it), or for a property
         what its getter returns."""
         for fn in self.functions.get(key, []):
-            if isinstance(fn.node, ast.FunctionDef | ast.AsyncFunctionDef) and any(
-                    (isinstance(d, ast.Name) and d.id in ("property", "cached_property")) or
-                    (isinstance(d, ast.Attribute) and d.attr == "cached_property")
-                    for d in fn.node.decorator_list):
+            if _is_property(fn.node):
                 for value in fn.returns():
                     t = self.tainted(self.resolve(value, fn.scope))
                     if t is not None:

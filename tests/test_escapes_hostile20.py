@@ -92,6 +92,13 @@ ATTACKS: list[tuple[str, str]] = [
      "gen = g()\nnext(gen)\ngen.throw(ValueError(L))\n"),
     ("generator-send-of-a-container", "def g():\n    xs = yield\n    xs[0].forward = None  # <-\n"
      "gen = g()\nnext(gen)\ngen.send([L])\n"),
+    # NEW (esc20c; was open): a bound `send` stored first, under a name or on an attribute
+    ("generator-send-through-a-stored-bound-method",
+     "def g():\n    x = yield\n    x.forward = None  # <-\ngen = g()\nnext(gen)\ns = gen.send\ns(L)\n"),
+    ("generator-send-through-a-bound-method-on-self",
+     "def g():\n    x = yield\n    x.forward = None  # <-\nclass C:\n    def __init__(self):\n"
+     "        gen = g()\n        next(gen)\n        self.push = gen.send\n    def f(self):\n"
+     "        self.push(m.X)\n"),
     ("nested-class-attribute",  # NEW (esc20b): `H.Inner` is no class of `self.classes` by that name
      "class H:\n    class Inner:\n        t = L\nH.Inner.t.forward = None  # <-\n"),
     # -- this module's own namespace as a way back to the engine objects it imported --------------------
@@ -262,6 +269,9 @@ HONEST: list[tuple[str, str]] = [
     ("super-of-an-own-base", "class B:\n    t = K\nclass C(B):\n    def f(self):\n        super().t.x = 1\n"),
     ("generator-send-of-own-objects", "def g():\n    x = yield\n    x.t = 1\ngen = g()\nnext(gen)\n"
      "gen.send(K())\ngen.send(K)\nclass Pipe:\n    def send(self, b):\n        pass\nPipe().send(b'x')\n"),
+    ("generator-send-of-own-objects-through-a-stored-bound-method",  # NEW (esc20c)
+     "def g():\n    x = yield\n    x.t = 1\ngen = g()\nnext(gen)\ns = gen.send\ns(K())\ns(K)\nprint(L)\n"
+     "w = L\nw(1)\n"),
     ("nested-class-attribute-of-own",
      "class H:\n    class Inner:\n        t = K\nH.Inner.t.x = 1\nH.Inner.u = 1\n"),
 ]
@@ -287,10 +297,6 @@ def test_honest_twin_is_clean(src: str) -> None:
 
 
 OPEN: list[tuple[str, str, str]] = [
-    ("generator-send-through-a-stored-bound-method",
-     "def g():\n    x = yield\n    x.forward = None  # <-\ngen = g()\nnext(gen)\ns = gen.send\ns(L)\n",
-     "`.send()` is found by its attribute name where it is called: a bound method stored first is not "
-     "linked to the yield expressions"),
 ]
 
 @pytest.mark.parametrize("src", [

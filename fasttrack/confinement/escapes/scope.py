@@ -277,6 +277,8 @@ class Resolver:
         # what `.send(v)` / `.asend(v)` calls of this file pass (the value of any `yield` expression here:
         # flow-, scope- and receiver-insensitive, like item_stores)
         self.sent: list[tuple[ast.expr, _Scope]] = []
+        # self.sent with the calls of bound sends stored first, and the sizes it was computed at
+        self._sent_memo: tuple[tuple[int, int], list[tuple[ast.expr, _Scope]]] | None = None
         # `C[x]` loads: an own class's `__class_getitem__(x)` runs (linked as own calls by the analyser)
         self.subscript_loads: list[tuple[ast.Subscript, _Scope, bool]] = []
         # a function installed as a method: (the class: its dotted name for a class-body assignment, else the
@@ -709,6 +711,35 @@ class Resolver:
                 node.func.attr in _FILLERS:
             self._note_item_store(node.func.value, [*node.args, *(k.value for k in node.keywords)], scope)
         self._push_children(node, scope, import_time)
+
+    def _sent_values(self) -> list[tuple[ast.expr, _Scope]]:
+        """What `.send(v)` calls of this file pass, also through a bound `send` stored first (`s = gen.send;
+        s(v)`, `self.s = gen.send; self.s(v)`: by the name it is stored under, flow- and
+        scope-insensitive)."""
+        size = (len(self.sent), len(self.candidates))  # still binding: recomputed when these grow
+        if self._sent_memo is not None and self._sent_memo[0] == size:
+            return self._sent_memo[1]
+        stored: set[str] = set()
+        for node in ast.walk(self.tree):
+            value = getattr(node, "value", None) \
+                if isinstance(node, ast.Assign | ast.AnnAssign | ast.NamedExpr) else None
+            if not (isinstance(value, ast.Attribute) and value.attr in ("send", "asend")) and not (
+                    isinstance(value, ast.expr) and self._computed_getattr(value, ("send", "asend"))):
+                continue
+            targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+            for t in targets:
+                if isinstance(t, ast.Name):
+                    stored.add(t.id)
+                elif isinstance(t, ast.Attribute):
+                    stored.add(f".{t.attr}")
+        out = list(self.sent)
+        for node, scope, _ in self.candidates:
+            if isinstance(node, ast.Call) and (
+                    (isinstance(node.func, ast.Name) and node.func.id in stored) or
+                    (isinstance(node.func, ast.Attribute) and f".{node.func.attr}" in stored)):
+                out.extend((a.value if isinstance(a, ast.Starred) else a, scope) for a in node.args)
+        self._sent_memo = (size, out)
+        return out
 
     @staticmethod
     def _computed_getattr(func: ast.expr, names: tuple[str, ...]) -> bool:
@@ -1346,7 +1377,7 @@ class Resolver:
             return self._resolve_call(node, scope)
         if isinstance(node, ast.Yield):
             # `x = yield`: what some `.send(v)` of this file passes in (fail closed: any of them)
-            sent = (self.tainted(self.resolve(v, sc)) for v, sc in self.sent)
+            sent = (self.tainted(self.resolve(v, sc)) for v, sc in self._sent_values())
             return next((t for t in sent if t is not None), _LOCAL_REF)
         if isinstance(node, ast.NamedExpr | ast.Await):
             return self.resolve(node.value, scope)  # `await c`: what the coroutine returns

@@ -269,6 +269,8 @@ HONEST: list[tuple[str, str]] = [
     ("super-of-an-own-base", "class B:\n    t = K\nclass C(B):\n    def f(self):\n        super().t.x = 1\n"),
     ("generator-send-of-own-objects", "def g():\n    x = yield\n    x.t = 1\ngen = g()\nnext(gen)\n"
      "gen.send(K())\ngen.send(K)\nclass Pipe:\n    def send(self, b):\n        pass\nPipe().send(b'x')\n"),
+    ("engine-class-sent-into-a-generator-of-this-file-that-only-reads-it",  # NEW (esc20c)
+     "def g():\n    x = yield\n    print(x.forward)\ngen = g()\nnext(gen)\ngen.send(L)\n"),
     ("generator-send-of-own-objects-through-a-stored-bound-method",  # NEW (esc20c)
      "def g():\n    x = yield\n    x.t = 1\ngen = g()\nnext(gen)\ns = gen.send\ns(K())\ns(K)\nprint(L)\n"
      "w = L\nw(1)\n"),
@@ -409,25 +411,29 @@ CROSS: list[tuple[str, dict[str, str], str]] = [
      "from .holder import Holder\nh = Holder()\nh.impl.forward = None  # <-\n"),
     ("getattr-of-the-module-two-hop", {"third.py": THIRD, "holder.py": "from . import third\n"},
      "from .holder import third\ngetattr(third, 'E').forward = None  # <-\n"),
-    # fail closed: an import cycle, a module that does not parse
+    # NEW (esc20c; was open): a generator of another own module sent an engine object (fail closed at the
+    # send: its yields are not linked to this file's sends)
+    ("generator-of-another-module-sent-the-engine-class",
+     {"holder.py": "def g():\n    x = yield\n    x.forward = None\n"},
+     "from .layers import AttentionImpl\nfrom .holder import g\ngen = g()\nnext(gen)\n"
+     "gen.send(AttentionImpl)  # <-\n"),
+    ("async-generator-of-another-module-asent-in-a-list",
+     {"holder.py": "async def g():\n    x = yield\n    x[0].forward = None\n"},
+     "from .layers import AttentionImpl\nfrom . import holder\nasync def f():\n    a = holder.g()\n"
+     "    await a.asend(None)\n    await a.asend([AttentionImpl])  # <-\n"),
     ("import-cycle", {"a.py": "from .b import E\n", "b.py": "from .a import E\n"},
      "from .a import E\nE.forward = None  # <-\n"),
     ("unparseable-module", {"holder.py": "def get(:\n"},
      "from .holder import get\nget().forward = None  # <-\n"),
 ]
 CROSS_OPEN: list[tuple[str, dict[str, str], str, str]] = [
-    ("generator-of-another-module-sent-the-engine-class",
-     {"holder.py": "def g():\n    x = yield\n    x.forward = None\n"},
-     "from .layers import AttentionImpl\nfrom .holder import g\ngen = g()\nnext(gen)\n"
-     "gen.send(AttentionImpl)  # <-\n",
-     "`.send()` is linked to the yield expressions of its own file only: another module's generator "
-     "writing through what it is sent is not a helper writing through a parameter"),
 ]
 # honest twins: other own modules returning, holding and re-exporting the contribution's own objects
 OWN_THINGS = ("import torch\nclass Own:\n    pass\nclass M(torch.nn.Module):\n    pass\n"
               "def fn():\n    pass\ndef get():\n    return Own\ndef get_m():\n    return M\n"
               "def get_fn():\n    return fn\ndef ident(x):\n    return x\nclass Holder:\n    t = Own\n"
-              "    m = M\n    class Inner:\n        t = Own\nD = {'a': Own}\nXS = [M]\n")
+              "    m = M\n    class Inner:\n        t = Own\nD = {'a': Own}\nXS = [M]\n"
+              "def gen_of():\n    x = yield\n    x.y = 1\n")
 CROSS_HONEST = ("from .holder import get, get_m, get_fn, ident, Holder, D, XS, Own, M\nfrom . import holder\n"
                 "get().x = 1\nget_m().forward = None\nget_fn().__doc__ = 'x'\nident(Own).x = 1\n"
                 "Holder.t.x = 1\nHolder.m.forward = None\nHolder.Inner.t.x = 1\nD['a'].x = 1\n"
@@ -435,7 +441,8 @@ CROSS_HONEST = ("from .holder import get, get_m, get_fn, ident, Holder, D, XS, O
                 "getattr(holder, 'get')().x = 1\nholder.Holder.t.x = 1\nfor c in (Own, M):\n    c.z = 1\n"
                 "class S(M):\n    def forward(self, t):\n        return t\nS.extra = 1\n"
                 "Holder().t.x = 1\nHolder().m.forward = None\nclass S2(Holder):\n    pass\nS2.t.x = 1\n"
-                "h = Holder()\nh.own = 1\nh.t.y = 1\n")
+                "h = Holder()\nh.own = 1\nh.t.y = 1\n"
+                "from .holder import gen_of\ngen = gen_of()\nnext(gen)\ngen.send(Own)\ngen.send(M())\n")
 
 
 def _cross_errors(tmp_path: Path, policy: Policy, extra: dict[str, str], src: str,

@@ -16,6 +16,7 @@ import ast
 from collections.abc import Callable
 
 from fasttrack.confinement.escapes.scope import (
+    _GENERATOR,
     _INSTANCE,
     _LOCAL_REF,
     _PARTIAL,
@@ -161,7 +162,9 @@ class OwnModuleSummary:
         self._busy.add(key)
         try:
             target = self._function_key(r, qualname, split[1])
+            generator = False
             for fn in r.functions.get(target, []):
+                generator = generator or fn.is_generator()
                 args = r._call_arguments(node, fn)
                 for value in fn.returns():
                     ref = r.resolve(value, fn.scope)
@@ -179,7 +182,8 @@ class OwnModuleSummary:
             return _failed(f"{qualname}()", "too deep to follow")
         finally:
             self._busy.discard(key)
-        return None
+        # a generator of that module: what `.send()` hands it is judged where it is sent (monkeypatch.py)
+        return _Ref("local", f"{_GENERATOR}{qualname}>") if generator else None
 
     @staticmethod
     def _function_key(r: Resolver, qualname: str, rest: list[str]) -> str:

@@ -117,13 +117,27 @@ class _Function:
         if isinstance(self.node, ast.Lambda):
             return [self.node.body]
         out: list[ast.expr] = []
-        todo: list[ast.AST] = list(self.node.body)
-        while todo:
-            n = todo.pop()
+        for n in self._body_nodes():
             if isinstance(n, ast.Return | ast.Yield) and n.value is not None:
                 out.append(n.value)
             elif isinstance(n, ast.YieldFrom):
                 out.append(ast.Starred(value=n.value, ctx=ast.Load()))
+        return out
+
+    def is_generator(self) -> bool:
+        """Its body yields (calling it makes a generator that `.send()` resumes)."""
+        return not isinstance(self.node, ast.Lambda) and any(
+            isinstance(n, ast.Yield | ast.YieldFrom) for n in self._body_nodes())
+
+    def _body_nodes(self) -> list[ast.AST]:
+        """The nodes of the function's own body (nested defs, lambdas and classes left out)."""
+        if isinstance(self.node, ast.Lambda):
+            return [self.node.body]
+        out: list[ast.AST] = []
+        todo: list[ast.AST] = list(self.node.body)
+        while todo:
+            n = todo.pop()
+            out.append(n)
             if not isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
                 todo.extend(ast.iter_child_nodes(n))
         return out
@@ -163,6 +177,7 @@ _CLASS_OWN_DUNDERS = frozenset({"__dict__", "__name__", "__qualname__", "__modul
                                 "__slots__", "__weakref__", "__init_subclass__", "mro"})
 _PARTIAL = "<partial>"  # functools.partial(f, *args): elements are its arguments; calling it may return them
 _OF_FOREIGN = "<made by "  # + a foreign callable's dotted name + ">": a local object a foreign call made
+_GENERATOR = "<generator of "  # + another own module's function + ">": what calling it makes
 _INSTANCE = "<instance of "  # + an own class's dotted name + ">": a local object of an own class
 # a thread or thread pool made here: starting it at import time is FT146
 _THREAD_REF = _Ref("local", "<thread>")
@@ -964,7 +979,8 @@ class Resolver:
                     return r
         if _THREAD_REF in refs:
             return _THREAD_REF
-        return next((r for r in refs if r.qualname.startswith((_INSTANCE, _OF_FOREIGN))), _LOCAL_REF)
+        return next((r for r in refs if r.qualname.startswith((_INSTANCE, _OF_FOREIGN, _GENERATOR))),
+                    _LOCAL_REF)
 
     def _engine_param(self, param: _Param) -> _Ref | None:
         """What a parameter of model code is when the engine fills it: the engine's object when it is named

@@ -92,6 +92,13 @@ ATTACKS: list[tuple[str, str]] = [
      "gen = g()\nnext(gen)\ngen.throw(ValueError(L))\n"),
     ("generator-send-of-a-container", "def g():\n    xs = yield\n    xs[0].forward = None  # <-\n"
      "gen = g()\nnext(gen)\ngen.send([L])\n"),
+    # NEW (esc20c): a callback's keyword-only parameter filled by keyword, or through `**kw`
+    ("callback-keyword-only-parameter",
+     "def w(*, x):\n    x.forward = None\ndef call(f):\n    f(x=L)\ncall(w)  # <-\n"),
+    ("callback-keyword-only-parameter-through-double-star",
+     "def w(*, x):\n    x.forward = None\ndef call(f):\n    f(**{'x': L})\ncall(w)  # <-\n"),
+    ("callback-positional-parameter-by-keyword",
+     "def w(c):\n    c.forward = None\ndef call(f):\n    f(c=m.X)\ncall(f=w)  # <-\n"),
     # NEW (esc20c; was open): a bound `send` stored first, under a name or on an attribute
     ("generator-send-through-a-stored-bound-method",
      "def g():\n    x = yield\n    x.forward = None  # <-\ngen = g()\nnext(gen)\ns = gen.send\ns(L)\n"),
@@ -269,6 +276,9 @@ HONEST: list[tuple[str, str]] = [
     ("super-of-an-own-base", "class B:\n    t = K\nclass C(B):\n    def f(self):\n        super().t.x = 1\n"),
     ("generator-send-of-own-objects", "def g():\n    x = yield\n    x.t = 1\ngen = g()\nnext(gen)\n"
      "gen.send(K())\ngen.send(K)\nclass Pipe:\n    def send(self, b):\n        pass\nPipe().send(b'x')\n"),
+    ("callback-keyword-only-parameter-given-own-objects",  # NEW (esc20c)
+     "def w(*, x):\n    x.forward = None\ndef call(f):\n    f(x=K)\n    f(x=K())\ncall(w)\n"
+     "def r(*, x):\n    print(x.forward)\ndef call2(f):\n    f(x=L)\ncall2(r)\n"),
     ("engine-class-sent-into-a-generator-of-this-file-that-only-reads-it",  # NEW (esc20c)
      "def g():\n    x = yield\n    print(x.forward)\ngen = g()\nnext(gen)\ngen.send(L)\n"),
     ("generator-send-of-own-objects-through-a-stored-bound-method",  # NEW (esc20c)
@@ -299,6 +309,13 @@ def test_honest_twin_is_clean(src: str) -> None:
 
 
 OPEN: list[tuple[str, str, str]] = [
+    ("callback-stored-in-a-list-then-called",
+     "def writer(c):\n    c.forward = None\ncbs = []\ncbs.append(writer)\nfor c in cbs:\n    c(L)  # <-\n",
+     "a container filled after it was made (`item_stores`) carries back only foreign objects: an own "
+     "function stored in it and called later with an engine object is not linked to its parameter writes"),
+    ("callback-stored-in-a-dict-then-called",
+     "def writer(c):\n    c.forward = None\nd = {}\nd['a'] = writer\nd['a'](L)  # <-\n",
+     "the same: `d[k] = own_function` is not followed to a later `d[k](engine_object)`"),
 ]
 
 @pytest.mark.parametrize("src", [

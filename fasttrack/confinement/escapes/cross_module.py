@@ -21,6 +21,7 @@ from fasttrack.confinement.escapes.scope import (
     _LOCAL_REF,
     _PARTIAL,
     _SEP,
+    Passed,
     Resolver,
     Signatures,
     _is_property,
@@ -235,8 +236,7 @@ class OwnModuleSummary:
                 return True
         return False
 
-    def callback_arguments(self, qualname: str, node: ast.Call,
-                           arg: ast.expr) -> list[tuple[_Ref | None, ...]]:
+    def callback_arguments(self, qualname: str, node: ast.Call, arg: ast.expr) -> list[Passed]:
         """What another module's function `qualname` passes, by position, to the callback `arg` a call `node`
         hands it (the foreign objects; `_failed` for each position of a module that cannot be read)."""
         split = self._split(qualname)
@@ -244,7 +244,8 @@ class OwnModuleSummary:
             return []
         r = self._resolver(split[0])
         if r is None:
-            return [(_failed(f"{qualname}()", "an own module that cannot be read or parsed"),) * 8]
+            failed = _failed(f"{qualname}()", "an own module that cannot be read or parsed")
+            return [((failed,) * 8, {"*": failed})]
         key = ("callback", qualname)
         if key in self._busy:
             return []
@@ -252,6 +253,7 @@ class OwnModuleSummary:
         try:
             return r.param_call_arguments(self._function_key(r, qualname, split[1]), node, arg)
         except RecursionError:
-            return [(_failed(f"{qualname}()", "too deep to follow"),) * 8]
+            failed = _failed(f"{qualname}()", "too deep to follow")
+            return [((failed,) * 8, {"*": failed})]
         finally:
             self._busy.discard(key)

@@ -104,8 +104,11 @@ class MonkeypatchChecks(CheckBase):
                 else:
                     continue
                 for fn in self.functions.get(cb.qualname, []):
-                    for refs in passed:
-                        for name, t in zip(fn.positional, refs, strict=False):
+                    for refs, keywords in passed:
+                        by_name = [*zip(fn.positional, refs, strict=False),
+                                   *((n, keywords.get(n) or keywords.get("*"))
+                                     for n in (*fn.positional, *fn.keyword_only))]
+                        for name, t in by_name:
                             write = self.param_writes.get((cb.qualname, name))
                             if t is not None and write is not None:
                                 self.report(MONKEYPATCH, node, f"hands `{cb.qualname.rsplit('.', 1)[-1]}` "

@@ -202,6 +202,10 @@ def _is_property(node: ast.AST) -> bool:
         (isinstance(d, ast.Attribute) and d.attr == "cached_property") for d in node.decorator_list)
 
 
+# what one call of a callback passes: the foreign objects by position, and by keyword ("*": any keyword)
+Passed = tuple[tuple["_Ref | None", ...], dict[str, "_Ref | None"]]
+
+
 class CrossModules(Protocol):
     """What the names of the contribution's other modules refer to (cross_module.py): consulted when a
     name imported from one of them is resolved, and when a function of one of them is called."""
@@ -222,10 +226,9 @@ class CrossModules(Protocol):
         """`obj.attr` for an instance of the own class `cls` of another module: the foreign object a property
         returns or a class attribute holds, or None."""
 
-    def callback_arguments(self, qualname: str, node: ast.Call,
-                           arg: ast.expr) -> list[tuple[_Ref | None, ...]]:
+    def callback_arguments(self, qualname: str, node: ast.Call, arg: ast.expr) -> list[Passed]:
         """For a call `node` of another module's own function `qualname` handing it `arg`: the foreign
-        objects (by position) each call of that parameter inside the function passes."""
+        objects (by position, and by keyword) each call of that parameter inside the function passes."""
 
 
 class Resolver:
@@ -1749,10 +1752,10 @@ class Resolver:
                 return self._method_keys(base.qualname[len(_INSTANCE):-1], [node.func.attr])
         return []
 
-    def param_call_arguments(self, key: str, node: ast.Call, arg: ast.expr) -> list[tuple[_Ref | None, ...]]:
+    def param_call_arguments(self, key: str, node: ast.Call, arg: ast.expr) -> list[Passed]:
         """For a call `node` of the own function `key` handing it `arg` (a callback): the foreign objects, by
         position, that each call of that parameter in the function's body passes (`def visit(cb): cb(E)`)."""
-        out: list[tuple[_Ref | None, ...]] = []
+        out: list[Passed] = []
         for fn in self.functions.get(key, []):
             names = {f"{key}{_SEP}{n}" for n, exprs in self._call_arguments(node, fn).items()
                      if any(e is arg for e in exprs)}
@@ -1760,7 +1763,9 @@ class Resolver:
                 if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Name):
                     r = self.resolve(inner.func, fn.scope)
                     if r is not None and r.origin == "param" and r.qualname in names:
-                        out.append(tuple(self.tainted(self.resolve(a, fn.scope)) for a in inner.args))
+                        out.append((tuple(self.tainted(self.resolve(a, fn.scope)) for a in inner.args),
+                                    {k.arg or "*": self.tainted(self.resolve(k.value, fn.scope))
+                                     for k in inner.keywords}))
         return out
 
     def _own_return(self, node: ast.Call, key: str, scope: _Scope) -> _Ref:

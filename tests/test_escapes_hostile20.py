@@ -92,6 +92,16 @@ ATTACKS: list[tuple[str, str]] = [
      "gen = g()\nnext(gen)\ngen.throw(ValueError(L))\n"),
     ("generator-send-of-a-container", "def g():\n    xs = yield\n    xs[0].forward = None  # <-\n"
      "gen = g()\nnext(gen)\ngen.send([L])\n"),
+    # NEW (esc20c): a callback stored in a container first and called later (an own function put in a
+    # container filled after it was made is held by it)
+    ("callback-stored-in-a-list-then-called",
+     "def writer(c):\n    c.forward = None\ncbs = []\ncbs.append(writer)\nfor c in cbs:\n    c(L)  # <-\n"),
+    ("callback-stored-in-a-dict-then-called",
+     "def writer(c):\n    c.forward = None\nd = {}\nd['a'] = writer\nd['a'](L)  # <-\n"),
+    ("callback-stored-on-self-then-called", "def writer(c):\n    c.forward = None\nclass R:\n"
+     "    def __init__(self):\n        self.cbs = []\n    def add(self, f):\n        self.cbs.append(f)\n"
+     "    def run(self):\n        for c in self.cbs:\n            c(L)  # <-\n"
+     "r = R()\nr.cbs.append(writer)\n"),
     # NEW (esc20c): a callback's keyword-only parameter filled by keyword, or through `**kw`
     ("callback-keyword-only-parameter",
      "def w(*, x):\n    x.forward = None\ndef call(f):\n    f(x=L)\ncall(w)  # <-\n"),
@@ -276,6 +286,10 @@ HONEST: list[tuple[str, str]] = [
     ("super-of-an-own-base", "class B:\n    t = K\nclass C(B):\n    def f(self):\n        super().t.x = 1\n"),
     ("generator-send-of-own-objects", "def g():\n    x = yield\n    x.t = 1\ngen = g()\nnext(gen)\n"
      "gen.send(K())\ngen.send(K)\nclass Pipe:\n    def send(self, b):\n        pass\nPipe().send(b'x')\n"),
+    ("stored-callbacks-given-own-objects-or-only-reading",  # NEW (esc20c)
+     "def writer(c):\n    c.forward = None\ndef reader(c):\n    print(c.forward)\ncbs = []\n"
+     "cbs.append(writer)\nfor c in cbs:\n    c(K)\n    c(K())\nrs = []\nrs.append(reader)\n"
+     "for r in rs:\n    r(L)\nd = {}\nd['a'] = reader\nd['a'](L)\nd['a'].__doc__ = 'x'\n"),
     ("callback-keyword-only-parameter-given-own-objects",  # NEW (esc20c)
      "def w(*, x):\n    x.forward = None\ndef call(f):\n    f(x=K)\n    f(x=K())\ncall(w)\n"
      "def r(*, x):\n    print(x.forward)\ndef call2(f):\n    f(x=L)\ncall2(r)\n"),
@@ -309,13 +323,6 @@ def test_honest_twin_is_clean(src: str) -> None:
 
 
 OPEN: list[tuple[str, str, str]] = [
-    ("callback-stored-in-a-list-then-called",
-     "def writer(c):\n    c.forward = None\ncbs = []\ncbs.append(writer)\nfor c in cbs:\n    c(L)  # <-\n",
-     "a container filled after it was made (`item_stores`) carries back only foreign objects: an own "
-     "function stored in it and called later with an engine object is not linked to its parameter writes"),
-    ("callback-stored-in-a-dict-then-called",
-     "def writer(c):\n    c.forward = None\nd = {}\nd['a'] = writer\nd['a'](L)  # <-\n",
-     "the same: `d[k] = own_function` is not followed to a later `d[k](engine_object)`"),
 ]
 
 @pytest.mark.parametrize("src", [

@@ -784,9 +784,12 @@ class Resolver:
         through `item`)."""
         held: list[_Ref] = []
         for value, scope in self.item_stores.get(name, []):
-            t = self.tainted(self.resolve(value, scope))
+            r = self.resolve(value, scope)
+            t = self.tainted(r)
             if t is not None:
                 held.append(t)
+            elif r is not None and r.origin == "own" and r.qualname in self.functions:
+                held.append(r)  # an own function stored to be called later (`cbs.append(writer)`)
         return tuple(held)
 
     def _made_container(self, value: ast.expr, scope: _Scope) -> bool:

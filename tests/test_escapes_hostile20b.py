@@ -187,6 +187,14 @@ ATTACKS: list[tuple[str, dict[str, str], str]] = [
     ("sys-modules-of-other-module", {}, "import sys\n"
      "sys.modules['vllm.models.kimi_k3.nvidia.specialized_decode.hopper.layers'].AttentionImpl.forward"
      " = None  # <-\n"),
+    # NEW (esc20c): a callback's keyword-only parameter, filled by another module's function
+    ("callback-keyword-only-parameter", {MID: LAYERS + "def call(f):\n    f(x=AttentionImpl)\n"},
+     "from .mid import call\ndef w(*, x):\n    x.forward = None\ncall(w)  # <-\n"),
+    # NEW (esc20c; was open): a property of another module's class returning `self` is the instance
+    ("property-of-another-module-returning-self",
+     {MID: LAYERS + "class H:\n    @property\n    def me(self):\n        return self\n"
+      "    def make(self):\n        return AttentionImpl\n"},
+     "from .mid import H\nH().me.make().forward = None  # <-\nh = H()\nh.me.me.make().x = 1  # <-\n"),
 ]
 
 
@@ -207,20 +215,23 @@ def test_cross_module_attack_is_an_error(tmp_path: Path, policy: Policy, extra: 
 OWN_MID = ("import sys\nimport torch\nclass Own:\n    pass\nclass M(torch.nn.Module):\n    pass\n"
            "class H:\n    def make(self):\n        return Own\n    @property\n    def impl(self):\n"
            "        return M\n    @classmethod\n    def mk(cls):\n        return Own\n"
+           "    @property\n    def me(self):\n        return self\n"
            "h = H()\nget = lambda: Own\nglobals()['G'] = Own\nsetattr(sys.modules[__name__], 'G2', Own)\n"
            "globals().update(G3=M)\ninst = Own()\nmod = M()\nimport functools\n"
            "from .layers import AttentionImpl\npe = functools.partial(AttentionImpl, 1)\n"
-           "po = functools.partial(print, Own)\ndef visit(cb):\n    cb(Own)\n    cb(M)\n")
+           "po = functools.partial(print, Own)\ndef visit(cb):\n    cb(Own)\n    cb(M)\n"
+           "def call(f):\n    f(x=Own)\n")
 HONEST = ("from .mid import H, h, get, Own, M, G, G2, G3, pe, po\npe().x = 1\npe.x = 1\npo.args[0].x = 1\n"
           "po.func.__doc__.upper()\npo().x = 1\nG.x = 1\nG2.x = 1\nG3.forward = None\n"
           "H().make().x = 1\nH().impl.forward = None\nH.mk().x = 1\nh.make().x = 1\nh.impl.forward = None\n"
-          "get().x = 1\nh.own = 1\nH().make.__doc__ = 'x'\n"
+          "get().x = 1\nh.own = 1\nH().make.__doc__ = 'x'\nH().me.make().x = 1\nh.me.impl.forward = None\n"
           "from .mid import inst, mod\ntype(inst).x = 1\ninst.__class__.x = 1\ntype(mod).forward = None\n"
           "from .layers import AttentionImpl\na = AttentionImpl()\na.y = 1\nsetattr(a, 'z', 1)\n"
           "class S(AttentionImpl):\n    def forward(self, *a):\n        return super().forward(*a)\n"
           "S.forward.__doc__ = 'x'\nS.extra = 1\nS.__doc__ = 'x'\nS.__name__.upper()\n"
           "class S2(S):\n    pass\nS2.forward.__doc__ = 'x'\n"
-          "from .mid import visit\ndef cb(c):\n    c.forward = None\nvisit(cb)\n")
+          "from .mid import visit\ndef cb(c):\n    c.forward = None\nvisit(cb)\n"
+          "from .mid import call\ndef w(*, x):\n    x.forward = None\ncall(w)\n")
 
 
 def test_cross_module_honest_twin(tmp_path: Path, policy: Policy, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -246,12 +257,6 @@ def test_error_names_the_file_line_and_engine_object(tmp_path: Path, policy: Pol
 
 
 OPEN: list[tuple[str, dict[str, str], str, str]] = [
-    ("property-of-another-module-returning-self",
-     {MID: LAYERS + "class H:\n    @property\n    def me(self):\n        return self\n"
-      "    def make(self):\n        return AttentionImpl\n"},
-     "from .mid import H\nH().me.make().forward = None  # <-\n",
-     "the summary answers only foreign objects: a property of another module's class returning `self` is "
-     "the contribution's own, so the instance it is (and its methods' returns) is not carried back"),
 ]
 
 

@@ -16,12 +16,15 @@ import ast
 from collections.abc import Callable
 
 from fasttrack.confinement.escapes.scope import (
+    _GENERATOR,
     _INSTANCE,
     _LOCAL_REF,
     _PARTIAL,
     _SEP,
+    Passed,
     Resolver,
     Signatures,
+    _is_property,
     _Ref,
     _Scope,
 )
@@ -160,7 +163,9 @@ class OwnModuleSummary:
         self._busy.add(key)
         try:
             target = self._function_key(r, qualname, split[1])
+            generator = False
             for fn in r.functions.get(target, []):
+                generator = generator or fn.is_generator()
                 args = r._call_arguments(node, fn)
                 for value in fn.returns():
                     ref = r.resolve(value, fn.scope)
@@ -178,7 +183,8 @@ class OwnModuleSummary:
             return _failed(f"{qualname}()", "too deep to follow")
         finally:
             self._busy.discard(key)
-        return None
+        # a generator of that module: what `.send()` hands it is judged where it is sent (monkeypatch.py)
+        return _Ref("local", f"{_GENERATOR}{qualname}>") if generator else None
 
     @staticmethod
     def _function_key(r: Resolver, qualname: str, rest: list[str]) -> str:
@@ -211,6 +217,8 @@ class OwnModuleSummary:
                 return _failed(f"{cls}.{attr}", "its own modules read it in a cycle")
             self._busy.add(key)
             try:
+                if self._returns_self(r, keys[0]):  # `@property def me(self): return self`: the instance
+                    return _Ref("local", f"{_INSTANCE}{cls}>")
                 return self._foreign(r, r._method_value(keys[0]))
             except RecursionError:
                 return _failed(f"{cls}.{attr}", "too deep to follow")
@@ -218,8 +226,17 @@ class OwnModuleSummary:
                 self._busy.discard(key)
         return self.member(f"{cls}.{attr}", here)
 
-    def callback_arguments(self, qualname: str, node: ast.Call,
-                           arg: ast.expr) -> list[tuple[_Ref | None, ...]]:
+    @staticmethod
+    def _returns_self(r: Resolver, key: str) -> bool:
+        """The own method `key` of module `r` is a property whose getter may return its `self`."""
+        for fn in r.functions.get(key, []):
+            first = [*fn.node.args.posonlyargs, *fn.node.args.args][:1]
+            if _is_property(fn.node) and first and any(
+                    isinstance(v, ast.Name) and v.id == first[0].arg for v in fn.returns()):
+                return True
+        return False
+
+    def callback_arguments(self, qualname: str, node: ast.Call, arg: ast.expr) -> list[Passed]:
         """What another module's function `qualname` passes, by position, to the callback `arg` a call `node`
         hands it (the foreign objects; `_failed` for each position of a module that cannot be read)."""
         split = self._split(qualname)
@@ -227,7 +244,8 @@ class OwnModuleSummary:
             return []
         r = self._resolver(split[0])
         if r is None:
-            return [(_failed(f"{qualname}()", "an own module that cannot be read or parsed"),) * 8]
+            failed = _failed(f"{qualname}()", "an own module that cannot be read or parsed")
+            return [((failed,) * 8, {"*": failed})]
         key = ("callback", qualname)
         if key in self._busy:
             return []
@@ -235,6 +253,7 @@ class OwnModuleSummary:
         try:
             return r.param_call_arguments(self._function_key(r, qualname, split[1]), node, arg)
         except RecursionError:
-            return [(_failed(f"{qualname}()", "too deep to follow"),) * 8]
+            failed = _failed(f"{qualname}()", "too deep to follow")
+            return [((failed,) * 8, {"*": failed})]
         finally:
             self._busy.discard(key)

@@ -19,6 +19,7 @@ from fasttrack.confinement.escapes.common import (
 )
 from fasttrack.confinement.escapes.scope import (
     _COPY,
+    _GENERATOR,
     _LOCAL,
     _PARTIAL,
     _SEP,
@@ -73,6 +74,7 @@ class MonkeypatchChecks(CheckBase):
                                         "of an object outside the contribution",
                                         target=t.qualname)
         self._check_callbacks()
+        self._check_foreign_sends()
         for key, fns in self.functions.items():
             if key in self.method_keys or key.startswith("<lambda>"):
                 continue
@@ -102,8 +104,11 @@ class MonkeypatchChecks(CheckBase):
                 else:
                     continue
                 for fn in self.functions.get(cb.qualname, []):
-                    for refs in passed:
-                        for name, t in zip(fn.positional, refs, strict=False):
+                    for refs, keywords in passed:
+                        by_name = [*zip(fn.positional, refs, strict=False),
+                                   *((n, keywords.get(n) or keywords.get("*"))
+                                     for n in (*fn.positional, *fn.keyword_only))]
+                        for name, t in by_name:
                             write = self.param_writes.get((cb.qualname, name))
                             if t is not None and write is not None:
                                 self.report(MONKEYPATCH, node, f"hands `{cb.qualname.rsplit('.', 1)[-1]}` "
@@ -111,6 +116,25 @@ class MonkeypatchChecks(CheckBase):
                                             f"through its parameter `{name}` (line "
                                             f"{getattr(write, 'lineno', '?')}): a monkeypatch of an object "
                                             "outside the contribution", target=t.qualname)
+
+    def _check_foreign_sends(self) -> None:
+        """`gen.send(x)` / `gen.asend(x)` with a foreign x, where `gen` is a generator of another own module:
+        the yields it resumes are in a file this scan does not link sends to (fail closed: an error)."""
+        for node, scope, _ in self.candidates:
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and
+                    node.func.attr in ("send", "asend")):
+                continue
+            receiver = self.resolve(node.func.value, scope)
+            if receiver is None or not receiver.qualname.startswith(_GENERATOR):
+                continue
+            for a in node.args:
+                t = self.tainted(self.resolve(a.value if isinstance(a, ast.Starred) else a, scope))
+                if t is not None:
+                    self.report(MONKEYPATCH, node, f"sends `{t.qualname}` into a generator of another module "
+                                f"(`{receiver.qualname[len(_GENERATOR):-1]}`): the scan cannot follow it "
+                                "there, so a write through what it is sent would go unseen (send the "
+                                "contribution's own objects, or define the generator in this file)",
+                                target=t.qualname)
 
     @staticmethod
     def _param_refs(fn: _Function, name: str) -> tuple[int | str, ...]:

@@ -117,13 +117,27 @@ class _Function:
         if isinstance(self.node, ast.Lambda):
             return [self.node.body]
         out: list[ast.expr] = []
-        todo: list[ast.AST] = list(self.node.body)
-        while todo:
-            n = todo.pop()
+        for n in self._body_nodes():
             if isinstance(n, ast.Return | ast.Yield) and n.value is not None:
                 out.append(n.value)
             elif isinstance(n, ast.YieldFrom):
                 out.append(ast.Starred(value=n.value, ctx=ast.Load()))
+        return out
+
+    def is_generator(self) -> bool:
+        """Its body yields (calling it makes a generator that `.send()` resumes)."""
+        return not isinstance(self.node, ast.Lambda) and any(
+            isinstance(n, ast.Yield | ast.YieldFrom) for n in self._body_nodes())
+
+    def _body_nodes(self) -> list[ast.AST]:
+        """The nodes of the function's own body (nested defs, lambdas and classes left out)."""
+        if isinstance(self.node, ast.Lambda):
+            return [self.node.body]
+        out: list[ast.AST] = []
+        todo: list[ast.AST] = list(self.node.body)
+        while todo:
+            n = todo.pop()
+            out.append(n)
             if not isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
                 todo.extend(ast.iter_child_nodes(n))
         return out
@@ -163,6 +177,7 @@ _CLASS_OWN_DUNDERS = frozenset({"__dict__", "__name__", "__qualname__", "__modul
                                 "__slots__", "__weakref__", "__init_subclass__", "mro"})
 _PARTIAL = "<partial>"  # functools.partial(f, *args): elements are its arguments; calling it may return them
 _OF_FOREIGN = "<made by "  # + a foreign callable's dotted name + ">": a local object a foreign call made
+_GENERATOR = "<generator of "  # + another own module's function + ">": what calling it makes
 _INSTANCE = "<instance of "  # + an own class's dotted name + ">": a local object of an own class
 # a thread or thread pool made here: starting it at import time is FT146
 _THREAD_REF = _Ref("local", "<thread>")
@@ -178,6 +193,17 @@ def _is_namespace(node: ast.expr) -> bool:
     return _namespace_of(node) is not None or (
         isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and
         node.func.id in ("globals", "vars", "locals") and not node.args and not node.keywords)
+
+
+def _is_property(node: ast.AST) -> bool:
+    """A def decorated `@property` / `@cached_property` (`instance.name` runs it)."""
+    return isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and any(
+        (isinstance(d, ast.Name) and d.id in ("property", "cached_property")) or
+        (isinstance(d, ast.Attribute) and d.attr == "cached_property") for d in node.decorator_list)
+
+
+# what one call of a callback passes: the foreign objects by position, and by keyword ("*": any keyword)
+Passed = tuple[tuple["_Ref | None", ...], dict[str, "_Ref | None"]]
 
 
 class CrossModules(Protocol):
@@ -200,10 +226,9 @@ class CrossModules(Protocol):
         """`obj.attr` for an instance of the own class `cls` of another module: the foreign object a property
         returns or a class attribute holds, or None."""
 
-    def callback_arguments(self, qualname: str, node: ast.Call,
-                           arg: ast.expr) -> list[tuple[_Ref | None, ...]]:
+    def callback_arguments(self, qualname: str, node: ast.Call, arg: ast.expr) -> list[Passed]:
         """For a call `node` of another module's own function `qualname` handing it `arg`: the foreign
-        objects (by position) each call of that parameter inside the function passes."""
+        objects (by position, and by keyword) each call of that parameter inside the function passes."""
 
 
 class Resolver:
@@ -270,6 +295,8 @@ class Resolver:
         # what `.send(v)` / `.asend(v)` calls of this file pass (the value of any `yield` expression here:
         # flow-, scope- and receiver-insensitive, like item_stores)
         self.sent: list[tuple[ast.expr, _Scope]] = []
+        # self.sent with the calls of bound sends stored first, and the sizes it was computed at
+        self._sent_memo: tuple[tuple[int, int], list[tuple[ast.expr, _Scope]]] | None = None
         # `C[x]` loads: an own class's `__class_getitem__(x)` runs (linked as own calls by the analyser)
         self.subscript_loads: list[tuple[ast.Subscript, _Scope, bool]] = []
         # a function installed as a method: (the class: its dotted name for a class-body assignment, else the
@@ -703,6 +730,35 @@ class Resolver:
             self._note_item_store(node.func.value, [*node.args, *(k.value for k in node.keywords)], scope)
         self._push_children(node, scope, import_time)
 
+    def _sent_values(self) -> list[tuple[ast.expr, _Scope]]:
+        """What `.send(v)` calls of this file pass, also through a bound `send` stored first (`s = gen.send;
+        s(v)`, `self.s = gen.send; self.s(v)`: by the name it is stored under, flow- and
+        scope-insensitive)."""
+        size = (len(self.sent), len(self.candidates))  # still binding: recomputed when these grow
+        if self._sent_memo is not None and self._sent_memo[0] == size:
+            return self._sent_memo[1]
+        stored: set[str] = set()
+        for node in ast.walk(self.tree):
+            value = getattr(node, "value", None) \
+                if isinstance(node, ast.Assign | ast.AnnAssign | ast.NamedExpr) else None
+            if not (isinstance(value, ast.Attribute) and value.attr in ("send", "asend")) and not (
+                    isinstance(value, ast.expr) and self._computed_getattr(value, ("send", "asend"))):
+                continue
+            targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+            for t in targets:
+                if isinstance(t, ast.Name):
+                    stored.add(t.id)
+                elif isinstance(t, ast.Attribute):
+                    stored.add(f".{t.attr}")
+        out = list(self.sent)
+        for node, scope, _ in self.candidates:
+            if isinstance(node, ast.Call) and (
+                    (isinstance(node.func, ast.Name) and node.func.id in stored) or
+                    (isinstance(node.func, ast.Attribute) and f".{node.func.attr}" in stored)):
+                out.extend((a.value if isinstance(a, ast.Starred) else a, scope) for a in node.args)
+        self._sent_memo = (size, out)
+        return out
+
     @staticmethod
     def _computed_getattr(func: ast.expr, names: tuple[str, ...]) -> bool:
         """`getattr(x, name)` (as written) with one of `names` or a name computed at run time."""
@@ -728,9 +784,12 @@ class Resolver:
         through `item`)."""
         held: list[_Ref] = []
         for value, scope in self.item_stores.get(name, []):
-            t = self.tainted(self.resolve(value, scope))
+            r = self.resolve(value, scope)
+            t = self.tainted(r)
             if t is not None:
                 held.append(t)
+            elif r is not None and r.origin == "own" and r.qualname in self.functions:
+                held.append(r)  # an own function stored to be called later (`cbs.append(writer)`)
         return tuple(held)
 
     def _made_container(self, value: ast.expr, scope: _Scope) -> bool:
@@ -926,7 +985,8 @@ class Resolver:
                     return r
         if _THREAD_REF in refs:
             return _THREAD_REF
-        return next((r for r in refs if r.qualname.startswith((_INSTANCE, _OF_FOREIGN))), _LOCAL_REF)
+        return next((r for r in refs if r.qualname.startswith((_INSTANCE, _OF_FOREIGN, _GENERATOR))),
+                    _LOCAL_REF)
 
     def _engine_param(self, param: _Param) -> _Ref | None:
         """What a parameter of model code is when the engine fills it: the engine's object when it is named
@@ -1339,7 +1399,7 @@ class Resolver:
             return self._resolve_call(node, scope)
         if isinstance(node, ast.Yield):
             # `x = yield`: what some `.send(v)` of this file passes in (fail closed: any of them)
-            sent = (self.tainted(self.resolve(v, sc)) for v, sc in self.sent)
+            sent = (self.tainted(self.resolve(v, sc)) for v, sc in self._sent_values())
             return next((t for t in sent if t is not None), _LOCAL_REF)
         if isinstance(node, ast.NamedExpr | ast.Await):
             return self.resolve(node.value, scope)  # `await c`: what the coroutine returns
@@ -1544,10 +1604,7 @@ class Resolver:
         """`instance.name` for an own method `key`: the method (calling it runs it), or for a property
         what its getter returns."""
         for fn in self.functions.get(key, []):
-            if isinstance(fn.node, ast.FunctionDef | ast.AsyncFunctionDef) and any(
-                    (isinstance(d, ast.Name) and d.id in ("property", "cached_property")) or
-                    (isinstance(d, ast.Attribute) and d.attr == "cached_property")
-                    for d in fn.node.decorator_list):
+            if _is_property(fn.node):
                 for value in fn.returns():
                     t = self.tainted(self.resolve(value, fn.scope))
                     if t is not None:
@@ -1698,10 +1755,10 @@ class Resolver:
                 return self._method_keys(base.qualname[len(_INSTANCE):-1], [node.func.attr])
         return []
 
-    def param_call_arguments(self, key: str, node: ast.Call, arg: ast.expr) -> list[tuple[_Ref | None, ...]]:
+    def param_call_arguments(self, key: str, node: ast.Call, arg: ast.expr) -> list[Passed]:
         """For a call `node` of the own function `key` handing it `arg` (a callback): the foreign objects, by
         position, that each call of that parameter in the function's body passes (`def visit(cb): cb(E)`)."""
-        out: list[tuple[_Ref | None, ...]] = []
+        out: list[Passed] = []
         for fn in self.functions.get(key, []):
             names = {f"{key}{_SEP}{n}" for n, exprs in self._call_arguments(node, fn).items()
                      if any(e is arg for e in exprs)}
@@ -1709,7 +1766,9 @@ class Resolver:
                 if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Name):
                     r = self.resolve(inner.func, fn.scope)
                     if r is not None and r.origin == "param" and r.qualname in names:
-                        out.append(tuple(self.tainted(self.resolve(a, fn.scope)) for a in inner.args))
+                        out.append((tuple(self.tainted(self.resolve(a, fn.scope)) for a in inner.args),
+                                    {k.arg or "*": self.tainted(self.resolve(k.value, fn.scope))
+                                     for k in inner.keywords}))
         return out
 
     def _own_return(self, node: ast.Call, key: str, scope: _Scope) -> _Ref:

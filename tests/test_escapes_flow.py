@@ -15,6 +15,7 @@ import pytest
 
 from fasttrack.confinement.escapes import Escape, find_escapes
 from fasttrack.confinement.escapes.flow import ENTRY, reaching
+from tests.escape_marks import error_lines, marked_lines
 
 MODEL_FILE = "vllm/models/kimi_k3/nvidia/model.py"
 OWN = {"vllm.models.kimi_k3"}
@@ -27,12 +28,8 @@ def scan(src: str) -> list[Escape]:
 
 
 def marked(src: str) -> list[int]:
-    lines = (HEAD + textwrap.dedent(src)).splitlines()
-    return [i for i, line in enumerate(lines, start=1) if "# <-" in line]
+    return marked_lines(HEAD + textwrap.dedent(src))
 
-
-def error_lines(found: list[Escape]) -> list[int]:
-    return sorted({e.line for e in found if e.severity == "error"})
 
 
 ATTACKS: list[tuple[str, str]] = [

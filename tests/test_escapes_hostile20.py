@@ -14,6 +14,7 @@ import pytest
 
 from fasttrack.confinement.escapes import Escape, find_escapes
 from fasttrack.policy import Policy, load_policy
+from tests.escape_marks import error_lines, marked_lines
 from tests.test_escapes import POLICY
 from tests.test_escapes_hostile_flow import ENGINE
 from tests.test_escapes_own_bases import contribution, ft_errors, write
@@ -31,12 +32,8 @@ def scan(src: str) -> list[Escape]:
 
 
 def marked(src: str) -> list[int]:
-    lines = (HEAD + textwrap.dedent(src)).splitlines()
-    return [i for i, line in enumerate(lines, start=1) if "# <-" in line]
+    return marked_lines(HEAD + textwrap.dedent(src))
 
-
-def error_lines(found: list[Escape]) -> list[int]:
-    return sorted({e.line for e in found if e.severity == "error"})
 
 
 ATTACKS: list[tuple[str, str]] = [

@@ -20,6 +20,7 @@ from fasttrack.manifest import Manifest
 from fasttrack.policy import Policy, load_policy
 from fasttrack.rules import escapes as escape_rules
 from fasttrack.verdict import ChangeStatus
+from tests.escape_marks import error_lines, marked_lines
 from tests.test_escapes import POLICY, make_ctx, reference_manifest
 from tests.test_escapes_hostile_flow import ENGINE  # the engine's AttentionImpl and two subclasses
 
@@ -52,22 +53,18 @@ def scan(src: str, sig: EngineSignatures) -> list[Escape]:
     return find_escapes(textwrap.dedent(src), MODEL_FILE, OWN, signatures=sig.method_params)
 
 
-def errors(found: list[Escape]) -> list[int]:
-    return sorted({e.line for e in found if e.severity == "error"})
-
-
 def marked(src: str) -> list[int]:
-    return [i for i, line in enumerate(textwrap.dedent(src).splitlines(), 1) if "# <-" in line]
+    return marked_lines(textwrap.dedent(src))
 
 
 # -- the reader, with the contribution's modules as an overlay ----------------------------------------------
 def test_own_base_in_the_overlay_is_followed_to_the_engine(engine_root: Path) -> None:
     sig = EngineSignatures(engine_root, own={"vllm.models.kimi_k3.nvidia.base": (BASE, False)})
     found = scan(OVERRIDE, sig)
-    assert errors(found) == marked(OVERRIDE)
+    assert error_lines(found) == marked(OVERRIDE)
     assert any("an own base of another file" in e.message for e in found)
     # honest twin: the parameter in a position the engine does not fill with its objects
-    assert errors(scan(HONEST, sig)) == []
+    assert error_lines(scan(HONEST, sig)) == []
 
 
 def test_own_base_chain_through_a_package_alias_is_followed(engine_root: Path) -> None:
@@ -76,8 +73,8 @@ def test_own_base_chain_through_a_package_alias_is_followed(engine_root: Path) -
     own = {"vllm.models.kimi_k3.nvidia.base": ("from .mid import Mid\nclass K3Base(Mid):\n    pass\n", False),
            "vllm.models.kimi_k3.nvidia.mid": (BASE.replace("K3Base", "Mid"), False)}
     found = scan(OVERRIDE, EngineSignatures(engine_root, own=own))
-    assert errors(found) == marked(OVERRIDE)
-    assert errors(scan(HONEST, EngineSignatures(engine_root, own=own))) == []
+    assert error_lines(found) == marked(OVERRIDE)
+    assert error_lines(scan(HONEST, EngineSignatures(engine_root, own=own))) == []
 
 
 @pytest.mark.parametrize("own", [
@@ -90,7 +87,7 @@ def test_own_base_chain_through_a_package_alias_is_followed(engine_root: Path) -
 def test_own_base_that_cannot_be_followed_fails_closed(engine_root: Path,
                                                        own: dict[str, tuple[str | None, bool]]) -> None:
     found = scan(HONEST, EngineSignatures(engine_root, own=own))
-    assert errors(found) == [5]  # g may be any of the engine's objects
+    assert error_lines(found) == [5]  # g may be any of the engine's objects
     assert any("cannot read or follow" in e.message for e in found)
 
 
@@ -104,7 +101,7 @@ def test_own_base_that_cannot_be_followed_fails_closed(engine_root: Path,
 def test_own_base_deriving_from_no_engine_class_stays_clean(engine_root: Path, base: str) -> None:
     sig = EngineSignatures(engine_root, own={"vllm.models.kimi_k3.nvidia.base": (base, False)})
     src = OVERRIDE.replace("  # <-", "")
-    assert errors(scan(src, sig)) == []
+    assert error_lines(scan(src, sig)) == []
 
 
 # -- the pipeline: contribution mode reads the contribution's files ----------------------------------------
@@ -180,11 +177,11 @@ IMPORT = "from vllm.models.kimi_k3.nvidia.base import K3Base\n"
 @pytest.mark.parametrize("src", [f[1] for f in OVERRIDE_FORMS], ids=[f[0] for f in OVERRIDE_FORMS])
 def test_every_override_form_through_an_own_base_of_another_file(engine_root: Path, src: str) -> None:
     sig = EngineSignatures(engine_root, own={"vllm.models.kimi_k3.nvidia.base": (BASE, False)})
-    assert errors(scan(IMPORT + src, sig)) == marked(IMPORT + src)
+    assert error_lines(scan(IMPORT + src, sig)) == marked(IMPORT + src)
     # honest twin: the same code over an own base of another file that derives from no engine class
     torch_base = "import torch\nclass K3Base(torch.nn.Module):\n    pass\n"
     plain = EngineSignatures(engine_root, own={"vllm.models.kimi_k3.nvidia.base": (torch_base, False)})
-    assert errors(scan(IMPORT + src, plain)) == []
+    assert error_lines(scan(IMPORT + src, plain)) == []
 
 
 def test_computed_method_name_answers_whether_an_engine_class_is_in_the_mro(engine_root: Path) -> None:

@@ -9,6 +9,7 @@ import textwrap
 import pytest
 
 from fasttrack.confinement.escapes import Escape, find_escapes
+from tests.escape_marks import error_lines, marked_lines
 
 MODEL_FILE = "vllm/models/kimi_k3/nvidia/model.py"
 OWN = {"vllm.models.kimi_k3"}
@@ -24,12 +25,8 @@ def scan(src: str) -> list[Escape]:
 
 
 def marked(src: str) -> list[int]:
-    lines = (HEAD + textwrap.dedent(src)).splitlines()
-    return [i for i, line in enumerate(lines, start=1) if "# <-" in line]
+    return marked_lines(HEAD + textwrap.dedent(src))
 
-
-def error_lines(found: list[Escape]) -> list[int]:
-    return sorted({e.line for e in found if e.severity == "error"})
 
 
 ATTACKS: list[tuple[str, str]] = [

@@ -56,6 +56,7 @@ Options:
 Exit codes: 0 pass, 1 policy failure, 2 bad input or an unusable path, 3 a bug in fasttrack.
 """
 
+
 def root_help() -> str:
     width = max(len(n) for n, _ in COMMANDS)
     rows = "\n".join(f"  {name:<{width}}  {summary}" for name, summary in COMMANDS)

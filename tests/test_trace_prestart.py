@@ -115,14 +115,14 @@ def _options(tmp_path: Path, text: str) -> VerifyOptions:
 
 def _spy(monkeypatch: pytest.MonkeyPatch) -> list[Warm | None]:
     started: list[Warm | None] = []
-    real = build._prestart
+    real = build.prestart_trace
 
     def spy(cache_dir: Path) -> Warm | None:
         warm = real(cache_dir)
         started.append(warm)
         return warm
 
-    monkeypatch.setattr(build, "_prestart", spy)
+    monkeypatch.setattr(build, "prestart_trace", spy)
     return started
 
 
@@ -273,7 +273,7 @@ def test_the_command_lines_child_is_the_one_build_context_uses(
         raise AssertionError("build_context started a second child")
 
     monkeypatch.setattr(prestart_mod, "prestart_for_verify_args", spy)
-    monkeypatch.setattr(build, "_prestart", no_second)
+    monkeypatch.setattr(build, "prestart_trace", no_second)
     used: list[bool] = []
     real_run = gather.run_child
 

@@ -39,10 +39,6 @@ def trace_enabled(opts: VerifyOptions) -> bool:
     return trace_wanted(opts.trace)
 
 
-def _prestart(cache_dir: Path) -> Warm | None:
-    return prestart_trace(cache_dir)
-
-
 # The mode's loaders are imported when called, after the prestart: the child imports the engine stack
 # meanwhile.
 def build_range_context(opts: VerifyOptions, cwd: Path) -> tuple[Context, Callable[[], BlastRadius]]:
@@ -69,7 +65,7 @@ def build_context(opts: VerifyOptions, *, warm: Warm | None = None) -> Context:
         warm.close()
         warm = None
     elif warm is None and traced:
-        warm = _prestart(cache_dir)
+        warm = prestart_trace(cache_dir)
     try:
         if opts.base is not None or opts.head is not None:
             ctx, blast = build_range_context(opts, cwd)

@@ -35,6 +35,7 @@ from fasttrack.confinement.escapes.common import (
     _string_prefix,
 )
 from fasttrack.confinement.escapes.flow import ENTRY, reaching
+from fasttrack.confinement.escapes.sends import SendSite, send_sites
 from fasttrack.policy import EscapesSpec
 
 
@@ -226,7 +227,8 @@ class CrossModules(Protocol):
         """`obj.attr` for an instance of the own class `cls` of another module: the foreign object a property
         returns or a class attribute holds, or None."""
 
-    def callback_arguments(self, qualname: str, node: ast.Call, arg: ast.expr) -> list[Passed]:
+    def callback_arguments(self, qualname: str, node: ast.Call, arg: ast.expr,
+                           caller: tuple[Resolver, _Scope] | None = None) -> list[Passed]:
         """For a call `node` of another module's own function `qualname` handing it `arg`: the foreign
         objects (by position, and by keyword) each call of that parameter inside the function passes."""
 
@@ -297,6 +299,10 @@ class Resolver:
         self.sent: list[tuple[ast.expr, _Scope]] = []
         # self.sent with the calls of bound sends stored first, and the sizes it was computed at
         self._sent_memo: tuple[tuple[int, int], list[tuple[ast.expr, _Scope]]] | None = None
+        # every send/throw of the file, direct or through its bound method handed on (sends.py), and the
+        # number of candidates it was computed at; None while it is being computed
+        self._send_sites_memo: tuple[int, list[SendSite]] | None = None
+        self._send_sites_busy = False
         # `C[x]` loads: an own class's `__class_getitem__(x)` runs (linked as own calls by the analyser)
         self.subscript_loads: list[tuple[ast.Subscript, _Scope, bool]] = []
         # a function installed as a method: (the class: its dotted name for a class-body assignment, else the
@@ -759,6 +765,35 @@ class Resolver:
         self._sent_memo = (size, out)
         return out
 
+    def send_sites(self) -> list[SendSite]:
+        """The file's sends and throws (sends.py), memoised while the candidates stay the same."""
+        if self._send_sites_memo is not None and self._send_sites_memo[0] == len(self.candidates):
+            return self._send_sites_memo[1]
+        if self._send_sites_busy:
+            return []
+        self._send_sites_busy = True
+        try:
+            sites = send_sites(self)
+        finally:
+            self._send_sites_busy = False
+        self._send_sites_memo = (len(self.candidates), sites)
+        return sites
+
+    def _handed_on_sends(self, throw: bool) -> _Ref | None:
+        """What a bound `send` (`throw`) handed on as a value sends, file-wide: a foreign object, a foreign
+        object standing for what cannot be followed (fail closed), or None."""
+        for site in self.send_sites():
+            if site.throw != throw or site.direct:
+                continue
+            if site.sent is None:
+                verb = "throw" if throw else "send"
+                line = getattr(site.node, "lineno", "?")
+                return _Ref("import", f"<what a generator's bound `{verb}` handed on at line {line} is "
+                                      "given: the scan cannot follow it>")
+            if site.sent:
+                return site.sent[0]
+        return None
+
     @staticmethod
     def _computed_getattr(func: ast.expr, names: tuple[str, ...]) -> bool:
         """`getattr(x, name)` (as written) with one of `names` or a name computed at run time."""
@@ -812,7 +847,7 @@ class Resolver:
                 t = self.tainted(self.resolve(part, scope))
                 if t is not None:
                     return t
-        return _LOCAL_REF
+        return self._handed_on_sends(True) or _LOCAL_REF
 
     def _b_raise(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
         assert isinstance(node, ast.Raise)
@@ -1400,7 +1435,8 @@ class Resolver:
         if isinstance(node, ast.Yield):
             # `x = yield`: what some `.send(v)` of this file passes in (fail closed: any of them)
             sent = (self.tainted(self.resolve(v, sc)) for v, sc in self._sent_values())
-            return next((t for t in sent if t is not None), _LOCAL_REF)
+            found = next((t for t in sent if t is not None), None)
+            return found or self._handed_on_sends(False) or _LOCAL_REF
         if isinstance(node, ast.NamedExpr | ast.Await):
             return self.resolve(node.value, scope)  # `await c`: what the coroutine returns
         if isinstance(node, ast.List | ast.Tuple | ast.Set):
@@ -1755,20 +1791,33 @@ class Resolver:
                 return self._method_keys(base.qualname[len(_INSTANCE):-1], [node.func.attr])
         return []
 
-    def param_call_arguments(self, key: str, node: ast.Call, arg: ast.expr) -> list[Passed]:
+    def param_call_arguments(self, key: str, node: ast.Call, arg: ast.expr,
+                             caller: tuple[Resolver, _Scope] | None = None) -> list[Passed]:
         """For a call `node` of the own function `key` handing it `arg` (a callback): the foreign objects, by
-        position, that each call of that parameter in the function's body passes (`def visit(cb): cb(E)`)."""
+        position, that each call of that parameter in the function's body passes (`def visit(cb): cb(E)`).
+        With the `caller` (its resolver and the call's scope), a parameter of the function passed on to the
+        callback is what the call gives it (`def call(f, v): f(v)`)."""
         out: list[Passed] = []
         for fn in self.functions.get(key, []):
-            names = {f"{key}{_SEP}{n}" for n, exprs in self._call_arguments(node, fn).items()
-                     if any(e is arg for e in exprs)}
+            given = self._call_arguments(node, fn)
+            names = {f"{key}{_SEP}{n}" for n, exprs in given.items() if any(e is arg for e in exprs)}
+
+            def passed(e: ast.expr, fn: _Function = fn,
+                       given: dict[str, list[ast.expr]] = given) -> _Ref | None:
+                r = self.resolve(e.value if isinstance(e, ast.Starred) else e, fn.scope)
+                if caller is not None and r is not None and r.origin == "param" and \
+                        r.qualname.startswith(key + _SEP):
+                    res, scope = caller
+                    exprs = given.get(r.qualname.rpartition(_SEP)[2], [])
+                    found = (res.tainted(res.resolve(a, scope)) for a in exprs)
+                    return next((t for t in found if t is not None), None)
+                return self.tainted(r)
             for inner in ast.walk(fn.node):
                 if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Name):
                     r = self.resolve(inner.func, fn.scope)
                     if r is not None and r.origin == "param" and r.qualname in names:
-                        out.append((tuple(self.tainted(self.resolve(a, fn.scope)) for a in inner.args),
-                                    {k.arg or "*": self.tainted(self.resolve(k.value, fn.scope))
-                                     for k in inner.keywords}))
+                        out.append((tuple(passed(a) for a in inner.args),
+                                    {k.arg or "*": passed(k.value) for k in inner.keywords}))
         return out
 
     def _own_return(self, node: ast.Call, key: str, scope: _Scope) -> _Ref:

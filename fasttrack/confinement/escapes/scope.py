@@ -187,6 +187,8 @@ _Handler = Callable[[ast.AST, "_Scope", bool], None]
 # (engine class, method) -> the method's positional parameters after self, () when the engine does not
 # define it, None when its source cannot be read (engine_signatures.EngineSignatures.method_params)
 Signatures = Callable[[str, str], "tuple[str, ...] | None"]
+# a class -> it derives from `type` (True), it does not (False), not known (None): EngineSignatures.metaclass
+Metaclasses = Callable[[str], "bool | None"]
 
 
 def _is_namespace(node: ast.expr) -> bool:
@@ -239,8 +241,12 @@ class Resolver:
     def __init__(self, tree: ast.Module, path: str, own_packages: set[str], module: str | None,
                  is_package: bool, own_op_namespaces: set[str], settings: EscapesSpec,
                  exec_depth: int, foreign_op_namespaces: frozenset[str] = frozenset(),
-                 signatures: Signatures | None = None, cross: CrossModules | None = None) -> None:
+                 signatures: Signatures | None = None, cross: CrossModules | None = None,
+                 metaclasses: Metaclasses | None = None) -> None:
         self.tree = tree
+        # whether a class of the engine, the baselines or another own module derives from `type`
+        # (engine_signatures.py), None: not known
+        self.metaclasses = metaclasses
         # the contribution's other modules (cross_module.py): what the names imported from them are
         self.cross = cross
         self.reexported: dict[str, str] = {}  # a foreign object -> the own name this file reached it by

@@ -118,3 +118,22 @@ def test_without_a_reader_the_name_decides() -> None:
            "Reg('X', tuple(bases), {})\n")
     found = find_escapes(HEAD + src, MODEL_FILE, OWN)
     assert error_lines(found) == marked_lines(HEAD + src)
+
+
+def test_contribution_mode_reads_the_engine_baselines(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # the reference contribution's case (verify kimi_k3 warned 3 times): the baseline's DecodeMeta, a
+    # frozen dataclass, called with three keywords; a `*Meta` the baselines do not define stays an error
+    from fasttrack.policy import load_policy
+    from tests.test_escapes import POLICY
+    from tests.test_escapes_hostile_flow import ENGINE as FLOW_ENGINE
+    from tests.test_escapes_own_bases import contribution, ft_errors, write
+
+    monkeypatch.setenv("FASTTRACK_ENGINE_TREE", str(write(tmp_path / "engine", FLOW_ENGINE)))
+    impl = ("from baselines.vllm.kimi_k3.decode import DecodeMeta\n"
+            "from baselines.vllm.kimi_k3 import nothere\n"
+            "bases = [object]\nDecodeMeta(batch=1, max_context=2, tp=1)\n"
+            "nothere.XMeta('X', tuple(bases), {})  # <-\n")
+    files = {"kernels/kimi_k3/__init__.py": "", "kernels/kimi_k3/impl.py": impl}
+    errors = ft_errors(contribution(tmp_path, load_policy(POLICY), files))
+    assert [line for code, path, line in errors if path == "kernels/kimi_k3/impl.py"] == marked_lines(impl)

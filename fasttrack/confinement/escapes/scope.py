@@ -1786,6 +1786,11 @@ class Resolver:
             keys = self._method_keys(cls, [attr]) if cls is not None else []
             # a method a subclass or mixin of this file defines: any own method of that name (fail closed)
             return keys or sorted(k for k in self.method_keys if k.rsplit(".", 1)[-1] == attr)
+        if isinstance(node.func, ast.Name):
+            owns = self._name_callees(node.func, scope)
+            if owns:  # every own function or class the name may be (`for cb in (a, b): cb(E)` runs both)
+                made = ["__new__", "__init__", "__post_init__"]
+                return [k for q in owns for k in ([q] if q in self.functions else self._method_keys(q, made))]
         callee = self.resolve(node.func, scope)
         if callee is not None and callee.origin == "own" and callee.qualname in self.functions:
             return [callee.qualname]
@@ -1796,6 +1801,77 @@ class Resolver:
             if base is not None and base.qualname.startswith(_INSTANCE):
                 return self._method_keys(base.qualname[len(_INSTANCE):-1], [node.func.attr])
         return []
+
+    def _name_callees(self, name: ast.Name, scope: _Scope) -> list[str]:
+        """The own functions and classes a called name may be, through every binding that reaches the call
+        (all of them where statement order is not followed): a def, an alias, an element of a loop over a
+        literal or a container of them (`for cb in CBS`, a display or what `CBS.append(f)` put in). Inside
+        the body of `for name in ...` that nothing else in the body rebinds, only that loop's bindings
+        reach it, also at module level (`for cb in SAFE: cb(own)` then `for cb in READ: cb(E)`)."""
+        bindings = self._reaching(name.id, scope, self.flow_uses.get(id(name))) or \
+            self._lookup(name.id, scope)
+        if not bindings:
+            return []
+        home = next((s for s in [scope] if name.id in s.bindings and s.bindings[name.id] is bindings), None)
+        loop = self._enclosing_loop(name, name.id) if home is not None else None
+        if loop is not None and home is not None:
+            own_sites = {id(loop.target)}
+            inside = self._loop_sites(loop)
+            sites = home.sites.get(name.id, [])
+            # a binding made from elsewhere (`global`/`nonlocal` in a nested def) or through the module's
+            # namespace (`globals()[k] = v`, a computed setattr) may land inside the body: no narrowing
+            elsewhere = None in sites or name.id in self.attr_stores or "*" in self.attr_stores
+            if not elsewhere and not any(s in inside for s in sites if s not in own_sites):
+                kept = [b for b, s in zip(bindings, sites, strict=True) if s in own_sites]
+                bindings = kept or bindings
+        out: list[str] = []
+        for b in bindings:
+            refs: list[_Ref | None] = []
+            if isinstance(b, _Own):
+                refs.append(_Ref("own", b.qualname))
+            elif isinstance(b, _Alias):
+                refs.append(self.resolve(b.value, b.scope))
+            elif isinstance(b, _Elem):
+                refs.extend(self._own_elements(b.value, b.scope, 0))
+            for r in refs:
+                if r is not None and r.origin == "own" and (r.qualname in self.functions or
+                                                            r.qualname in self.classes):
+                    out.append(r.qualname)
+        return list(dict.fromkeys(out))
+
+    def _own_elements(self, node: ast.expr, scope: _Scope, depth: int) -> list[_Ref | None]:
+        """What a loop over `node` may bind, for own functions and classes: the elements of a display, of a
+        name bound to one (and what a fill of this file put in it), of `list(x)`/`tuple(x)`/`reversed(x)`."""
+        if depth > 8:
+            return []
+        if isinstance(node, ast.Tuple | ast.List | ast.Set):
+            return [self.resolve(e.value if isinstance(e, ast.Starred) else e, scope) for e in node.elts]
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                node.func.id in ("list", "tuple", "reversed", "sorted", "iter", "set") and node.args:
+            return self._own_elements(node.args[0], scope, depth + 1)
+        if isinstance(node, ast.Name):
+            out: list[_Ref | None] = []
+            for b in self._lookup(node.id, scope) or []:
+                if isinstance(b, _Alias):
+                    out += self._own_elements(b.value, b.scope, depth + 1)
+            out += [self.resolve(v, sc) for v, sc in self.item_stores.get(node.id, [])]
+            return out
+        return []
+
+    def _enclosing_loop(self, node: ast.AST, name: str) -> ast.For | ast.AsyncFor | None:
+        """The nearest `for <name> in ...` whose body holds `node`, in the same scope."""
+        child: ast.AST = node
+        parent = self._parent(node)
+        while parent is not None and parent not in self.scopes:
+            if isinstance(parent, ast.For | ast.AsyncFor) and any(child is s for s in parent.body) and \
+                    isinstance(parent.target, ast.Name) and parent.target.id == name:
+                return parent
+            child, parent = parent, self._parent(parent)
+        return None
+
+    def _loop_sites(self, loop: ast.For | ast.AsyncFor) -> set[int]:
+        """The ids of the nodes in a loop's body (binding sites are node ids)."""
+        return {id(n) for s in loop.body for n in ast.walk(s)}
 
     def param_call_arguments(self, key: str, node: ast.Call, arg: ast.expr,
                              caller: tuple[Resolver, _Scope] | None = None) -> list[Passed]:

@@ -29,6 +29,8 @@ IN_FILE: list[tuple[str, str]] = [
     ("bound-send-to-an-own-function-by-keyword",
      GEN + "def call(f):\n    f(L)\ncall(f=gen.send)\n"),
     ("map-of-the-bound-send", GEN + "list(map(gen.send, [L]))\n"),
+    ("bound-send-forwarded-by-an-own-function",
+     GEN + "def call2(f, v):\n    f(v)\ndef call(f, v):\n    call2(f, v)\ncall(gen.send, L)\n"),
     ("bound-send-in-a-list", GEN + "fs = [gen.send]\nfs[0](L)\n"),
     ("bound-send-returned", GEN + "def sender():\n    return gen.send\nsender()(L)\n"),
     ("bound-send-to-a-thread", GEN + "import threading\nthreading.Thread(target=gen.send, args=(L,))\n"),

@@ -141,6 +141,8 @@ def _handed_on(r: Resolver, node: ast.expr, scope: _Scope, callers: dict[str, li
     if q == "builtins.map" and parent.args and parent.args[0] is node:
         return [(parent, _tainted(r, _args(parent)[1:], scope))]  # the iterables' foreign elements
     if callee is not None and callee.origin == "own" and callee.qualname in r.functions:
+        if _forwarded(r, callee.qualname, parent, node):
+            return None  # the function hands it on in turn (`def call(f, v): other(f, v)`): not followed
         passed = r.param_call_arguments(callee.qualname, parent, node, (r, scope))
     elif callee is not None and callee.origin == "import" and r.is_own(q) and r.cross is not None:
         passed = r.cross.callback_arguments(q, parent, node, (r, scope))
@@ -148,6 +150,18 @@ def _handed_on(r: Resolver, node: ast.expr, scope: _Scope, callers: dict[str, li
         return None
     return [(parent, tuple(t for refs, keywords in passed for t in (*refs, *keywords.values())
                            if t is not None))]
+
+
+def _forwarded(r: Resolver, key: str, call: ast.Call, arg: ast.expr) -> bool:
+    """The own function `key`, given `arg` by `call`, uses that parameter other than by calling it."""
+    for fn in r.functions.get(key, []):
+        names = {n for n, exprs in r._call_arguments(call, fn).items() if any(e is arg for e in exprs)}
+        for n in ast.walk(fn.node):
+            if isinstance(n, ast.Name) and n.id in names and isinstance(n.ctx, ast.Load):
+                parent = r._parent(n)
+                if not (isinstance(parent, ast.Call) and parent.func is n):
+                    return True
+    return False
 
 
 def own_generator(r: Resolver, node: ast.expr, scope: _Scope, depth: int = 0) -> bool:

@@ -32,22 +32,45 @@ _MAX_BYTES = 4 * 1024 * 1024
 _MAX_HOPS = 12
 _Unknown = None
 Signatures = Callable[[str, str], "tuple[str, ...] | None"]
+# a dotted class name -> True when it derives from `type` (a metaclass), False when every class of its MRO
+# was read and none does, None when some cannot be read
+Metaclasses = Callable[[str], "bool | None"]
 # dotted module -> (its text, None when it cannot be read; whether it is a package's __init__)
 OwnModules = Mapping[str, "tuple[str | None, bool]"]
 _BUILTINS = frozenset(n for n in dir(builtins) if isinstance(getattr(builtins, n), type))
+# classes outside what the reader reads whose kind is known: metaclasses, and common plain bases
+_METACLASSES = frozenset({"builtins.type", "abc.ABCMeta", "enum.EnumMeta", "enum.EnumType",
+                          "typing._ProtocolMeta", "typing.NamedTupleMeta", "ctypes._CDataMeta"})
+_PLAIN = frozenset({"abc.ABC", "typing.Generic", "typing.Protocol", "typing.NamedTuple", "typing.TypedDict",
+                    "enum.Enum", "enum.IntEnum", "enum.StrEnum", "enum.Flag", "enum.IntFlag",
+                    "torch.nn.Module", "torch.nn.modules.module.Module", "torch.autograd.Function"})
+
+
+def known_metaclass(qualname: str) -> bool | None:
+    """Whether a class outside what the reader reads is a metaclass, when that is known (`type`, `ABCMeta`,
+    `EnumMeta`, ...: True; the builtins' other classes, `ABC`, `Enum`, `torch.nn.Module`, ...: False)."""
+    if qualname in _METACLASSES:
+        return True
+    if qualname in _PLAIN or (qualname.startswith("builtins.") and qualname.count(".") == 1):
+        return False
+    return None
 
 
 class EngineSignatures:
     """Method signatures of the engine package `package` under `root` (the tree the PR is judged in)."""
 
     def __init__(self, root: Path, package: str = "vllm", own: OwnModules | None = None,
-                 own_packages: tuple[str, ...] = ()) -> None:
+                 own_packages: tuple[str, ...] = (), extra_roots: Mapping[str, Path] | None = None) -> None:
         self.root = root
+        # other trusted top-level packages read for `metaclass` only (the engine baselines: `baselines` ->
+        # the directory holding it)
+        self.extra_roots = dict(extra_roots or {})
         self.package = package
         self.own = dict(own or {})
         self.own_packages = own_packages  # the contribution's packages: their classes are not the engine's
         self._trees: dict[str, tuple[ast.Module, bool] | None] = {}
         self.lookup = lru_cache(maxsize=4096)(self._method_params)
+        self._kinds: dict[str, bool | None] = {}
 
     def method_params(self, cls: str, method: str) -> tuple[str, ...] | None:
         return self.lookup(cls, method)
@@ -79,7 +102,7 @@ class EngineSignatures:
                 got = None
             self._trees[module] = got
             return got
-        stem = self.root / module.replace(".", "/")
+        stem = (self._extra_root(module) or self.root) / module.replace(".", "/")
         for cand, is_pkg in ((stem.with_name(stem.name + ".py"), False), (stem / "__init__.py", True)):
             try:
                 if not cand.is_file() or cand.stat().st_size > _MAX_BYTES:
@@ -93,9 +116,41 @@ class EngineSignatures:
         self._trees[module] = got
         return got
 
-    def _find_class(self, qualname: str, hops: int = 0) -> tuple[ast.ClassDef, str, bool] | None:
-        """The class statement a dotted name refers to, with its module and whether that is a package."""
-        if hops > _MAX_HOPS or not self._engine(qualname):
+    def metaclass(self, qualname: str) -> bool | None:
+        """Whether the class `qualname` derives from `type` (calling it makes a class), read from the engine
+        tree, the contribution's modules and the extra roots: None when some class of its MRO cannot be
+        read (the caller then falls back on what the name suggests)."""
+        return self._metaclass(qualname, 0)
+
+    def _metaclass(self, qualname: str, depth: int) -> bool | None:
+        known = known_metaclass(qualname)
+        if known is not None:
+            return known
+        if qualname in self._kinds:
+            return self._kinds[qualname]
+        if depth > _MAX_HOPS:
+            return None
+        self._kinds[qualname] = None  # a cycle reads as unknown
+        got = self._find_class(qualname, extra=True)
+        kind: bool | None = None
+        if got is not None:
+            node, module, is_pkg = got
+            kinds: list[bool | None] = []
+            for b in node.bases:
+                base = self._dotted_in(b.value if isinstance(b, ast.Subscript) else b, module, is_pkg)
+                kinds.append(None if base is None else self._metaclass(base, depth + 1))
+            kind = True if True in kinds else None if None in kinds else False
+        self._kinds[qualname] = kind
+        return kind
+
+    def _extra_root(self, qualname: str) -> Path | None:
+        return self.extra_roots.get(qualname.split(".", 1)[0])
+
+    def _find_class(self, qualname: str, hops: int = 0,
+                    extra: bool = False) -> tuple[ast.ClassDef, str, bool] | None:
+        """The class statement a dotted name refers to, with its module and whether that is a package
+        (`extra`: also in the extra roots)."""
+        if hops > _MAX_HOPS or not (self._engine(qualname) or (extra and self._extra_root(qualname))):
             return None
         parts = qualname.split(".")
         for cut in range(len(parts) - 1, 0, -1):
@@ -113,7 +168,7 @@ class EngineSignatures:
                                 None) if node is not None else None
                 return (node, module, is_pkg) if node is not None else None
             if isinstance(found, str):
-                return self._find_class(".".join([found, *rest[1:]]), hops + 1)
+                return self._find_class(".".join([found, *rest[1:]]), hops + 1, extra)
             return None
         return None
 
@@ -245,20 +300,22 @@ class EngineSignatures:
 
 
 @lru_cache(maxsize=8)
-def engine_signatures(root: str, package: str = "vllm",
-                      own_packages: tuple[str, ...] = ()) -> EngineSignatures:
+def engine_signatures(root: str, package: str = "vllm", own_packages: tuple[str, ...] = (),
+                      extra_roots: tuple[tuple[str, Path], ...] = ()) -> EngineSignatures:
     """One reader per engine tree (the tree is read-only while a PR is judged)."""
-    return EngineSignatures(Path(root), package, own_packages=own_packages)
+    return EngineSignatures(Path(root), package, own_packages=own_packages, extra_roots=dict(extra_roots))
 
 
-def signatures_for(head_dir: Path, package: str, engine: str, version: str,
-                   own: OwnModules | None = None, own_packages: tuple[str, ...] = ()) -> Signatures | None:
-    """The engine's method signatures for a PR: from the head tree when it holds the engine's package
+def engine_reader_for(head_dir: Path, package: str, engine: str, version: str,
+                      own: OwnModules | None = None, own_packages: tuple[str, ...] = (),
+                      extra_roots: Mapping[str, Path] | None = None) -> EngineSignatures | None:
+    """The reader of the engine's classes for a PR: from the head tree when it holds the engine's package
     (range mode), else from the engine tree a contribution is laid over ($FASTTRACK_ENGINE_TREE or the
     cache, as `fasttrack verify` finds it); None when neither is at hand (parameters are then judged by
     name and annotation only). `own` (contribution mode): the contribution's modules, read before the
     engine tree and never from the repository around the contribution (a `vllm/` the contributor ships
-    beside it is not the engine)."""
+    beside it is not the engine). `extra_roots`: other trusted packages (the engine baselines), read only
+    to tell a metaclass from a plain class."""
     import os
 
     from fasttrack.cache import cache_root
@@ -267,9 +324,17 @@ def signatures_for(head_dir: Path, package: str, engine: str, version: str,
     env = os.environ.get("FASTTRACK_ENGINE_TREE")
     candidates += [Path(env)] if env else []
     candidates.append(cache_root() / f"{engine}-{version}")
+    extra = dict(extra_roots or {})
     for root in candidates:
         if (root / package).is_dir():
             if own is not None:
-                return EngineSignatures(root.resolve(), package, own, own_packages).method_params
-            return engine_signatures(str(root.resolve()), package, own_packages).method_params
+                return EngineSignatures(root.resolve(), package, own, own_packages, extra)
+            return engine_signatures(str(root.resolve()), package, own_packages, tuple(sorted(extra.items())))
     return None
+
+
+def signatures_for(head_dir: Path, package: str, engine: str, version: str,
+                   own: OwnModules | None = None, own_packages: tuple[str, ...] = ()) -> Signatures | None:
+    """The engine's method signatures for a PR (`engine_reader_for`), or None."""
+    reader = engine_reader_for(head_dir, package, engine, version, own, own_packages)
+    return reader.method_params if reader is not None else None

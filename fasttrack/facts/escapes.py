@@ -20,7 +20,7 @@ from pathlib import Path
 import pathspec
 
 from fasttrack.changes.model import Change
-from fasttrack.confinement.engine_signatures import OwnModules, Signatures, signatures_for
+from fasttrack.confinement.engine_signatures import Metaclasses, OwnModules, Signatures, engine_reader_for
 from fasttrack.confinement.escapes import (
     DYNAMIC_CODE,
     GLOBAL_STATE,
@@ -244,8 +244,23 @@ def _module_reader(ctx: Context, own: set[str], texts: OwnModules | None) -> Mod
     return read
 
 
+def _baseline_roots(ctx: Context) -> dict[str, Path]:
+    """The engine baselines' top-level packages (`baselines`) and the directory holding each, where the
+    judged tree has them (`yardstick_facts.baseline_dir`): read to tell a metaclass from a plain class."""
+    from fasttrack.evidence.yardstick_facts import baseline_dir
+
+    out: dict[str, Path] = {}
+    for spec in ctx.policy.baselines.values():
+        d = baseline_dir(ctx, spec)
+        parts = Path(spec.root).parts
+        if d is not None and parts:
+            out.setdefault(parts[0], d.resolve().parents[len(parts) - 1])
+    return out
+
+
 def _analyse_file(ctx: Context, change: Change, own: _Ownership, is_test: bool,
-                  signatures: Signatures | None, cross: OwnModuleSummary | None = None) -> FileEscapes:
+                  signatures: Signatures | None, cross: OwnModuleSummary | None = None,
+                  metaclasses: Metaclasses | None = None) -> FileEscapes:
     module = module_of(ctx, change.path)
     text = read_python_source(ctx.head_dir, change.path)  # the text Python runs (cookie, symlinks on disk)
     if isinstance(text, SourceProblem):
@@ -259,7 +274,8 @@ def _analyse_file(ctx: Context, change: Change, own: _Ownership, is_test: bool,
     def analyse(source: str) -> FileFacts:
         return analyse_source(source, change.path, own.packages, module=module,
                               own_op_namespaces=own.op_namespaces, foreign_op_namespaces=foreign_ops,
-                              settings=ctx.policy.escapes, signatures=signatures, cross=cross)
+                              settings=ctx.policy.escapes, signatures=signatures, cross=cross,
+                              metaclasses=metaclasses)
 
     facts = analyse(text)
     old: dict[int, int] = {}
@@ -445,8 +461,11 @@ class EscapeAnalysis:
         tests = pathspec.GitIgnoreSpec.from_lines(ctx.policy.escapes.test_paths)
         out: list[FileEscapes] = []
         texts = own_modules(ctx)
-        signatures = signatures_for(ctx.head_dir, ctx.policy.blast_radius.root_package, ctx.policy.engine,
-                                    ctx.policy.engine_version, texts, tuple(sorted(scope.packages)))
+        reader = engine_reader_for(ctx.head_dir, ctx.policy.blast_radius.root_package, ctx.policy.engine,
+                                   ctx.policy.engine_version, texts, tuple(sorted(scope.packages)),
+                                   _baseline_roots(ctx))
+        signatures = reader.method_params if reader is not None else None
+        metaclasses = reader.metaclass if reader is not None else None
         # one summary of the contribution's modules for every file (each module is read once)
         cross = OwnModuleSummary(_module_reader(ctx, scope.packages, texts), scope.packages,
                                  ctx.policy.escapes, scope.op_namespaces, signatures)
@@ -456,7 +475,7 @@ class EscapeAnalysis:
             if change.is_submodule:
                 continue  # the path rules judge submodules; a .py symlink is analysed as its target's text
             is_test = tests.match_file(change.path) or tests.match_file(ctx.engine_paths.get(change.path, ""))
-            out.append(_analyse_file(ctx, change, scope, bool(is_test), signatures, cross))
+            out.append(_analyse_file(ctx, change, scope, bool(is_test), signatures, cross, metaclasses))
         extra = _helper_escapes(out)
         for path, more in _reexport_escapes(ctx, scope.packages, out).items():
             extra.setdefault(path, []).extend(more)

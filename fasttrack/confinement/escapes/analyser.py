@@ -31,6 +31,7 @@ from fasttrack.confinement.escapes.monkeypatch import MonkeypatchChecks
 from fasttrack.confinement.escapes.registries import RegistryChecks
 from fasttrack.confinement.escapes.scope import (
     CrossModules,
+    Metaclasses,
     Signatures,
     _Ref,
     _Scope,
@@ -166,6 +167,10 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
                 [k.value for k in node.keywords]
             self._bind_into_own_import(_Ref("import", callee.qualname.rpartition(".")[0]), values, "*",
                                        f"calls `.{node.func.attr}()` on the namespace of", node, scope)
+        if callee is not None and callee.origin in ("own", "import") and \
+                (callee.origin == "own" or self.is_own(callee.qualname)) and \
+                self._is_metaclass_call(node, callee.qualname, scope):
+            self._check_dynamic_class(node, callee.qualname, scope, metaclass=True)  # `class Reg(type)` here
         if callee is None or callee.origin != "import" or self.is_own(callee.qualname):
             self._check_library_method_on_local(node, scope)
             if callee is not None and callee.origin == "import" and key is None:
@@ -235,7 +240,8 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
 
     def _nested(self, source: str) -> FileFacts:
         return _analyse(source, self.path, self.own_packages, self.module, self.is_package, self.own_ops,
-                        self.settings, self.exec_depth + 1, self.foreign_ops, self.signatures, self.cross)
+                        self.settings, self.exec_depth + 1, self.foreign_ops, self.signatures, self.cross,
+                        self.metaclasses)
 
     def _check_partial(self, node: ast.Call, scope: _Scope, import_time: bool) -> None:
         """`functools.partial(f, *a, **kw)` is judged as the call `f(*a, **kw)` it prepares."""
@@ -254,7 +260,8 @@ _CALLBACK_KEY = frozenset({"builtins.sorted", "builtins.min", "builtins.max", "i
 def _analyse(source: str, path: str, own_packages: set[str], module: str | None, is_package: bool,
              own_op_namespaces: set[str], settings: EscapesSpec, exec_depth: int,
              foreign_op_namespaces: frozenset[str] = frozenset(),
-             signatures: Signatures | None = None, cross: CrossModules | None = None) -> FileFacts:
+             signatures: Signatures | None = None, cross: CrossModules | None = None,
+             metaclasses: Metaclasses | None = None) -> FileFacts:
     try:
         # the summary of the contribution's modules reads this file's tree too: parsed once
         tree = cross.parse(source) if cross is not None and exec_depth == 0 else \
@@ -269,7 +276,7 @@ def _analyse(source: str, path: str, own_packages: set[str], module: str | None,
         return FileFacts(escapes=[Escape(UNPARSEABLE, 1, "is nested too deeply to parse, so it cannot be "
                                          "checked for escapes", path=path)])
     analyser = Analyser(tree, path, own_packages, module, is_package, own_op_namespaces, settings,
-                         exec_depth, foreign_op_namespaces, signatures, cross)
+                         exec_depth, foreign_op_namespaces, signatures, cross, metaclasses)
     try:
         analyser.bind_all()
         analyser.check()
@@ -283,22 +290,26 @@ def _analyse(source: str, path: str, own_packages: set[str], module: str | None,
 def analyse_source(source: str, path: str, own_packages: set[str], *, module: str | None = None,
                    own_op_namespaces: set[str] | None = None, foreign_op_namespaces: set[str] | None = None,
                    settings: EscapesSpec | None = None, signatures: Signatures | None = None,
-                   cross: CrossModules | None = None) -> FileFacts:
+                   cross: CrossModules | None = None, metaclasses: Metaclasses | None = None) -> FileFacts:
     """Escapes and imported modules of one file. `module` (the file's dotted name, defaulting to one
     derived from `path`) places relative imports; without it they count as the contribution's own.
     `signatures`: the engine's method parameters (engine_signatures.py), so an override's parameters are
     tainted by position too; without it only by name and annotation. `cross`: the contribution's other
-    modules (cross_module.py), so a name imported from one of them is what that module binds it to."""
+    modules (cross_module.py), so a name imported from one of them is what that module binds it to.
+    `metaclasses`: whether a class the file calls derives from `type` (engine_signatures.py), so a plain
+    class named `*Meta` is not taken for a metaclass; without it the name decides."""
     if module is None:
         module = module_name_for(path)
     is_package = path.endswith("__init__.py")
     return _analyse(source, path, set(own_packages), module, is_package, set(own_op_namespaces or ()),
-                    settings or EscapesSpec(), 0, frozenset(foreign_op_namespaces or ()), signatures, cross)
+                    settings or EscapesSpec(), 0, frozenset(foreign_op_namespaces or ()), signatures, cross,
+                    metaclasses)
 
 
 def find_escapes(source: str, path: str, own_packages: set[str], *, module: str | None = None,
                  own_op_namespaces: set[str] | None = None, foreign_op_namespaces: set[str] | None = None,
-                 settings: EscapesSpec | None = None, signatures: Signatures | None = None) -> list[Escape]:
+                 settings: EscapesSpec | None = None, signatures: Signatures | None = None,
+                 metaclasses: Metaclasses | None = None) -> list[Escape]:
     """Every escape in `source` (the text of `path`), ordered by line. Never raises on bad source.
 
     `own_packages`: dotted packages that are the contribution's own (writes into them are fine).
@@ -308,4 +319,4 @@ def find_escapes(source: str, path: str, own_packages: set[str], *, module: str 
     """
     return analyse_source(source, path, own_packages, module=module, own_op_namespaces=own_op_namespaces,
                           foreign_op_namespaces=foreign_op_namespaces, settings=settings,
-                          signatures=signatures).escapes
+                          signatures=signatures, metaclasses=metaclasses).escapes

@@ -236,7 +236,8 @@ class OwnModuleSummary:
                 return True
         return False
 
-    def callback_arguments(self, qualname: str, node: ast.Call, arg: ast.expr) -> list[Passed]:
+    def callback_arguments(self, qualname: str, node: ast.Call, arg: ast.expr,
+                           caller: tuple[Resolver, _Scope] | None = None) -> list[Passed]:
         """What another module's function `qualname` passes, by position, to the callback `arg` a call `node`
         hands it (the foreign objects; `_failed` for each position of a module that cannot be read)."""
         split = self._split(qualname)
@@ -251,7 +252,7 @@ class OwnModuleSummary:
             return []
         self._busy.add(key)
         try:
-            return r.param_call_arguments(self._function_key(r, qualname, split[1]), node, arg)
+            return r.param_call_arguments(self._function_key(r, qualname, split[1]), node, arg, caller)
         except RecursionError:
             failed = _failed(f"{qualname}()", "too deep to follow")
             return [((failed,) * 8, {"*": failed})]

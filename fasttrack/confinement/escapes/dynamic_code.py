@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 
+from fasttrack.confinement.engine_signatures import known_metaclass
 from fasttrack.confinement.escapes.base import CheckBase
 from fasttrack.confinement.escapes.common import (
     _FILE_LOADERS,
@@ -121,14 +122,38 @@ class DynamicCodeChecks(CheckBase):
         return out
 
     def _is_metaclass_call(self, node: ast.Call, q: str, scope: _Scope) -> bool:
-        """A foreign metaclass called directly with (name, bases, namespace): `type(X)(...)`,
-        `X.__class__(...)` (also through an alias) or a class named `*Meta`/`*Metaclass`."""
+        """A metaclass called directly with (name, bases, namespace): `type(X)(...)`, `X.__class__(...)`
+        (also through an alias), or a class that derives from `type` where its definition can be read
+        (this file's, another own module's, the engine's or the baselines': `class Reg(type)`); where it
+        cannot, a class named `*Meta`/`*Metaclass` (fail closed on the name)."""
         if len(node.args) + len(node.keywords) != 3:
             return False
         if self._class_of_expr(node.func, scope) is not None:
             return True
+        kind = self._metaclass_kind(self.resolve(node.func, scope), 0)
+        if kind is not None:
+            return kind
         last = q.rsplit(".", 1)[-1]
         return last == "__class__" or last.endswith(("Meta", "Metaclass", "MetaClass"))
+
+    def _metaclass_kind(self, ref: _Ref | None, depth: int) -> bool | None:
+        """Whether the class `ref` derives from `type`: True, False, or None when a class of its MRO cannot
+        be read."""
+        if ref is None or depth > 8:
+            return None
+        if ref.origin == "own" and ref.qualname in self.classes:
+            kinds: list[bool | None] = []
+            for cls, outer in self.classes[ref.qualname]:
+                for b in cls.bases:
+                    base = b.value if isinstance(b, ast.Subscript) else b
+                    kinds.append(self._metaclass_kind(self.resolve(base, outer), depth + 1))
+            return True if True in kinds else None if None in kinds else False
+        if ref.origin != "import" or ref.elements:
+            return None
+        known = known_metaclass(ref.qualname)
+        if known is not None or self.metaclasses is None:
+            return known
+        return self.metaclasses(ref.qualname)
 
     def _class_of_expr(self, expr: ast.expr, scope: _Scope, depth: int = 0) -> ast.expr | None:
         """X when `expr` is `type(X)` or `X.__class__`, also through names bound to either

@@ -27,6 +27,7 @@ from fasttrack.confinement.escapes.scope import (
     _Ref,
     _Scope,
 )
+from fasttrack.confinement.escapes.sends import own_generator
 
 
 class MonkeypatchChecks(CheckBase):
@@ -98,9 +99,9 @@ class MonkeypatchChecks(CheckBase):
                         not any(k == cb.qualname for k, _ in self.param_writes):
                     continue
                 if callee.origin == "own" and callee.qualname in self.functions:
-                    passed = self.param_call_arguments(callee.qualname, node, arg)
+                    passed = self.param_call_arguments(callee.qualname, node, arg, (self, scope))
                 elif callee.origin == "import" and self.is_own(callee.qualname) and self.cross is not None:
-                    passed = self.cross.callback_arguments(callee.qualname, node, arg)
+                    passed = self.cross.callback_arguments(callee.qualname, node, arg, (self, scope))
                 else:
                     continue
                 for fn in self.functions.get(cb.qualname, []):
@@ -118,23 +119,29 @@ class MonkeypatchChecks(CheckBase):
                                             "outside the contribution", target=t.qualname)
 
     def _check_foreign_sends(self) -> None:
-        """`gen.send(x)` / `gen.asend(x)` with a foreign x, where `gen` is a generator of another own module:
-        the yields it resumes are in a file this scan does not link sends to (fail closed: an error)."""
-        for node, scope, _ in self.candidates:
-            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and
-                    node.func.attr in ("send", "asend")):
+        """A send or throw of a foreign object (sends.py: direct, or through the bound method handed on) into
+        a generator this file cannot be shown to make (another own module's, one that came back from a
+        container, a return, a parameter, a re-export): the yields it resumes are in code this file's sends
+        are not linked to (fail closed: an error). A bound method handed on where what it is sent cannot be
+        followed is an error too, unless it is a generator of this file (then its yields fail closed)."""
+        for site in self.send_sites():
+            if own_generator(self, site.receiver, site.scope):
                 continue
-            receiver = self.resolve(node.func.value, scope)
-            if receiver is None or not receiver.qualname.startswith(_GENERATOR):
+            verb = "throws" if site.throw else "sends"
+            receiver = self.resolve(site.receiver, site.scope)
+            what = f"a generator of another module (`{receiver.qualname[len(_GENERATOR):-1]}`)" \
+                if receiver is not None and receiver.qualname.startswith(_GENERATOR) else \
+                "a generator the scan cannot show this file makes"
+            if site.sent is None:
+                self.report(MONKEYPATCH, site.node, f"hands on the bound `{verb[:-1]}` of {what}, where what "
+                            "it is given cannot be followed: a write through it would go unseen (call it "
+                            "directly with the contribution's own objects)", target="<generator>")
                 continue
-            for a in node.args:
-                t = self.tainted(self.resolve(a.value if isinstance(a, ast.Starred) else a, scope))
-                if t is not None:
-                    self.report(MONKEYPATCH, node, f"sends `{t.qualname}` into a generator of another module "
-                                f"(`{receiver.qualname[len(_GENERATOR):-1]}`): the scan cannot follow it "
-                                "there, so a write through what it is sent would go unseen (send the "
-                                "contribution's own objects, or define the generator in this file)",
-                                target=t.qualname)
+            for t in site.sent[:1]:
+                self.report(MONKEYPATCH, site.node, f"{verb} `{t.qualname}` into {what}: the scan cannot "
+                            "follow it there, so a write through what it is sent would go unseen (send the "
+                            "contribution's own objects, or define the generator in this file)",
+                            target=t.qualname)
 
     @staticmethod
     def _param_refs(fn: _Function, name: str) -> tuple[int | str, ...]:

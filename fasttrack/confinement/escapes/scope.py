@@ -35,6 +35,7 @@ from fasttrack.confinement.escapes.common import (
     _string_prefix,
 )
 from fasttrack.confinement.escapes.flow import ENTRY, reaching
+from fasttrack.confinement.escapes.sends import SendSite, send_sites
 from fasttrack.policy import EscapesSpec
 
 
@@ -186,6 +187,8 @@ _Handler = Callable[[ast.AST, "_Scope", bool], None]
 # (engine class, method) -> the method's positional parameters after self, () when the engine does not
 # define it, None when its source cannot be read (engine_signatures.EngineSignatures.method_params)
 Signatures = Callable[[str, str], "tuple[str, ...] | None"]
+# a class -> it derives from `type` (True), it does not (False), not known (None): EngineSignatures.metaclass
+Metaclasses = Callable[[str], "bool | None"]
 
 
 def _is_namespace(node: ast.expr) -> bool:
@@ -226,7 +229,8 @@ class CrossModules(Protocol):
         """`obj.attr` for an instance of the own class `cls` of another module: the foreign object a property
         returns or a class attribute holds, or None."""
 
-    def callback_arguments(self, qualname: str, node: ast.Call, arg: ast.expr) -> list[Passed]:
+    def callback_arguments(self, qualname: str, node: ast.Call, arg: ast.expr,
+                           caller: tuple[Resolver, _Scope] | None = None) -> list[Passed]:
         """For a call `node` of another module's own function `qualname` handing it `arg`: the foreign
         objects (by position, and by keyword) each call of that parameter inside the function passes."""
 
@@ -237,8 +241,12 @@ class Resolver:
     def __init__(self, tree: ast.Module, path: str, own_packages: set[str], module: str | None,
                  is_package: bool, own_op_namespaces: set[str], settings: EscapesSpec,
                  exec_depth: int, foreign_op_namespaces: frozenset[str] = frozenset(),
-                 signatures: Signatures | None = None, cross: CrossModules | None = None) -> None:
+                 signatures: Signatures | None = None, cross: CrossModules | None = None,
+                 metaclasses: Metaclasses | None = None) -> None:
         self.tree = tree
+        # whether a class of the engine, the baselines or another own module derives from `type`
+        # (engine_signatures.py), None: not known
+        self.metaclasses = metaclasses
         # the contribution's other modules (cross_module.py): what the names imported from them are
         self.cross = cross
         self.reexported: dict[str, str] = {}  # a foreign object -> the own name this file reached it by
@@ -297,6 +305,10 @@ class Resolver:
         self.sent: list[tuple[ast.expr, _Scope]] = []
         # self.sent with the calls of bound sends stored first, and the sizes it was computed at
         self._sent_memo: tuple[tuple[int, int], list[tuple[ast.expr, _Scope]]] | None = None
+        # every send/throw of the file, direct or through its bound method handed on (sends.py), and the
+        # number of candidates it was computed at; None while it is being computed
+        self._send_sites_memo: tuple[int, list[SendSite]] | None = None
+        self._send_sites_busy = False
         # `C[x]` loads: an own class's `__class_getitem__(x)` runs (linked as own calls by the analyser)
         self.subscript_loads: list[tuple[ast.Subscript, _Scope, bool]] = []
         # a function installed as a method: (the class: its dotted name for a class-body assignment, else the
@@ -759,6 +771,35 @@ class Resolver:
         self._sent_memo = (size, out)
         return out
 
+    def send_sites(self) -> list[SendSite]:
+        """The file's sends and throws (sends.py), memoised while the candidates stay the same."""
+        if self._send_sites_memo is not None and self._send_sites_memo[0] == len(self.candidates):
+            return self._send_sites_memo[1]
+        if self._send_sites_busy:
+            return []
+        self._send_sites_busy = True
+        try:
+            sites = send_sites(self)
+        finally:
+            self._send_sites_busy = False
+        self._send_sites_memo = (len(self.candidates), sites)
+        return sites
+
+    def _handed_on_sends(self, throw: bool) -> _Ref | None:
+        """What a bound `send` (`throw`) handed on as a value sends, file-wide: a foreign object, a foreign
+        object standing for what cannot be followed (fail closed), or None."""
+        for site in self.send_sites():
+            if site.throw != throw or site.direct:
+                continue
+            if site.sent is None:
+                verb = "throw" if throw else "send"
+                line = getattr(site.node, "lineno", "?")
+                return _Ref("import", f"<what a generator's bound `{verb}` handed on at line {line} is "
+                                      "given: the scan cannot follow it>")
+            if site.sent:
+                return site.sent[0]
+        return None
+
     @staticmethod
     def _computed_getattr(func: ast.expr, names: tuple[str, ...]) -> bool:
         """`getattr(x, name)` (as written) with one of `names` or a name computed at run time."""
@@ -812,7 +853,7 @@ class Resolver:
                 t = self.tainted(self.resolve(part, scope))
                 if t is not None:
                     return t
-        return _LOCAL_REF
+        return self._handed_on_sends(True) or _LOCAL_REF
 
     def _b_raise(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
         assert isinstance(node, ast.Raise)
@@ -1400,7 +1441,8 @@ class Resolver:
         if isinstance(node, ast.Yield):
             # `x = yield`: what some `.send(v)` of this file passes in (fail closed: any of them)
             sent = (self.tainted(self.resolve(v, sc)) for v, sc in self._sent_values())
-            return next((t for t in sent if t is not None), _LOCAL_REF)
+            found = next((t for t in sent if t is not None), None)
+            return found or self._handed_on_sends(False) or _LOCAL_REF
         if isinstance(node, ast.NamedExpr | ast.Await):
             return self.resolve(node.value, scope)  # `await c`: what the coroutine returns
         if isinstance(node, ast.List | ast.Tuple | ast.Set):
@@ -1744,6 +1786,11 @@ class Resolver:
             keys = self._method_keys(cls, [attr]) if cls is not None else []
             # a method a subclass or mixin of this file defines: any own method of that name (fail closed)
             return keys or sorted(k for k in self.method_keys if k.rsplit(".", 1)[-1] == attr)
+        if isinstance(node.func, ast.Name):
+            owns = self._name_callees(node.func, scope)
+            if owns:  # every own function or class the name may be (`for cb in (a, b): cb(E)` runs both)
+                made = ["__new__", "__init__", "__post_init__"]
+                return [k for q in owns for k in ([q] if q in self.functions else self._method_keys(q, made))]
         callee = self.resolve(node.func, scope)
         if callee is not None and callee.origin == "own" and callee.qualname in self.functions:
             return [callee.qualname]
@@ -1755,20 +1802,104 @@ class Resolver:
                 return self._method_keys(base.qualname[len(_INSTANCE):-1], [node.func.attr])
         return []
 
-    def param_call_arguments(self, key: str, node: ast.Call, arg: ast.expr) -> list[Passed]:
+    def _name_callees(self, name: ast.Name, scope: _Scope) -> list[str]:
+        """The own functions and classes a called name may be, through every binding that reaches the call
+        (all of them where statement order is not followed): a def, an alias, an element of a loop over a
+        literal or a container of them (`for cb in CBS`, a display or what `CBS.append(f)` put in). Inside
+        the body of `for name in ...` that nothing else in the body rebinds, only that loop's bindings
+        reach it, also at module level (`for cb in SAFE: cb(own)` then `for cb in READ: cb(E)`)."""
+        bindings = self._reaching(name.id, scope, self.flow_uses.get(id(name))) or \
+            self._lookup(name.id, scope)
+        if not bindings:
+            return []
+        home = next((s for s in [scope] if name.id in s.bindings and s.bindings[name.id] is bindings), None)
+        loop = self._enclosing_loop(name, name.id) if home is not None else None
+        if loop is not None and home is not None:
+            own_sites = {id(loop.target)}
+            inside = self._loop_sites(loop)
+            sites = home.sites.get(name.id, [])
+            # a binding made from elsewhere (`global`/`nonlocal` in a nested def) or through the module's
+            # namespace (`globals()[k] = v`, a computed setattr) may land inside the body: no narrowing
+            elsewhere = None in sites or name.id in self.attr_stores or "*" in self.attr_stores
+            if not elsewhere and not any(s in inside for s in sites if s not in own_sites):
+                kept = [b for b, s in zip(bindings, sites, strict=True) if s in own_sites]
+                bindings = kept or bindings
+        out: list[str] = []
+        for b in bindings:
+            refs: list[_Ref | None] = []
+            if isinstance(b, _Own):
+                refs.append(_Ref("own", b.qualname))
+            elif isinstance(b, _Alias):
+                refs.append(self.resolve(b.value, b.scope))
+            elif isinstance(b, _Elem):
+                refs.extend(self._own_elements(b.value, b.scope, 0))
+            for r in refs:
+                if r is not None and r.origin == "own" and (r.qualname in self.functions or
+                                                            r.qualname in self.classes):
+                    out.append(r.qualname)
+        return list(dict.fromkeys(out))
+
+    def _own_elements(self, node: ast.expr, scope: _Scope, depth: int) -> list[_Ref | None]:
+        """What a loop over `node` may bind, for own functions and classes: the elements of a display, of a
+        name bound to one (and what a fill of this file put in it), of `list(x)`/`tuple(x)`/`reversed(x)`."""
+        if depth > 8:
+            return []
+        if isinstance(node, ast.Tuple | ast.List | ast.Set):
+            return [self.resolve(e.value if isinstance(e, ast.Starred) else e, scope) for e in node.elts]
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                node.func.id in ("list", "tuple", "reversed", "sorted", "iter", "set") and node.args:
+            return self._own_elements(node.args[0], scope, depth + 1)
+        if isinstance(node, ast.Name):
+            out: list[_Ref | None] = []
+            for b in self._lookup(node.id, scope) or []:
+                if isinstance(b, _Alias):
+                    out += self._own_elements(b.value, b.scope, depth + 1)
+            out += [self.resolve(v, sc) for v, sc in self.item_stores.get(node.id, [])]
+            return out
+        return []
+
+    def _enclosing_loop(self, node: ast.AST, name: str) -> ast.For | ast.AsyncFor | None:
+        """The nearest `for <name> in ...` whose body holds `node`, in the same scope."""
+        child: ast.AST = node
+        parent = self._parent(node)
+        while parent is not None and parent not in self.scopes:
+            if isinstance(parent, ast.For | ast.AsyncFor) and any(child is s for s in parent.body) and \
+                    isinstance(parent.target, ast.Name) and parent.target.id == name:
+                return parent
+            child, parent = parent, self._parent(parent)
+        return None
+
+    def _loop_sites(self, loop: ast.For | ast.AsyncFor) -> set[int]:
+        """The ids of the nodes in a loop's body (binding sites are node ids)."""
+        return {id(n) for s in loop.body for n in ast.walk(s)}
+
+    def param_call_arguments(self, key: str, node: ast.Call, arg: ast.expr,
+                             caller: tuple[Resolver, _Scope] | None = None) -> list[Passed]:
         """For a call `node` of the own function `key` handing it `arg` (a callback): the foreign objects, by
-        position, that each call of that parameter in the function's body passes (`def visit(cb): cb(E)`)."""
+        position, that each call of that parameter in the function's body passes (`def visit(cb): cb(E)`).
+        With the `caller` (its resolver and the call's scope), a parameter of the function passed on to the
+        callback is what the call gives it (`def call(f, v): f(v)`)."""
         out: list[Passed] = []
         for fn in self.functions.get(key, []):
-            names = {f"{key}{_SEP}{n}" for n, exprs in self._call_arguments(node, fn).items()
-                     if any(e is arg for e in exprs)}
+            given = self._call_arguments(node, fn)
+            names = {f"{key}{_SEP}{n}" for n, exprs in given.items() if any(e is arg for e in exprs)}
+
+            def passed(e: ast.expr, fn: _Function = fn,
+                       given: dict[str, list[ast.expr]] = given) -> _Ref | None:
+                r = self.resolve(e.value if isinstance(e, ast.Starred) else e, fn.scope)
+                if caller is not None and r is not None and r.origin == "param" and \
+                        r.qualname.startswith(key + _SEP):
+                    res, scope = caller
+                    exprs = given.get(r.qualname.rpartition(_SEP)[2], [])
+                    found = (res.tainted(res.resolve(a, scope)) for a in exprs)
+                    return next((t for t in found if t is not None), None)
+                return self.tainted(r)
             for inner in ast.walk(fn.node):
                 if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Name):
                     r = self.resolve(inner.func, fn.scope)
                     if r is not None and r.origin == "param" and r.qualname in names:
-                        out.append((tuple(self.tainted(self.resolve(a, fn.scope)) for a in inner.args),
-                                    {k.arg or "*": self.tainted(self.resolve(k.value, fn.scope))
-                                     for k in inner.keywords}))
+                        out.append((tuple(passed(a) for a in inner.args),
+                                    {k.arg or "*": passed(k.value) for k in inner.keywords}))
         return out
 
     def _own_return(self, node: ast.Call, key: str, scope: _Scope) -> _Ref:

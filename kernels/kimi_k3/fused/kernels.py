@@ -642,6 +642,25 @@ def _wuv_dot(out, lat, wkvb_ptr, wrow, rl, lm, vm, KL: tl.constexpr):
 
 
 @triton.jit
+def _wuv_merged(
+    out, opart_ptr, rb, bm, h, wkvb_ptr, wrow, vm, NH: tl.constexpr, KL: tl.constexpr, KLP: tl.constexpr,
+    LC: tl.constexpr
+):
+    """out += the merged latent of head h (bf16 [B, NH, KL] at opart_ptr, rows rb, e.g. FlashInfer's)
+    @ W_UV^T, LC latent columns at a time (`_merge_role`'s ONE case and `_merge_one`)."""
+    for l0 in tl.static_range(0, KLP, LC):
+        rl = l0 + tl.arange(0, LC)
+        lm = rl < KL
+        lat = tl.load(
+            opart_ptr + (rb[:, None] * NH + h) * KL + rl[None, :],
+            mask=bm[:, None] & lm[None, :],
+            other=0.0,
+        )
+        out = _wuv_dot(out, lat, wkvb_ptr, wrow, rl, lm, vm, KL)
+    return out
+
+
+@triton.jit
 def _gate_store(
     out,
     rb,
@@ -725,15 +744,7 @@ def _merge_role(
     wrow = h * (DN + DV) + DN + rv  # W_UV rows of head h inside w_kv_b
     if ONE:
         # the latent output is already merged (bf16 [B, NH, KL], e.g. FlashInfer's): W_UV + gate only
-        for l0 in tl.static_range(0, KLP, LC):
-            rl = l0 + tl.arange(0, LC)
-            lm = rl < KL
-            lat = tl.load(
-                opart_ptr + (rb[:, None] * NH + h) * KL + rl[None, :],
-                mask=bm[:, None] & lm[None, :],
-                other=0.0,
-            )
-            out = _wuv_dot(out, lat, wkvb_ptr, wrow, rl, lm, vm, KL)  # [MB, DVP]
+        out = _wuv_merged(out, opart_ptr, rb, bm, h, wkvb_ptr, wrow, vm, NH, KL, KLP, LC)  # [MB, DVP]
     elif BY_ROW:
         # many splits, few rows: splits vectorised, rows one at a time
         n_rows = tl.minimum(B - b0, MB)
@@ -820,15 +831,7 @@ def _merge_one(
     rb = b0 + tl.arange(0, MB)
     bm = rb < B
     out = tl.zeros([MB, VC], dtype=tl.float32)
-    for l0 in tl.static_range(0, KLP, LC):
-        rl = l0 + tl.arange(0, LC)
-        lm = rl < KL
-        lat = tl.load(
-            opart_ptr + (rb[:, None] * NH + h) * KL + rl[None, :],
-            mask=bm[:, None] & lm[None, :],
-            other=0.0,
-        )
-        out = _wuv_dot(out, lat, wkvb_ptr, wrow, rl, lm, vm, KL)  # [MB, VC]
+    out = _wuv_merged(out, opart_ptr, rb, bm, h, wkvb_ptr, wrow, vm, NH, KL, KLP, LC)  # [MB, VC]
     _gate_store(
         out, rb, bm, rv, vm, h, raw_ptr, ssin_ptr, attn_out_ptr, H, R, EPS, GATE_OFF, USE_GATE, DV, NH
     )

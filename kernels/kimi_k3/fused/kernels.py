@@ -1356,8 +1356,10 @@ def moe_front_kernel(
     PC: tl.constexpr,
     PDL: tl.constexpr = False,
     PF: tl.constexpr = 0,
+    RBN: tl.constexpr = 0,  # > 0: router rows per CTA (plan F_RBN; 0: BN, as the other roles)
 ):
-    NR: tl.constexpr = (E + BN - 1) // BN
+    RN: tl.constexpr = BN if RBN == 0 else RBN
+    NR: tl.constexpr = (E + RN - 1) // RN
     NT = tl.cdiv(B, TB)
     _pdl_enter(PDL)
     if PF > 0:
@@ -1404,6 +1406,17 @@ def moe_front_kernel(
             KP,
             PP,
         )
+    elif RBN > 0:
+        # router CTAs of RBN rows (they finish early, so the top-k overlaps the latent / shared GEMVs); the
+        # other roles keep BN-row tiles, indexed as `_front_gemv_role` counts them for BN
+        g = tl.where(v < NR, v, v - NT)
+        if g < NR:
+            _front_gemv_role(g, x_ptr, oss_ptr, router_ptr, down_ptr, sw13_ptr, logits_ptr, lat_ptr, sh_ptr,
+                             ctr_ptr, B, H, E, LAT, SI, EPS, BETA, LBETA, BB, RBN, BK, MODE, NBO, PC)
+        else:
+            _front_gemv_role(g - NR + (E + BN - 1) // BN, x_ptr, oss_ptr, router_ptr, down_ptr, sw13_ptr,
+                             logits_ptr, lat_ptr, sh_ptr, ctr_ptr, B, H, E, LAT, SI, EPS, BETA, LBETA, BB, BN,
+                             BK, MODE, NBO, PC)
     else:
         g = tl.where(v < NR, v, v - NT)  # GEMV role index: [0, NR) router, [NR, NR+NL) latent, then shared
         _front_gemv_role(
@@ -1684,11 +1697,14 @@ def _tail_role(
     BKT: tl.constexpr,
     MODE_T: tl.constexpr,
     PC: tl.constexpr,
+    TPF: tl.constexpr = 0,
 ):
     rb = tl.arange(0, BB)
     rn = nt * BNT + tl.arange(0, BNT)
     # shared expert down-projection first: it does not depend on the routed experts
     shared = _shared_w2(rb, rn, sh_ptr, sw2_ptr, B, H, SI, BB, BNT, BKT, MODE_T)
+    # plan T_PF: the first TPF bytes of this CTA's latent_up rows into L2 while the routed experts finish
+    _l2_prefetch(up_ptr, rn, H, LAT, 0, TPF)
     # waits for CTR_LAT_DONE == NBL
     _tail_up(
         shared,
@@ -1825,6 +1841,7 @@ def expert_down_kernel(
     RB: tl.constexpr,
     PC: tl.constexpr,
     PDL: tl.constexpr = False,
+    TPF: tl.constexpr = 0,
 ):
     _pdl_enter(PDL)
     _pdl_wait(PDL)
@@ -1880,4 +1897,5 @@ def expert_down_kernel(
             BKT,
             MODE_T,
             PC,
+            TPF,
         )

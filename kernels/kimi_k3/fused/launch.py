@@ -113,6 +113,11 @@ class Plan:
     F_ST: int = 0
     U_ST: int = 0
     D_ST: int = 0
+    # B1 gap trials (docs/results/kimi_k3-r21/), off unless measured faster: F_RBN > 0: router rows per
+    # moe_front CTA (the router CTAs finish early and the top-k overlaps the other GEMVs); T_PF: bytes of
+    # each latent_up row the tail CTAs of expert_down prefetch into L2 before they wait for the latent
+    F_RBN: int = 0
+    T_PF: int = 0
 
     def with_(self, **kw: Any) -> Plan:
         return replace(self, **kw)
@@ -321,6 +326,10 @@ def _check_plan(cfg: K3LayerConfig, p: Plan) -> None:
         raise ValueError("M_VC must be a power of two")
     if p.F_BN % 2 or p.U_BN % 2:
         raise ValueError("interleaved gate/up tiles need an even block")
+    if p.F_RBN and (p.F_RBN < 16 or p.F_RBN & (p.F_RBN - 1)):
+        raise ValueError("F_RBN must be 0 or a power of two >= 16")
+    if p.T_PF and (p.T_PF < 128 or p.T_PF & (p.T_PF - 1)):
+        raise ValueError("T_PF must be 0 or a power of two >= 128")
 
 
 def launch_attention(cfg: K3LayerConfig, w: K3LayerWeights, batch: DecodeBatch, p: Plan) -> dict[str, Any]:
@@ -748,7 +757,7 @@ def run_planned(
     # 4
     launch_o_proj(cfg, w, p, a, m, resid_out, partial=False)
     # 5
-    grid_f = _cdiv(E, p.F_BN) + _cdiv(B, p.TB) + _cdiv(LAT, p.F_BN) + _cdiv(2 * SI, p.F_BN)
+    grid_f = _cdiv(E, p.F_RBN or p.F_BN) + _cdiv(B, p.TB) + _cdiv(LAT, p.F_BN) + _cdiv(2 * SI, p.F_BN)
     K.moe_front_kernel[(grid_f,)](
         resid_out,
         m["oss"],
@@ -775,6 +784,7 @@ def run_planned(
         PC=PC,
         PDL=p.PDL,
         PF=_pf(p, H),
+        RBN=p.F_RBN,
         num_warps=p.nw("f"),
         num_stages=p.st("f"),
         **p.pdl(),
@@ -817,6 +827,7 @@ def run_planned(
         RB=p.RB,
         PC=PC,
         PDL=p.PDL,
+        TPF=p.T_PF,
         num_warps=p.nw("d"),
         num_stages=p.st("d"),
         **p.pdl(),

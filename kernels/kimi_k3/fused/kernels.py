@@ -1698,6 +1698,7 @@ def _tail_role(
     MODE_T: tl.constexpr,
     PC: tl.constexpr,
     TPF: tl.constexpr = 0,
+    SLEEP: tl.constexpr = 0,
 ):
     rb = tl.arange(0, BB)
     rn = nt * BNT + tl.arange(0, BNT)
@@ -1727,6 +1728,7 @@ def _tail_role(
         BKT,
         MODE_T,
         PC,
+        SLEEP,
     )
 
 
@@ -1779,13 +1781,19 @@ def _tail_up(
     BKT: tl.constexpr,
     MODE_T: tl.constexpr,
     PC: tl.constexpr,
+    SLEEP: tl.constexpr = 0,
 ):
     """Wait until ctr[WSLOT] >= WN (the latent [B, LAT] bf16 and its NBL per-block sums of squares are
-    complete), then hidden_out[:, rn] = routed-RMSNorm(latent) @ latent_up'[rn].T + shared (TP 1 and TP)."""
+    complete), then hidden_out[:, rn] = routed-RMSNorm(latent) @ latent_up'[rn].T + shared (TP 1 and TP).
+    SLEEP > 0 (plan T_SLEEP): `nanosleep` SLEEP ns between polls (fewer atomics on the counter's L2 line)."""
     bm = rb < B
     nm = rn < H
     cnt = tl.atomic_add(ctr_ptr + WSLOT, 0, sem="acquire")
     while cnt < WN:
+        if SLEEP > 0:
+            tl.inline_asm_elementwise(
+                "nanosleep.u32 $1; // $0", "=r,r", [cnt * 0 + SLEEP], dtype=tl.int32, is_pure=False, pack=1
+            )
         cnt = tl.atomic_add(ctr_ptr + WSLOT, 0, sem="acquire")
     tl.debug_barrier()
     acc2 = _acc_init(BB, BNT, BKT, MODE_T)
@@ -1842,6 +1850,7 @@ def expert_down_kernel(
     PC: tl.constexpr,
     PDL: tl.constexpr = False,
     TPF: tl.constexpr = 0,
+    SLEEP: tl.constexpr = 0,
 ):
     _pdl_enter(PDL)
     _pdl_wait(PDL)
@@ -1898,4 +1907,5 @@ def expert_down_kernel(
             MODE_T,
             PC,
             TPF,
+            SLEEP,
         )

@@ -115,9 +115,11 @@ class Plan:
     D_ST: int = 0
     # B1 gap trials (docs/results/kimi_k3-r21/), off unless measured faster: F_RBN > 0: router rows per
     # moe_front CTA (the router CTAs finish early and the top-k overlaps the other GEMVs); T_PF: bytes of
-    # each latent_up row the tail CTAs of expert_down prefetch into L2 before they wait for the latent
+    # each latent_up row the tail CTAs of expert_down prefetch into L2 before they wait for the latent;
+    # T_SLEEP: ns the waiting tail CTAs sleep between polls of the latent counter
     F_RBN: int = 0
     T_PF: int = 0
+    T_SLEEP: int = 0
 
     def with_(self, **kw: Any) -> Plan:
         return replace(self, **kw)
@@ -330,6 +332,8 @@ def _check_plan(cfg: K3LayerConfig, p: Plan) -> None:
         raise ValueError("F_RBN must be 0 or a power of two >= 16")
     if p.T_PF and (p.T_PF < 128 or p.T_PF & (p.T_PF - 1)):
         raise ValueError("T_PF must be 0 or a power of two >= 128")
+    if not 0 <= p.T_SLEEP <= 100_000:
+        raise ValueError("T_SLEEP must be 0..100000 ns")
 
 
 def launch_attention(cfg: K3LayerConfig, w: K3LayerWeights, batch: DecodeBatch, p: Plan) -> dict[str, Any]:
@@ -828,6 +832,7 @@ def run_planned(
         PC=PC,
         PDL=p.PDL,
         TPF=p.T_PF,
+        SLEEP=p.T_SLEEP,
         num_warps=p.nw("d"),
         num_stages=p.st("d"),
         **p.pdl(),

@@ -341,9 +341,11 @@ def test_fused_router_row_blocks(bsz: int, tiny_cfg: K3LayerConfig, tiny_weights
     assert torch.equal(resid, resid2)  # moe_front does not touch the residual
 
 
-@pytest.mark.parametrize("bad", [dict(F_RBN=8), dict(F_RBN=24), dict(T_PF=64), dict(T_PF=3000)])
+@pytest.mark.parametrize(
+    "bad", [dict(F_RBN=8), dict(F_RBN=24), dict(T_PF=64), dict(T_PF=3000), dict(T_SLEEP=-1)]
+)
 def test_trial_plan_fields_are_checked(bad: dict[str, int], tiny_cfg: K3LayerConfig,
                                        tiny_weights: K3LayerWeights) -> None:
     batch = _batch(tiny_cfg, _lens(1, tiny_cfg, seed=5), seed=5)
-    with pytest.raises(ValueError, match=r"F_RBN|T_PF"):
+    with pytest.raises(ValueError, match=r"F_RBN|T_PF|T_SLEEP"):
         _run(tiny_cfg, tiny_weights, batch, **bad)

@@ -228,8 +228,8 @@ def make_plan(cfg: K3LayerConfig, B: int, max_context: int, *, gpu: bool = True,
         if B <= 2:  # (QB_BK 64 at 2 rows too: 0.2 % faster at 4k and 32k in runs 1-2 of kimi_k3-r20)
             gpu_tiles.update(QB_MODE=1, QB_BK=64, QB_ST=4)
             gpu_tiles.update(O_MODE=1, O_BN=64, O_BK=128, O_KS=2, O_ST=4)
-        if B == 1:
-            gpu_tiles.update(F_MODE=1, F_BN=64, F_BK=128, F_ST=4, D_ST=3)
+        if B == 1:  # (F_RBN 32: 0.4-0.8 % faster at 4k and 32k in runs 1-2 of kimi_k3-r21)
+            gpu_tiles.update(F_MODE=1, F_BN=64, F_BK=128, F_ST=4, D_ST=3, F_RBN=32)
         if B > 32:
             gpu_tiles.update(x_stages=3)
     if big and cfg.tp == 8:

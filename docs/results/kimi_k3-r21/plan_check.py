@@ -1,4 +1,7 @@
-# the new make_plan vs main's (its launch.py, from `git archive main`) at every TP / batch / context
+"""make_plan of this branch vs main's at every TP / batch / context (CPU).
+
+    PYTHONPATH=$PWD:$PWD/kernels python3 docs/results/kimi_k3-r21/plan_check.py MAIN_LAUNCH_PY
+"""
 import dataclasses
 import sys
 import types
@@ -10,7 +13,8 @@ from baselines.vllm.kimi_k3.config import K3LayerConfig
 mod = types.ModuleType("kimi_k3.fused.main_launch")
 mod.__package__ = "kimi_k3.fused"
 sys.modules[mod.__name__] = mod
-exec(compile(open(sys.argv[1]).read(), "main_launch.py", "exec"), mod.__dict__)
+with open(sys.argv[1]) as f:
+    exec(compile(f.read(), "main_launch.py", "exec"), mod.__dict__)
 n = same = 0
 for tp in (1, 2, 8):
     cfg = K3LayerConfig.real(tp=tp)

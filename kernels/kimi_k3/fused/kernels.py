@@ -642,6 +642,25 @@ def _wuv_dot(out, lat, wkvb_ptr, wrow, rl, lm, vm, KL: tl.constexpr):
 
 
 @triton.jit
+def _wuv_merged(
+    out, opart_ptr, rb, bm, h, wkvb_ptr, wrow, vm, NH: tl.constexpr, KL: tl.constexpr, KLP: tl.constexpr,
+    LC: tl.constexpr
+):
+    """out += the merged latent of head h (bf16 [B, NH, KL] at opart_ptr, rows rb, e.g. FlashInfer's)
+    @ W_UV^T, LC latent columns at a time (`_merge_role`'s ONE case and `_merge_one`)."""
+    for l0 in tl.static_range(0, KLP, LC):
+        rl = l0 + tl.arange(0, LC)
+        lm = rl < KL
+        lat = tl.load(
+            opart_ptr + (rb[:, None] * NH + h) * KL + rl[None, :],
+            mask=bm[:, None] & lm[None, :],
+            other=0.0,
+        )
+        out = _wuv_dot(out, lat, wkvb_ptr, wrow, rl, lm, vm, KL)
+    return out
+
+
+@triton.jit
 def _gate_store(
     out,
     rb,
@@ -725,15 +744,7 @@ def _merge_role(
     wrow = h * (DN + DV) + DN + rv  # W_UV rows of head h inside w_kv_b
     if ONE:
         # the latent output is already merged (bf16 [B, NH, KL], e.g. FlashInfer's): W_UV + gate only
-        for l0 in tl.static_range(0, KLP, LC):
-            rl = l0 + tl.arange(0, LC)
-            lm = rl < KL
-            lat = tl.load(
-                opart_ptr + (rb[:, None] * NH + h) * KL + rl[None, :],
-                mask=bm[:, None] & lm[None, :],
-                other=0.0,
-            )
-            out = _wuv_dot(out, lat, wkvb_ptr, wrow, rl, lm, vm, KL)  # [MB, DVP]
+        out = _wuv_merged(out, opart_ptr, rb, bm, h, wkvb_ptr, wrow, vm, NH, KL, KLP, LC)  # [MB, DVP]
     elif BY_ROW:
         # many splits, few rows: splits vectorised, rows one at a time
         n_rows = tl.minimum(B - b0, MB)
@@ -820,15 +831,7 @@ def _merge_one(
     rb = b0 + tl.arange(0, MB)
     bm = rb < B
     out = tl.zeros([MB, VC], dtype=tl.float32)
-    for l0 in tl.static_range(0, KLP, LC):
-        rl = l0 + tl.arange(0, LC)
-        lm = rl < KL
-        lat = tl.load(
-            opart_ptr + (rb[:, None] * NH + h) * KL + rl[None, :],
-            mask=bm[:, None] & lm[None, :],
-            other=0.0,
-        )
-        out = _wuv_dot(out, lat, wkvb_ptr, wrow, rl, lm, vm, KL)  # [MB, VC]
+    out = _wuv_merged(out, opart_ptr, rb, bm, h, wkvb_ptr, wrow, vm, NH, KL, KLP, LC)  # [MB, VC]
     _gate_store(
         out, rb, bm, rv, vm, h, raw_ptr, ssin_ptr, attn_out_ptr, H, R, EPS, GATE_OFF, USE_GATE, DV, NH
     )
@@ -1353,8 +1356,10 @@ def moe_front_kernel(
     PC: tl.constexpr,
     PDL: tl.constexpr = False,
     PF: tl.constexpr = 0,
+    RBN: tl.constexpr = 0,  # > 0: router rows per CTA (plan F_RBN; 0: BN, as the other roles)
 ):
-    NR: tl.constexpr = (E + BN - 1) // BN
+    RN: tl.constexpr = BN if RBN == 0 else RBN
+    NR: tl.constexpr = (E + RN - 1) // RN
     NT = tl.cdiv(B, TB)
     _pdl_enter(PDL)
     if PF > 0:
@@ -1401,6 +1406,17 @@ def moe_front_kernel(
             KP,
             PP,
         )
+    elif RBN > 0:
+        # router CTAs of RBN rows (they finish early, so the top-k overlaps the latent / shared GEMVs); the
+        # other roles keep BN-row tiles, indexed as `_front_gemv_role` counts them for BN
+        g = tl.where(v < NR, v, v - NT)
+        if g < NR:
+            _front_gemv_role(g, x_ptr, oss_ptr, router_ptr, down_ptr, sw13_ptr, logits_ptr, lat_ptr, sh_ptr,
+                             ctr_ptr, B, H, E, LAT, SI, EPS, BETA, LBETA, BB, RBN, BK, MODE, NBO, PC)
+        else:
+            _front_gemv_role(g - NR + (E + BN - 1) // BN, x_ptr, oss_ptr, router_ptr, down_ptr, sw13_ptr,
+                             logits_ptr, lat_ptr, sh_ptr, ctr_ptr, B, H, E, LAT, SI, EPS, BETA, LBETA, BB, BN,
+                             BK, MODE, NBO, PC)
     else:
         g = tl.where(v < NR, v, v - NT)  # GEMV role index: [0, NR) router, [NR, NR+NL) latent, then shared
         _front_gemv_role(
@@ -1681,11 +1697,15 @@ def _tail_role(
     BKT: tl.constexpr,
     MODE_T: tl.constexpr,
     PC: tl.constexpr,
+    TPF: tl.constexpr = 0,
+    SLEEP: tl.constexpr = 0,
 ):
     rb = tl.arange(0, BB)
     rn = nt * BNT + tl.arange(0, BNT)
     # shared expert down-projection first: it does not depend on the routed experts
     shared = _shared_w2(rb, rn, sh_ptr, sw2_ptr, B, H, SI, BB, BNT, BKT, MODE_T)
+    # plan T_PF: the first TPF bytes of this CTA's latent_up rows into L2 while the routed experts finish
+    _l2_prefetch(up_ptr, rn, H, LAT, 0, TPF)
     # waits for CTR_LAT_DONE == NBL
     _tail_up(
         shared,
@@ -1708,6 +1728,7 @@ def _tail_role(
         BKT,
         MODE_T,
         PC,
+        SLEEP,
     )
 
 
@@ -1760,13 +1781,19 @@ def _tail_up(
     BKT: tl.constexpr,
     MODE_T: tl.constexpr,
     PC: tl.constexpr,
+    SLEEP: tl.constexpr = 0,
 ):
     """Wait until ctr[WSLOT] >= WN (the latent [B, LAT] bf16 and its NBL per-block sums of squares are
-    complete), then hidden_out[:, rn] = routed-RMSNorm(latent) @ latent_up'[rn].T + shared (TP 1 and TP)."""
+    complete), then hidden_out[:, rn] = routed-RMSNorm(latent) @ latent_up'[rn].T + shared (TP 1 and TP).
+    SLEEP > 0 (plan T_SLEEP): `nanosleep` SLEEP ns between polls (fewer atomics on the counter's L2 line)."""
     bm = rb < B
     nm = rn < H
     cnt = tl.atomic_add(ctr_ptr + WSLOT, 0, sem="acquire")
     while cnt < WN:
+        if SLEEP > 0:
+            tl.inline_asm_elementwise(
+                "nanosleep.u32 $1; // $0", "=r,r", [cnt * 0 + SLEEP], dtype=tl.int32, is_pure=False, pack=1
+            )
         cnt = tl.atomic_add(ctr_ptr + WSLOT, 0, sem="acquire")
     tl.debug_barrier()
     acc2 = _acc_init(BB, BNT, BKT, MODE_T)
@@ -1822,6 +1849,8 @@ def expert_down_kernel(
     RB: tl.constexpr,
     PC: tl.constexpr,
     PDL: tl.constexpr = False,
+    TPF: tl.constexpr = 0,
+    SLEEP: tl.constexpr = 0,
 ):
     _pdl_enter(PDL)
     _pdl_wait(PDL)
@@ -1877,4 +1906,6 @@ def expert_down_kernel(
             BKT,
             MODE_T,
             PC,
+            TPF,
+            SLEEP,
         )

@@ -113,6 +113,13 @@ class Plan:
     F_ST: int = 0
     U_ST: int = 0
     D_ST: int = 0
+    # B1 gap trials (docs/results/kimi_k3-r21/), off unless measured faster: F_RBN > 0: router rows per
+    # moe_front CTA (the router CTAs finish early and the top-k overlaps the other GEMVs); T_PF: bytes of
+    # each latent_up row the tail CTAs of expert_down prefetch into L2 before they wait for the latent;
+    # T_SLEEP: ns the waiting tail CTAs sleep between polls of the latent counter
+    F_RBN: int = 0
+    T_PF: int = 0
+    T_SLEEP: int = 0
 
     def with_(self, **kw: Any) -> Plan:
         return replace(self, **kw)
@@ -221,8 +228,8 @@ def make_plan(cfg: K3LayerConfig, B: int, max_context: int, *, gpu: bool = True,
         if B <= 2:  # (QB_BK 64 at 2 rows too: 0.2 % faster at 4k and 32k in runs 1-2 of kimi_k3-r20)
             gpu_tiles.update(QB_MODE=1, QB_BK=64, QB_ST=4)
             gpu_tiles.update(O_MODE=1, O_BN=64, O_BK=128, O_KS=2, O_ST=4)
-        if B == 1:
-            gpu_tiles.update(F_MODE=1, F_BN=64, F_BK=128, F_ST=4, D_ST=3)
+        if B == 1:  # (F_RBN 32: 0.4-0.8 % faster at 4k and 32k in runs 1-2 of kimi_k3-r21)
+            gpu_tiles.update(F_MODE=1, F_BN=64, F_BK=128, F_ST=4, D_ST=3, F_RBN=32)
         if B > 32:
             gpu_tiles.update(x_stages=3)
     if big and cfg.tp == 8:
@@ -321,6 +328,12 @@ def _check_plan(cfg: K3LayerConfig, p: Plan) -> None:
         raise ValueError("M_VC must be a power of two")
     if p.F_BN % 2 or p.U_BN % 2:
         raise ValueError("interleaved gate/up tiles need an even block")
+    if p.F_RBN and (p.F_RBN < 16 or p.F_RBN & (p.F_RBN - 1)):
+        raise ValueError("F_RBN must be 0 or a power of two >= 16")
+    if p.T_PF and (p.T_PF < 128 or p.T_PF & (p.T_PF - 1)):
+        raise ValueError("T_PF must be 0 or a power of two >= 128")
+    if not 0 <= p.T_SLEEP <= 100_000:
+        raise ValueError("T_SLEEP must be 0..100000 ns")
 
 
 def launch_attention(cfg: K3LayerConfig, w: K3LayerWeights, batch: DecodeBatch, p: Plan) -> dict[str, Any]:
@@ -748,7 +761,7 @@ def run_planned(
     # 4
     launch_o_proj(cfg, w, p, a, m, resid_out, partial=False)
     # 5
-    grid_f = _cdiv(E, p.F_BN) + _cdiv(B, p.TB) + _cdiv(LAT, p.F_BN) + _cdiv(2 * SI, p.F_BN)
+    grid_f = _cdiv(E, p.F_RBN or p.F_BN) + _cdiv(B, p.TB) + _cdiv(LAT, p.F_BN) + _cdiv(2 * SI, p.F_BN)
     K.moe_front_kernel[(grid_f,)](
         resid_out,
         m["oss"],
@@ -775,6 +788,7 @@ def run_planned(
         PC=PC,
         PDL=p.PDL,
         PF=_pf(p, H),
+        RBN=p.F_RBN,
         num_warps=p.nw("f"),
         num_stages=p.st("f"),
         **p.pdl(),
@@ -817,6 +831,8 @@ def run_planned(
         RB=p.RB,
         PC=PC,
         PDL=p.PDL,
+        TPF=p.T_PF,
+        SLEEP=p.T_SLEEP,
         num_warps=p.nw("d"),
         num_stages=p.st("d"),
         **p.pdl(),

@@ -323,3 +323,29 @@ def test_fused_with_engine_attention(bsz: int, tiny_cfg: K3LayerConfig, tiny_wei
     fifth = _batch(tiny_cfg, _lens(bsz, tiny_cfg, seed=200 + bsz), seed=200 + bsz)
     c5, _, _, _ = _run(tiny_cfg, tiny_weights, fifth, ATTN="flashinfer", M_VC=8, OMERGE=True, **SMALL_TILES)
     _assert_ok(c5)
+
+
+# the B1 trial plan fields of docs/results/kimi_k3-r21 (router rows per moe_front CTA; the tail's latent_up
+# L2 prefetch is inline PTX, which the interpreter does not run, so only its plan check is tested here)
+@pytest.mark.parametrize("bsz", [1, 3])
+def test_fused_router_row_blocks(bsz: int, tiny_cfg: K3LayerConfig, tiny_weights: K3LayerWeights) -> None:
+    lens = _lens(bsz, tiny_cfg, seed=400 + bsz)
+    tiles = {**SMALL_TILES, "F_BN": 32}
+    batch = _batch(tiny_cfg, lens, seed=400 + bsz)
+    c, aux, out, resid = _run(tiny_cfg, tiny_weights, batch, F_RBN=16, **tiles)
+    _assert_ok(c)
+    n = int(aux["ctr"][17])
+    assert sorted(aux["slot_exp"][:n].tolist()) == sorted(set(aux["topk_ids"].flatten().tolist()))
+    _, _, out2, resid2 = _run(tiny_cfg, tiny_weights, _batch(tiny_cfg, lens, seed=400 + bsz), **tiles)
+    assert torch.allclose(out.float(), out2.float(), rtol=2e-2, atol=2e-2)
+    assert torch.equal(resid, resid2)  # moe_front does not touch the residual
+
+
+@pytest.mark.parametrize(
+    "bad", [dict(F_RBN=8), dict(F_RBN=24), dict(T_PF=64), dict(T_PF=3000), dict(T_SLEEP=-1)]
+)
+def test_trial_plan_fields_are_checked(bad: dict[str, int], tiny_cfg: K3LayerConfig,
+                                       tiny_weights: K3LayerWeights) -> None:
+    batch = _batch(tiny_cfg, _lens(1, tiny_cfg, seed=5), seed=5)
+    with pytest.raises(ValueError, match=r"F_RBN|T_PF|T_SLEEP"):
+        _run(tiny_cfg, tiny_weights, batch, **bad)

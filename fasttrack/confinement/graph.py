@@ -230,7 +230,9 @@ def build_module_graph(root: Path, package: str, *, exclude_type_checking: bool,
     module_set, edges = scanned
     importers_of: dict[str, dict[str, tuple[ImportSite, ...]]] = {}
     for (importer, imported), found in edges.items():
-        importers_of.setdefault(imported, {})[importer] = tuple(sorted(found, key=lambda s: s.line))
+        # Most edges have one import statement (18,829 of vLLM's 19,421): nothing to sort.
+        importers_of.setdefault(imported, {})[importer] = (
+            tuple(found) if len(found) == 1 else tuple(sorted(found, key=lambda s: s.line)))
     modules = frozenset(module_set)
     namers = find_string_references(root, files, package, modules)
     return ModuleGraph(package=package, files=dict(files), importers_of=importers_of, modules=modules,

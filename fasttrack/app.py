@@ -11,8 +11,7 @@ import json
 
 import typer
 
-from fasttrack import __version__
-from fasttrack.commands.verify import VERIFY_EPILOG, verify_command
+from fasttrack.commands.root import verify_app
 from fasttrack.errors import InputError
 from fasttrack.evidence.audit_cli import audit_command
 from fasttrack.evidence.collect_cli import COLLECT_EPILOG, collect_command
@@ -20,15 +19,7 @@ from fasttrack.evidence.sign_cli import sign_command
 from fasttrack.github.cli import github_app
 from fasttrack.report.cli import REPORT_EPILOG, report_command
 
-app = typer.Typer(
-    name="fasttrack",
-    help="Gate fast-track kernel contributions: confinement, envelope, evidence.",
-    no_args_is_help=False,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
-app.command("verify", epilog=VERIFY_EPILOG)(verify_command)
+app = verify_app()  # the root and verify (fasttrack.commands.root), then every other command
 app.command("collect", epilog=COLLECT_EPILOG)(collect_command)
 app.command("sign", epilog="Example: fasttrack sign evidence/kimi_k3 --key ~/.ssh/id_ed25519 --principal "
             "you@example.com. Exit codes: 0 signed, 2 bad input or an unusable path, 3 a bug in fasttrack.")(
@@ -89,16 +80,3 @@ def schema_command(
     if which not in models:
         raise InputError(f"unknown schema {which!r}", field="WHICH", fix=f"use one of {sorted(models)}")
     typer.echo(json.dumps(models[which].model_json_schema(), indent=2))
-
-
-@app.callback(invoke_without_command=True)
-def _root(
-    ctx: typer.Context,
-    version: bool = typer.Option(False, "--version", help="Print the version and exit."),
-    debug: bool = typer.Option(False, "--debug", help="On an internal error, show the traceback."),
-) -> None:
-    if version:
-        typer.echo(__version__)
-        raise typer.Exit(0)
-    if ctx.invoked_subcommand is None:
-        typer.echo(ctx.get_help())

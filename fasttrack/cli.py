@@ -127,7 +127,11 @@ def _dispatch(args: list[str], debug: bool, started: list[Warm]) -> int:
             from fasttrack.pipeline.prestart import prestart_for_verify_args
 
             started.extend(w for w in [prestart_for_verify_args(args[1:])] if w is not None)
-        from fasttrack.app import app
+            from fasttrack.commands.root import verify_app
+
+            app = verify_app()  # the root and verify alone: the other commands are neither imported nor built
+        else:
+            from fasttrack.app import app
 
         # Python prints a warning raw (`FILE:LINE: Category: message`, FILE may be a PR's file name handed
         # to ast.parse): within this call each one is a single log_line instead.

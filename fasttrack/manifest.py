@@ -20,7 +20,7 @@ MANIFEST_FILE = "fasttrack.toml"
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class Hardware(Strict):

@@ -234,3 +234,22 @@ def test_one_cache_root_for_every_part(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setenv("FASTTRACK_CACHE_DIR", "~/ft-cache")
     assert cache.cache_root() == Path.home() / "ft-cache"
     assert graph.default_graph_cache_dir() == Path.home() / "ft-cache" / "graphs"
+
+
+def test_string_references_need_the_prefix_right_after_a_quote(tmp_path: Path) -> None:
+    # Only files holding a quoted `pkg.` are searched: the prefix right after either quote, wherever it is
+    # (after unquoted imports of the package too); never unquoted, never at the start of the file.
+    assert graph_mod._quoted_at(b"import pkg.a\nx = 'pkg.b'\n", b"pkg.")
+    assert graph_mod._quoted_at(b'import pkg.a\nx = "pkg.b:C"\n', b"pkg.")
+    assert not graph_mod._quoted_at(b"pkg.a = 1\nimport pkg.b\n# pkg.c\n", b"pkg.")
+    assert not graph_mod._quoted_at(b"'xpkg.a' 'pkg'", b"pkg.")
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("")
+    (pkg / "b.py").write_text("import pkg.a\nNAME = 'pkg.a'\n")
+    (pkg / "c.py").write_text("import pkg.a\n")
+    files = {"pkg.a": "pkg/a.py", "pkg.b": "pkg/b.py", "pkg.c": "pkg/c.py"}
+    found = graph_mod.find_string_references(tmp_path, files, "pkg", frozenset({"pkg", *files}))
+    assert {k: list(v) for k, v in found.items()} == {"pkg.a": ["pkg.b"]}
+    assert found["pkg.a"]["pkg.b"][0].line == 2

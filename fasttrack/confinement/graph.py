@@ -230,7 +230,9 @@ def build_module_graph(root: Path, package: str, *, exclude_type_checking: bool,
     module_set, edges = scanned
     importers_of: dict[str, dict[str, tuple[ImportSite, ...]]] = {}
     for (importer, imported), found in edges.items():
-        importers_of.setdefault(imported, {})[importer] = tuple(sorted(found, key=lambda s: s.line))
+        # Most edges have one import statement (18,829 of vLLM's 19,421): nothing to sort.
+        importers_of.setdefault(imported, {})[importer] = (
+            tuple(found) if len(found) == 1 else tuple(sorted(found, key=lambda s: s.line)))
     modules = frozenset(module_set)
     namers = find_string_references(root, files, package, modules)
     return ModuleGraph(package=package, files=dict(files), importers_of=importers_of, modules=modules,
@@ -297,14 +299,15 @@ def find_string_references(root: Path, files: Mapping[str, str], package: str,
     (`import_module`, `__import__`, `sys.modules.get`, a table of module names); a name in a comment or
     docstring is kept too (fail closed: a false edge is named in the radius, a missed one is not)."""
     prefix = package.encode() + b"."
-    quoted = (b'"' + prefix, b"'" + prefix)
     out: dict[str, dict[str, tuple[ImportSite, ...]]] = {}
+    base = os.fsencode(root) + b"/"
     for namer, rel in sorted(files.items()):
         try:
-            raw = (root / rel).read_bytes()
+            with open(base + os.fsencode(rel), "rb", buffering=0) as fh:
+                raw = fh.readall()
         except OSError:
             continue
-        if quoted[0] not in raw and quoted[1] not in raw:
+        if not _quoted_at(raw, prefix):
             continue
         lines: list[bytes] | None = None
         for m in _STRING_NAME.finditer(raw):
@@ -323,6 +326,17 @@ def find_string_references(root: Path, files: Mapping[str, str], package: str,
             if all(s.line != line for s in sites):
                 out[name][namer] = (*sites, ImportSite(line, text[:200]))
     return out
+
+
+def _quoted_at(raw: bytes, prefix: bytes) -> bool:
+    """Whether `raw` holds `prefix` right after a quote (`"pkg.` or `'pkg.`): one pass over the file for the
+    prefix (most files name the package in their imports, unquoted), not one per quote."""
+    at = raw.find(prefix)
+    while at >= 0:
+        if at and raw[at - 1] in b"\"'":
+            return True
+        at = raw.find(prefix, at + 1)
+    return False
 
 
 # ------------------------------------------------------------------------------------------------ the cache

@@ -523,6 +523,125 @@ M().__enter__()  # <-
 "threading-timer": "import threading\nthreading.Timer(1.0, print).start()  # <-\n",
 "thread-start-new": "import _thread\n_thread.start_new_thread(print, ())  # <-\n",
 "socket-connect": "import socket\nsocket.create_connection(('1.2.3.4', 80))  # <-\n",
+# -- assignment targets that are engine attributes --------------------------------------------------
+"for-target-engine-attr": "for AttentionImpl.forward in [None]:  # <-\n    pass\n",
+"with-target-engine-attr": "with contextlib.nullcontext(None) as AttentionImpl.forward:  # <-\n    pass\n",
+"tuple-target-engine-attr": "(AttentionImpl.forward, x) = (None, 1)  # <-\n",
+"list-target-engine-attr": "[AttentionImpl.forward] = [None]  # <-\n",
+"starred-target-engine-attr": "*AttentionImpl.extra, = [1, 2]  # <-\n",
+"augassign-engine-attr": "AttentionImpl.counter += 1  # <-\n",
+"annassign-engine-attr": "AttentionImpl.forward: object = None  # <-\n",
+"comprehension-target-engine-attr": "def f():\n    return [1 for AttentionImpl.forward in [None]]  # <-\n",
+# -- writable namespaces of engine objects reached by other means ------------------------------------
+"gc-get-referents-class-dict": "import gc\n"
+    "gc.get_referents(AttentionImpl.__dict__)[0]['forward'] = None  # <-\n",
+"function-dict-item": "AttentionImpl.forward.__dict__['x'] = 1  # <-\n",
+"function-vars-update": "vars(AttentionImpl.forward).update(x=1)  # <-\n",
+"function-wrapped": "AttentionImpl.forward.__wrapped__ = print  # <-\n",
+"kwdefaults-item": "AttentionImpl.forward.__kwdefaults__['x'] = 1  # <-\n",
+"annotations-item": "AttentionImpl.forward.__annotations__['x'] = int  # <-\n",
+"defaults-augassign": "AttentionImpl.forward.__defaults__ += (1,)  # <-\n",
+"object-getattribute-code": "object.__getattribute__(AttentionImpl, 'forward').__code__ = None  # <-\n",
+"type-getattribute": "type.__getattribute__(AttentionImpl, 'forward').__defaults__ = ()  # <-\n",
+"engine-module-dict-setdefault": "import vllm.v1.attention.backend as eng\n"
+    "vars(eng).setdefault('X', 1)  # <-\n",
+"engine-module-dict-pop": "import vllm.v1.attention.backend as eng\n"
+    "eng.__dict__.pop('AttentionImpl')  # <-\n",
+"engine-module-dict-ior": "import vllm.v1.attention.backend as eng\nd = eng.__dict__\nd |= {'X': 1}  # <-\n",
+"dict-setitem-unbound": "import vllm.v1.attention.backend as eng\n"
+    "dict.__setitem__(vars(eng), 'X', 1)  # <-\n",
+"dict-update-unbound": "import vllm.v1.attention.backend as eng\ndict.update(eng.__dict__, X=1)  # <-\n",
+"abc-register-virtual-subclass": "class Own:\n    pass\nAttentionImpl.register(Own)  # <-\n",
+"abstractmethods-write": "AttentionImpl.__abstractmethods__ = frozenset()  # <-\n",
+"engine-instance-class-swap": "class MyL(L):\n    pass\ndef f(layer: L):\n    layer.__class__ = MyL  # <-\n",
+"engine-instance-forward-patch": "def f(layer: L):\n    layer.forward = lambda x: x  # <-\n",
+"engine-instance-dict-forward": "def f(layer: L):\n    layer.__dict__['forward'] = print  # <-\n",
+"engine-instance-object-setattr": "def f(layer: L):\n    object.__setattr__(layer, 'forward', print)  # <-\n",
+"own-subclass-bases-swap": "class Own:\n    pass\nclass Sub(AttentionImpl):\n    pass\n"
+    "Sub.__bases__[0].forward = None  # <-\n",
+# -- deferred calls that carry the write ---------------------------------------------------------------
+"thread-target-setattr": "import threading\n"
+    "threading.Thread(target=setattr, args=(AttentionImpl, 'forward', None)).start()  # <-\n",
+"executor-submit-setattr": "import concurrent.futures as cf\n"
+    "cf.ThreadPoolExecutor().submit(setattr, AttentionImpl, 'forward', None)  # <-\n",
+"loop-call-soon-setattr": "import asyncio\n"
+    "asyncio.new_event_loop().call_soon(setattr, AttentionImpl, 'forward', None)  # <-\n",
+"exitstack-callback-setattr": "st = contextlib.ExitStack()\n"
+    "st.callback(setattr, AttentionImpl, 'forward', None)  # <-\n",
+"signal-handler-setattr": "import signal\n"
+    "signal.signal(signal.SIGUSR2, lambda *a: setattr(AttentionImpl, 'forward', None))  # <-\n",
+"sched-enter-setattr": "import sched, time\n"
+    "sched.scheduler(time.time).enter(1, 1, setattr, (AttentionImpl, 'forward', None))  # <-\n",
+"functools-singledispatch-engine": "import vllm.v1.attention.backend as eng\n"
+    "eng.dispatch.register(int, print)  # <-\n",
+# -- dynamic code by other names ----------------------------------------------------------------------
+"pickle-loads-literal": "import pickle\npickle.loads(b'cbuiltins\\nprint\\n(S\"x\"\\ntR.')  # <-\n",
+"marshal-loads-function": "import marshal, types\n"
+    "types.FunctionType(marshal.loads(b''), globals())()  # <-\n",
+"dunder-import-builtins-setattr": "__import__('builtins').setattr(AttentionImpl, 'forward', None)  # <-\n",
+"getattr-dunder-builtins": "getattr(__builtins__, 'setattr')(AttentionImpl, 'forward', None)  # <-\n",
+"runpy-run-path": "import runpy\nrunpy.run_path('/tmp/evil.py')  # <-\n",
+"importlib-spec-exec-module": "import importlib.util\n"
+    "s = importlib.util.spec_from_file_location('x', '/tmp/evil.py')\n"
+    "s.loader.exec_module(importlib.util.module_from_spec(s))  # <-\n",
+"code-interact": "import code\ncode.InteractiveInterpreter().runsource('import os')  # <-\n",
+# -- environment / interpreter state ------------------------------------------------------------------
+"environ-private-data": "import os\nos.environ._data[b'VLLM_X'] = b'1'  # <-\n",
+"sys-dict-excepthook": "import sys\nsys.__dict__['excepthook'] = print  # <-\n",
+"setattr-sys-computed": "import sys\nsetattr(sys, 'except' + 'hook', print)  # <-\n",
+"sys-modules-setitem-dunder": "import sys\nsys.modules.__setitem__('json', None)  # <-\n",
+"numpy-seterr": "import numpy as np\nnp.seterr(all='ignore')  # <-\n",
+"numpy-printoptions": "import numpy as np\nnp.set_printoptions(precision=1)  # <-\n",
+"faulthandler-later": "import faulthandler\nfaulthandler.dump_traceback_later(5)  # <-\n",
+"transformers-autoconfig-register": "from transformers import AutoConfig\nclass Cfg:\n    pass\n"
+    "AutoConfig.register('kimi_k3', Cfg)  # <-\n",
+"transformers-verbosity": "import transformers\ntransformers.logging.set_verbosity_error()  # <-\n",
+# -- torch switches by other names --------------------------------------------------------------------
+"torch-enable-flash-sdp": "import torch\ntorch.backends.cuda.enable_flash_sdp(False)  # <-\n",
+"torch-linalg-library": "import torch\ntorch.backends.cuda.preferred_linalg_library('magma')  # <-\n",
+"torch-add-safe-globals": "import torch\ntorch.serialization.add_safe_globals([print])  # <-\n",
+"torch-dynamo-allow-in-graph": "import torch\ntorch.compiler.allow_in_graph(print)  # <-\n",
+"torch-dynamo-disallow": "import torch._dynamo\ntorch._dynamo.disallow_in_graph(print)  # <-\n",
+"torch-fx-wrap": "import torch.fx\ntorch.fx.wrap('len')  # <-\n",
+"torch-fx-side-effect": "import torch.fx\ntorch.fx.node.has_side_effect(print)  # <-\n",
+"torch-c-private-toggle": "import torch\ntorch._C._set_cublas_allow_tf32(True)  # <-\n",
+"torch-c-jit-toggle": "import torch\ntorch._C._jit_set_profiling_executor(False)  # <-\n",
+"torch-dynamo-reset": "import torch\ntorch.compiler.reset()  # <-\n",
+"torch-allocator-swap": "import torch\n"
+    "torch.cuda.memory.change_current_allocator(\n"
+    "    torch.cuda.memory.CUDAPluggableAllocator('x', 'a', 'f'))  # <-\n"
+    "",
+"torch-autocast-enabled": "import torch\ntorch.set_autocast_enabled('cuda', True)  # <-\n",
+"torch-default-dtype-alias": "import torch\nsdd = torch.set_default_dtype\nsdd(torch.float16)  # <-\n",
+"torch-getattr-switch": "import torch\ngetattr(torch, 'set_' + 'num_threads')(1)  # <-\n",
+"torch-library-via-importlib": "import importlib\ntl = importlib.import_module('torch.library')\n"
+    "tl.Library('aten', 'IMPL')  # <-\n",
+# -- files and processes by other names ---------------------------------------------------------------
+"open-mode-variable": "m = 'w'\nopen('/tmp/x', m)  # <-\n",
+"open-mode-joined": "open('/tmp/x', mode=''.join(['w']))  # <-\n",
+"open-append": "open('/tmp/x', 'a')  # <-\n",
+"io-fileio": "import io\nio.FileIO('/tmp/x', 'w')  # <-\n",
+"os-fdopen": "import os\nos.fdopen(3, 'w')  # <-\n",
+"path-open-write": "import pathlib\npathlib.Path('/tmp/x').open('w')  # <-\n",
+"path-touch": "import pathlib\npathlib.Path('/tmp/x').touch()  # <-\n",
+"path-unlink": "import pathlib\npathlib.Path('/tmp/x').unlink()  # <-\n",
+"os-symlink": "import os\nos.symlink('/etc/passwd', '/tmp/x')  # <-\n",
+"os-chmod": "import os\nos.chmod('/tmp/x', 0o777)  # <-\n",
+"shutil-copy": "import shutil\nshutil.copy('/etc/passwd', '/tmp/x')  # <-\n",
+"sqlite-connect": "import sqlite3\nsqlite3.connect('/tmp/x.db')  # <-\n",
+"numpy-save": "import numpy as np\nnp.save('/tmp/x.npy', np.zeros(1))  # <-\n",
+"logging-filehandler": "import logging\nlogging.FileHandler('/tmp/x.log')  # <-\n",
+"zipfile-write": "import zipfile\nzipfile.ZipFile('/tmp/x.zip', 'w')  # <-\n",
+"tempfile-mkstemp": "import tempfile\ntempfile.mkstemp()  # <-\n",
+"safetensors-save": "from safetensors.torch import save_file\nsave_file({}, '/tmp/x.st')  # <-\n",
+"os-execv": "import os\nos.execv('/bin/true', ['true'])  # <-\n",
+"os-popen": "import os\nos.popen('true')  # <-\n",
+"subprocess-getoutput": "import subprocess\nsubprocess.getoutput('true')  # <-\n",
+"asyncio-subprocess": "import asyncio\nasyncio.create_subprocess_exec('true')  # <-\n",
+"pty-spawn": "import pty\npty.spawn('true')  # <-\n",
+"process-pool": "import concurrent.futures as cf\ncf.ProcessPoolExecutor().submit(print)  # <-\n",
+"mp-pool": "import multiprocessing\nmultiprocessing.Pool(2)  # <-\n",
+"urllib-urlopen": "import urllib.request\nurllib.request.urlopen('http://x')  # <-\n",
 }
 
 OPEN: dict[str, str] = {
@@ -561,6 +680,32 @@ OPEN: dict[str, str] = {
     "torch-save": "torch.save to an outside path writes a file: no finding (open() is one)",
     "multiprocessing-process": "multiprocessing.Process(...).start() starts a process: no finding "
                                "(subprocess.Popen is one)",
+    "engine-instance-forward-patch":
+        "forward replaced on an engine layer instance received as a parameter (layer: L); a __class__ swap "
+        "is caught",
+    "engine-instance-dict-forward":
+        "layer.__dict__['forward'] = ... on an engine layer instance: not a finding",
+    "engine-instance-object-setattr":
+        "object.__setattr__(layer, 'forward', ...) on an engine instance: no finding",
+    "runpy-run-path": "runpy.run_path runs a file's code: only a warning (FT126)",
+    "importlib-spec-exec-module":
+        "spec_from_file_location + loader.exec_module runs a file: only a warning (FT126)",
+    "code-interact":
+        "code.InteractiveInterpreter().runsource(text) runs source text: no finding (exec is one)",
+    "transformers-verbosity":
+        "transformers.logging.set_verbosity_error() (a process-wide logger level): no finding",
+    "torch-fx-side-effect":
+        "torch.fx.node.has_side_effect(fn) adds to fx's global side-effect set: no finding",
+    "io-fileio": "io.FileIO(path, 'w') opens a file for writing: no finding (open() is one)",
+    "path-open-write": "pathlib.Path(p).open('w'): no finding (Path.write_text is one)",
+    "sqlite-connect": "sqlite3.connect(path) creates/writes a file: no finding",
+    "numpy-save": "numpy.save(path, ...) writes a file: no finding",
+    "zipfile-write": "zipfile.ZipFile(path, 'w') writes a file: no finding",
+    "tempfile-mkstemp": "tempfile.mkstemp() creates a file in the shared temp dir: no finding",
+    "safetensors-save": "safetensors.torch.save_file(d, path) writes a file: no finding",
+    "asyncio-subprocess":
+        "asyncio.create_subprocess_exec starts a process: no finding (subprocess.Popen is one)",
+    "mp-pool": "multiprocessing.Pool(2) starts worker processes: no finding",
 }
 
 
@@ -762,7 +907,11 @@ RUNTIME: dict[str, str] = {
                                   "weakref.finalize(_b, setattr, json, 'JSONEncoder', None)  # <-\n",
     "type_hints_setattr.py": "import typing, json\ndef f(x: 'setattr(json, \"loads\", str)'):\n    pass\n"
                              "typing.get_type_hints(f)  # <-\n",
+    "np_seterr.py": "import numpy as np\nnp.seterr(all='ignore')  # <-\n",
+    "code_interact.py": "import code, json\n"
+                        "code.InteractiveInterpreter().runsource('import json; json.dumps = str')  # <-\n",
     # caught when written (variants of the families above)
+    "environ_private_data.py": "import os\nos.environ._data[b'VLLM_Z'] = b'1'  # <-\n",
     "type_hints_environ.py": "import typing, os\ndef f(x: 'os.environ.__setitem__(\"VLLM_X\", \"1\")'):\n"
                              "    pass\ntyping.get_type_hints(f)  # <-\n",
     "thread_environ.py": "import threading, os\ndef later():\n    os.environ['VLLM_Y'] = '1'  # <-\n"
@@ -796,6 +945,9 @@ RUNTIME_OPEN: dict[str, str] = {
     "type_hints_setattr.py":
         "typing.get_type_hints evaluates a string annotation that setattr()s json.loads: "
                              "not seen (putenv the same way is)",
+    "np_seterr.py": "numpy.seterr(all='ignore') (numpy's process-wide error state) is not seen",
+    "code_interact.py": "code.InteractiveInterpreter().runsource(text) patching json.dumps: neither the "
+                        "dynamic code nor the patch is seen",
 }
 # torch switches in a trace of their own (a mode entered at import would break the other modules' imports)
 TORCH_RUNTIME: dict[str, str] = {
@@ -805,6 +957,11 @@ TORCH_RUNTIME: dict[str, str] = {
     "no_grad_entered.py": "import torch\ntorch.no_grad().__enter__()  # <-\n",
     "matmul_precision.py": "import torch\ntorch.set_float32_matmul_precision('medium')  # <-\n",
     "num_threads.py": "import torch\ntorch.set_num_threads(1)  # <-\n",
+    "flash_sdp.py": "import torch\ntorch.backends.cuda.enable_flash_sdp(False)  # <-\n",
+    "safe_globals.py": "import torch\ntorch.serialization.add_safe_globals([print])  # <-\n",
+    "allow_in_graph.py": "import torch\ntorch.compiler.allow_in_graph(print)  # <-\n",
+    "fx_side_effect.py": "import torch.fx\ntorch.fx.node.has_side_effect(print)  # <-\n",
+    "fx_wrap.py": "import torch.fx\ntorch.fx.wrap('len')  # <-\n",
     "z_function_mode.py": "import torch\nfrom torch.overrides import TorchFunctionMode\n"
                           "class M(TorchFunctionMode):\n    pass\nM().__enter__()  # <-\n",
 }
@@ -813,6 +970,11 @@ TORCH_OPEN: dict[str, str] = {
                              "module of the process) is not seen",
     "save_outside.py": "torch.save writes a file outside the sandbox through C++ (PyTorchFileWriter), "
                        "bypassing the open audit: not seen, and the file IS written",
+    "safe_globals.py": "torch.serialization.add_safe_globals (the weights_only unpickler's global allow-list)"
+                       " is not seen",
+    "allow_in_graph.py": "torch.compiler.allow_in_graph(fn) (dynamo's global allow-list) is not seen",
+    "fx_side_effect.py": "torch.fx.node.has_side_effect(fn) (fx's global side-effect set) is not seen",
+    "fx_wrap.py": "torch.fx.wrap('len') (patches len for every symbolic trace) is not seen",
 }
 RUNTIME_HONEST: dict[str, str] = {
     "hints.py": "import typing\ndef f(x: 'int') -> 'list[int]':\n    return [x]\n"

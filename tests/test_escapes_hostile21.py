@@ -642,6 +642,64 @@ M().__enter__()  # <-
 "process-pool": "import concurrent.futures as cf\ncf.ProcessPoolExecutor().submit(print)  # <-\n",
 "mp-pool": "import multiprocessing\nmultiprocessing.Pool(2)  # <-\n",
 "urllib-urlopen": "import urllib.request\nurllib.request.urlopen('http://x')  # <-\n",
+# -- engine classes kept in own containers and objects, then taken out ----------------------------------
+"own-init-attribute": "class H:\n    def __init__(self):\n        self.i = AttentionImpl\n"
+    "H().i.forward = None  # <-\n",
+"own-instance-dict-item": "class H:\n    pass\nh = H()\nh.__dict__['i'] = AttentionImpl\n"
+    "h.i.forward = None  # <-\n",
+"own-instance-setattr": "class H:\n    pass\nh = H()\nsetattr(h, 'i', AttentionImpl)\n"
+    "h.i.forward = None  # <-\n",
+"list-append-index": "xs = []\nxs.append(AttentionImpl)\nxs[0].forward = None  # <-\n",
+"list-extend-last": "xs = []\nxs.extend([AttentionImpl])\nxs[-1].forward = None  # <-\n",
+"list-insert-pop": "xs = []\nxs.insert(0, AttentionImpl)\nxs.pop().forward = None  # <-\n",
+"dict-setdefault": "d = {}\nd.setdefault('a', AttentionImpl).forward = None  # <-\n",
+"dict-update-item": "d = {}\nd.update(a=AttentionImpl)\nd['a'].forward = None  # <-\n",
+"dict-values-iter": "d = {'a': AttentionImpl}\nfor c in d.values():\n    c.forward = None  # <-\n",
+"dict-items-iter": "d = {'a': AttentionImpl}\nfor _, c in d.items():\n    c.forward = None  # <-\n",
+"chainmap": "import collections\ncollections.ChainMap({'a': AttentionImpl})['a'].forward = None  # <-\n",
+"simplenamespace": "import types\ntypes.SimpleNamespace(a=AttentionImpl).a.forward = None  # <-\n",
+"namedtuple-field": "import collections\nN = collections.namedtuple('N', 'a')\n"
+    "N(AttentionImpl).a.forward = None  # <-\n",
+"own-dataclass-positional": "import dataclasses\n@dataclasses.dataclass\nclass C:\n    a: type\n"
+    "C(AttentionImpl).a.forward = None  # <-\n",
+"zip-iter": "for c, _ in zip([AttentionImpl], [1]):\n    c.forward = None  # <-\n",
+"enumerate-iter": "for _, c in enumerate([AttentionImpl]):\n    c.forward = None  # <-\n",
+"reversed-iter": "for c in reversed([AttentionImpl]):\n    c.forward = None  # <-\n",
+"filter-iter": "for c in filter(None, [AttentionImpl]):\n    c.forward = None  # <-\n",
+"itertools-chain": "import itertools\nfor c in itertools.chain([AttentionImpl]):\n"
+    "    c.forward = None  # <-\n",
+"queue-put-get": "import queue\nq = queue.Queue()\nq.put(AttentionImpl)\nq.get().forward = None  # <-\n",
+"deque-popleft": "import collections\nq = collections.deque([AttentionImpl])\n"
+    "q.popleft().forward = None  # <-\n",
+"contextvar": "import contextvars\nv = contextvars.ContextVar('v')\nv.set(AttentionImpl)\n"
+    "v.get().forward = None  # <-\n",
+"threading-local": "import threading\ntl = threading.local()\ntl.x = AttentionImpl\n"
+    "tl.x.forward = None  # <-\n",
+"weakref-ref-call": "import weakref\nweakref.ref(AttentionImpl)().forward = None  # <-\n",
+"weakref-proxy": "import weakref\nweakref.proxy(AttentionImpl).forward = None  # <-\n",
+"weak-value-dict": "import weakref\n"
+    "weakref.WeakValueDictionary({'a': AttentionImpl})['a'].forward = None  # <-\n",
+"lru-cache-lambda": "functools.lru_cache(lambda: AttentionImpl)().forward = None  # <-\n",
+"staticmethod-func": "staticmethod(lambda: AttentionImpl).__func__().forward = None  # <-\n",
+"lambda-dunder-call": "(lambda: AttentionImpl).__call__().forward = None  # <-\n",
+"cached-property": "class H:\n    @functools.cached_property\n    def i(self):\n"
+    "        return AttentionImpl\n"
+    "H().i.forward = None  # <-\n",
+"staticmethod-in-class": "class H:\n    @staticmethod\n    def i():\n        return AttentionImpl\n"
+    "H.i().forward = None  # <-\n",
+# -- an own subclass / own instance of an engine class, back to the engine class -------------------------
+"own-subclass-dunder-base": "class Sub(AttentionImpl):\n    pass\nSub.__base__.forward = None  # <-\n",
+"inspect-getmro": "import inspect\nclass Sub(AttentionImpl):\n    pass\n"
+    "inspect.getmro(Sub)[1].forward = None  # <-\n",
+"type-mro-of-sub": "class Sub(AttentionImpl):\n    pass\ntype.mro(Sub)[1].forward = None  # <-\n",
+"bound-method-func": "a = AttentionImpl()\na.forward.__func__.__code__ = None  # <-\n",
+"bound-method-self-class": "a = AttentionImpl()\na.forward.__self__.__class__.forward = None  # <-\n",
+"descriptor-get-func": "AttentionImpl.forward.__get__(1).__func__.__defaults__ = ()  # <-\n",
+"super-of-own-subclass-instance": "class Sub(AttentionImpl):\n    def g(self):\n"
+    "        super().forward.__func__.__defaults__ = ()  # <-\n",
+"own-instance-class-swapped-to-engine": "class Own:\n    pass\no = Own()\no.__class__ = AttentionImpl\n"
+    "type(o).forward = None  # <-\n",
+"copyreg-type": "import copyreg\ncopyreg.pickle(type, print)  # <-\n",
 }
 
 OPEN: dict[str, str] = {
@@ -706,6 +764,20 @@ OPEN: dict[str, str] = {
     "asyncio-subprocess":
         "asyncio.create_subprocess_exec starts a process: no finding (subprocess.Popen is one)",
     "mp-pool": "multiprocessing.Pool(2) starts worker processes: no finding",
+    "namedtuple-field": "an engine class held by an own namedtuple instance (N(E).a) is not followed",
+    "own-dataclass-positional":
+        "an engine class passed to an own dataclass's constructor (C(E).a) is not followed",
+    "deque-popleft": "collections.deque([E]).popleft() is not followed (list.pop is)",
+    "weak-value-dict": "weakref.WeakValueDictionary({'a': E})['a'] is not followed (weakref.ref is)",
+    "lru-cache-lambda": "functools.lru_cache(lambda: E)() is not followed",
+    "staticmethod-func": "staticmethod(lambda: E).__func__() is not followed",
+    "lambda-dunder-call": "(lambda: E).__call__() is not followed",
+    "inspect-getmro": "inspect.getmro(OwnSubOfEngine)[1] is the engine class: not followed (__mro__ is)",
+    "bound-method-func": "a = EngineCls(); a.forward.__func__.__code__ = None patches the engine function "
+                         "through an own instance's bound method",
+    "descriptor-get-func": "E.forward.__get__(obj).__func__ is the engine function: its write is not seen",
+    "own-instance-class-swapped-to-engine": "o.__class__ = EngineCls, then type(o).forward = None: only a "
+                                            "warning (FT120)",
 }
 
 
@@ -798,6 +870,30 @@ def uses(layer: L, x):
     return layer(x)
 a = AttentionImpl()
 a.y = 1
+class Mine(L):
+    pass
+mine = Mine()
+mine.forward = print
+mine.__dict__['extra'] = 1
+import io
+import pathlib
+buf = io.BytesIO()
+torch.save({}, buf)
+with open('/etc/hostname') as fh:
+    fh.read()
+pathlib.Path('/etc/hostname').read_text()
+open('/etc/hostname', 'rb').close()
+lib = torch.library.Library('kimi_k3', 'FRAGMENT')
+lib.define('double(Tensor x) -> Tensor')
+lib.impl('double', print, 'CUDA')
+@torch.library.custom_op('kimi_k3::triple', mutates_args=())
+def triple(x: torch.Tensor) -> torch.Tensor:
+    return x * 3
+@contextlib.contextmanager
+def cm():
+    yield Own
+with cm() as c:
+    c.x = 1
 """
 OPEN_FALSE_POSITIVES: dict[str, str] = {}
 

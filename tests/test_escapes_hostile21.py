@@ -703,34 +703,7 @@ M().__enter__()  # <-
 }
 
 OPEN: dict[str, str] = {
-    "match-class-keyword":
-        "a class pattern's keyword capture (case AttentionImpl(forward=fw)) binds an engine "
-                           "method; its __func__ write is not seen",
-    "defaults-tuple-read": "an own function's __defaults__ holding an engine class is not followed",
-    "copy-of-a-class-is-the-class":
-        "copy.copy(EngineClass) returns the class itself; not treated as the engine "
-                                    "object",
-    "deepcopy-of-a-class": "copy.deepcopy(EngineClass) returns the class itself; not followed",
-    "operator-methodcaller": "operator.methodcaller('mro')(EngineClass) is not resolved",
-    "function-type-in-engine-globals":
-        "types.FunctionType(code, vars(engine_module)) makes code that runs in the "
-                                       "engine module's globals: only a warning (FT127)",
-    "own-getattr-returns-engine": "an own class's __getattr__ returning an engine class is not followed",
-    "own-class-getitem": "an own class's __class_getitem__ returning an engine class is not followed",
-    "own-descriptor-get": "an own descriptor's __get__ returning an engine class is not followed",
-    "own-iter-yields-engine": "iterating an own object whose __iter__ yields an engine class is not followed",
-    "own-enter-returns-engine":
-        "`with Own() as c` where Own.__enter__ returns an engine class: c is not followed",
-    "exitstack-enter-context": "ExitStack.enter_context(cm) returns cm's enter value; not followed",
-    "own-call-returns-engine": "an own instance's __call__ returning an engine class is not followed",
-    "own-getitem-returns-engine": "an own instance's __getitem__ returning an engine class is not followed",
-    "typing-get-type-hints-eval":
-        "typing.get_type_hints evaluates string annotations (a setattr on an engine "
-                                  "class): no finding",
     "sys-argv-append": "sys.argv mutated in place (append) is not a finding",
-    "torch-hook-on-engine-instance":
-        "register_forward_pre_hook on an engine layer instance (parameter annotated "
-                                     "with an engine class) is not a finding",
     "torch-function-mode-entered":
         "a TorchFunctionMode __enter__()'d at import, never exited (a process-wide "
                                    "mode): no finding",
@@ -738,18 +711,6 @@ OPEN: dict[str, str] = {
     "torch-save": "torch.save to an outside path writes a file: no finding (open() is one)",
     "multiprocessing-process": "multiprocessing.Process(...).start() starts a process: no finding "
                                "(subprocess.Popen is one)",
-    "engine-instance-forward-patch":
-        "forward replaced on an engine layer instance received as a parameter (layer: L); a __class__ swap "
-        "is caught",
-    "engine-instance-dict-forward":
-        "layer.__dict__['forward'] = ... on an engine layer instance: not a finding",
-    "engine-instance-object-setattr":
-        "object.__setattr__(layer, 'forward', ...) on an engine instance: no finding",
-    "runpy-run-path": "runpy.run_path runs a file's code: only a warning (FT126)",
-    "importlib-spec-exec-module":
-        "spec_from_file_location + loader.exec_module runs a file: only a warning (FT126)",
-    "code-interact":
-        "code.InteractiveInterpreter().runsource(text) runs source text: no finding (exec is one)",
     "transformers-verbosity":
         "transformers.logging.set_verbosity_error() (a process-wide logger level): no finding",
     "torch-fx-side-effect":
@@ -764,20 +725,6 @@ OPEN: dict[str, str] = {
     "asyncio-subprocess":
         "asyncio.create_subprocess_exec starts a process: no finding (subprocess.Popen is one)",
     "mp-pool": "multiprocessing.Pool(2) starts worker processes: no finding",
-    "namedtuple-field": "an engine class held by an own namedtuple instance (N(E).a) is not followed",
-    "own-dataclass-positional":
-        "an engine class passed to an own dataclass's constructor (C(E).a) is not followed",
-    "deque-popleft": "collections.deque([E]).popleft() is not followed (list.pop is)",
-    "weak-value-dict": "weakref.WeakValueDictionary({'a': E})['a'] is not followed (weakref.ref is)",
-    "lru-cache-lambda": "functools.lru_cache(lambda: E)() is not followed",
-    "staticmethod-func": "staticmethod(lambda: E).__func__() is not followed",
-    "lambda-dunder-call": "(lambda: E).__call__() is not followed",
-    "inspect-getmro": "inspect.getmro(OwnSubOfEngine)[1] is the engine class: not followed (__mro__ is)",
-    "bound-method-func": "a = EngineCls(); a.forward.__func__.__code__ = None patches the engine function "
-                         "through an own instance's bound method",
-    "descriptor-get-func": "E.forward.__get__(obj).__func__ is the engine function: its write is not seen",
-    "own-instance-class-swapped-to-engine": "o.__class__ = EngineCls, then type(o).forward = None: only a "
-                                            "warning (FT120)",
 }
 
 
@@ -808,6 +755,7 @@ def test_attack_is_an_error_at_its_line(src: str, engine: EngineSignatures) -> N
 # honest twins: the same forms on the contribution's own objects
 HONEST = """
 import dataclasses
+import types
 import typing
 import torch
 class Own:
@@ -894,6 +842,51 @@ def cm():
     yield Own
 with cm() as c:
     c.x = 1
+import collections
+import operator
+import weakref
+@dataclasses.dataclass
+class Rec:
+    impl: type
+    n: int = 0
+r = Rec(AttentionImpl)
+r.n = 2
+Rec(Own).impl.x = 1
+collections.namedtuple('N', 'a')(Own).a.x = 1
+collections.deque([Own]).popleft().x = 1
+weakref.WeakValueDictionary({'a': Own})['a'].x = 1
+functools.lru_cache(lambda: Own)().x = 1
+staticmethod(lambda: Own).__func__().x = 1
+operator.methodcaller('mro')(Own)
+b = copy.copy(a)
+b.y = 1
+copy.deepcopy(AttentionImpl())
+class D:
+    def __get__(self, obj, owner):
+        return Own
+class HD:
+    d = D()
+HD().d.x = 1
+def load(layer: L, w):
+    layer.weight_scale = w
+    layer.__dict__['extra'] = 1
+    setattr(layer, 'scale', w)
+    object.__setattr__(layer, 'bias', None)
+    return layer.forward(w)
+def configure(mine: Mine):
+    mine.forward = print
+    mine.register_forward_pre_hook(print)
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = L()
+        self.proj.register_forward_hook(print)
+        self.proj.forward = print
+match a:
+    case AttentionImpl(y=yy):
+        yy.x = 1
+types.FunctionType((lambda: None).__code__, {})
+types.FunctionType((lambda: None).__code__, globals())
 """
 OPEN_FALSE_POSITIVES: dict[str, str] = {}
 
@@ -938,8 +931,6 @@ CROSS: dict[str, tuple[dict[str, str], str]] = {
         "def cb(c):\n    c.forward = None\nlater(o, cb, AttentionImpl)  # <-\n"),
 }
 CROSS_OPEN: dict[str, str] = {
-    "other-module-getattr-dunder":
-        "another own module's instance whose __getattr__ returns an engine class: h.x.forward = None clean",
     "other-module-exception-carrier":
         "an engine class carried by an exception another own module raises: e.args[0].forward unseen",
     "other-module-weakref-finalize-cb":

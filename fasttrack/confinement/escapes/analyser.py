@@ -12,8 +12,10 @@ from fasttrack.confinement.escapes.common import (
     _MOCK_PATCH,
     _MODULE_MUTATORS,
     _MUTATORS,
+    DYNAMIC_CODE,
     ENVIRONMENT,
     GLOBAL_STATE,
+    IMPORTLIB,
     INTERPRETER,
     MONKEYPATCH,
     SETATTR,
@@ -25,11 +27,12 @@ from fasttrack.confinement.escapes.common import (
     module_name_for,
     mutating_method,
 )
-from fasttrack.confinement.escapes.dynamic_code import DynamicCodeChecks
+from fasttrack.confinement.escapes.dynamic_code import DynamicCodeChecks, runs_source_text
 from fasttrack.confinement.escapes.global_state import GlobalStateChecks
 from fasttrack.confinement.escapes.monkeypatch import MonkeypatchChecks
 from fasttrack.confinement.escapes.registries import RegistryChecks
 from fasttrack.confinement.escapes.scope import (
+    _BOUND,
     CrossModules,
     Metaclasses,
     Signatures,
@@ -142,10 +145,18 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
         self._check_methodcaller(node, scope)
         self._check_thread_start(node, scope, import_time)
         callee = self.resolve(node.func, scope)
+        self._check_source_runners(node, callee)
         if isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Call):
             sup = self.resolve(node.func.value.func, scope)
             if sup is not None and sup.qualname == "builtins.super":
                 return  # super().m(...) runs the base class's method on self, the model's own object
+        if callee is not None and callee.origin == "param" and isinstance(node.func, ast.Attribute) and \
+                node.func.attr.startswith("register_") and "hook" in node.func.attr:
+            cls = self.engine_instance_class(self.resolve(node.func.value, scope))
+            if cls is not None:  # layer.register_forward_pre_hook(f) on the engine's own instance
+                self.report(MONKEYPATCH, node, f"calls `.{node.func.attr}()` on an instance of the engine's "
+                            f"`{cls}` the function was given: a hook on an object the engine owns runs "
+                            "for every caller of it", target=f"{cls}.{node.func.attr}")
         if callee is not None and callee.origin == "param" and isinstance(node.func, ast.Attribute) \
                 and (node.func.attr in _MUTATORS or node.func.attr in _MODULE_MUTATORS):
             self._record_param_write(callee, node)
@@ -237,6 +248,22 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
             return
         self._check_registration(node, q, registered=None,
                                  first_arg_local=self._first_arg_local(node, scope), scope=scope)
+
+    def _check_source_runners(self, node: ast.Call, callee: _Ref | None) -> None:
+        """A loader's `exec_module`/`load_module` runs a module's code (from a file the scan cannot read);
+        `code.InteractiveInterpreter().runsource(text)` runs source text: fail closed, errors."""
+        if callee is None or (callee.origin == "own" and callee.qualname in self.functions):
+            return
+        name = callee.qualname
+        if name.startswith(_BOUND):
+            name = name[len(_BOUND):-1]
+        if isinstance(node.func, ast.Attribute) and node.func.attr in ("exec_module", "load_module") and \
+                (callee.origin != "own"):
+            self.report(IMPORTLIB, node, f"calls `.{node.func.attr}()`: a loader runs a module's code that "
+                        "cannot be checked statically", target=f".{node.func.attr}")
+        elif runs_source_text(name):
+            self.report(DYNAMIC_CODE, node, f"calls `{name}`: the `code` module compiles and runs source "
+                        "text, which cannot be checked for escapes", target=name)
 
     def _nested(self, source: str) -> FileFacts:
         return _analyse(source, self.path, self.own_packages, self.module, self.is_package, self.own_ops,

@@ -700,6 +700,22 @@ M().__enter__()  # <-
 "own-instance-class-swapped-to-engine": "class Own:\n    pass\no = Own()\no.__class__ = AttentionImpl\n"
     "type(o).forward = None  # <-\n",
 "copyreg-type": "import copyreg\ncopyreg.pickle(type, print)  # <-\n",
+# added by hfix21b: the same-file forms of fixed cross-module and dunder attacks
+"weakref-finalize-same-file": "import weakref\nclass O:\n    pass\no = O()\ndef cb(c):\n    c.forward = None\n"
+                              "weakref.finalize(o, cb, AttentionImpl)  # <-\n",
+"atexit-register-callback": "import atexit\ndef cb(c):\n    c.forward = None\n"
+                            "atexit.register(cb, AttentionImpl)  # <-\n",
+"own-getattribute-returns-engine": "class H:\n    def __getattribute__(self, name):\n"
+                                   "        return AttentionImpl\n"
+                                   "H().x.forward = None  # <-\n",
+"own-aenter-returns-engine": "class H:\n    async def __aenter__(self):\n        return AttentionImpl\n"
+                             "    async def __aexit__(self, *a):\n        return False\n"
+                             "async def f():\n    async with H() as c:\n        c.forward = None  # <-\n",
+"engine-instance-setattr-forward": "def f(layer: L):\n    setattr(layer, 'forward', print)  # <-\n",
+"engine-instance-hook-optional": "def f(layer: 'L | None'):\n"
+                                 "    layer.register_forward_hook(print)  # <-\n",
+"own-class-swapped-by-setattr": "class Own:\n    pass\no = Own()\nsetattr(o, '__class__', AttentionImpl)\n"
+                                "type(o).forward = None  # <-\n",
 }
 
 OPEN: dict[str, str] = {
@@ -887,6 +903,10 @@ match a:
         yy.x = 1
 types.FunctionType((lambda: None).__code__, {})
 types.FunctionType((lambda: None).__code__, globals())
+import weakref
+def own_cb(c):
+    c.x = 1
+weakref.finalize(m, own_cb, Own)
 """
 OPEN_FALSE_POSITIVES: dict[str, str] = {}
 
@@ -931,11 +951,6 @@ CROSS: dict[str, tuple[dict[str, str], str]] = {
         "def cb(c):\n    c.forward = None\nlater(o, cb, AttentionImpl)  # <-\n"),
 }
 CROSS_OPEN: dict[str, str] = {
-    "other-module-exception-carrier":
-        "an engine class carried by an exception another own module raises: e.args[0].forward unseen",
-    "other-module-weakref-finalize-cb":
-        "a callback handed to another own module that registers it with weakref.finalize(obj, cb, Engine): "
-        "the deferred call's write is not linked",
 }
 
 
@@ -969,8 +984,13 @@ def test_cross_module_attack_is_an_error(tmp_path: Path, policy: Policy, extra: 
 CROSS_HONEST_MID = ("import contextlib\nclass Own:\n    pass\nclass H:\n    def __getattr__(self, n):\n"
                     "        return Own\nh = H()\n@contextlib.contextmanager\ndef cm():\n    yield Own\n"
                     "def boom():\n    raise ValueError(Own)\ndef f(c=Own):\n    return c\n"
-                    "def deco(cls):\n    cls.tag = 1\n    return cls\n")
-CROSS_HONEST = ("from .mid import h, cm, boom, f, deco\nh.x.y = 1\nwith cm() as c:\n    c.y = 1\ntry:\n"
+                    "def deco(cls):\n    cls.tag = 1\n    return cls\n"
+                    "import weakref\ndef later(obj, cb, arg):\n    weakref.finalize(obj, cb, arg)\n")
+CROSS_HONEST = ("from .mid import h, cm, boom, f, deco, later, Own\nclass O:\n    pass\no = O()\n"
+                "def cb(c):\n    c.y = None\nlater(o, cb, Own)\n"
+                "from .layers import AttentionImpl\ntry:\n    pass\nexcept ValueError as e2:\n"
+                "    e2.args[0].y = 1\n"
+                "h.x.y = 1\nwith cm() as c:\n    c.y = 1\ntry:\n"
                 "    boom()\nexcept ValueError as e:\n    e.args[0].y = 1\nf().y = 1\n@deco\nclass K:\n"
                 "    pass\n")
 

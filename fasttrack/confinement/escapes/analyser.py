@@ -114,6 +114,15 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
         if callee is None or callee.origin != "import":
             return
         q = callee.qualname
+        deferred = self._deferred_call(node, scope)
+        if deferred is not None:  # weakref.finalize(obj, cb, *args): cb(*args), later
+            call = ast.copy_location(ast.Call(func=deferred[0], args=deferred[1], keywords=[]), node)
+            self._kept.append(call)
+            for k in self._callee_keys(call, scope):
+                self.own_calls.append((call, scope, k))
+                if import_time:
+                    self.import_time_calls.add(id(call))
+            return
         if q in _CALLBACK_FIRST:
             fns, iterables = node.args[:1], node.args[1:]
         elif q in _CALLBACK_KEY:

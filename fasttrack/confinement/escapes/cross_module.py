@@ -226,6 +226,26 @@ class OwnModuleSummary:
                 self._busy.discard(key)
         return self.member(f"{cls}.{attr}", here)
 
+    def raised(self, name: str, here: str | None) -> _Ref | None:
+        """The foreign object an exception raised in the own module `name` (or the module of the own name
+        `name`) carries (`raise ValueError(Engine)`), or None."""
+        module = name if self._module(name) is not None else (self._split(name) or ("", []))[0]
+        if not module or module == here:
+            return None
+        key = ("raised", module)
+        if key in self._busy:
+            return None
+        r = self._resolver(module)
+        if r is None:
+            return None
+        self._busy.add(key)
+        try:
+            return self._foreign(r, r.own_raised_ref())
+        except RecursionError:
+            return _failed(f"{module}: raise", "too deep to follow")
+        finally:
+            self._busy.discard(key)
+
     @staticmethod
     def _returns_self(r: Resolver, key: str) -> bool:
         """The own method `key` of module `r` is a property whose getter may return its `self`."""

@@ -177,6 +177,8 @@ _CLASS_OWN_DUNDERS = frozenset({"__dict__", "__name__", "__qualname__", "__modul
                                 "__mro__", "__class__", "__subclasses__", "__base__", "__annotations__",
                                 "__slots__", "__weakref__", "__init_subclass__", "mro"})
 _BOUND = "<bound "  # + a foreign function's dotted name + ">": a method of it bound to a local object
+# callables registering a callback (at this position) called later with the arguments after it
+_DEFERRED_CALLERS = {"weakref.finalize": 1, "atexit.register": 0}
 _METHODCALLER = "<methodcaller "  # + the method's name + ">": operator.methodcaller(name)
 # callables returning (a wrapper whose attributes reach) the function they are given
 _RETURNS_ITS_FUNCTION = frozenset({"functools.lru_cache", "functools.cache", "builtins.staticmethod",
@@ -235,6 +237,10 @@ class CrossModules(Protocol):
     def instance_attribute(self, cls: str, attr: str, here: str | None) -> _Ref | None:
         """`obj.attr` for an instance of the own class `cls` of another module: the foreign object a property
         returns or a class attribute holds, or None."""
+
+    def raised(self, name: str, here: str | None) -> _Ref | None:
+        """The foreign object an exception raised in the own module `name` (or the module of the own name
+        `name`) carries, or None."""
 
     def callback_arguments(self, qualname: str, node: ast.Call, arg: ast.expr,
                            caller: tuple[Resolver, _Scope] | None = None) -> list[Passed]:
@@ -875,7 +881,21 @@ class Resolver:
 
     def _raised_ref(self) -> _Ref:
         """What `except ... as e` binds: any exception this file raises, with the objects it carries (its
-        arguments); one carrying an engine object is that object (fail closed)."""
+        arguments), or one the contribution's other modules it imports raise; one carrying an engine
+        object is that object (fail closed)."""
+        own = self.own_raised_ref()
+        if own is not None:
+            return own
+        if self.cross is not None:
+            for name in sorted(self.facts.imports):
+                if self.is_own(name):
+                    t = self.tainted(self.cross.raised(name, self.module))
+                    if t is not None:
+                        return t
+        return self._handed_on_sends(True) or _LOCAL_REF
+
+    def own_raised_ref(self) -> _Ref | None:
+        """The foreign object an exception this file raises carries, or None."""
         for exc, scope in self.raised:
             parts = [a.value if isinstance(a, ast.Starred) else a for a in exc.args] + \
                 [k.value for k in exc.keywords] if isinstance(exc, ast.Call) else [exc]
@@ -883,7 +903,7 @@ class Resolver:
                 t = self.tainted(self.resolve(part, scope))
                 if t is not None:
                     return t
-        return self._handed_on_sends(True) or _LOCAL_REF
+        return None
 
     def _b_raise(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
         assert isinstance(node, ast.Raise)
@@ -2096,7 +2116,23 @@ class Resolver:
                     if r is not None and r.origin == "param" and r.qualname in names:
                         out.append((tuple(passed(a) for a in inner.args),
                                     {k.arg or "*": passed(k.value) for k in inner.keywords}))
+                        continue
+                deferred = self._deferred_call(inner, fn.scope) if isinstance(inner, ast.Call) else None
+                if deferred is not None:  # weakref.finalize(obj, cb, *args) calls cb(*args) later
+                    r = self.resolve(deferred[0], fn.scope)
+                    if r is not None and r.origin == "param" and r.qualname in names:
+                        out.append((tuple(passed(a) for a in deferred[1]), {}))
         return out
+
+    def _deferred_call(self, node: ast.Call, scope: _Scope) -> tuple[ast.expr, list[ast.expr]] | None:
+        """A call registering a callback the interpreter calls later with the given arguments: the callback
+        and those arguments (`weakref.finalize(obj, cb, *args)`, `atexit.register(cb, *args)`)."""
+        callee = self.resolve(node.func, scope)
+        at = _DEFERRED_CALLERS.get(callee.qualname) if callee is not None and callee.origin == "import" \
+            else None
+        if at is None or len(node.args) <= at:
+            return None
+        return node.args[at], list(node.args[at + 1:])
 
     def _own_return(self, node: ast.Call, key: str, scope: _Scope) -> _Ref:
         """What a call to an own function returns: a foreign object it returns (or the foreign argument

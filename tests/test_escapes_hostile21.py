@@ -701,8 +701,8 @@ M().__enter__()  # <-
     "type(o).forward = None  # <-\n",
 "copyreg-type": "import copyreg\ncopyreg.pickle(type, print)  # <-\n",
 # added by hfix21b: the same-file forms of fixed cross-module and dunder attacks
-"weakref-finalize-same-file": "import weakref\nclass O:\n    pass\no = O()\ndef cb(c):\n    c.forward = None\n"
-                              "weakref.finalize(o, cb, AttentionImpl)  # <-\n",
+"weakref-finalize-same-file": "import weakref\nclass O:\n    pass\no = O()\ndef cb(c):\n"
+                              "    c.forward = None\nweakref.finalize(o, cb, AttentionImpl)  # <-\n",
 "atexit-register-callback": "import atexit\ndef cb(c):\n    c.forward = None\n"
                             "atexit.register(cb, AttentionImpl)  # <-\n",
 "own-getattribute-returns-engine": "class H:\n    def __getattribute__(self, name):\n"

@@ -949,6 +949,14 @@ CROSS: dict[str, tuple[dict[str, str], str]] = {
         {"mid.py": "import weakref\ndef later(obj, cb, arg):\n    weakref.finalize(obj, cb, arg)\n"},
         "from .layers import AttentionImpl\nfrom .mid import later\nclass O:\n    pass\no = O()\n"
         "def cb(c):\n    c.forward = None\nlater(o, cb, AttentionImpl)  # <-\n"),
+    # added by hfix21b: another own module's class whose dunders hand out an engine class
+    "other-module-dunders": (
+        {"mid.py": LAYERS + "class H:\n    def __call__(self):\n        return AttentionImpl\n"
+         "    def __iter__(self):\n        yield AttentionImpl\n    def __getitem__(self, k):\n"
+         "        return AttentionImpl\n    def __enter__(self):\n        return AttentionImpl\n"
+         "    def __exit__(self, *a):\n        return False\n"},
+        "from .mid import H\nH()().forward = None  # <-\nfor c in H():\n    c.forward = None  # <-\n"
+        "H()[0].forward = None  # <-\nwith H() as w:\n    w.forward = None  # <-\n"),
 }
 CROSS_OPEN: dict[str, str] = {
 }
@@ -985,8 +993,12 @@ CROSS_HONEST_MID = ("import contextlib\nclass Own:\n    pass\nclass H:\n    def 
                     "        return Own\nh = H()\n@contextlib.contextmanager\ndef cm():\n    yield Own\n"
                     "def boom():\n    raise ValueError(Own)\ndef f(c=Own):\n    return c\n"
                     "def deco(cls):\n    cls.tag = 1\n    return cls\n"
-                    "import weakref\ndef later(obj, cb, arg):\n    weakref.finalize(obj, cb, arg)\n")
-CROSS_HONEST = ("from .mid import h, cm, boom, f, deco, later, Own\nclass O:\n    pass\no = O()\n"
+                    "import weakref\ndef later(obj, cb, arg):\n    weakref.finalize(obj, cb, arg)\n"
+                    "class H2:\n    def __call__(self):\n        return Own\n    def __iter__(self):\n"
+                    "        yield Own\n    def __enter__(self):\n        return Own\n"
+                    "    def __exit__(self, *a):\n        return False\n")
+CROSS_HONEST = ("from .mid import h, cm, boom, f, deco, later, Own, H2\nclass O:\n    pass\no = O()\n"
+                "H2()().y = 1\nfor c2 in H2():\n    c2.y = 1\nwith H2() as w:\n    w.y = 1\n"
                 "def cb(c):\n    c.y = None\nlater(o, cb, Own)\n"
                 "from .layers import AttentionImpl\ntry:\n    pass\nexcept ValueError as e2:\n"
                 "    e2.args[0].y = 1\n"

@@ -242,6 +242,10 @@ class CrossModules(Protocol):
         """The foreign object an exception raised in the own module `name` (or the module of the own name
         `name`) carries, or None."""
 
+    def dunder_result(self, cls: str, names: tuple[str, ...], here: str | None) -> _Ref | None:
+        """The foreign object a dunder (the first of `names` defined) of another module's own class `cls`
+        returns for an instance, or None."""
+
     def callback_arguments(self, qualname: str, node: ast.Call, arg: ast.expr,
                            caller: tuple[Resolver, _Scope] | None = None) -> list[Passed]:
         """For a call `node` of another module's own function `qualname` handing it `arg`: the foreign
@@ -1928,8 +1932,8 @@ class Resolver:
             cls = ref.qualname
         else:
             return None
-        if cls not in self.classes:
-            return None
+        if cls not in self.classes:  # a class of another own module: its dunder there
+            return self.cross.dunder_result(cls, tuple(names), self.module) if self.cross is not None else None
         for key in self._method_keys(cls, names):
             for fn in self.functions.get(key, []):
                 for value in fn.returns():

@@ -1933,7 +1933,8 @@ class Resolver:
         else:
             return None
         if cls not in self.classes:  # a class of another own module: its dunder there
-            return self.cross.dunder_result(cls, tuple(names), self.module) if self.cross is not None else None
+            cross = self.cross
+            return cross.dunder_result(cls, tuple(names), self.module) if cross is not None else None
         for key in self._method_keys(cls, names):
             for fn in self.functions.get(key, []):
                 for value in fn.returns():

@@ -714,6 +714,13 @@ M().__enter__()  # <-
 "engine-instance-setattr-forward": "def f(layer: L):\n    setattr(layer, 'forward', print)  # <-\n",
 "engine-instance-hook-optional": "def f(layer: 'L | None'):\n"
                                  "    layer.register_forward_hook(print)  # <-\n",
+"own-getattr-lambda-in-class-body": "class H:\n    __getattr__ = lambda self, n: AttentionImpl\n"
+                                    "H().x.forward = None  # <-\n",
+"engine-instance-unbound-hook": "import torch\ndef f(layer: L):\n"
+                                "    torch.nn.Module.register_forward_hook(layer, print)  # <-\n",
+"engine-instance-alias-forward": "def f(layer: L):\n    m = layer\n    m.forward = None  # <-\n",
+"engine-instance-dict-update": "def f(layer: L):\n    layer.__dict__.update(forward=print)  # <-\n"
+                               "    vars(layer)['forward'] = print  # <-\n",
 "own-class-swapped-by-setattr": "class Own:\n    pass\no = Own()\nsetattr(o, '__class__', AttentionImpl)\n"
                                 "type(o).forward = None  # <-\n",
 }
@@ -884,6 +891,7 @@ class HD:
     d = D()
 HD().d.x = 1
 def load(layer: L, w):
+    layer.__dict__.update(weight_scale=w)
     layer.weight_scale = w
     layer.__dict__['extra'] = 1
     setattr(layer, 'scale', w)

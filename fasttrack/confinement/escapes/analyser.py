@@ -23,7 +23,9 @@ from fasttrack.confinement.escapes.common import (
     Escape,
     FileFacts,
     _arg,
+    _dotted_literal,
     _matches,
+    _namespace_of,
     module_name_for,
     mutating_method,
 )
@@ -159,13 +161,7 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
             sup = self.resolve(node.func.value.func, scope)
             if sup is not None and sup.qualname == "builtins.super":
                 return  # super().m(...) runs the base class's method on self, the model's own object
-        if callee is not None and callee.origin == "param" and isinstance(node.func, ast.Attribute) and \
-                node.func.attr.startswith("register_") and "hook" in node.func.attr:
-            cls = self.engine_instance_class(self.resolve(node.func.value, scope))
-            if cls is not None:  # layer.register_forward_pre_hook(f) on the engine's own instance
-                self.report(MONKEYPATCH, node, f"calls `.{node.func.attr}()` on an instance of the engine's "
-                            f"`{cls}` the function was given: a hook on an object the engine owns runs "
-                            "for every caller of it", target=f"{cls}.{node.func.attr}")
+        self._check_engine_instance_call(node, callee, scope)
         if callee is not None and callee.origin == "param" and isinstance(node.func, ast.Attribute) \
                 and (node.func.attr in _MUTATORS or node.func.attr in _MODULE_MUTATORS):
             self._record_param_write(callee, node)
@@ -257,6 +253,34 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
             return
         self._check_registration(node, q, registered=None,
                                  first_arg_local=self._first_arg_local(node, scope), scope=scope)
+
+    def _check_engine_instance_call(self, node: ast.Call, callee: _Ref | None, scope: _Scope) -> None:
+        """A hook registered on an engine-instance parameter (`layer.register_forward_pre_hook(f)`, also the
+        unbound `nn.Module.register_forward_hook(layer, f)`), or its namespace updated with behaviour
+        (`layer.__dict__.update(forward=f)`): the engine's own instance changes for every caller."""
+        if callee is None or not isinstance(node.func, ast.Attribute):
+            return
+        method = node.func.attr
+        if method.startswith("register_") and "hook" in method:
+            obj = node.func.value if callee.origin == "param" else _arg(node, 0)
+            cls = self.engine_instance_class(self.resolve(obj, scope)) if obj is not None else None
+            if cls is not None:
+                self.report(MONKEYPATCH, node, f"calls `.{method}()` on an instance of the engine's `{cls}` "
+                            "the function was given: a hook on an object the engine owns runs for every "
+                            "caller of it", target=f"{cls}.{method}")
+            return
+        owner = _namespace_of(node.func.value)
+        if callee.origin != "param" or owner is None or method not in ("update", "setdefault", "__setitem__"):
+            return
+        names = [k.arg or "*" for k in node.keywords]
+        first = _arg(node, 0)
+        if method == "update" and isinstance(first, ast.Dict):
+            names += [(_dotted_literal(k) or "*") if k is not None else "*" for k in first.keys]
+        elif first is not None:
+            names.append("*" if method == "update" else (_dotted_literal(first) or "*"))
+        for name in names:
+            if self._engine_instance_patch(owner, name, node, scope, "writes"):
+                return
 
     def _check_source_runners(self, node: ast.Call, callee: _Ref | None) -> None:
         """A loader's `exec_module`/`load_module` runs a module's code (from a file the scan cannot read);

@@ -1935,7 +1935,14 @@ class Resolver:
         if cls not in self.classes:  # a class of another own module: its dunder there
             cross = self.cross
             return cross.dunder_result(cls, tuple(names), self.module) if cross is not None else None
-        for key in self._method_keys(cls, names):
+        keys = self._method_keys(cls, names)
+        bases = set(self._own_bases(cls))
+        for where, attr, value, scope in self.installs:  # `__getattr__ = lambda self, n: E` in a class body
+            if isinstance(where, str) and where in bases and attr in names:
+                key = self._function_key_of(value, scope)
+                if key is not None:
+                    keys.append(key)
+        for key in keys:
             for fn in self.functions.get(key, []):
                 for value in fn.returns():
                     t = self.tainted(self.resolve(value, fn.scope))

@@ -339,6 +339,7 @@ class Resolver:
         self._engine_params: dict[tuple[str, str], _Ref | None] = {}
         self.engine_param_why: dict[str, str] = {}  # parameter name -> why it is the engine's
         self._kept: list[ast.AST] = []  # parsed string annotations (memo keys are node ids: keep them alive)
+        self._dunders: dict[tuple[str, tuple[str, ...]], _Ref | None] = {}  # (class, dunders) -> result
         self._entered_nodes: dict[int, ast.expr] = {}  # a context manager's node -> what entering it gives
 
     def is_own(self, qualname: str) -> bool:
@@ -1935,6 +1936,13 @@ class Resolver:
         if cls not in self.classes:  # a class of another own module: its dunder there
             cross = self.cross
             return cross.dunder_result(cls, tuple(names), self.module) if cross is not None else None
+        memo = (cls, tuple(names))
+        if memo not in self._dunders:
+            self._dunders[memo] = None  # a cycle: no information
+            self._dunders[memo] = self._dunder_result_uncached(cls, names)
+        return self._dunders[memo]
+
+    def _dunder_result_uncached(self, cls: str, names: Sequence[str]) -> _Ref | None:
         keys = self._method_keys(cls, names)
         bases = set(self._own_bases(cls))
         for where, attr, value, scope in self.installs:  # `__getattr__ = lambda self, n: E` in a class body

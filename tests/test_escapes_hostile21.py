@@ -884,6 +884,9 @@ operator.methodcaller('mro')(Own)
 b = copy.copy(a)
 b.y = 1
 copy.deepcopy(AttentionImpl())
+import vllm.v1.attention.backend as backend_module
+defaults = copy.deepcopy(backend_module.DEFAULTS)
+defaults.x = 1
 class D:
     def __get__(self, obj, owner):
         return Own

@@ -1678,8 +1678,10 @@ class Resolver:
             return _Ref("local", f"{_METHODCALLER}{name or '*'}>")
         if q in ("copy.copy", "copy.deepcopy") and first is not None:
             same = self.tainted(self.resolve(first, scope))
-            if same is not None and not same.elements and not any(c in same.qualname for c in "([<~"):
-                return same  # a copy of a class, function or module is the object itself
+            last = same.qualname.rpartition(".")[2] if same is not None else ""
+            if same is not None and not same.elements and not any(c in same.qualname for c in "([<~") and \
+                    not last.isupper():  # (an ALL_CAPS module constant is an object: copied)
+                return same  # a copy of a class or function is the object itself
         if q == "copy.copy" and first is not None:
             # a new object (writes to it are the copy's) whose attributes and items are the original's
             return _Ref("local", _COPY, self._container([first], scope).elements)

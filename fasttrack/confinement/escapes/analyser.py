@@ -12,8 +12,10 @@ from fasttrack.confinement.escapes.common import (
     _MOCK_PATCH,
     _MODULE_MUTATORS,
     _MUTATORS,
+    DYNAMIC_CODE,
     ENVIRONMENT,
     GLOBAL_STATE,
+    IMPORTLIB,
     INTERPRETER,
     MONKEYPATCH,
     SETATTR,
@@ -21,15 +23,18 @@ from fasttrack.confinement.escapes.common import (
     Escape,
     FileFacts,
     _arg,
+    _dotted_literal,
     _matches,
+    _namespace_of,
     module_name_for,
     mutating_method,
 )
-from fasttrack.confinement.escapes.dynamic_code import DynamicCodeChecks
+from fasttrack.confinement.escapes.dynamic_code import DynamicCodeChecks, runs_source_text
 from fasttrack.confinement.escapes.global_state import GlobalStateChecks
 from fasttrack.confinement.escapes.monkeypatch import MonkeypatchChecks
 from fasttrack.confinement.escapes.registries import RegistryChecks
 from fasttrack.confinement.escapes.scope import (
+    _BOUND,
     CrossModules,
     Metaclasses,
     Signatures,
@@ -111,6 +116,15 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
         if callee is None or callee.origin != "import":
             return
         q = callee.qualname
+        deferred = self._deferred_call(node, scope)
+        if deferred is not None:  # weakref.finalize(obj, cb, *args): cb(*args), later
+            call = ast.copy_location(ast.Call(func=deferred[0], args=deferred[1], keywords=[]), node)
+            self._kept.append(call)
+            for k in self._callee_keys(call, scope):
+                self.own_calls.append((call, scope, k))
+                if import_time:
+                    self.import_time_calls.add(id(call))
+            return
         if q in _CALLBACK_FIRST:
             fns, iterables = node.args[:1], node.args[1:]
         elif q in _CALLBACK_KEY:
@@ -142,10 +156,12 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
         self._check_methodcaller(node, scope)
         self._check_thread_start(node, scope, import_time)
         callee = self.resolve(node.func, scope)
+        self._check_source_runners(node, callee)
         if isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Call):
             sup = self.resolve(node.func.value.func, scope)
             if sup is not None and sup.qualname == "builtins.super":
                 return  # super().m(...) runs the base class's method on self, the model's own object
+        self._check_engine_instance_call(node, callee, scope)
         if callee is not None and callee.origin == "param" and isinstance(node.func, ast.Attribute) \
                 and (node.func.attr in _MUTATORS or node.func.attr in _MODULE_MUTATORS):
             self._record_param_write(callee, node)
@@ -237,6 +253,50 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
             return
         self._check_registration(node, q, registered=None,
                                  first_arg_local=self._first_arg_local(node, scope), scope=scope)
+
+    def _check_engine_instance_call(self, node: ast.Call, callee: _Ref | None, scope: _Scope) -> None:
+        """A hook registered on an engine-instance parameter (`layer.register_forward_pre_hook(f)`, also the
+        unbound `nn.Module.register_forward_hook(layer, f)`), or its namespace updated with behaviour
+        (`layer.__dict__.update(forward=f)`): the engine's own instance changes for every caller."""
+        if callee is None or not isinstance(node.func, ast.Attribute):
+            return
+        method = node.func.attr
+        if method.startswith("register_") and "hook" in method:
+            obj = node.func.value if callee.origin == "param" else _arg(node, 0)
+            cls = self.engine_instance_class(self.resolve(obj, scope)) if obj is not None else None
+            if cls is not None:
+                self.report(MONKEYPATCH, node, f"calls `.{method}()` on an instance of the engine's `{cls}` "
+                            "the function was given: a hook on an object the engine owns runs for every "
+                            "caller of it", target=f"{cls}.{method}")
+            return
+        owner = _namespace_of(node.func.value)
+        if callee.origin != "param" or owner is None or method not in ("update", "setdefault", "__setitem__"):
+            return
+        names = [k.arg or "*" for k in node.keywords]
+        first = _arg(node, 0)
+        if method == "update" and isinstance(first, ast.Dict):
+            names += [(_dotted_literal(k) or "*") if k is not None else "*" for k in first.keys]
+        elif first is not None:
+            names.append("*" if method == "update" else (_dotted_literal(first) or "*"))
+        for name in names:
+            if self._engine_instance_patch(owner, name, node, scope, "writes"):
+                return
+
+    def _check_source_runners(self, node: ast.Call, callee: _Ref | None) -> None:
+        """A loader's `exec_module`/`load_module` runs a module's code (from a file the scan cannot read);
+        `code.InteractiveInterpreter().runsource(text)` runs source text: fail closed, errors."""
+        if callee is None or (callee.origin == "own" and callee.qualname in self.functions):
+            return
+        name = callee.qualname
+        if name.startswith(_BOUND):
+            name = name[len(_BOUND):-1]
+        if isinstance(node.func, ast.Attribute) and node.func.attr in ("exec_module", "load_module") and \
+                (callee.origin != "own"):
+            self.report(IMPORTLIB, node, f"calls `.{node.func.attr}()`: a loader runs a module's code that "
+                        "cannot be checked statically", target=f".{node.func.attr}")
+        elif runs_source_text(name):
+            self.report(DYNAMIC_CODE, node, f"calls `{name}`: the `code` module compiles and runs source "
+                        "text, which cannot be checked for escapes", target=name)
 
     def _nested(self, source: str) -> FileFacts:
         return _analyse(source, self.path, self.own_packages, self.module, self.is_package, self.own_ops,

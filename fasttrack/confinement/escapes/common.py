@@ -122,11 +122,11 @@ _ELEMENT_CALLS = frozenset({
     "builtins.filter", "builtins.min", "builtins.max", "copy.copy", "itertools.chain", "itertools.cycle",
     "builtins.dict.fromkeys", "collections.ChainMap", "collections.OrderedDict", "collections.defaultdict",
     "collections.deque", "collections.UserDict", "collections.UserList", "functools.reduce",
-    "types.MappingProxyType",
+    "types.MappingProxyType", "weakref.WeakValueDictionary", "weakref.WeakKeyDictionary", "weakref.WeakSet",
 })
 # Methods of a container returning its elements (or a view of them).
 _ELEMENT_METHODS = frozenset({"values", "items", "keys", "get", "pop", "copy", "setdefault", "popitem",
-                              "__getitem__", "__iter__", "__next__"})
+                              "__getitem__", "__iter__", "__next__", "popleft", "get_nowait"})
 # Callables that write to their first argument, called directly or handed on as a value.
 _WRITERS = frozenset({
     "builtins.setattr", "builtins.delattr", "builtins.object.__setattr__", "builtins.object.__delattr__",

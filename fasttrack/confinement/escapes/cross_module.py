@@ -226,6 +226,46 @@ class OwnModuleSummary:
                 self._busy.discard(key)
         return self.member(f"{cls}.{attr}", here)
 
+    def raised(self, name: str, here: str | None) -> _Ref | None:
+        """The foreign object an exception raised in the own module `name` (or the module of the own name
+        `name`) carries (`raise ValueError(Engine)`), or None."""
+        module = name if self._module(name) is not None else (self._split(name) or ("", []))[0]
+        if not module or module == here:
+            return None
+        key = ("raised", module)
+        if key in self._busy:
+            return None
+        r = self._resolver(module)
+        if r is None:
+            return None
+        self._busy.add(key)
+        try:
+            return self._foreign(r, r.own_raised_ref())
+        except RecursionError:
+            return _failed(f"{module}: raise", "too deep to follow")
+        finally:
+            self._busy.discard(key)
+
+    def dunder_result(self, cls: str, names: tuple[str, ...], here: str | None) -> _Ref | None:
+        """The foreign object a dunder (`__call__`, `__iter__`, `__enter__`, ...) of the own class `cls` of
+        another module returns for an instance of it, or None."""
+        split = self._split(cls)
+        if split is None or split[0] == here:
+            return None
+        r = self._resolver(split[0])
+        if r is None:
+            return _failed(f"{cls}.{names[0]}", "an own module that cannot be read or parsed")
+        key = ("dunder", f"{cls}.{'/'.join(names)}")
+        if key in self._busy:
+            return None
+        self._busy.add(key)
+        try:
+            return self._foreign(r, r._dunder_result(_Ref("local", f"{_INSTANCE}{cls}>"), names))
+        except RecursionError:
+            return _failed(f"{cls}.{names[0]}", "too deep to follow")
+        finally:
+            self._busy.discard(key)
+
     @staticmethod
     def _returns_self(r: Resolver, key: str) -> bool:
         """The own method `key` of module `r` is a property whose getter may return its `self`."""

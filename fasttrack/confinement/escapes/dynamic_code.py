@@ -70,10 +70,50 @@ class DynamicCodeChecks(CheckBase):
                             "contribution", target=name or q)
             return True
         if q == "runpy.run_path":
-            self.report(IMPORTLIB, node, "`runpy.run_path` runs a file that cannot be checked statically",
-                        severity="warning", target=q)
+            self.report(IMPORTLIB, node, "`runpy.run_path` runs a file that cannot be checked statically "
+                        "(fail closed: code the scan cannot read cannot be shown not to escape)", target=q)
+            return True
+        if q in _FUNCTION_MAKERS:
+            globs = _arg(node, 1, "globals")
+            ns = self.resolve(globs, scope) if globs is not None else None
+            if self.foreign(ns) and ns is not None:
+                self.report(DYNAMIC_CODE, node, f"`{q}` makes a function whose code runs in the namespace "
+                            f"`{ns.qualname}` of a module outside the contribution: its global stores write "
+                            "that module", target=ns.qualname)
+            return True
+        if q in _ANNOTATION_EVALUATORS:
+            self._check_annotation_eval(node, q, scope)
             return True
         return False
+
+    def _check_annotation_eval(self, node: ast.Call, q: str, scope: _Scope) -> None:
+        """`typing.get_type_hints(f)` evaluates f's string annotations as code: one that is more than a type
+        expression (a call, a walrus, a lambda) runs code the scan does not see as code (fail closed)."""
+        first = _arg(node, 0, "obj")
+        ref = self.resolve(first, scope) if first is not None else None
+        if ref is None or ref.origin != "own":
+            return
+        anns: list[ast.expr] = []
+        for fn in self.functions.get(ref.qualname, []):
+            if not isinstance(fn.node, ast.Lambda):
+                a = fn.node.args
+                anns += [x.annotation for x in [*a.posonlyargs, *a.args, *a.kwonlyargs,
+                                                *(v for v in (a.vararg, a.kwarg) if v is not None)]
+                         if x.annotation is not None]
+                anns += [fn.node.returns] if fn.node.returns is not None else []
+        for c_node, _ in self.classes.get(ref.qualname, []):
+            anns += [st.annotation for st in c_node.body if isinstance(st, ast.AnnAssign)]
+        for ann in anns:
+            if not (isinstance(ann, ast.Constant) and isinstance(ann.value, str)):
+                continue
+            try:
+                parsed = ast.parse(ann.value, mode="eval")
+            except (SyntaxError, ValueError, RecursionError):
+                continue  # get_type_hints raises on it: nothing runs
+            if any(isinstance(n, _CODE_NODES) for n in ast.walk(parsed)):
+                self.report(DYNAMIC_CODE, node, f"`{q}` evaluates the string annotation {ann.value!r}, which "
+                            "is code, not a type: what it runs cannot be checked", target=q)
+                return
 
     def _check_dynamic_code(self, node: ast.Call, q: str, scope: _Scope) -> None:
         fn = q.split(".")[-1]
@@ -220,6 +260,24 @@ class DynamicCodeChecks(CheckBase):
         self.report(GLOBAL_STATE, node, f"creates a class with {shown} from computed "
                     "bases: the scan cannot tell whether a base registers its subclasses in a shared "
                     "registry (write a class statement, or list the bases literally)", target=q)
+
+
+# make a function from a code object and a globals namespace
+_FUNCTION_MAKERS = frozenset({"types.FunctionType", "types.LambdaType"})
+# evaluate string annotations
+_ANNOTATION_EVALUATORS = frozenset({"typing.get_type_hints", "typing_extensions.get_type_hints",
+                                    "inspect.get_annotations", "annotationlib.get_annotations"})
+# nodes that run code when a string annotation is evaluated
+_CODE_NODES = (ast.Call, ast.NamedExpr, ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp,
+               ast.Await, ast.Yield, ast.YieldFrom)
+# the `code` module: its interpreters compile and run source text
+_CODE_RUNNERS = ("code.interact", "code.InteractiveInterpreter.", "code.InteractiveConsole.",
+                 "code.compile_command")
+
+
+def runs_source_text(name: str) -> bool:
+    """A `code` module entry point that runs source text (`code.InteractiveInterpreter().runsource(s)`)."""
+    return name.startswith(_CODE_RUNNERS) and not name.endswith((".__init__", "Interpreter", "Console"))
 
 
 def _names_bound(src: str) -> list[str]:

@@ -15,6 +15,7 @@ from fasttrack.confinement.escapes.common import (
     _arg,
     _dotted_literal,
     _matches,
+    _namespace_of,
     state_like_receiver,
 )
 from fasttrack.confinement.escapes.scope import (
@@ -160,7 +161,8 @@ class MonkeypatchChecks(CheckBase):
                         "(wrap or subclass it instead)", target=f"<parameter>.{node.attr}")
             return
         if base.origin == "param":
-            self._record_param_write(base, node)
+            if not self._engine_instance_patch(node.value, node.attr, node, scope, verb):
+                self._record_param_write(base, node)
             return
         if base.elements and not self.foreign(base) and base.qualname not in (_COPY, _PARTIAL):
             base = base.elements[0]
@@ -177,6 +179,22 @@ class MonkeypatchChecks(CheckBase):
             return
         self._report_write(node, f"{base.qualname}.{node.attr}", verb, MONKEYPATCH, import_time,
                            "attribute assignment" if verb == "assigns" else "del")
+
+    def _engine_instance_patch(self, obj: ast.expr | None, attr: str, node: ast.AST, scope: _Scope,
+                               verb: str) -> bool:
+        """`layer.forward = f` (also through `layer.__dict__[...]`, `setattr`, `object.__setattr__`) where
+        `layer` is a parameter annotated with an engine class: the engine's own instance (the model did not
+        make it) gets new behaviour for every caller; reported (True) when `attr` is behaviour, not data."""
+        if obj is None:
+            return False
+        cls = self.engine_instance_class(self.resolve(obj, scope))
+        if cls is None or not (attr == "*" or self.engine_method_name(cls, attr)):
+            return False
+        self.report(MONKEYPATCH, node, f"{verb} `{attr}` on an instance of the engine's `{cls}` the function "
+                    "was given: a per-instance patch of an object the engine owns (and hands to others) "
+                    "changes the engine's behaviour; subclass or wrap it in the model's own layer instead",
+                    target=f"{cls}.{attr}")
+        return True
 
     def _check_aug_name(self, node: ast.AugAssign, scope: _Scope, import_time: bool) -> None:
         """`NAME += v` / `NAME |= v` on a name bound to an imported object: a list's, dict's or set's
@@ -200,7 +218,10 @@ class MonkeypatchChecks(CheckBase):
             self._unresolved_write(node, "writes an item", MONKEYPATCH)
             return
         if base.origin == "param":
-            self._record_param_write(base, node)
+            owner = _namespace_of(node.value)
+            item = _dotted_literal(node.slice) or "*"
+            if owner is None or not self._engine_instance_patch(owner, item, node, scope, "writes"):
+                self._record_param_write(base, node)
             return
         if not self.foreign(base):
             verb = "deletes an item of" if isinstance(node.ctx, ast.Del) else "writes an item of"
@@ -295,7 +316,8 @@ class MonkeypatchChecks(CheckBase):
             self._unresolved_write(node, f"{fn}()", SETATTR)
             return
         if obj.origin == "param":
-            self._record_param_write(obj, node)
+            if not self._engine_instance_patch(first, name, node, scope, verb):
+                self._record_param_write(obj, node)
             return
         self._own_import_write(obj, SETATTR, f".{name}", f"{verb} `{name}` by `{fn}()` on", node)
         if fn == "setattr":
@@ -320,6 +342,9 @@ class MonkeypatchChecks(CheckBase):
             first = _arg(node, 0)
             obj = self.resolve(first, scope) if first is not None else None
             name = _dotted_literal(_arg(node, 1)) or "*"
+            if obj is not None and obj.origin == "param" and \
+                    self._engine_instance_patch(first, name, node, scope, "sets"):
+                return
         else:
             obj = _Ref("import", receiver)
             name = _dotted_literal(_arg(node, 0)) or "*"

@@ -176,6 +176,15 @@ _COPY = "<shallow copy>"  # a local ref: `copy.copy(x)`, whose `elements` are wh
 _CLASS_OWN_DUNDERS = frozenset({"__dict__", "__name__", "__qualname__", "__module__", "__doc__", "__bases__",
                                 "__mro__", "__class__", "__subclasses__", "__base__", "__annotations__",
                                 "__slots__", "__weakref__", "__init_subclass__", "mro"})
+_BOUND = "<bound "  # + a foreign function's dotted name + ">": a method of it bound to a local object
+# callables registering a callback (at this position) called later with the arguments after it
+_DEFERRED_CALLERS = {"weakref.finalize": 1, "atexit.register": 0}
+_METHODCALLER = "<methodcaller "  # + the method's name + ">": operator.methodcaller(name)
+# callables returning (a wrapper whose attributes reach) the function they are given
+_RETURNS_ITS_FUNCTION = frozenset({"functools.lru_cache", "functools.cache", "builtins.staticmethod",
+                                   "builtins.classmethod"})
+# attributes of a function (or of its wrapper) that are the function
+_FUNCTION_ITSELF = frozenset({"__func__", "__wrapped__", "__call__"})
 _PARTIAL = "<partial>"  # functools.partial(f, *args): elements are its arguments; calling it may return them
 _OF_FOREIGN = "<made by "  # + a foreign callable's dotted name + ">": a local object a foreign call made
 _GENERATOR = "<generator of "  # + another own module's function + ">": what calling it makes
@@ -228,6 +237,14 @@ class CrossModules(Protocol):
     def instance_attribute(self, cls: str, attr: str, here: str | None) -> _Ref | None:
         """`obj.attr` for an instance of the own class `cls` of another module: the foreign object a property
         returns or a class attribute holds, or None."""
+
+    def raised(self, name: str, here: str | None) -> _Ref | None:
+        """The foreign object an exception raised in the own module `name` (or the module of the own name
+        `name`) carries, or None."""
+
+    def dunder_result(self, cls: str, names: tuple[str, ...], here: str | None) -> _Ref | None:
+        """The foreign object a dunder (the first of `names` defined) of another module's own class `cls`
+        returns for an instance, or None."""
 
     def callback_arguments(self, qualname: str, node: ast.Call, arg: ast.expr,
                            caller: tuple[Resolver, _Scope] | None = None) -> list[Passed]:
@@ -322,6 +339,8 @@ class Resolver:
         self._engine_params: dict[tuple[str, str], _Ref | None] = {}
         self.engine_param_why: dict[str, str] = {}  # parameter name -> why it is the engine's
         self._kept: list[ast.AST] = []  # parsed string annotations (memo keys are node ids: keep them alive)
+        self._dunders: dict[tuple[str, tuple[str, ...]], _Ref | None] = {}  # (class, dunders) -> result
+        self._entered_nodes: dict[int, ast.expr] = {}  # a context manager's node -> what entering it gives
 
     def is_own(self, qualname: str) -> bool:
         return any(qualname == p or qualname.startswith(p + ".") for p in self.own_packages)
@@ -665,13 +684,22 @@ class Resolver:
         self._push([*(i.context_expr for i in node.items), *node.body], scope, import_time)
 
     def _entered(self, cm: ast.expr) -> ast.expr:
+        got = self._entered_nodes.get(id(cm))
+        if got is None:
+            got = self._entered_nodes[id(cm)] = self._entered_uncached(cm)
+        return got
+
+    def _entered_uncached(self, cm: ast.expr) -> ast.expr:
         """What `with cm as x` binds x to: `cm.__enter__()`, which the scan cannot see. The usual answers are
         cm itself (a lock, a file, a pool) or an argument of the call that made it (`closing(obj)`,
         `nullcontext(enter_result=obj)`), so x is judged as any of them (fail closed)."""
+        enters = [ast.Call(func=ast.Attribute(value=cm, attr=name, ctx=ast.Load()), args=[], keywords=[])
+                  for name in ("__enter__", "__aenter__")]  # an own class's enter method: what it returns
         if not isinstance(cm, ast.Call):
-            return cm
-        parts = [cm, *(a.value if isinstance(a, ast.Starred) else a for a in cm.args),
-                 *(k.value for k in cm.keywords)]
+            parts = [cm, *enters]
+        else:
+            parts = [cm, *(a.value if isinstance(a, ast.Starred) else a for a in cm.args),
+                     *(k.value for k in cm.keywords), *enters]
         anyof = ast.BoolOp(op=ast.Or(), values=parts)  # resolves to the first foreign one (or cm's own)
         self._kept.append(anyof)  # memo keys are node ids: keep it alive
         return anyof
@@ -705,6 +733,19 @@ class Resolver:
                 whole = sub is case.pattern and isinstance(sub, ast.MatchAs)
                 value = _Alias(node.subject, scope) if whole else _Elem(node.subject, scope)
                 self._bind_name(scope, name, value, sub)
+            for sub in ast.walk(case.pattern):
+                if not isinstance(sub, ast.MatchClass):
+                    continue
+                # `case Cls(forward=fw)`: fw is the subject's attribute (the subject itself, or an element of
+                # it for a nested class pattern)
+                top = sub is case.pattern or (isinstance(case.pattern, ast.MatchAs) and
+                                              sub is case.pattern.pattern)
+                subject = node.subject if top else self._element_node(node.subject)
+                for attr, kp in zip(sub.kwd_attrs, sub.kwd_patterns, strict=False):
+                    if isinstance(kp, ast.MatchAs) and kp.pattern is None and kp.name and subject is not None:
+                        held = ast.Attribute(value=subject, attr=attr, ctx=ast.Load())
+                        self._kept.append(held)
+                        self._bind_name(scope, kp.name, _Alias(held, scope), kp)
         self._push_children(node, scope, import_time)
 
     def _b_if(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
@@ -845,7 +886,21 @@ class Resolver:
 
     def _raised_ref(self) -> _Ref:
         """What `except ... as e` binds: any exception this file raises, with the objects it carries (its
-        arguments); one carrying an engine object is that object (fail closed)."""
+        arguments), or one the contribution's other modules it imports raise; one carrying an engine
+        object is that object (fail closed)."""
+        own = self.own_raised_ref()
+        if own is not None:
+            return own
+        if self.cross is not None:
+            for name in sorted(self.facts.imports):
+                if self.is_own(name):
+                    t = self.tainted(self.cross.raised(name, self.module))
+                    if t is not None:
+                        return t
+        return self._handed_on_sends(True) or _LOCAL_REF
+
+    def own_raised_ref(self) -> _Ref | None:
+        """The foreign object an exception this file raises carries, or None."""
         for exc, scope in self.raised:
             parts = [a.value if isinstance(a, ast.Starred) else a for a in exc.args] + \
                 [k.value for k in exc.keywords] if isinstance(exc, ast.Call) else [exc]
@@ -853,7 +908,7 @@ class Resolver:
                 t = self.tainted(self.resolve(part, scope))
                 if t is not None:
                     return t
-        return self._handed_on_sends(True) or _LOCAL_REF
+        return None
 
     def _b_raise(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
         assert isinstance(node, ast.Raise)
@@ -1262,8 +1317,36 @@ class Resolver:
                         out.append(r.qualname)
         return out
 
-    def _engine_annotation(self, ann: ast.expr, scope: _Scope, depth: int = 0) -> str | None:
-        """The engine type (`engine_parameter_types`) any part of an annotation names, or None:
+    def engine_instance_class(self, ref: _Ref | None) -> str | None:
+        """The engine class (under `hidden_import_roots`) a parameter of model code is annotated with
+        (`def f(layer: RowParallelLinear)`): the function is given an instance the engine owns, not one the
+        model made, so a per-instance patch or hook on it changes the engine's behaviour. None otherwise."""
+        if ref is None or ref.origin != "param" or not self.model_code:
+            return None
+        key, _, name = ref.qualname.rpartition(_SEP)
+        roots = [f"{r}.*" for r in self.settings.hidden_import_roots]
+        for fn in self.functions.get(key, []):
+            args = fn.node.args
+            node = next((a for a in [*args.posonlyargs, *args.args, *args.kwonlyargs] if a.arg == name), None)
+            if node is not None and node.annotation is not None:
+                hit = self._engine_annotation(node.annotation, fn.scope.parent or self.module_scope,
+                                              types=roots)
+                if hit is not None:
+                    return hit
+        return None
+
+    def engine_method_name(self, cls: str, attr: str) -> bool:
+        """Whether `attr` names behaviour of the engine class `cls` (a method its source defines, `forward`
+        and its dispatch attribute, a dunder) rather than data an instance holds."""
+        if attr in ("forward", "_forward_method") or attr.startswith("forward_") or \
+                (attr.startswith("__") and attr.endswith("__")):
+            return True
+        params = self.signatures(cls, attr) if self.signatures is not None else ()
+        return params is not None and params != ()
+
+    def _engine_annotation(self, ann: ast.expr, scope: _Scope, depth: int = 0,
+                           types: Sequence[str] | None = None) -> str | None:
+        """The engine type (`engine_parameter_types`, or `types`) any part of an annotation names, or None:
         `VllmConfig`, `VllmConfig | None`, `Optional["VllmConfig"]`, `"config.ModelConfig"`."""
         if depth > 6:
             return None
@@ -1273,21 +1356,21 @@ class Resolver:
             except (SyntaxError, ValueError, RecursionError):
                 return None
             self._kept.append(parsed)
-            return self._engine_annotation(parsed, scope, depth + 1)
+            return self._engine_annotation(parsed, scope, depth + 1, types)
         if isinstance(ann, ast.BinOp):
-            return self._engine_annotation(ann.left, scope, depth + 1) or \
-                self._engine_annotation(ann.right, scope, depth + 1)
+            return self._engine_annotation(ann.left, scope, depth + 1, types) or \
+                self._engine_annotation(ann.right, scope, depth + 1, types)
         if isinstance(ann, ast.Subscript):
             parts = ann.slice.elts if isinstance(ann.slice, ast.Tuple) else [ann.slice]
             for part in [ann.value, *parts]:
-                hit = self._engine_annotation(part, scope, depth + 1)
+                hit = self._engine_annotation(part, scope, depth + 1, types)
                 if hit is not None:
                     return hit
             return None
         if isinstance(ann, ast.Name | ast.Attribute):
             ref = self.resolve(ann, scope)
             if self.foreign(ref) and ref is not None and \
-                    _matches(ref.qualname, self.settings.engine_parameter_types):
+                    _matches(ref.qualname, self.settings.engine_parameter_types if types is None else types):
                 return ref.qualname
         return None
 
@@ -1321,6 +1404,9 @@ class Resolver:
             return None
         if self.foreign(ref):
             return _Ref("import", f"{ref.qualname}[*]")
+        got = self._dunder_result(ref, ["__iter__", "__next__", "__getitem__"])
+        if got is not None:
+            return got
         if ref.elements:
             return ref.elements[0]
         if ref.origin == "param":
@@ -1351,6 +1437,13 @@ class Resolver:
                 return _Ref("import", f"<{node.attr} of {base.qualname or 'a local object'}>")
             if node.attr == "__class__" and base.origin == "param":
                 return _Ref("classof", "<class of a parameter>")
+            if node.attr == "__func__" and base.origin == "param":
+                cls = self.engine_instance_class(base)
+                if cls is not None:  # layer.forward.__func__: the engine class's function
+                    method = node.value.attr if isinstance(node.value, ast.Attribute) else "<a method>"
+                    return _Ref("import", f"{cls}.{method}")
+            if node.attr == "__func__" and base.origin == "local" and base.qualname.startswith(_BOUND):
+                return _Ref("import", base.qualname[len(_BOUND):-1])  # Engine().forward.__func__
             if base.origin == "param":
                 # an attribute some store of this file put an engine object in (`c.t = Engine` then
                 # `def h(c): c.t.forward = f`): that object, whatever the parameter is (fail closed)
@@ -1385,15 +1478,31 @@ class Resolver:
                     keys = self._method_keys(cls, [node.attr])
                     if keys:
                         return self._method_value(keys[0])
+                    fields = (f"<field {node.attr}>", "<field *>")
+                    field = next((e.elements[0] for e in base.elements
+                                  if e.qualname in fields and e.elements), None)
+                    if field is not None:
+                        return field  # C(Engine).a of an own dataclass
                     # an instance of another own module's class: what that class's attribute (or a
                     # property of it) is
                     held = self.cross.instance_attribute(cls, node.attr, self.module) if self.cross else None
                     if held is not None:
                         return held
+                    got = self._dunder_result(base, ["__getattribute__", "__getattr__"]) or \
+                        self._descriptor_result(node.attr)
+                    if got is not None:
+                        return got
+                if base.qualname.startswith(_OF_FOREIGN):  # Engine().forward: a method bound to it
+                    return _Ref("local", f"{_BOUND}{base.qualname[len(_OF_FOREIGN):-1]}.{node.attr}>")
                 return _LOCAL_REF
             member = self._this_module_member(base, node.attr)
             if member is not None:
                 return member
+            if base.origin == "own" and base.qualname in self.functions:
+                if node.attr in _FUNCTION_ITSELF:
+                    return base  # staticmethod(f).__func__, f.__call__, lru_cache(f).__wrapped__: f
+                if node.attr in ("__defaults__", "__kwdefaults__"):
+                    return self._defaults(base.qualname)
             if base.origin == "own" and (base.qualname in self.classes or
                                          base.qualname.rpartition(".")[0] in self.classes):
                 # a class attribute holding an engine object (also of a nested class: `H.Inner.t`)
@@ -1409,6 +1518,9 @@ class Resolver:
                     inherited = self._inherited_engine_attr(base.qualname, node.attr)
                     if inherited is not None:
                         return inherited
+                    got = self._descriptor_result(node.attr)
+                    if got is not None:
+                        return got
             return _Ref(base.origin, f"{base.qualname}.{node.attr}")
         if isinstance(node, ast.Subscript):
             base = self.resolve(node.value, scope)
@@ -1431,6 +1543,10 @@ class Resolver:
                 return _Ref("import", "sys.modules[*]")
             if base.origin == "param":
                 return base
+            dunder = "__class_getitem__" if base.origin == "own" else "__getitem__"
+            got = self._dunder_result(base, [dunder])
+            if got is not None:
+                return got
             if base.origin == "local":
                 if base.elements:
                     return base.elements[0]
@@ -1489,6 +1605,9 @@ class Resolver:
                 t = self.tainted(self._own_return(node, key, scope))
                 if t is not None:
                     return t
+        if isinstance(node.func, ast.Attribute) and node.args and \
+                node.func.attr in ("enter_context", "enter_async_context"):  # ExitStack().enter_context(cm)
+            return self.resolve(self._entered(node.args[0]), scope) or _LOCAL_REF
         if callee is not None and callee.origin == "local" and callee.qualname == _PARTIAL:
             # a partial's call hands its bound arguments to the function, which may return one (fail closed)
             func = callee.elements[0] if callee.elements else _LOCAL_REF
@@ -1505,10 +1624,15 @@ class Resolver:
                 returned = self.cross.call(f"{cls}.{node.func.attr}", node, scope, self)
                 if returned is not None:
                     return returned
+        got = self._dunder_result(callee, ["__call__"]) if callee is not None and callee.origin == "local" \
+            else None
+        if got is not None:
+            return got  # an own instance's __call__
         if callee is not None and callee.origin == "own" and callee.qualname in self.classes:
             if self._is_thread_class(callee.qualname):
                 return _THREAD_REF
-            return _Ref("local", f"{_INSTANCE}{callee.qualname}>")
+            fields = self._record_fields(callee.qualname, node, scope)
+            return _Ref("local", f"{_INSTANCE}{callee.qualname}>", fields)
         if callee is not None and callee.origin == "own":
             return self._own_return(node, callee.qualname, scope)
         if callee is not None and callee.origin in ("local", "param") and \
@@ -1518,6 +1642,15 @@ class Resolver:
                 if node.func.attr == "copy":  # a new container (its items are the original's objects)
                     return _Ref("local", _COPY, base.elements or (base,))
                 return base  # d.values() / d.get(k) of a container holding foreign objects
+        if callee is not None and callee.origin == "local" and callee.qualname in (
+                f"{_OF_FOREIGN}collections.namedtuple>", f"{_OF_FOREIGN}typing.NamedTuple>"):
+            held = self._container([*node.args, *(k.value for k in node.keywords)], scope)  # N(Engine).a
+            return _Ref("local", _NAMESPACE, held.elements) if held.elements else _LOCAL_REF
+        if callee is not None and callee.origin == "local" and callee.qualname.startswith(_METHODCALLER):
+            target = self.tainted(self.resolve(node.args[0], scope)) if node.args else None
+            if target is not None:  # methodcaller("mro")(Engine) is Engine.mro()
+                return _Ref("import", f"{target.qualname}.{callee.qualname[len(_METHODCALLER):-1]}()")
+            return _LOCAL_REF
         if callee is None or callee.origin != "import":
             return _LOCAL_REF
         q = callee.qualname
@@ -1528,10 +1661,27 @@ class Resolver:
         first = _arg(node, 0, "name", "o", "object")
         if q.startswith("<"):
             return _Ref("import", f"{q}()")  # called through __subclasses__, __globals__, ...
+        if q.endswith(".__get__"):
+            return _Ref("local", f"{_BOUND}{q.removesuffix('.__get__')}>")  # Engine.forward.__get__(o)
         if q in _EVERYTHING_CALLS or q.rsplit(".", 1)[-1] in ("__subclasses__", "mro"):
             return _Ref("import", f"{q}()")
         if _matches(q, self.settings.engine_accessors):
             return _Ref("import", f"{q}()")  # the engine's own object (its config, forward context, groups)
+        if q in _RETURNS_ITS_FUNCTION and node.args:
+            return self.resolve(node.args[0], scope) or _LOCAL_REF  # lru_cache(f), staticmethod(f): f
+        if q == "inspect.getmro" and first is not None:
+            base = self.resolve(first, scope)
+            if base is not None:
+                return _Ref("import", f"<__mro__ of {base.qualname or 'a local object'}>")  # is `X.__mro__`
+        if q == "operator.methodcaller" and node.args:
+            name = _dotted_literal(node.args[0])
+            return _Ref("local", f"{_METHODCALLER}{name or '*'}>")
+        if q in ("copy.copy", "copy.deepcopy") and first is not None:
+            same = self.tainted(self.resolve(first, scope))
+            last = same.qualname.rpartition(".")[2] if same is not None else ""
+            if same is not None and not same.elements and not any(c in same.qualname for c in "([<~") and \
+                    not last.isupper():  # (an ALL_CAPS module constant is an object: copied)
+                return same  # a copy of a class or function is the object itself
         if q == "copy.copy" and first is not None:
             # a new object (writes to it are the copy's) whose attributes and items are the original's
             return _Ref("local", _COPY, self._container([first], scope).elements)
@@ -1634,12 +1784,15 @@ class Resolver:
             return _Ref("local", f"{_OF_FOREIGN}{q}>")  # `Engine()`: local, but its class is the engine's
         return _LOCAL_REF
 
-    @staticmethod
-    def _class_of_local(base: _Ref | None) -> _Ref:
+    def _class_of_local(self, base: _Ref | None) -> _Ref:
         """`type(x)` / `x.__class__` of a local object: the foreign class (or what the foreign callable)
-        that made it (`x = Engine()`), else a class that cannot be checked."""
+        that made it (`x = Engine()`), a foreign class some store of this file swapped in (`o.__class__ =
+        Engine`, receiver-insensitive: fail closed), else a class that cannot be checked."""
         if base is not None and base.qualname.startswith(_OF_FOREIGN):
             return _Ref("import", base.qualname[len(_OF_FOREIGN):-1])
+        swapped = self._stored_attr("__class__")
+        if swapped is not None:
+            return swapped
         return _Ref("classof", "<class of a local object>")
 
     def _method_value(self, key: str) -> _Ref:
@@ -1768,6 +1921,91 @@ class Resolver:
             found = [f"{c}.{name}" for c in self._own_bases(cls) if f"{c}.{name}" in self.functions]
             out += found[:1]
         return out
+
+    def _dunder_result(self, ref: _Ref | None, names: Sequence[str]) -> _Ref | None:
+        """The foreign object an own class's dunder (`__getattr__`, `__iter__`, `__call__`, ...) returns or
+        yields, for an instance of it (or, for `__class_getitem__`, the class itself), or None. Fail closed:
+        any of its returns, whatever the arguments (an own class whose dunder hands out an engine object
+        makes every such result that object)."""
+        if ref is None:
+            return None
+        if ref.origin == "local" and ref.qualname.startswith(_INSTANCE):
+            cls = ref.qualname[len(_INSTANCE):-1]
+        elif ref.origin == "own" and ref.qualname in self.classes:
+            cls = ref.qualname
+        else:
+            return None
+        if cls not in self.classes:  # a class of another own module: its dunder there
+            cross = self.cross
+            return cross.dunder_result(cls, tuple(names), self.module) if cross is not None else None
+        memo = (cls, tuple(names))
+        if memo not in self._dunders:
+            self._dunders[memo] = None  # a cycle: no information
+            self._dunders[memo] = self._dunder_result_uncached(cls, names)
+        return self._dunders[memo]
+
+    def _dunder_result_uncached(self, cls: str, names: Sequence[str]) -> _Ref | None:
+        keys = self._method_keys(cls, names)
+        bases = set(self._own_bases(cls))
+        for where, attr, value, scope in self.installs:  # `__getattr__ = lambda self, n: E` in a class body
+            if isinstance(where, str) and where in bases and attr in names:
+                key = self._function_key_of(value, scope)
+                if key is not None:
+                    keys.append(key)
+        for key in keys:
+            for fn in self.functions.get(key, []):
+                for value in fn.returns():
+                    t = self.tainted(self.resolve(value, fn.scope))
+                    if t is not None:
+                        return t
+        return None
+
+    def _defaults(self, key: str) -> _Ref:
+        """`f.__defaults__` / `f.__kwdefaults__` of an own function: a container of its default values."""
+        held: list[_Ref] = []
+        for fn in self.functions.get(key, []):
+            outer = fn.scope.parent or self.module_scope  # defaults are evaluated where the def is
+            args = fn.node.args
+            held += self._container([*args.defaults, *args.kw_defaults], outer).elements
+        return _Ref("local", "<container>", tuple(held)) if held else _LOCAL_REF
+
+    def _record_fields(self, cls: str, node: ast.Call, scope: _Scope) -> tuple[_Ref, ...]:
+        """The foreign arguments of a call making an own dataclass / NamedTuple instance, as `<field f>`
+        markers (`C(Engine).a` is the engine's object); a positional argument past the fields read here
+        (inherited ones) marks `<field *>` (fail closed)."""
+        if not self._is_record_class(cls):
+            return ()
+        fields = [st.target.id for c_node, _ in self.classes.get(cls, [])[:1] for st in c_node.body
+                  if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)]
+        out: list[_Ref] = []
+        named = [(fields[i] if i < len(fields) else "*", a) for i, a in enumerate(node.args)] + \
+            [(k.arg or "*", k.value) for k in node.keywords]
+        for name, value in named:
+            t = self.tainted(self.resolve(value.value if isinstance(value, ast.Starred) else value, scope))
+            if t is not None:
+                out.append(_Ref("local", f"<field {'*' if isinstance(value, ast.Starred) else name}>", (t,)))
+        return tuple(out)
+
+    def _is_record_class(self, cls: str) -> bool:
+        """A class whose constructor stores its arguments as attributes: a dataclass (or attrs / pydantic
+        one) or a `typing.NamedTuple`."""
+        for c_node, outer in self.classes.get(cls, []):
+            for d in [*c_node.decorator_list, *c_node.bases]:
+                r = self.resolve(d.func if isinstance(d, ast.Call) else d, outer)
+                name = r.qualname.rsplit(".", 1)[-1] if r is not None else ""
+                if name in ("dataclass", "define", "frozen", "attrs", "s", "NamedTuple", "BaseModel"):
+                    return True
+        return False
+
+    def _descriptor_result(self, attr: str) -> _Ref | None:
+        """`x.<attr>` where a class body binds `<attr>` to an instance of an own descriptor class: what its
+        `__get__` returns, when that is a foreign object (receiver-insensitive: fail closed)."""
+        for value, scope, setter in self.attr_stores.get(attr, []):
+            if setter is None:
+                t = self._dunder_result(self.resolve(value, scope), ["__get__"])
+                if t is not None:
+                    return t
+        return None
 
     def _enclosing_class(self, scope: _Scope) -> str | None:
         s: _Scope | None = scope
@@ -1900,7 +2138,23 @@ class Resolver:
                     if r is not None and r.origin == "param" and r.qualname in names:
                         out.append((tuple(passed(a) for a in inner.args),
                                     {k.arg or "*": passed(k.value) for k in inner.keywords}))
+                        continue
+                deferred = self._deferred_call(inner, fn.scope) if isinstance(inner, ast.Call) else None
+                if deferred is not None:  # weakref.finalize(obj, cb, *args) calls cb(*args) later
+                    r = self.resolve(deferred[0], fn.scope)
+                    if r is not None and r.origin == "param" and r.qualname in names:
+                        out.append((tuple(passed(a) for a in deferred[1]), {}))
         return out
+
+    def _deferred_call(self, node: ast.Call, scope: _Scope) -> tuple[ast.expr, list[ast.expr]] | None:
+        """A call registering a callback the interpreter calls later with the given arguments: the callback
+        and those arguments (`weakref.finalize(obj, cb, *args)`, `atexit.register(cb, *args)`)."""
+        callee = self.resolve(node.func, scope)
+        at = _DEFERRED_CALLERS.get(callee.qualname) if callee is not None and callee.origin == "import" \
+            else None
+        if at is None or len(node.args) <= at:
+            return None
+        return node.args[at], list(node.args[at + 1:])
 
     def _own_return(self, node: ast.Call, key: str, scope: _Scope) -> _Ref:
         """What a call to an own function returns: a foreign object it returns (or the foreign argument

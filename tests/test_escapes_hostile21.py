@@ -727,17 +727,9 @@ OPEN: dict[str, str] = {
     "typing-get-type-hints-eval":
         "typing.get_type_hints evaluates string annotations (a setattr on an engine "
                                   "class): no finding",
-    "sys-argv-append": "sys.argv mutated in place (append) is not a finding",
     "torch-hook-on-engine-instance":
         "register_forward_pre_hook on an engine layer instance (parameter annotated "
                                      "with an engine class) is not a finding",
-    "torch-function-mode-entered":
-        "a TorchFunctionMode __enter__()'d at import, never exited (a process-wide "
-                                   "mode): no finding",
-    "torch-dispatch-mode-entered": "a TorchDispatchMode __enter__()'d at import, never exited: no finding",
-    "torch-save": "torch.save to an outside path writes a file: no finding (open() is one)",
-    "multiprocessing-process": "multiprocessing.Process(...).start() starts a process: no finding "
-                               "(subprocess.Popen is one)",
     "engine-instance-forward-patch":
         "forward replaced on an engine layer instance received as a parameter (layer: L); a __class__ swap "
         "is caught",
@@ -750,20 +742,6 @@ OPEN: dict[str, str] = {
         "spec_from_file_location + loader.exec_module runs a file: only a warning (FT126)",
     "code-interact":
         "code.InteractiveInterpreter().runsource(text) runs source text: no finding (exec is one)",
-    "transformers-verbosity":
-        "transformers.logging.set_verbosity_error() (a process-wide logger level): no finding",
-    "torch-fx-side-effect":
-        "torch.fx.node.has_side_effect(fn) adds to fx's global side-effect set: no finding",
-    "io-fileio": "io.FileIO(path, 'w') opens a file for writing: no finding (open() is one)",
-    "path-open-write": "pathlib.Path(p).open('w'): no finding (Path.write_text is one)",
-    "sqlite-connect": "sqlite3.connect(path) creates/writes a file: no finding",
-    "numpy-save": "numpy.save(path, ...) writes a file: no finding",
-    "zipfile-write": "zipfile.ZipFile(path, 'w') writes a file: no finding",
-    "tempfile-mkstemp": "tempfile.mkstemp() creates a file in the shared temp dir: no finding",
-    "safetensors-save": "safetensors.torch.save_file(d, path) writes a file: no finding",
-    "asyncio-subprocess":
-        "asyncio.create_subprocess_exec starts a process: no finding (subprocess.Popen is one)",
-    "mp-pool": "multiprocessing.Pool(2) starts worker processes: no finding",
     "namedtuple-field": "an engine class held by an own namedtuple instance (N(E).a) is not followed",
     "own-dataclass-positional":
         "an engine class passed to an own dataclass's constructor (C(E).a) is not followed",
@@ -894,6 +872,24 @@ def cm():
     yield Own
 with cm() as c:
     c.x = 1
+import multiprocessing
+import sqlite3
+import sys
+import zipfile
+import numpy as np
+multiprocessing.cpu_count()
+sqlite3.connect(':memory:')
+zipfile.ZipFile('/etc/hostname')
+pathlib.Path('/etc/hostname').open()
+pathlib.Path('/etc/hostname').open('rb')
+np.save(buf, np.zeros(1))
+'--x' in sys.argv
+class Plain:
+    def __enter__(self):
+        return self
+    def __exit__(self, *a):
+        return False
+Plain().__enter__()
 """
 OPEN_FALSE_POSITIVES: dict[str, str] = {}
 

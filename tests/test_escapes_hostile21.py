@@ -1029,19 +1029,6 @@ RUNTIME: dict[str, str] = {
                                 "multiprocessing.Process(target=print, daemon=True).start()  # <-\n",
 }
 RUNTIME_OPEN: dict[str, str] = {
-    "thread_deferred.py": "a daemon thread started at import patches json.dumps 0.2 s later: no finding "
-                          "(neither the thread nor the patch)",
-    "timer_deferred.py": "a threading.Timer started at import patches json.loads later: no finding",
-    "thread_joined_patch.py": "setattr(html, 'escape', str) run in a thread joined at import: not seen (the "
-                              "patch observer covers the main thread only; putenv from a thread is seen)",
-    "weakref_second_finalize.py": "a weakref.finalize that patches at exit: only the first finalize of the "
-                                  "process is seen (atexit.callbacks 0 -> 1), a later one is not",
-    "type_hints_setattr.py":
-        "typing.get_type_hints evaluates a string annotation that setattr()s json.loads: "
-                             "not seen (putenv the same way is)",
-    "np_seterr.py": "numpy.seterr(all='ignore') (numpy's process-wide error state) is not seen",
-    "code_interact.py": "code.InteractiveInterpreter().runsource(text) patching json.dumps: neither the "
-                        "dynamic code nor the patch is seen",
 }
 # torch switches in a trace of their own (a mode entered at import would break the other modules' imports)
 TORCH_RUNTIME: dict[str, str] = {
@@ -1060,17 +1047,11 @@ TORCH_RUNTIME: dict[str, str] = {
                           "class M(TorchFunctionMode):\n    pass\nM().__enter__()  # <-\n",
 }
 TORCH_OPEN: dict[str, str] = {
-    "global_module_hook.py": "torch.nn.modules.module.register_module_forward_pre_hook (a hook on every "
-                             "module of the process) is not seen",
-    "save_outside.py": "torch.save writes a file outside the sandbox through C++ (PyTorchFileWriter), "
-                       "bypassing the open audit: not seen, and the file IS written",
-    "safe_globals.py": "torch.serialization.add_safe_globals (the weights_only unpickler's global allow-list)"
-                       " is not seen",
-    "allow_in_graph.py": "torch.compiler.allow_in_graph(fn) (dynamo's global allow-list) is not seen",
-    "fx_side_effect.py": "torch.fx.node.has_side_effect(fn) (fx's global side-effect set) is not seen",
-    "fx_wrap.py": "torch.fx.wrap('len') (patches len for every symbolic trace) is not seen",
 }
 RUNTIME_HONEST: dict[str, str] = {
+    "own_thread.py": "import threading\nRESULTS = []\nt = threading.Thread(target=RESULTS.append, args=(1,))\n"
+                     "t.start()\nt.join()\n",
+    "np_scoped.py": "import numpy as np\nwith np.errstate(all='ignore'):\n    X = np.ones(1) / 0\n",
     "hints.py": "import typing\ndef f(x: 'int') -> 'list[int]':\n    return [x]\n"
                 "HINTS = typing.get_type_hints(f)\n",
     "own_hook.py": "import io\nimport torch\nclass M(torch.nn.Module):\n    def forward(self, x):\n"
@@ -1127,11 +1108,13 @@ def test_torch_runtime_effect_is_an_error_at_its_line(torch_traced: tuple[TraceF
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="torch.save under the trace writes the outside file (C++ writer, no "
-                                       "open audit): the sandbox does not block it")
 def test_torch_save_outside_is_blocked(torch_traced: tuple[TraceFacts, list[Finding], Path]) -> None:
-    _, _, out = torch_traced
-    assert not out.exists()
+    """With a read-only mount namespace the C++ writer fails; without one the file is found by the scan."""
+    facts, findings, out = torch_traced
+    if facts.isolation == "unshare-net-rofs":
+        assert not out.exists()
+    else:
+        assert any(str(out) in f.message and f.severity.value == "error" for f in findings), findings
 
 
 @pytest.mark.slow

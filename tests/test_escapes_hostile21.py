@@ -990,7 +990,8 @@ RUNTIME: dict[str, str] = {
     # (values differ from the other modules' writes to the same attribute: a second write of the same value
     # changes nothing, so there would be nothing to see)
     "thread_deferred.py": "import threading, time, json\ndef later():\n    time.sleep(0.2)\n"
-                          "    json.dumps = repr  # <-\nthreading.Thread(target=later, daemon=True).start()\n",
+                          "    json.dumps = repr  # <-\n"
+                          "threading.Thread(target=later, daemon=True).start()\n",
     "timer_deferred.py": "import threading, json\n"
                          "threading.Timer(0.1, setattr, (json, 'loads', str)).start()  # <-\n",
     "thread_joined_patch.py": "import threading, html\n"
@@ -1049,8 +1050,8 @@ TORCH_RUNTIME: dict[str, str] = {
 TORCH_OPEN: dict[str, str] = {
 }
 RUNTIME_HONEST: dict[str, str] = {
-    "own_thread.py": "import threading\nRESULTS = []\nt = threading.Thread(target=RESULTS.append, args=(1,))\n"
-                     "t.start()\nt.join()\n",
+    "own_thread.py": "import threading\nRESULTS = []\n"
+                     "t = threading.Thread(target=RESULTS.append, args=(1,))\nt.start()\nt.join()\n",
     "np_scoped.py": "import numpy as np\nwith np.errstate(all='ignore'):\n    X = np.ones(1) / 0\n",
     "hints.py": "import typing\ndef f(x: 'int') -> 'list[int]':\n    return [x]\n"
                 "HINTS = typing.get_type_hints(f)\n",

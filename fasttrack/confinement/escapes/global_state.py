@@ -148,8 +148,8 @@ class GlobalStateChecks(CheckBase):
         else:
             lit = next((m for m in map(_mode_like, node.args[:2]) if m is not None), "r")
         if lit is None or _writes(lit):
-            self.report(GLOBAL_STATE, node, f"calls `.open()` with mode {lit or '<computed>'!r}: writes to the "
-                        "file system, outside the contribution (a `.pth` or a module file changes every "
+            self.report(GLOBAL_STATE, node, f"calls `.open()` with mode {lit or '<computed>'!r}: writes to "
+                        "the file system, outside the contribution (a `.pth` or a module file changes every "
                         "process)", target=".open")
 
     def _check_writer_values(self, node: ast.Call, scope: _Scope) -> None:
@@ -207,8 +207,8 @@ class GlobalStateChecks(CheckBase):
             return True
         if _matches(q, s.file_writer_calls) and not _matches(q, s.allowed_global_calls) and \
                 not self._in_memory(node, scope):
-            self.report(GLOBAL_STATE, node, f"calls `{q}`, which writes a file to the destination it is given: "
-                        "model code may not write files (pass an `io.BytesIO()` made here to keep it in "
+            self.report(GLOBAL_STATE, node, f"calls `{q}`, which writes a file to the destination it is "
+                        "given: model code may not write files (pass an `io.BytesIO()` made here to keep it in "
                         "memory)", target=q)
             return True
         if _matches(q, s.allowed_global_calls) or not _matches(q, s.global_state_calls):

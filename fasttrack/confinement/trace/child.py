@@ -11,6 +11,7 @@ names the line after which each one changed.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib
 import json
 import os
@@ -404,10 +405,11 @@ def _watch_deferred(tracer: Tracer) -> None:
             tracer.exits.append((tracer.here(), self))
 
     _WRAPPED.update({init.__code__: "threading.Thread.__init__", start.__code__: "threading.Thread.start",
-                     register.__code__: "atexit.register", finalize_init.__code__: "weakref.finalize.__init__"})
-    threading.Thread.__init__ = init  # type: ignore[method-assign]
-    threading.Thread.start = start  # type: ignore[method-assign]
-    atexit.register = register
+                     register.__code__: "atexit.register",
+                     finalize_init.__code__: "weakref.finalize.__init__"})
+    threading.Thread.__init__ = init  # type: ignore[method-assign,assignment]
+    threading.Thread.start = start  # type: ignore[method-assign,assignment]
+    atexit.register = register  # type: ignore[assignment]
     weakref.finalize.__init__ = finalize_init  # type: ignore[method-assign]
 
 
@@ -425,10 +427,8 @@ def _settle(tracer: Tracer, before: set[int]) -> None:
     me = _CURRENT()
     for where, hook in list(tracer.exits):
         tracer.lasts[me] = where
-        try:
+        with contextlib.suppress(BaseException):  # a failing exit hook's effects still count
             hook()
-        except BaseException:  # an exit hook that fails is its own business: its effects still count
-            pass
         tracer.check()
     tracer.check()
 
@@ -592,7 +592,7 @@ def main(spec_path: str) -> None:
     _settle(tracer, threads_before)
     tracer.active = False
     sys.settrace(None)
-    threading.settrace(None)  # type: ignore[arg-type]
+    threading.settrace(None)
     tracer.busy = True
     if locate:
         for key in locate:

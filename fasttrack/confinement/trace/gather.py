@@ -97,11 +97,14 @@ def _line(value: object) -> int | None:
 
 
 def _bookkeeping(key: str, via: str) -> bool:
-    """A change a library function made to its own package's state while the contribution called it (a
-    cache, a counter); a change to another package's module (`typing.get_type_hints` evaluating text that
-    patches `json`) is the contribution's doing."""
+    """A change a library function made while the contribution called it that is its own bookkeeping: its
+    own package's state, or the contents of a table (a cache such as `inspect.modulesbyfile`). An attribute
+    of another package rebound (`typing.get_type_hints` evaluating text that patches `json.loads`) is the
+    contribution's doing."""
     if key.startswith("state:"):
         return False
+    if key.startswith("box:"):
+        return True
     module = key.split(":", 2)[1]
     return module.split(".")[0] == via.split(".")[0]
 
@@ -121,11 +124,10 @@ def _effects(events: list[dict[str, Any]], plan: TracePlan, located: dict[str, t
             what = _state_effect(ev, plan)
             if what is None:
                 continue
-            path, line = located.get(ev["key"], (None, None))
-            if (path, line) == _ABSORBED:
+            first = located.get(ev["key"], (None, None))
+            if first == _ABSORBED:
                 continue
-            for path, line, via in [(path, line, indirect.get(ev["key"], "")),
-                                    *(also or {}).get(ev["key"], [])]:
+            for path, line, via in [(*first, indirect.get(ev["key"], "")), *(also or {}).get(ev["key"], [])]:
                 if via and _bookkeeping(ev["key"], via) and not ev.get("own_value"):
                     continue  # a library function's own bookkeeping, not a patch by the PR
                 effects.append(Effect(kind=EffectKind.FOREIGN_STATE, target=_target(ev["key"]),
@@ -179,8 +181,8 @@ def _trace(plan: TracePlan, *, timeout: float, cancel: threading.Event | None,
                         located[e["key"]] = (e.get("path"), e.get("line"))
                         if e.get("indirect"):
                             indirect[e["key"]] = str(e["indirect"])
-                        also[e["key"]] = [(str(a[0]), _line(a[1]), str(a[2] or "")) for a in e.get("also") or []
-                                          if isinstance(a, list) and len(a) == 3]
+                        also[e["key"]] = [(str(a[0]), _line(a[1]), str(a[2] or ""))
+                                          for a in e.get("also") or [] if isinstance(a, list) and len(a) == 3]
                     elif e.get("absorbed"):
                         located[e["key"]] = _ABSORBED
     except TraceFailure as exc:

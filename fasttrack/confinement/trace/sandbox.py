@@ -373,7 +373,8 @@ def persist_scan(box: Path) -> dict[str, tuple[int, int, int]]:
     return seen
 
 
-def _scan_dir(path: str, depth: int, skip: str, seen: dict[str, tuple[int, int, int]], budget: list[int]) -> None:
+def _scan_dir(path: str, depth: int, skip: str, seen: dict[str, tuple[int, int, int]],
+              budget: list[int]) -> None:
     try:
         entries = list(os.scandir(path))
     except OSError:

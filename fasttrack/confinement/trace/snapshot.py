@@ -171,9 +171,10 @@ TORCH_REGISTRIES = (
         "forward_hooks_always_called", "forward_hooks_with_kwargs", "forward_pre_hooks",
         "is_full_backward_hook", "module_registration_hooks", "parameter_registration_hooks")),
     "torch.fx.node:_side_effectful_functions", "torch.fx._symbolic_trace:_wrapped_fns_to_patch",
-    "torch.fx._symbolic_trace:_wrapped_methods_to_patch", "torch._weights_only_unpickler:_marked_safe_globals_set",
-    "torch._weights_only_unpickler:_safe_globals", "torch._dynamo.trace_rules:_allowed_callable_ids",
-    "torch._dynamo.trace_rules:_disallowed_callable_ids", "torch._dynamo.trace_rules:_nonstrict_trace_callable_ids",
+    "torch.fx._symbolic_trace:_wrapped_methods_to_patch",
+    "torch._weights_only_unpickler:_marked_safe_globals_set", "torch._weights_only_unpickler:_safe_globals",
+    "torch._dynamo.trace_rules:_allowed_callable_ids", "torch._dynamo.trace_rules:_disallowed_callable_ids",
+    "torch._dynamo.trace_rules:_nonstrict_trace_callable_ids",
 )
 
 

@@ -208,8 +208,8 @@ class GlobalStateChecks(CheckBase):
         if _matches(q, s.file_writer_calls) and not _matches(q, s.allowed_global_calls) and \
                 not self._in_memory(node, scope):
             self.report(GLOBAL_STATE, node, f"calls `{q}`, which writes a file to the destination it is "
-                        "given: model code may not write files (pass an `io.BytesIO()` made here to keep it in "
-                        "memory)", target=q)
+                        "given: model code may not write files (pass an `io.BytesIO()` made here to keep it "
+                        "in memory)", target=q)
             return True
         if _matches(q, s.allowed_global_calls) or not _matches(q, s.global_state_calls):
             return False

@@ -277,7 +277,7 @@ class EscapesSpec(Strict):
         # allow-list, serialization packages, global module hooks
         "torch.fx.*has_side_effect", "torch.fx.*wrap", "torch.serialization.add_safe_globals",
         "torch.serialization.clear_safe_globals", "torch.serialization.register_package",
-        "torch.serialization.set_*", "torch.nn.modules.module.register_module_*", "torch.overrides.*push*",
+        "torch.serialization.set_*", "torch.overrides.*push*",
         "torch.utils._python_dispatch.*push*", "torch._C._push_*", "torch._C._pop_*",
         # files written by a library (where the policy's `file_writer_calls` say so) and temp files in the
         # shared temp directory

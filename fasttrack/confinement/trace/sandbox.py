@@ -74,6 +74,25 @@ shift
 exec "$@"
 """
 ROFS = "unshare-net-rofs"
+# Inside the namespace: the probe's directory is writable, the directory beside it is not, and no mount but
+# /proc, /sys and the probe's own is left writable (a mount the script could not remount fails the probe;
+# of mounts stacked at one place only the top one can be reached).
+_PROBE = """
+import os, sys
+ok, outside = sys.argv[1], sys.argv[2]
+open(os.path.join(ok, "ok"), "w").close()
+try:
+    open(outside, "w").close()
+    sys.exit(1)
+except OSError:
+    pass
+top = {}
+for line in open("/proc/self/mounts"):  # a later line is mounted over an earlier one at the same place
+    top[line.split()[1]] = line.split()[3].split(",")
+for target, opts in top.items():
+    if "ro" not in opts and not target.startswith(("/proc", "/sys")) and target != ok:
+        sys.exit(2)
+"""
 
 
 def _run_ok(cmd: list[str]) -> bool:
@@ -95,8 +114,8 @@ def unshare_prefix() -> tuple[str, ...]:
     probe = Path(tempfile.mkdtemp(prefix="fasttrack-rofs-"))
     outside = probe.parent / f"{probe.name}-outside"
     try:
-        if _run_ok([*rofs, str(probe), "--", "/bin/sh", "-c", 'touch "$1/ok" && ! touch "$2" 2>/dev/null',
-                    "sh", str(probe), str(outside)]) and (probe / "ok").exists() and not outside.exists():
+        if _run_ok([*rofs, str(probe), "--", sys.executable, "-I", "-c", _PROBE, str(probe), str(outside)]) \
+                and (probe / "ok").exists() and not outside.exists():
             return rofs
     finally:
         shutil.rmtree(probe, ignore_errors=True)

@@ -255,6 +255,8 @@ class EscapesSpec(Strict):
         # code from data: unpickling and marshalled code run whatever the bytes say
         "pickle.load*", "pickle.Unpickler", "marshal.load*", "runpy.*", "torch.hub.*", "dill.load*",
         "cloudpickle.load*", "torch.ops.*.py_impl", "torch._ops.*",
+        # source text run by an interpreter object (code.InteractiveInterpreter().runsource(text))
+        "code.*", "codeop.*",
         # more process-wide state: numpy's error and print modes and RNG, stdlib RNG, decimal, mimetypes,
         # tracemalloc, stdio descriptors, exiting the interpreter
         "numpy.set*", "numpy.seterr*", "numpy.random.seed", "numpy.random.set_state", "random.setstate",

@@ -740,8 +740,6 @@ OPEN: dict[str, str] = {
     "runpy-run-path": "runpy.run_path runs a file's code: only a warning (FT126)",
     "importlib-spec-exec-module":
         "spec_from_file_location + loader.exec_module runs a file: only a warning (FT126)",
-    "code-interact":
-        "code.InteractiveInterpreter().runsource(text) runs source text: no finding (exec is one)",
     "namedtuple-field": "an engine class held by an own namedtuple instance (N(E).a) is not followed",
     "own-dataclass-positional":
         "an engine class passed to an own dataclass's constructor (C(E).a) is not followed",

@@ -217,9 +217,10 @@ class GlobalStateChecks(CheckBase):
             return True
         if q.startswith("warnings.") and "with warnings.catch_warnings(" in self._context(node):
             return True  # a filter inside catch_warnings() is restored when the block ends
-        if q.startswith(("pickle.", "marshal.", "runpy.", "torch.hub.", "dill.", "cloudpickle.")):
+        if q.startswith(("pickle.", "marshal.", "runpy.", "torch.hub.", "dill.", "cloudpickle.", "code.",
+                         "codeop.")):
             self.report(GLOBAL_STATE, node, f"calls `{q}`: runs code that comes from data (unpickled, "
-                        "marshalled or downloaded), which the scan cannot check", target=q)
+                        "marshalled, downloaded or source text), which the scan cannot check", target=q)
             return True
         scoped = " (allowed only as a `with` item)" if _matches(q, s.scoped_global_calls) else ""
         self.report(GLOBAL_STATE, node, f"calls `{q}`{scoped}: changes process-wide state that every model "

@@ -255,6 +255,8 @@ class EscapesSpec(Strict):
         # code from data: unpickling and marshalled code run whatever the bytes say
         "pickle.load*", "pickle.Unpickler", "marshal.load*", "runpy.*", "torch.hub.*", "dill.load*",
         "cloudpickle.load*", "torch.ops.*.py_impl", "torch._ops.*",
+        # source text run by an interpreter object (code.InteractiveInterpreter().runsource(text))
+        "code.*", "codeop.*",
         # more process-wide state: numpy's error and print modes and RNG, stdlib RNG, decimal, mimetypes,
         # tracemalloc, stdio descriptors, exiting the interpreter
         "numpy.set*", "numpy.seterr*", "numpy.random.seed", "numpy.random.set_state", "random.setstate",
@@ -264,7 +266,52 @@ class EscapesSpec(Strict):
         "torch.compiler.*", "torch.jit._state.*", "triton.runtime.driver.*", "torch.ops.*.py_kernels.*",
         # the decimal context of the thread; profilers and monitoring hook every frame of the process
         "decimal.context.*", "cProfile.*", "profile.*", "_lsprof.*", "sys.monitoring.*", "bdb.*", "pdb.*",
+        # processes, whatever module starts them (a pool or a Process is a process: fail closed on the
+        # package, allow its read-only getters below)
+        "multiprocessing.*", "torch.multiprocessing.*", "asyncio.create_subprocess_*", "asyncio.subprocess.*",
+        "concurrent.futures.process.*", "concurrent.futures.ProcessPoolExecutor",
+        # the interpreter's argument and option lists, changed in place
+        "sys.argv.*", "sys.orig_argv.*", "sys.warnoptions.*", "sys._xoptions.*",
+        # another library's logging configuration (transformers.logging.set_verbosity_error(), ...)
+        "*.logging.set_*", "*.logging.disable*", "*.logging.enable*", "*.logging.add_handler",
+        "*.logging.remove_handler", "*.logging.reset_*", "*.logging.captureWarnings",
+        # torch's global registries: fx side-effect set and wrapped globals, the weights_only unpickler's
+        # allow-list, serialization packages, global module hooks
+        "torch.fx.*has_side_effect", "torch.fx.*wrap", "torch.serialization.add_safe_globals",
+        "torch.serialization.clear_safe_globals", "torch.serialization.register_package",
+        "torch.serialization.set_*", "torch.overrides.*push*",
+        "torch.utils._python_dispatch.*push*", "torch._C._push_*", "torch._C._pop_*",
+        # files written by a library (where the policy's `file_writer_calls` say so) and temp files in the
+        # shared temp directory
+        "tempfile.mkstemp", "tempfile.mkdtemp", "tempfile.mktemp", "tempfile.*Temporary*",
+        "pathlib.*.write_*", "pathlib.*.touch", "pathlib.*.unlink", "pathlib.*.mkdir", "pathlib.*.rmdir",
+        "pathlib.*.rename", "pathlib.*.replace", "pathlib.*.symlink_to", "pathlib.*.hardlink_to",
+        "pathlib.*.chmod", "pathlib.*.lchmod",
     ])
+    # Library calls that write a file to the destination they are given (FT146 unless every argument is an
+    # in-memory buffer made here: `io.BytesIO()`/`io.StringIO()`); fnmatch over the dotted name. The last
+    # patterns close the family by name: a foreign `save`/`save_*`/`*_save`/`savez*`/`savetxt`/`tofile`
+    # writes a file whatever package it is in.
+    file_writer_calls: list[str] = Field(default_factory=lambda: [
+        "torch.save", "torch.serialization.save", "torch.jit.save", "torch.export.save", "torch.onnx.export",
+        "numpy.save*", "numpy.*.tofile", "safetensors.*save*", "pickle.dump", "marshal.dump",
+        "sqlite3.connect", "sqlite3.dbapi2.connect",
+        "*.save", "*.save_*", "*_save", "*.savez*", "*.savetxt", "*.tofile", "*.to_file", "*.dump_to_file",
+        "*.write_file",
+    ])
+    # Callables taking a file mode (FT146 when it writes: `w`, `a`, `x`, `+`, or dbm's `c`/`n`; a computed
+    # mode fails closed): name -> (position of the mode argument, the mode when none is given).
+    file_openers: dict[str, tuple[int, str]] = Field(default_factory=lambda: {
+        "builtins.open": (1, "r"), "io.open": (1, "r"), "codecs.open": (1, "r"), "os.fdopen": (1, "r"),
+        "io.FileIO": (1, "r"), "_io.FileIO": (1, "r"), "zipfile.ZipFile": (1, "r"),
+        "zipfile.PyZipFile": (1, "r"), "tarfile.open": (1, "r"), "tarfile.TarFile": (1, "r"),
+        "gzip.open": (1, "rb"), "gzip.GzipFile": (1, "rb"), "bz2.open": (1, "rb"), "bz2.BZ2File": (1, "r"),
+        "lzma.open": (1, "rb"), "lzma.LZMAFile": (1, "r"), "h5py.File": (1, "r"),
+        "numpy.memmap": (2, "r+"), "numpy.lib.format.open_memmap": (1, "r+"), "wave.open": (1, "rb"),
+        "logging.FileHandler": (1, "a"), "logging.handlers.*FileHandler": (1, "a"),
+        "dbm.open": (1, "r"), "dbm.*.open": (1, "r"), "shelve.open": (1, "c"),
+        "pathlib.*Path.open": (1, "r"),
+    })
     allowed_global_calls: list[str] = Field(default_factory=lambda: [
         "torch._C.*_get*", "torch._C.*_is_*", "torch._C._has_*", "torch.backends.*.is_*",
         "torch.backends.*_enabled", "torch.backends.*.get_*", "torch.backends.*.version",
@@ -291,6 +338,10 @@ class EscapesSpec(Strict):
         "logging.loggers.*.warning_once", "logging.loggers.*.info_once", "logging.loggers.*.debug_once",
         "logging.loggers.*.error", "logging.loggers.*.exception", "logging.loggers.*.critical",
         "logging.loggers.*.log", "logging.loggers.*.isEnabledFor", "logging.loggers.*.getEffectiveLevel",
+        "multiprocessing.get_*", "multiprocessing.cpu_count", "multiprocessing.current_process",
+        "multiprocessing.parent_process", "multiprocessing.active_children", "torch.multiprocessing.get_*",
+        "sys.argv.index", "sys.argv.count", "sys.argv.copy", "sys.argv.__getitem__", "sys.argv.__len__",
+        "sys.argv.__contains__", "*.logging.get_*",
     ])
     scoped_global_calls: list[str] = Field(default_factory=lambda: [
         "torch._dynamo.config.patch", "torch._inductor.config.patch", "torch._functorch.config.patch",

@@ -726,28 +726,6 @@ M().__enter__()  # <-
 }
 
 OPEN: dict[str, str] = {
-    "sys-argv-append": "sys.argv mutated in place (append) is not a finding",
-    "torch-function-mode-entered":
-        "a TorchFunctionMode __enter__()'d at import, never exited (a process-wide "
-                                   "mode): no finding",
-    "torch-dispatch-mode-entered": "a TorchDispatchMode __enter__()'d at import, never exited: no finding",
-    "torch-save": "torch.save to an outside path writes a file: no finding (open() is one)",
-    "multiprocessing-process": "multiprocessing.Process(...).start() starts a process: no finding "
-                               "(subprocess.Popen is one)",
-    "transformers-verbosity":
-        "transformers.logging.set_verbosity_error() (a process-wide logger level): no finding",
-    "torch-fx-side-effect":
-        "torch.fx.node.has_side_effect(fn) adds to fx's global side-effect set: no finding",
-    "io-fileio": "io.FileIO(path, 'w') opens a file for writing: no finding (open() is one)",
-    "path-open-write": "pathlib.Path(p).open('w'): no finding (Path.write_text is one)",
-    "sqlite-connect": "sqlite3.connect(path) creates/writes a file: no finding",
-    "numpy-save": "numpy.save(path, ...) writes a file: no finding",
-    "zipfile-write": "zipfile.ZipFile(path, 'w') writes a file: no finding",
-    "tempfile-mkstemp": "tempfile.mkstemp() creates a file in the shared temp dir: no finding",
-    "safetensors-save": "safetensors.torch.save_file(d, path) writes a file: no finding",
-    "asyncio-subprocess":
-        "asyncio.create_subprocess_exec starts a process: no finding (subprocess.Popen is one)",
-    "mp-pool": "multiprocessing.Pool(2) starts worker processes: no finding",
 }
 
 
@@ -918,6 +896,24 @@ import weakref
 def own_cb(c):
     c.x = 1
 weakref.finalize(m, own_cb, Own)
+import multiprocessing
+import sqlite3
+import sys
+import zipfile
+import numpy as np
+multiprocessing.cpu_count()
+sqlite3.connect(':memory:')
+zipfile.ZipFile('/etc/hostname')
+pathlib.Path('/etc/hostname').open()
+pathlib.Path('/etc/hostname').open('rb')
+np.save(buf, np.zeros(1))
+'--x' in sys.argv
+class Plain:
+    def __enter__(self):
+        return self
+    def __exit__(self, *a):
+        return False
+Plain().__enter__()
 """
 OPEN_FALSE_POSITIVES: dict[str, str] = {}
 
@@ -1025,8 +1021,11 @@ def test_cross_module_honest_twin(tmp_path: Path, policy: Policy, monkeypatch: p
 # -- the runtime effect trace (the harness of tests/test_trace.py): one traced import of all the modules ---
 RUNTIME: dict[str, str] = {
     # effects deferred past the import, or run where the trace does not look
+    # (values differ from the other modules' writes to the same attribute: a second write of the same value
+    # changes nothing, so there would be nothing to see)
     "thread_deferred.py": "import threading, time, json\ndef later():\n    time.sleep(0.2)\n"
-                          "    json.dumps = str  # <-\nthreading.Thread(target=later, daemon=True).start()\n",
+                          "    json.dumps = repr  # <-\n"
+                          "threading.Thread(target=later, daemon=True).start()\n",
     "timer_deferred.py": "import threading, json\n"
                          "threading.Timer(0.1, setattr, (json, 'loads', str)).start()  # <-\n",
     "thread_joined_patch.py": "import threading, html\n"
@@ -1035,7 +1034,7 @@ RUNTIME: dict[str, str] = {
     "weakref_second_finalize.py": "import weakref, json\nclass O:\n    pass\n_a, _b = O(), O()\n"
                                   "weakref.finalize(_a, print)\n"
                                   "weakref.finalize(_b, setattr, json, 'JSONEncoder', None)  # <-\n",
-    "type_hints_setattr.py": "import typing, json\ndef f(x: 'setattr(json, \"loads\", str)'):\n    pass\n"
+    "type_hints_setattr.py": "import typing, json\ndef f(x: 'setattr(json, \"loads\", repr)'):\n    pass\n"
                              "typing.get_type_hints(f)  # <-\n",
     "np_seterr.py": "import numpy as np\nnp.seterr(all='ignore')  # <-\n",
     "code_interact.py": "import code, json\n"
@@ -1065,19 +1064,6 @@ RUNTIME: dict[str, str] = {
                                 "multiprocessing.Process(target=print, daemon=True).start()  # <-\n",
 }
 RUNTIME_OPEN: dict[str, str] = {
-    "thread_deferred.py": "a daemon thread started at import patches json.dumps 0.2 s later: no finding "
-                          "(neither the thread nor the patch)",
-    "timer_deferred.py": "a threading.Timer started at import patches json.loads later: no finding",
-    "thread_joined_patch.py": "setattr(html, 'escape', str) run in a thread joined at import: not seen (the "
-                              "patch observer covers the main thread only; putenv from a thread is seen)",
-    "weakref_second_finalize.py": "a weakref.finalize that patches at exit: only the first finalize of the "
-                                  "process is seen (atexit.callbacks 0 -> 1), a later one is not",
-    "type_hints_setattr.py":
-        "typing.get_type_hints evaluates a string annotation that setattr()s json.loads: "
-                             "not seen (putenv the same way is)",
-    "np_seterr.py": "numpy.seterr(all='ignore') (numpy's process-wide error state) is not seen",
-    "code_interact.py": "code.InteractiveInterpreter().runsource(text) patching json.dumps: neither the "
-                        "dynamic code nor the patch is seen",
 }
 # torch switches in a trace of their own (a mode entered at import would break the other modules' imports)
 TORCH_RUNTIME: dict[str, str] = {
@@ -1096,17 +1082,11 @@ TORCH_RUNTIME: dict[str, str] = {
                           "class M(TorchFunctionMode):\n    pass\nM().__enter__()  # <-\n",
 }
 TORCH_OPEN: dict[str, str] = {
-    "global_module_hook.py": "torch.nn.modules.module.register_module_forward_pre_hook (a hook on every "
-                             "module of the process) is not seen",
-    "save_outside.py": "torch.save writes a file outside the sandbox through C++ (PyTorchFileWriter), "
-                       "bypassing the open audit: not seen, and the file IS written",
-    "safe_globals.py": "torch.serialization.add_safe_globals (the weights_only unpickler's global allow-list)"
-                       " is not seen",
-    "allow_in_graph.py": "torch.compiler.allow_in_graph(fn) (dynamo's global allow-list) is not seen",
-    "fx_side_effect.py": "torch.fx.node.has_side_effect(fn) (fx's global side-effect set) is not seen",
-    "fx_wrap.py": "torch.fx.wrap('len') (patches len for every symbolic trace) is not seen",
 }
 RUNTIME_HONEST: dict[str, str] = {
+    "own_thread.py": "import threading\nRESULTS = []\n"
+                     "t = threading.Thread(target=RESULTS.append, args=(1,))\nt.start()\nt.join()\n",
+    "np_scoped.py": "import numpy as np\nwith np.errstate(all='ignore'):\n    X = np.ones(1) / 0\n",
     "hints.py": "import typing\ndef f(x: 'int') -> 'list[int]':\n    return [x]\n"
                 "HINTS = typing.get_type_hints(f)\n",
     "own_hook.py": "import io\nimport torch\nclass M(torch.nn.Module):\n    def forward(self, x):\n"
@@ -1163,11 +1143,13 @@ def test_torch_runtime_effect_is_an_error_at_its_line(torch_traced: tuple[TraceF
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="torch.save under the trace writes the outside file (C++ writer, no "
-                                       "open audit): the sandbox does not block it")
 def test_torch_save_outside_is_blocked(torch_traced: tuple[TraceFacts, list[Finding], Path]) -> None:
-    _, _, out = torch_traced
-    assert not out.exists()
+    """With a read-only mount namespace the C++ writer fails; without one the file is found by the scan."""
+    facts, findings, out = torch_traced
+    if facts.isolation == "unshare-net-rofs":
+        assert not out.exists()
+    else:
+        assert any(str(out) in f.message and f.severity.value == "error" for f in findings), findings
 
 
 @pytest.mark.slow

@@ -157,7 +157,7 @@ def test_no_effect_goes_unattributed(attacked: tuple[TraceFacts, list[Finding]])
 def test_the_trace_ran_sandboxed(attacked: tuple[TraceFacts, list[Finding]]) -> None:
     facts, _ = attacked
     assert facts.status in (TraceStatus.OK, TraceStatus.FAILED)  # escapes raise in their module
-    assert facts.isolation in ("unshare-net", "audit-only")
+    assert facts.isolation in ("unshare-net-rofs", "unshare-net", "audit-only")
     assert len(facts.modules) == len(ATTACKS) + 2  # every attack module plus the package
 
 

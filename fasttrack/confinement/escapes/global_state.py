@@ -19,9 +19,29 @@ from fasttrack.confinement.escapes.common import (
     _matches,
 )
 from fasttrack.confinement.escapes.scope import (
+    _OF_FOREIGN,
     _THREAD_REF,
     _Scope,
 )
+
+# Mode letters that write: open()'s w/a/x/+ and dbm's c (create) / n (new).
+_WRITE_MODE = frozenset("waxc+n")
+_MODE_TEXT = frozenset("rwaxbtcnU+")
+# Objects made by these calls hold their bytes in memory: a writer handed one writes no file.
+_IN_MEMORY = frozenset({f"{_OF_FOREIGN}io.BytesIO>", f"{_OF_FOREIGN}io.StringIO>",
+                        f"{_OF_FOREIGN}_io.BytesIO>", f"{_OF_FOREIGN}_io.StringIO>"})
+
+
+def _writes(mode: str) -> bool:
+    return any(c in _WRITE_MODE for c in mode)
+
+
+def _mode_like(node: ast.expr | None) -> str | None:
+    """A string literal that reads as a file mode ('w', 'rb', 'a+'), else None."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value and \
+            set(node.value) <= _MODE_TEXT:
+        return node.value
+    return None
 
 
 class GlobalStateChecks(CheckBase):
@@ -77,8 +97,9 @@ class GlobalStateChecks(CheckBase):
         if not isinstance(cm, ast.Call):
             return
         maker = self.resolve(cm.func, scope)
-        if maker is None or not self.foreign(maker):
-            return
+        if maker is None or not (self.foreign(maker) or (
+                maker.origin == "own" and self._has_foreign_base(maker.qualname))):
+            return  # an own context manager (whose bases are all own) changes only the model's state
         context = self._context(node)
         if attr.startswith("__") and any(p in context for p in ("def __enter__", "def __aenter__")):
             return  # an own context manager entering the one it wraps
@@ -88,9 +109,54 @@ class GlobalStateChecks(CheckBase):
                     "what it switches on (grad mode, a dispatch mode, a config patch) is never restored "
                     "and changes every model", target=maker.qualname)
 
+    def _has_foreign_base(self, cls: str) -> bool:
+        """An own class deriving (through own classes) from a class of another package (TorchFunctionMode,
+        TorchDispatchMode, a library's context manager): entering it runs that package's `__enter__`."""
+        for c in self._own_bases(cls):
+            for node, outer in self.classes.get(c, []):
+                for b in node.bases:
+                    r = self.resolve(b, outer)
+                    if r is None or (r.origin == "import" and not self.is_own(r.qualname)):
+                        return True
+        return False
+
+    def _in_memory(self, node: ast.Call, scope: _Scope) -> bool:
+        """A writer call handed an in-memory buffer made here (`io.BytesIO()`) or sqlite's `':memory:'`."""
+        for v in [*node.args, *(k.value for k in node.keywords)]:
+            if isinstance(v, ast.Constant) and v.value == ":memory:":
+                return True
+            r = self.resolve(v, scope)
+            if r is not None and r.qualname in _IN_MEMORY:
+                return True
+        return False
+
+    def _check_open_method(self, node: ast.Call, scope: _Scope) -> None:
+        """`pathlib.Path(p).open('w')`, `path.open(mode='a')`: a method `open` on an object the scan does not
+        resolve to an import (that is judged by `file_openers`), given a writing mode."""
+        if not isinstance(node.func, ast.Attribute) or node.func.attr != "open":
+            return
+        callee = self.resolve(node.func, scope)
+        if callee is not None and (callee.origin == "import" or self.is_own(callee.qualname)):
+            return
+        receiver = self.resolve(node.func.value, scope)
+        path_like = receiver is not None and receiver.qualname.startswith(f"{_OF_FOREIGN}pathlib.")
+        keyword = next((k.value for k in node.keywords if k.arg == "mode"), None)
+        if keyword is not None:
+            lit = _dotted_literal(keyword)
+        elif path_like and node.args and not isinstance(node.args[0], ast.Starred):
+            lit = _dotted_literal(node.args[0])
+        else:
+            lit = next((m for m in map(_mode_like, node.args[:2]) if m is not None), "r")
+        if lit is None or _writes(lit):
+            self.report(GLOBAL_STATE, node, f"calls `.open()` with mode {lit or '<computed>'!r}: writes to "
+                        "the file system, outside the contribution (a `.pth` or a module file changes every "
+                        "process)", target=".open")
+
     def _check_writer_values(self, node: ast.Call, scope: _Scope) -> None:
         """`functools.reduce(setattr, ...)`, `map(setattr, mods, ...)`: a writer handed on as a value writes
-        to objects the scan cannot follow."""
+        to objects the scan cannot follow. (Also runs the per-call `.open(mode)` check: analyser.py calls
+        this for every call.)"""
+        self._check_open_method(node, scope)
         callee = self.resolve(node.func, scope)
         skip_first = callee is not None and callee.qualname == "functools.partial"
         values = [*node.args, *(k.value for k in node.keywords)]
@@ -129,13 +195,21 @@ class GlobalStateChecks(CheckBase):
         switches, signals, subprocesses, native libraries, ...) is FT146 unless `allowed_global_calls`
         lists it, or it is a `scoped_global_calls` context manager used as a `with` item."""
         s = self.settings
-        if q in ("builtins.open", "io.open", "codecs.open", "os.fdopen"):
-            mode = _arg(node, 1, "mode")
-            lit = "r" if mode is None else _dotted_literal(mode)
-            if lit is None or any(c in lit for c in "wax+"):
+        opener = next((v for k, v in s.file_openers.items() if _matches(q, (k,))), None)
+        if opener is not None:
+            pos, default = opener
+            mode = _arg(node, pos, "mode", "flag")
+            lit = default if mode is None else _dotted_literal(mode)
+            if lit is None or _writes(lit):
                 self.report(GLOBAL_STATE, node, f"opens a file for writing (`{q.removeprefix('builtins.')}`, "
                             f"mode {lit or '<computed>'!r}): model code may not write files (a `.pth` in "
                             "site-packages or a module file changes every process)", target=q)
+            return True
+        if _matches(q, s.file_writer_calls) and not _matches(q, s.allowed_global_calls) and \
+                not self._in_memory(node, scope):
+            self.report(GLOBAL_STATE, node, f"calls `{q}`, which writes a file to the destination it is "
+                        "given: model code may not write files (pass an `io.BytesIO()` made here to keep it "
+                        "in memory)", target=q)
             return True
         if _matches(q, s.allowed_global_calls) or not _matches(q, s.global_state_calls):
             return False
@@ -143,9 +217,10 @@ class GlobalStateChecks(CheckBase):
             return True
         if q.startswith("warnings.") and "with warnings.catch_warnings(" in self._context(node):
             return True  # a filter inside catch_warnings() is restored when the block ends
-        if q.startswith(("pickle.", "marshal.", "runpy.", "torch.hub.", "dill.", "cloudpickle.")):
+        if q.startswith(("pickle.", "marshal.", "runpy.", "torch.hub.", "dill.", "cloudpickle.", "code.",
+                         "codeop.")):
             self.report(GLOBAL_STATE, node, f"calls `{q}`: runs code that comes from data (unpickled, "
-                        "marshalled or downloaded), which the scan cannot check", target=q)
+                        "marshalled, downloaded or source text), which the scan cannot check", target=q)
             return True
         scoped = " (allowed only as a `with` item)" if _matches(q, s.scoped_global_calls) else ""
         self.report(GLOBAL_STATE, node, f"calls `{q}`{scoped}: changes process-wide state that every model "

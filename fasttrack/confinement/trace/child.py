@@ -10,13 +10,17 @@ names the line after which each one changed.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import importlib
 import json
 import os
 import sys
+import threading
 import time
 import traceback
 import types
+import weakref
 from typing import Any
 
 from . import snapshot, standins
@@ -44,11 +48,23 @@ INTROSPECTION = ("gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys.
                  "sys._current_exceptions", "marshal.loads", "code.__new__", "function.__new__",
                  "sys.setrecursionlimit")
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
+# After the imports, threads the contribution started get this long (in all) to finish before the "after"
+# snapshot (their effects are then diffs like any other); one still running then is itself a finding.
+SETTLE_S = 1.0
+MAX_BLAMES = 8  # lines named per changed key after the first
 
 
 # Bound before any code under trace runs: a PR that patches `json.dumps` or `os.write` cannot silence us.
 _ENCODE = json.JSONEncoder(default=repr).encode
 _WRITE = os.write
+_THREAD_INIT = threading.Thread.__init__
+_THREAD_START = threading.Thread.start
+_ATEXIT_REGISTER = atexit.register
+_FINALIZE_INIT = weakref.finalize.__init__
+_MAIN = threading.main_thread()
+_CURRENT = threading.current_thread  # per-thread state is keyed by the Thread (an ident is reused)
+_WRAPPED: dict[types.CodeType, str] = {}  # the child's wrappers (`_watch_deferred`) -> what they wrap
+_BOOTSTRAP_INNER = threading.Thread._bootstrap_inner.__code__  # type: ignore[attr-defined]
 
 
 class Sandboxed(PermissionError):
@@ -67,7 +83,10 @@ class Tracer:
         self.imported: set[str] = set()
         self.baselines: snapshot.Snapshot = {}
         self.finder = standins.EngineFinder(spec["engine_roots"], spec["own_files"], spec["own_dirs"])
-        self.last: tuple[str, int] | None = None
+        self.lasts: dict[Any, tuple[str, int] | None] = {}  # per thread: the contribution's last line
+        self.origins: dict[int, tuple[str, int] | None] = {}  # id of a Thread -> the line that made it
+        self.join_left = SETTLE_S  # locate pass: seconds left for running started threads to their end
+        self.exits: list[tuple[tuple[str, int] | None, Any]] = []  # exit hooks registered during the trace
         self.watch: dict[str, Any] = {}
         self.blame: dict[str, tuple[str, int] | None] = {}
         self.absorbed: set[str] = set()
@@ -77,6 +96,7 @@ class Tracer:
         self.pre: snapshot.Snapshot = {}
         self.imports_absorbed = 0
         self.indirect: dict[str, str] = {}
+        self.more: dict[str, list[list[Any]]] = {}  # later changes of a blamed key: [path, line, indirect]
         self.calling = ""
         self.in_foreign = 0
         self.seen: set[tuple[types.CodeType, int]] = set()  # locate: lines already run
@@ -102,6 +122,21 @@ class Tracer:
                 return path, frame.f_lineno, inside_import
             frame = frame.f_back
         return None, None, inside_import
+
+    def here(self) -> tuple[str, int] | None:
+        """The contribution's innermost line on the current stack (the line that registers a deferred call
+        or starts a thread), else the line that started the current thread."""
+        frame: types.FrameType | None = sys._getframe(1)
+        while frame is not None:
+            path = self.files.get(frame.f_code.co_filename)
+            if path is not None:
+                return path, frame.f_lineno
+            frame = frame.f_back
+        return self.origin()
+
+    def origin(self) -> tuple[str, int] | None:
+        """The line that made the current thread, when the contribution made it."""
+        return self.origins.get(id(_CURRENT())) if self.origins else None
 
     def record(self, kind: str, target: str, detail: str = "", **extra: Any) -> None:
         if not self.active or self.busy:
@@ -165,6 +200,9 @@ class Tracer:
             self.record("escape", event, _args(args))
             raise Sandboxed(f"fasttrack trace: {event} is not allowed")
         if event.startswith(INTERPRETER):
+            if event == "sys.settrace" and sys._getframe(1).f_code is _BOOTSTRAP_INNER and \
+                    getattr(threading, "_trace_hook", None) == self.trace_global:
+                return  # a thread starting under the locate pass's own tracer (threading.settrace)
             if event == "os.putenv" and len(args) == 2 and os.environb.get(args[0]) == args[1]:
                 return  # the value it already has (a library re-asserting its cache directory)
             self.record("interpreter", event, _args(args))
@@ -262,13 +300,19 @@ class Tracer:
         if self.ours(frame):
             self.check()
             return self.trace_local
+        if self.origins and self.origin() is not None:
+            # A thread the contribution started, running foreign code (a Timer calling `setattr`): what
+            # changed since its last call is blamed on the line that started it.
+            self.check()
+            return None
         caller = frame.f_back
         if self.depth == 0 and self.ours(caller):
             # A foreign function called by the PR: what changed before it ran is the PR's own doing;
             # what changes while it runs is "indirect" (checked when it returns).
             self.check()
             frame.f_trace_lines = False
-            self.calling = str(frame.f_globals.get("__name__", "?")) + "." + frame.f_code.co_qualname
+            self.calling = _WRAPPED.get(frame.f_code) or (
+                str(frame.f_globals.get("__name__", "?")) + "." + frame.f_code.co_qualname)
             self.in_foreign += 1
             return self.trace_foreign
         return None
@@ -290,7 +334,7 @@ class Tracer:
         if event == "line":
             path = self.files.get(frame.f_code.co_filename)
             if path is not None:
-                self.last = (path, frame.f_lineno)
+                self.lasts[_CURRENT()] = (path, frame.f_lineno)
         return self.trace_local
 
     def check(self, absorb: bool = False, indirect: str = "", cheap_only: bool = False) -> None:
@@ -303,19 +347,90 @@ class Tracer:
             for key in list(self.watch):
                 if cheap_only and not snapshot.cheap(key):
                     continue  # re-read on new lines and when a foreign call starts and returns
+                if key in snapshot.THREAD_LOCAL and _CURRENT() is not _MAIN:
+                    continue
                 now = snapshot.value_of(key)
                 base = self.watch[key]
                 if not snapshot.same(key, base, now):
                     if absorb:
                         self.watch[key] = now
                         self.absorbed.add(key)
-                    else:
-                        self.blame[key] = self.last
+                    elif key not in self.blame:
+                        self.blame[key] = self.lasts.get(_CURRENT()) or self.origin()
                         if indirect:
                             self.indirect[key] = indirect
-                        del self.watch[key]
+                        self.watch[key] = now  # still watched: a later line may change it again
+                    else:
+                        more = self.more.setdefault(key, [])
+                        where = self.lasts.get(_CURRENT()) or self.origin()
+                        if len(more) < MAX_BLAMES and where is not None:
+                            more.append([where[0], where[1], indirect])
+                        self.watch[key] = now
         finally:
             self.busy = False
+
+
+def _watch_deferred(tracer: Tracer) -> None:
+    """Threads and exit hooks the contribution leaves behind, with the line that made each: `Thread.start`
+    (a Timer too), `atexit.register` and `weakref.finalize` are wrapped before the "before" snapshot (so
+    putting the originals back is itself a diff)."""
+
+    def init(thread: threading.Thread, *args: Any, **kwargs: Any) -> None:
+        _THREAD_INIT(thread, *args, **kwargs)
+        if tracer.active and (where := tracer.here()) is not None:
+            tracer.origins[id(thread)] = where  # the line that made it (and handed it its target)
+
+    def start(thread: threading.Thread) -> None:
+        if tracer.active and id(thread) not in tracer.origins and (where := tracer.here()) is not None:
+            tracer.origins[id(thread)] = where
+        _THREAD_START(thread)
+        if tracer.watch and id(thread) in tracer.origins:
+            # locate pass: run it to its end (within the budget) before the contribution's next line, so
+            # what it changes is blamed on its own lines or the line that made it, never on a later one
+            began = time.monotonic()
+            thread.join(max(0.0, tracer.join_left))
+            tracer.join_left -= time.monotonic() - began
+
+    def direct() -> bool:  # registered by the contribution's own line, not by a library it called
+        return tracer.active and sys._getframe(2).f_code.co_filename in tracer.files
+
+    def register(func: Any, *args: Any, **kwargs: Any) -> Any:
+        if direct():
+            tracer.exits.append((tracer.here(), lambda: func(*args, **kwargs)))
+        return _ATEXIT_REGISTER(func, *args, **kwargs)
+
+    def finalize_init(self: Any, obj: Any, func: Any, /, *args: Any, **kwargs: Any) -> None:
+        _FINALIZE_INIT(self, obj, func, *args, **kwargs)
+        if direct():
+            tracer.exits.append((tracer.here(), self))
+
+    _WRAPPED.update({init.__code__: "threading.Thread.__init__", start.__code__: "threading.Thread.start",
+                     register.__code__: "atexit.register",
+                     finalize_init.__code__: "weakref.finalize.__init__"})
+    threading.Thread.__init__ = init  # type: ignore[method-assign,assignment]
+    threading.Thread.start = start  # type: ignore[method-assign,assignment]
+    atexit.register = register  # type: ignore[assignment]
+    weakref.finalize.__init__ = finalize_init  # type: ignore[method-assign]
+
+
+def _settle(tracer: Tracer, before: set[int]) -> None:
+    """Let the threads the contribution started finish (SETTLE_S in all), then run the exit hooks it
+    registered (what `atexit` and `weakref.finalize` would run at exit, which the trace never reaches), each
+    blamed on the line that registered it. A thread still running stays in the snapshot's thread list."""
+    deadline = time.monotonic() + SETTLE_S
+    for thread in threading.enumerate():
+        left = deadline - time.monotonic()
+        if thread.ident in before or thread is threading.current_thread() or left <= 0:
+            continue
+        thread.join(left)
+    tracer.check()
+    me = _CURRENT()
+    for where, hook in list(tracer.exits):
+        tracer.lasts[me] = where
+        with contextlib.suppress(BaseException):  # a failing exit hook's effects still count
+            hook()
+        tracer.check()
+    tracer.check()
 
 
 class _Baseline:
@@ -443,6 +558,8 @@ def main(spec_path: str) -> None:
     sys.meta_path.insert(0, tracer)
     missing = standins.install(lambda kind, target, detail: tracer.record(kind, target, detail),
                                tracer.finder)
+    _watch_deferred(tracer)
+    threads_before = {t.ident or 0 for t in threading.enumerate()}
     before_modules = dict(sys.modules)
     before = snapshot.take(tracer.skip)
     tracer.preexisting = {id(v) for v in before.values()}
@@ -454,6 +571,7 @@ def main(spec_path: str) -> None:
             tracer.watch[key] = before.get(key, snapshot.MISSING) if not key.startswith("sysmod:") else \
                 before_modules.get(key[7:], snapshot.MISSING)
         sys.settrace(tracer.trace_global)
+        threading.settrace(tracer.trace_global)
     tracer.active = True
     for name in spec["targets"]:
         if locate:
@@ -471,14 +589,17 @@ def main(spec_path: str) -> None:
             tracer.send({"kind": "import-error", "target": name, "path": path, "line": line,
                          "detail": snapshot.describe(f"{type(exc).__name__}: {exc}")})
             tracer.active = True
+    _settle(tracer, threads_before)
     tracer.active = False
     sys.settrace(None)
+    threading.settrace(None)
     tracer.busy = True
     if locate:
         for key in locate:
             blamed = tracer.blame.get(key)
             tracer.send({"kind": "located", "key": key, "changed": key in tracer.blame,
                          "absorbed": key in tracer.absorbed, "indirect": tracer.indirect.get(key, ""),
+                         "also": tracer.more.get(key, []),
                          "path": blamed[0] if blamed else None, "line": blamed[1] if blamed else None})
     else:
         after = snapshot.take(tracer.skip)

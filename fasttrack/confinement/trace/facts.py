@@ -46,6 +46,6 @@ class TraceFacts(BaseModel):
     modules: tuple[str, ...] = ()  # the modules imported under trace
     effects: tuple[Effect, ...] = ()
     import_errors: tuple[Effect, ...] = ()
-    isolation: str = ""  # "unshare-net" or "audit-only"
+    isolation: str = ""  # "unshare-net-rofs", "unshare-net" or "audit-only"
     seconds: float = 0.0
     passes: int = 0

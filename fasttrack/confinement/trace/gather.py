@@ -96,8 +96,22 @@ def _line(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
 
 
+def _bookkeeping(key: str, via: str) -> bool:
+    """A change a library function made while the contribution called it that is its own bookkeeping: its
+    own package's state, or the contents of a table (a cache such as `inspect.modulesbyfile`). An attribute
+    of another package rebound (`typing.get_type_hints` evaluating text that patches `json.loads`) is the
+    contribution's doing."""
+    if key.startswith("state:"):
+        return False
+    if key.startswith("box:"):
+        return True
+    module = key.split(":", 2)[1]
+    return module.split(".")[0] == via.split(".")[0]
+
+
 def _effects(events: list[dict[str, Any]], plan: TracePlan, located: dict[str, tuple[str | None, int | None]],
-             indirect: dict[str, str]) -> tuple[list[Effect], list[Effect]]:
+             indirect: dict[str, str], also: dict[str, list[tuple[str | None, int | None, str]]] | None = None
+             ) -> tuple[list[Effect], list[Effect]]:
     effects: list[Effect] = []
     errors: list[Effect] = []
     for ev in events:
@@ -110,16 +124,15 @@ def _effects(events: list[dict[str, Any]], plan: TracePlan, located: dict[str, t
             what = _state_effect(ev, plan)
             if what is None:
                 continue
-            path, line = located.get(ev["key"], (None, None))
-            if (path, line) == _ABSORBED:
+            first = located.get(ev["key"], (None, None))
+            if first == _ABSORBED:
                 continue
-            via = indirect.get(ev["key"], "")
-            if via and not ev["key"].startswith("state:") and not ev.get("own_value"):
-                continue  # a library function's own bookkeeping (a cache, a counter), not a patch by the PR
-            if via:
-                what = f"{what} (through {via})"
-            effects.append(Effect(kind=EffectKind.FOREIGN_STATE, target=_target(ev["key"]), detail=what,
-                                  path=path, line=_line(line), how="snapshot"))
+            for path, line, via in [(*first, indirect.get(ev["key"], "")), *(also or {}).get(ev["key"], [])]:
+                if via and _bookkeeping(ev["key"], via) and not ev.get("own_value"):
+                    continue  # a library function's own bookkeeping, not a patch by the PR
+                effects.append(Effect(kind=EffectKind.FOREIGN_STATE, target=_target(ev["key"]),
+                                      detail=f"{what} (through {via})" if via else what,
+                                      path=path, line=_line(line), how="snapshot"))
         elif kind in _KINDS:
             target = str(ev.get("target", ""))
             if kind == "engine-registration" and any(fnmatch.fnmatchcase(target, p)
@@ -157,6 +170,7 @@ def _trace(plan: TracePlan, *, timeout: float, cancel: threading.Event | None,
         keys = [e["key"] for e in events if e.get("kind") == "state-diff" and _state_effect(e, plan)]
         located: dict[str, tuple[str | None, int | None]] = {}
         indirect: dict[str, str] = {}
+        also: dict[str, list[tuple[str | None, int | None, str]]] = {}
         if keys:
             second = run_child(plan, locate=keys[:MAX_LOCATE], timeout=timeout, cancel=cancel)
             copied.append(second.copied)
@@ -167,12 +181,14 @@ def _trace(plan: TracePlan, *, timeout: float, cancel: threading.Event | None,
                         located[e["key"]] = (e.get("path"), e.get("line"))
                         if e.get("indirect"):
                             indirect[e["key"]] = str(e["indirect"])
+                        also[e["key"]] = [(str(a[0]), _line(a[1]), str(a[2] or ""))
+                                          for a in e.get("also") or [] if isinstance(a, list) and len(a) == 3]
                     elif e.get("absorbed"):
                         located[e["key"]] = _ABSORBED
     except TraceFailure as exc:
         return TraceFacts(status=TraceStatus.FAILED, reason=str(exc), fix=exc.fix, modules=plan.targets,
                           seconds=round(time.monotonic() - started, 2)), copied
-    effects, errors = _effects(events, plan, located, indirect)
+    effects, errors = _effects(events, plan, located, indirect, also)
     return TraceFacts(status=TraceStatus.FAILED if errors else TraceStatus.OK,
                       reason="a changed module failed to import under the trace" if errors else "",
                       fix=("make the module importable on CPU without network, GPU or credentials"

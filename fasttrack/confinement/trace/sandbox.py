@@ -7,9 +7,13 @@ Layout of the sandbox (one `mkdtemp`, removed afterwards):
     home/ work/ tmp/         HOME, the working directory and TMPDIR: the only places it may write
 
 The child runs as `python -I -B` (no PYTHON* variables, no user site, no bytecode written) under
-`unshare -rn` (a user and network namespace: no interface but loopback) where the kernel allows it;
-otherwise the audit hook's socket ban is the network barrier (`isolation = "audit-only"`). Events arrive on
-a pipe, one JSON line each, as they happen.
+`unshare -rnm` where the kernel allows it: a user, network and mount namespace in which every mount is
+remounted read-only but the sandbox's home/work/tmp (`isolation = "unshare-net-rofs"`: a write outside them
+fails whatever makes it, C++ writers such as `torch.save` included). Where only `unshare -rn` works
+(`"unshare-net"`) or none (`"audit-only"`, the audit hook's socket ban is then the network barrier), the
+file system is checked instead: the places a write would persist (temp dirs, HOME, the working directory,
+site-packages) are scanned before and after the child and a new or changed file is an `fs-write` event.
+Events arrive on a pipe, one JSON line each, as they happen.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ if TYPE_CHECKING:  # the plan's module imports pydantic and the Context: not nee
     from fasttrack.confinement.trace.plan import TracePlan
 
 CHILD_MODULES = ("__init__.py", "child.py", "snapshot.py", "standins.py")
+WRITABLE = ("home", "work", "tmp")
 TIMEOUT_S = 120.0
 MEMORY_BYTES = 16 * 1024**3
 FILE_BYTES = 64 * 1024**2
@@ -54,17 +59,73 @@ class TraceFailure(Exception):
         self.fix = fix
 
 
+# Run by /bin/sh inside the new mount namespace: every mount read-only (/proc and /sys aside), then the
+# directories named before `--` writable again, then the command after `--`.
+_READ_ONLY_FS = """
+while read -r _ t _; do
+  case "$t" in /proc|/proc/*|/sys|/sys/*) continue;; esac
+  mount -o remount,bind,ro "$t" 2>/dev/null
+done < /proc/self/mounts
+while [ "$1" != "--" ]; do
+  mount --bind "$1" "$1" && mount -o remount,bind,rw "$1" || exit 97
+  shift
+done
+shift
+exec "$@"
+"""
+ROFS = "unshare-net-rofs"
+# Inside the namespace: the probe's directory is writable, the directory beside it is not, and no mount but
+# /proc, /sys and the probe's own is left writable (a mount the script could not remount fails the probe;
+# of mounts stacked at one place only the top one can be reached).
+_PROBE = """
+import os, sys
+ok, outside = sys.argv[1], sys.argv[2]
+open(os.path.join(ok, "ok"), "w").close()
+try:
+    open(outside, "w").close()
+    sys.exit(1)
+except OSError:
+    pass
+top = {}
+for line in open("/proc/self/mounts"):  # a later line is mounted over an earlier one at the same place
+    top[line.split()[1]] = line.split()[3].split(",")
+for target, opts in top.items():
+    if "ro" not in opts and not target.startswith(("/proc", "/sys")) and target != ok:
+        sys.exit(2)
+"""
+
+
+def _run_ok(cmd: list[str]) -> bool:
+    try:
+        return subprocess.run(cmd, capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
 @lru_cache(maxsize=1)
 def unshare_prefix() -> tuple[str, ...]:
-    """`unshare -rn --` when this kernel lets an unprivileged user make a network namespace, else ()."""
+    """`unshare -rnm -- /bin/sh -c <read-only fs> sh` when this kernel lets an unprivileged user make a user,
+    network and mount namespace and remount there (checked: a write to the probe's own directory works, one
+    beside it fails); else `unshare -rn --` when a network namespace is allowed; else ()."""
     exe = shutil.which("unshare")
     if exe is None:
         return ()
+    rofs = (exe, "-rnm", "--", "/bin/sh", "-c", _READ_ONLY_FS, "sh")
+    probe = Path(tempfile.mkdtemp(prefix="fasttrack-rofs-"))
+    outside = probe.parent / f"{probe.name}-outside"
     try:
-        ok = subprocess.run([exe, "-rn", "--", "true"], capture_output=True, timeout=10).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        ok = False
-    return (exe, "-rn", "--") if ok else ()
+        if _run_ok([*rofs, str(probe), "--", sys.executable, "-I", "-c", _PROBE, str(probe), str(outside)]) \
+                and (probe / "ok").exists() and not outside.exists():
+            return rofs
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
+        if outside.exists():
+            outside.unlink()
+    return (exe, "-rn", "--") if _run_ok([exe, "-rn", "--", "true"]) else ()
+
+
+def isolation_of(prefix: tuple[str, ...]) -> str:
+    return ROFS if "-rnm" in prefix else "unshare-net" if prefix else "audit-only"
 
 
 def _limits(timeout: float) -> None:  # runs in the forked child before exec
@@ -96,7 +157,7 @@ def _new_box() -> Path:
     here = Path(__file__).resolve().parent
     for name in CHILD_MODULES:
         shutil.copyfile(here / name, tool / name)
-    for d in ("home", "work", "tmp"):
+    for d in WRITABLE:
         (box / d).mkdir()
     _read_only(box / "tool")
     return box
@@ -157,7 +218,8 @@ def _spawn(box: Path, spec: dict[str, Any], timeout: float, *, go: bool) -> _Chi
     spec_path.write_text(json.dumps(spec), encoding="utf-8")
     prefix = unshare_prefix()
     tool_dir = str((box / "tool").resolve())
-    cmd = [*prefix, sys.executable, "-I", "-B", "-c", BOOTSTRAP, tool_dir, str(spec_path)]
+    writable = [str((box / d).resolve()) for d in WRITABLE] + ["--"] if isolation_of(prefix) == ROFS else []
+    cmd = [*prefix, *writable, sys.executable, "-I", "-B", "-c", BOOTSTRAP, tool_dir, str(spec_path)]
     log = open(box / "tmp" / "stdout", "wb")  # noqa: SIM115 - closed by run_child or Warm.close
     started = time.monotonic()
     try:
@@ -253,9 +315,11 @@ def run_child(plan: TracePlan, *, locate: list[str] | None = None, timeout: floa
             "engine_roots": list(plan.engine_roots),
             "targets": list(plan.targets),
             "preimport": list(plan.preimport),
-            "writable": [str((box / d).resolve()) for d in ("home", "work", "tmp")],
+            "writable": [str((box / d).resolve()) for d in WRITABLE],
             "locate": locate or [],
         }
+        scan = isolation_of(unshare_prefix()) != ROFS
+        before = persist_scan(box) if scan else {}
         if warm is not None:
             child = warm.take()
             spec["fd"] = child.child_fd
@@ -283,13 +347,86 @@ def run_child(plan: TracePlan, *, locate: list[str] | None = None, timeout: floa
                 f"{log.strip()[-600:] or '(none)'}",
                 "make every changed module importable on a CPU-only machine without network, GPU or "
                 "credentials, and without exiting the interpreter at import")
-        return Pass(events=events, isolation="unshare-net" if child.prefix else "audit-only", copied=copied)
+        if scan:
+            events[-1:-1] = written_events(before, persist_scan(box))
+        return Pass(events=events, isolation=isolation_of(child.prefix), copied=copied)
     finally:
         if child is None and warm is not None:
             warm.close()  # not handed its plan (the layout failed): killed unused
         elif child is not None and child.proc.poll() is None:
             _kill(child.proc)  # an error between the hand-over and the collection: never left waiting
         _cleanup(box)
+
+
+MAX_SCAN = 20_000  # entries per place
+SCAN_DEPTH = 6
+
+
+def persist_places() -> list[Path]:
+    """Where a file written by the traced code would outlive it: temp dirs, HOME, the working directory,
+    site-packages (a `.pth`)."""
+    import site
+    import sysconfig
+
+    places = [tempfile.gettempdir(), "/tmp", "/var/tmp", "/dev/shm", os.path.expanduser("~"), os.getcwd(),
+              sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], site.getusersitepackages()]
+    out: list[Path] = []
+    for p in places:
+        real = Path(os.path.realpath(p))
+        if real.is_dir() and real not in out:
+            out.append(real)
+    return out
+
+
+def persist_scan(box: Path) -> dict[str, tuple[int, int, int]]:
+    """(mtime, size, inode) of the files in `persist_places()` (the sandbox itself aside), MAX_SCAN entries
+    and SCAN_DEPTH levels per place; site-packages only at its top (where a `.pth` or package would go)."""
+    import sysconfig
+
+    shallow = {os.path.realpath(sysconfig.get_paths()[k]) for k in ("purelib", "platlib")}
+    skip = os.path.realpath(box)
+    seen: dict[str, tuple[int, int, int]] = {}
+    for place in persist_places():
+        budget = [MAX_SCAN]
+        _scan_dir(str(place), 1 if str(place) in shallow else SCAN_DEPTH, skip, seen, budget)
+    return seen
+
+
+def _scan_dir(path: str, depth: int, skip: str, seen: dict[str, tuple[int, int, int]],
+              budget: list[int]) -> None:
+    try:
+        entries = list(os.scandir(path))
+    except OSError:
+        return
+    for e in entries:
+        if budget[0] <= 0:
+            return
+        budget[0] -= 1
+        full = e.path
+        if full == skip or full.startswith(skip + os.sep):
+            continue
+        try:
+            st = e.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        seen[full] = (st.st_mtime_ns, st.st_size, st.st_ino)
+        if depth > 1 and e.is_dir(follow_symlinks=False):
+            _scan_dir(full, depth - 1, skip, seen, budget)
+
+
+def written_events(before: dict[str, tuple[int, int, int]],
+                   after: dict[str, tuple[int, int, int]]) -> list[dict[str, Any]]:
+    """A new or changed file outside the sandbox while the child ran (fail closed: nothing says which line
+    wrote it, or whether another process on this machine did)."""
+    out = []
+    for path in sorted(after):
+        old = before.get(path)
+        if old is None or (old != after[path] and not os.path.isdir(path)):
+            out.append({"kind": "fs-write", "target": path, "path": None, "line": None,
+                        "detail": "a file " + ("created" if old is None else "changed") + " outside the "
+                        "sandbox while the trace ran (found by a scan: this sandbox cannot make the file "
+                        "system read-only)"})
+    return out[:50]
 
 
 def _go(child: _Child) -> None:

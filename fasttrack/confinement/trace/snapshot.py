@@ -152,6 +152,59 @@ TORCH_SWITCHES = (
 )
 
 
+def _numpy_errstate() -> Any:
+    np = sys.modules.get("numpy")
+    return tuple(sorted(np.geterr().items())) if np is not None else MISSING
+
+
+def _numpy_printoptions() -> Any:
+    np = sys.modules.get("numpy")
+    return repr(sorted(np.get_printoptions().items())) if np is not None else MISSING
+
+
+# torch's process-wide registries kept in private module attributes (not boxed like public ones): global
+# module hooks, fx's side-effect set and wrapped globals, the weights_only unpickler's allow-list, dynamo's
+# allow/disallow lists.
+TORCH_REGISTRIES = (
+    *(f"torch.nn.modules.module:_global_{n}" for n in (
+        "backward_hooks", "backward_pre_hooks", "buffer_registration_hooks", "forward_hooks",
+        "forward_hooks_always_called", "forward_hooks_with_kwargs", "forward_pre_hooks",
+        "is_full_backward_hook", "module_registration_hooks", "parameter_registration_hooks")),
+    "torch.fx.node:_side_effectful_functions", "torch.fx._symbolic_trace:_wrapped_fns_to_patch",
+    "torch.fx._symbolic_trace:_wrapped_methods_to_patch",
+    "torch._weights_only_unpickler:_marked_safe_globals_set", "torch._weights_only_unpickler:_safe_globals",
+    "torch._dynamo.trace_rules:_allowed_callable_ids", "torch._dynamo.trace_rules:_disallowed_callable_ids",
+    "torch._dynamo.trace_rules:_nonstrict_trace_callable_ids",
+)
+
+
+def _plain(v: Any) -> Any:
+    return v if isinstance(v, (str, int, float, bool, type(None))) else f"<{type(v).__name__} {id(v)}>"
+
+
+def _registry(where: str) -> Callable[[], Any]:
+    """A container's contents (what was added or removed can be named), read when its module is loaded."""
+    name, _, attr = where.partition(":")
+
+    def get() -> Any:
+        mod = sys.modules.get(name)
+        if mod is None:
+            return MISSING
+        value = vars(mod).get(attr, MISSING)
+        value = getattr(value, "function_ids", value)  # dynamo's FunctionIdSet holds a set (or None)
+        try:
+            if isinstance(value, dict):
+                return frozenset((_plain(k) if not isinstance(k, tuple) else tuple(map(_plain, k)), id(v))
+                                 for k, v in value.items())
+            if isinstance(value, (set, frozenset, list, tuple)):
+                return frozenset(_plain(v) for v in value)
+        except Exception as exc:
+            return f"<error {type(exc).__name__}>"
+        return repr(value)
+
+    return get
+
+
 def _torch_ops() -> Any:
     t = sys.modules.get("torch")
     if t is None:
@@ -199,6 +252,9 @@ STATE: dict[str, Callable[[], Any]] = {
     "torch.ops": _torch_ops,
     "torch.library": _torch_impls,
     **{f"torch.{s}": _torch(s) for s in TORCH_SWITCHES},
+    "numpy.errstate": _numpy_errstate,
+    "numpy.printoptions": _numpy_printoptions,
+    **{f"registry:{r}": _registry(r) for r in TORCH_REGISTRIES},
 }
 
 
@@ -208,6 +264,11 @@ CHEAP_STATE = frozenset({"state:sys.path", "state:sys.meta_path", "state:sys.pat
                          "state:sys.dlopenflags", "state:os.environ", "state:os.cwd", "state:logging.root",
                          "state:gc.enabled", "state:gc.threshold", "state:multiprocessing.start_method",
                          "state:socket.default_timeout", "state:faulthandler"})
+
+
+# Keys whose value is per thread (numpy's error state lives in a context variable): read in the main thread
+# only, where the contribution's modules are imported.
+THREAD_LOCAL = frozenset({"state:numpy.errstate"})
 
 
 def cheap(key: str) -> bool:

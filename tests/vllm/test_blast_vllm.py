@@ -251,6 +251,8 @@ def test_out_of_root_symlink(vllm_repo: VllmRepo) -> None:
 
 REGISTRY_CARRIED = [("FT126", "vllm/model_executor/models/registry.py", 1138),
                     ("FT146", "vllm/model_executor/models/registry.py", 1081),
+                    # tempfile.TemporaryDirectory() (a file creator, hfix21a's file-writer family)
+                    ("FT146", "vllm/model_executor/models/registry.py", 1598),
                     ("FT146", "vllm/model_executor/models/registry.py", 1608),
                     # the model-inspection subprocess unpickles its result and its task (pickle.load*)
                     ("FT146", "vllm/model_executor/models/registry.py", 1622),

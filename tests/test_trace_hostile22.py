@@ -149,6 +149,22 @@ ALONE22_OPEN: dict[str, str] = {
     "builtins_liar.py": "the snapshot calls builtins (vars) looked up at run time: a liar hides a patch",
 }
 
+# torch's process-wide switches in a trace of their own (torch is imported for it)
+TORCH22: dict[str, str] = {
+    "autocast_cpu.py": "import torch\ntorch.autocast('cpu').__enter__()  # <-\n",
+    "texpr_fuser.py": "import torch\ntorch._C._jit_set_texpr_fuser_enabled(False)  # <-\n",
+    "flush_denormal.py": "import torch\ntorch.set_flush_denormal(True)  # <-\n",
+    "warn_always.py": "import torch\ntorch.set_warn_always(True)  # <-\n",
+    "print_options.py": "import torch\ntorch.set_printoptions(precision=1)  # <-\n",
+}
+TORCH22_OPEN: dict[str, str] = {
+    "autocast_cpu.py": "autocast state (torch.is_autocast_enabled('cpu')) is not in the snapshot",
+    "texpr_fuser.py": "the TorchScript fuser switches are not in the snapshot",
+    "flush_denormal.py": "torch.set_flush_denormal has no getter and is not watched",
+    "warn_always.py": "torch.is_warn_always_enabled() is not in the snapshot",
+    "print_options.py": "torch.set_printoptions on torch's own object is taken for bookkeeping",
+}
+
 HONEST22: dict[str, str] = {
     "own_raw_thread.py": "import _thread\nDONE = []\nlock = _thread.allocate_lock()\nlock.acquire()\n"
                          "def work():\n    DONE.append(1)\n    lock.release()\n"
@@ -184,7 +200,8 @@ def traced22(tmp_path_factory: pytest.TempPathFactory) -> tuple[TraceFacts, list
 
 def test_open_ids_are_attacks() -> None:
     assert set(RUNTIME22_OPEN) <= set(RUNTIME22) and set(ALONE22_OPEN) <= set(ALONE22)
-    assert len(RUNTIME22) + len(ALONE22) >= 25
+    assert set(TORCH22_OPEN) <= set(TORCH22)
+    assert len(RUNTIME22) + len(ALONE22) + len(TORCH22) >= 30
 
 
 @pytest.mark.slow
@@ -211,6 +228,26 @@ def test_attack_on_the_trace_ends_in_an_error(tmp_path: Path, module: str) -> No
     failed = any(f.code in ("FT131", "FT132") and f.severity.value == "error" for f in findings)
     assert at_line or failed, (facts.status, facts.reason,
                                [(f.code, f.line, f.message[:80]) for f in findings])
+
+
+@pytest.fixture(scope="module")
+def torch_traced22(tmp_path_factory: pytest.TempPathFactory) -> tuple[TraceFacts, list[Finding]]:
+    pytest.importorskip("torch")
+    ctx = _context(tmp_path_factory.mktemp("rt22t"), "evilt", TORCH22)
+    facts = gather_trace(ctx)
+    return facts, _findings(ctx, facts)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("module", [
+    pytest.param(k, id=k, marks=[pytest.mark.xfail(strict=True, reason=TORCH22_OPEN[k])]
+                 if k in TORCH22_OPEN else []) for k in TORCH22])
+def test_torch22_effect_is_an_error_at_its_line(torch_traced22: tuple[TraceFacts, list[Finding]],
+                                                module: str) -> None:
+    _, findings = torch_traced22
+    want = marked_lines(TORCH22[module])
+    assert want and set(want) <= _errors_at(findings, "evilt", module), sorted(
+        (f.code, f.line, f.message[:80]) for f in findings if f.path == f"evilt/{module}")
 
 
 @pytest.mark.slow

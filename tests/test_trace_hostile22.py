@@ -108,8 +108,6 @@ RUNTIME22_OPEN: dict[str, str] = {
     "kwdefaults_inplace.py": "a foreign function's __kwdefaults__ changed in place keeps its identity",
     "private_dispatch.py": "private module-level dicts are not boxed (only public ones)",
     "class_dispatch.py": "dicts held by foreign classes are compared by identity only",
-    "ctypes_from_address.py": "ctypes.cdata (from_address) is not blocked: a raw write to a foreign object",
-    "fork_exec.py": "_posixsubprocess.fork_exec raises no audit event: a process starts unseen",
     "gc_walk_hidden.py": "gc walks are reported only when the contribution is the direct caller",
     "frame_walk.py": "frame walks (sys._getframe via inspect, f_back) reach the tracer's locals unreported",
     "sandbox_detect.py": "code that sees it is in the sandbox and patches only outside is never run patching",
@@ -144,7 +142,6 @@ ALONE22: dict[str, str] = {
 }
 ALONE22_OPEN: dict[str, str] = {
     "forge_done.py": "the event pipe is an inherited fd anyone can write: a forged done ends the report",
-    "blind_active.py": "the tracer is on sys.meta_path and its active flag switches the audit hook off",
     "patch_tracer_module.py": "the tracer's modules are in sys.modules and patchable",
     "builtins_liar.py": "the snapshot calls builtins (vars) looked up at run time: a liar hides a patch",
 }

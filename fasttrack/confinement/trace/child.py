@@ -10,11 +10,13 @@ names the line after which each one changed.
 
 from __future__ import annotations
 
+import _posixsubprocess
 import atexit
 import contextlib
 import importlib
 import json
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -31,7 +33,11 @@ ESCAPES = ("socket.", "subprocess.Popen", "os.system", "os.exec", "os.posix_spaw
            "ctypes.dlsym", "ctypes.call_function", "urllib.Request", "http.client.connect", "ftplib.",
            "smtplib.", "poplib.", "imaplib.", "nntplib.", "telnetlib.", "webbrowser.open",
            "resource.setrlimit",
-           "resource.prlimit", "os.startfile", "winreg.", "mmap.__new__", "sqlite3.connect")
+           "resource.prlimit", "os.startfile", "winreg.", "mmap.__new__", "sqlite3.connect",
+           # raw memory: an object's bytes read or written through its address (`from_address`)
+           "ctypes.cdata", "ctypes.string_at", "ctypes.wstring_at")
+# Imported again after the hook is installed, these would hand out the originals of what the trace replaced.
+NO_REIMPORT = ("_posixsubprocess", "_thread", "_codecs")
 # Filesystem writes: allowed inside the sandbox's writable directories only.
 FS_WRITES = ("os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.symlink", "os.link", "os.chmod",
              "os.chown",
@@ -101,13 +107,18 @@ class Tracer:
         self.in_foreign = 0
         self.seen: set[tuple[types.CodeType, int]] = set()  # locate: lines already run
         self.preexisting: set[int] = set()  # ids of the objects of the "before" snapshot (kept alive by it)
+        self.sending = False  # a line is being written
 
     # ------------------------------------------------------------------------------------ reporting
     def send(self, event: dict[str, Any]) -> None:
         data = (_ENCODE(event) + "\n").encode("utf-8", "replace")
-        while data:
-            n = _WRITE(self.fd, data)
-            data = data[n:]
+        self.sending = True
+        try:
+            while data:
+                n = _WRITE(self.fd, data)
+                data = data[n:]
+        finally:
+            self.sending = False
 
     def where(self) -> tuple[str | None, int | None, bool]:
         """The innermost frame of the contribution on the current stack, and whether a foreign module's
@@ -176,29 +187,46 @@ class Tracer:
             return False
         return not any(real == d or real.startswith(d + os.sep) for d in self.writable)
 
+    def blocked(self, kind: str, target: str, detail: str) -> None:
+        """Report a blocked operation whatever `active` and `busy` say (code under trace can set both, and
+        code of the contribution can run while the tracer is busy, e.g. a `__repr__` it describes), then
+        block it."""
+        if self.busy and self.sending:
+            raise Sandboxed(f"fasttrack trace: {target} is not allowed")
+        busy, self.busy = self.busy, True
+        try:
+            path, line, _ = self.where()
+            self.send({"kind": kind, "target": target, "detail": detail, "path": path, "line": line})
+        finally:
+            self.busy = busy
+        raise Sandboxed(f"fasttrack trace: {target} is not allowed")
+
     def hook(self, event: str, args: tuple[Any, ...]) -> None:
-        if not self.active or self.busy:
-            return
-        if event == "import":
-            self.imported.add(str(args[0]))
-            return
+        # Blocked from the moment the hook is installed, whether or not the tracer is `active` or `busy`:
+        # after that the tracer's own code writes no file, starts nothing and loads no native code.
         if event == "open":
             path, mode, flags = (*args, None, None, None)[:3]
             writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
                 isinstance(flags, int) and flags & _WRITE_FLAGS)
             if writing and self.writes_outside(path):
-                self.record("fs-write", str(path), f"open for writing (mode {mode!r})")
-                raise Sandboxed(f"fasttrack trace: writing {path} outside the sandbox is not allowed")
+                self.blocked("fs-write", str(path), f"open for writing (mode {mode!r})")
+            if _process_memory(path):
+                self.blocked("escape", str(path), "the process's memory read through /proc")
             return
         if event.startswith(FS_WRITES):
             paths = [a for a in args if isinstance(a, (str, bytes, os.PathLike))]
             if any(self.writes_outside(p) for p in paths) or not paths:
-                self.record("fs-write", " ".join(map(str, paths)) or event, event)
-                raise Sandboxed(f"fasttrack trace: {event} outside the sandbox is not allowed")
+                self.blocked("fs-write", " ".join(map(str, paths)) or event, event)
             return
         if event.startswith(ESCAPES):
-            self.record("escape", event, _args(args))
-            raise Sandboxed(f"fasttrack trace: {event} is not allowed")
+            self.blocked("escape", event, _args(args))
+        if event == "import" and args and args[0] in NO_REIMPORT:
+            self.blocked("escape", f"import {args[0]}", "imported again while traced")
+        if not self.active or self.busy:
+            return
+        if event == "import":
+            self.imported.add(str(args[0]))
+            return
         if event.startswith(INTERPRETER):
             if event == "sys.settrace" and sys._getframe(1).f_code is _BOOTSTRAP_INNER and \
                     getattr(threading, "_trace_hook", None) == self.trace_global:
@@ -404,6 +432,12 @@ def _watch_deferred(tracer: Tracer) -> None:
         if direct():
             tracer.exits.append((tracer.here(), self))
 
+    def fork_exec(*args: Any, **kwargs: Any) -> Any:  # no audit event: a process would start unseen
+        tracer.blocked("escape", "_posixsubprocess.fork_exec", _args(args[:1]))
+
+    _posixsubprocess.fork_exec = fork_exec
+    if hasattr(subprocess, "_fork_exec"):
+        subprocess._fork_exec = fork_exec
     _WRAPPED.update({init.__code__: "threading.Thread.__init__", start.__code__: "threading.Thread.start",
                      register.__code__: "atexit.register",
                      finalize_init.__code__: "weakref.finalize.__init__"})
@@ -462,6 +496,19 @@ class _Baseline:
 
 
 _EXEC_MODULE = _Baseline.exec_module.__code__
+
+
+def _process_memory(path: Any) -> bool:
+    """`/proc/<pid>/mem` (any spelling: self, thread-self, a task) and /dev/mem: reading the process's memory
+    reads the tracer's too."""
+    if isinstance(path, int):
+        return False
+    try:
+        real = os.path.realpath(os.fsdecode(path))
+    except (TypeError, ValueError):
+        return True
+    return real in ("/dev/mem", "/dev/kmem", "/dev/port") or (real.startswith("/proc/") and
+                                                              real.rsplit("/", 1)[-1] == "mem")
 
 
 def _args(args: tuple[Any, ...]) -> str:

@@ -72,11 +72,22 @@ def _signals() -> Any:
     return tuple(out)
 
 
+def _environ_pointer() -> Any:
+    try:
+        return ctypes.POINTER(ctypes.c_char_p).in_dll(ctypes.CDLL(None), "environ")
+    except (ImportError, OSError, ValueError):
+        return None
+
+
+# Looked up once, before any code under trace runs (and before the audit hook, which blocks loading native
+# code from then on): the object lives at the C variable `environ`, so each read sees its current value.
+_ENVIRON = _environ_pointer()
+
+
 def _c_environ() -> Any:
     """The C library's environment (what `ctypes` `setenv` changes behind os.environ's back)."""
-    try:
-        env = ctypes.POINTER(ctypes.c_char_p).in_dll(ctypes.CDLL(None), "environ")
-    except (ImportError, OSError, ValueError):
+    env = _ENVIRON
+    if env is None:
         return MISSING
     out = []
     i = 0

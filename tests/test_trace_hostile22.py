@@ -134,6 +134,18 @@ ALONE22: dict[str, str] = {
                         "    if o is json:\n        d = dict(d, dumps=_d)\n"
                         "    if o is builtins:\n        d = dict(d, vars=_v)\n    return d\n"
                         "builtins.vars = vars\njson.dumps = repr  # <-\n",
+    # the tracer's own sender made to send a `done` (not from the tracer's main: unprivileged, refused)
+    "forge_via_tracer.py": "import sys, json, os\njson.dumps = repr  # <-\nfor t in sys.meta_path:\n"
+                           "    if hasattr(t, 'send') and hasattr(t, 'hook'):\n"
+                           "        t.send({'kind': 'done', 'seconds': 0.1, 'preimport_failed': [],\n"
+                           "                'missing': [], 'imports_absorbed': 0, 'standins': 0,\n"
+                           "                'imported': 1})\n"
+                           "        os._exit(0)\n",
+    # the locate pass told that every watched key was a library's own import-time work
+    "absorbed_poison.py": "import sys, json\nfor t in sys.meta_path:\n"
+                          "    if hasattr(t, 'absorbed') and hasattr(t, 'watch'):\n"
+                          "        t.absorbed.update(t.watch)\n        t.watch.clear()\n"
+                          "json.dumps = repr  # <-\n",
     # exit before the report: no `done`, fails closed
     "exit_early.py": "import os, json\njson.dumps = repr  # <-\nos._exit(0)\n",
     # output past the file-size limit on stdout: the child dies, fails closed
@@ -141,7 +153,7 @@ ALONE22: dict[str, str] = {
                       "    sys.stdout.write(chunk)  # <-\n",
 }
 ALONE22_OPEN: dict[str, str] = {
-    "forge_done.py": "the event pipe is an inherited fd anyone can write: a forged done ends the report",
+    "absorbed_poison.py": "the tracer's bookkeeping (watch, absorbed) is reachable through sys.meta_path",
     "patch_tracer_module.py": "the tracer's modules are in sys.modules and patchable",
     "builtins_liar.py": "the snapshot calls builtins (vars) looked up at run time: a liar hides a patch",
 }

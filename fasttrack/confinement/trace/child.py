@@ -10,6 +10,8 @@ names the line after which each one changed.
 
 from __future__ import annotations
 
+import _hashlib
+import _json
 import _posixsubprocess
 import atexit
 import contextlib
@@ -23,6 +25,7 @@ import time
 import traceback
 import types
 import weakref
+from collections.abc import Callable, Generator
 from typing import Any
 
 from . import snapshot, standins
@@ -63,6 +66,10 @@ MAX_BLAMES = 8  # lines named per changed key after the first
 # Bound before any code under trace runs: a PR that patches `json.dumps` or `os.write` cannot silence us.
 _ENCODE = json.JSONEncoder(default=repr).encode
 _WRITE = os.write
+# The report's channel uses only C functions bound here (the json module's Python layer could be patched).
+_HMAC = _hashlib.hmac_digest
+_C_ENCODE = _json.make_encoder(None, repr, _json.encode_basestring_ascii, None, ": ", ", ", False, False,
+                               True)
 _THREAD_INIT = threading.Thread.__init__
 _THREAD_START = threading.Thread.start
 _ATEXIT_REGISTER = atexit.register
@@ -108,15 +115,14 @@ class Tracer:
         self.seen: set[tuple[types.CodeType, int]] = set()  # locate: lines already run
         self.preexisting: set[int] = set()  # ids of the objects of the "before" snapshot (kept alive by it)
         self.sending = False  # a line is being written
+        self.chan: Callable[[tuple[bool, bytes]], Any] = lambda request: None  # `_channel`'s send
 
     # ------------------------------------------------------------------------------------ reporting
     def send(self, event: dict[str, Any]) -> None:
-        data = (_ENCODE(event) + "\n").encode("utf-8", "replace")
+        data = _ENCODE(event).encode("utf-8", "replace")
         self.sending = True
         try:
-            while data:
-                n = _WRITE(self.fd, data)
-                data = data[n:]
+            self.chan((False, data))
         finally:
             self.sending = False
 
@@ -498,6 +504,89 @@ class _Baseline:
 _EXEC_MODULE = _Baseline.exec_module.__code__
 
 
+def _channel(fd: int, key: bytes, main_code: types.CodeType, final_code: types.CodeType, main_ident: int,
+             _hmac: Any = _HMAC, _write: Any = os.write, _frame: Any = sys._getframe,
+             _ident: Any = threading.get_ident, _type: Any = type, _bytes: Any = bytes,
+             _tuple: Any = tuple) -> Generator[None, Any, None]:
+    """The report's only writer: each line `<hmac> <seq> <flag> <json>`, the HMAC-SHA256 of the rest under the
+    parent's key (which lives only in this generator's frame: the guard blocks `gi_frame` and
+    `gc.get_referents` on it), so a line written to the pipe by anyone else (`os.write` on the fd) fails the
+    trace. `flag` P (privileged: the `done` and `located` events, which end the report or clear a finding) is
+    given only when `_send_final` is called straight from the one running `main` at the bottom of the main
+    thread's stack; anything else is U. Everything it uses is bound as a default (no globals, no builtins
+    looked up at run time); no exception leaves it (a traceback would show its frame)."""
+    seq = 0
+    while True:
+        try:
+            request = yield
+            if _type(request) is not _tuple:
+                continue
+            privileged, data = request
+            if _type(data) is not _bytes:
+                continue
+            flag = b"U"
+            if privileged is True and _ident() == main_ident:
+                caller = _frame(1)
+                outer = caller.f_back
+                bottom = outer.f_back if outer is not None else None
+                if caller.f_code is final_code and outer is not None and outer.f_code is main_code and \
+                        bottom is not None and bottom.f_back is None and \
+                        bottom.f_code.co_filename == "<string>":
+                    flag = b"P"
+            head = b"%d %s " % (seq, flag)
+            line = _hmac(key, head + data, "sha256").hex().encode() + b" " + head + data + b"\n"
+            seq += 1
+            while line:
+                line = line[_write(fd, line):]
+        except GeneratorExit:
+            return
+        except BaseException:
+            continue
+
+
+def _send_final(chan: Callable[[tuple[bool, bytes]], Any], event: dict[str, Any], _enc: Any = _C_ENCODE,
+                _join: Any = "".join) -> None:
+    """A privileged event (`done`, `located`): called only by `main`, with references it bound before any
+    code under trace ran."""
+    chan((True, _join(_enc(event, 0)).encode("utf-8", "replace")))
+
+
+def _guard(gen: Any, tool_ids: frozenset[int], _exc: Any = Sandboxed, _id: Any = id, _tuple: Any = tuple,
+           _type: Any = type) -> Callable[[str, tuple[Any, ...]], None]:
+    """A second audit hook, referenced by nothing but the interpreter: no frame of the report's channel
+    (`gi_frame`, `gc.get_referents`), and no `__code__`/`__defaults__`/... of the tracer's own functions
+    replaced."""
+
+    def guard(event: str, args: tuple[Any, ...], _gen: Any = gen, _ids: frozenset[int] = tool_ids,
+              _exc: Any = _exc, _id: Any = _id, _tuple: Any = _tuple, _type: Any = _type) -> None:
+        if event == "object.__getattr__":
+            if args and args[0] is _gen:
+                raise _exc("fasttrack trace: the report's channel is not open to inspection")
+        elif event == "gc.get_referents":
+            for objs in args:
+                for o in (objs if _type(objs) is _tuple else (objs,)):
+                    if o is _gen:
+                        raise _exc("fasttrack trace: the report's channel is not open to inspection")
+        elif event in ("object.__setattr__", "object.__delattr__") and args and _id(args[0]) in _ids:
+            raise _exc("fasttrack trace: the tracer's own functions cannot be changed")
+
+    return guard
+
+
+def _tool_ids(modules: list[types.ModuleType]) -> frozenset[int]:
+    """The ids of the tracer's own functions (module-level, methods, static and class methods)."""
+    out: set[int] = set()
+    for mod in modules:
+        for value in list(vars(mod).values()):
+            items = list(vars(value).values()) if isinstance(value, type) and \
+                str(getattr(value, "__module__", "")).startswith("_fasttrack_trace") else [value]
+            for v in items:
+                v = getattr(v, "__func__", v)
+                if isinstance(v, types.FunctionType):
+                    out.add(id(v))
+    return frozenset(out)
+
+
 def _process_memory(path: Any) -> bool:
     """`/proc/<pid>/mem` (any spelling: self, thread-self, a task) and /dev/mem: reading the process's memory
     reads the tracer's too."""
@@ -599,6 +688,11 @@ def main(spec_path: str) -> None:
         if spec["preimport"][:len(stack)] != stack:
             raise SystemExit("the plan's pre-imports do not begin with the stack this child imported")
     tracer = Tracer(spec)
+    gen = _channel(tracer.fd, bytes.fromhex(spec.pop("token", "")), main.__code__, _send_final.__code__,
+                   threading.get_ident())
+    next(gen)
+    chan = tracer.chan = gen.send
+    final = _send_final
     started = time.monotonic()
     failed_pre = failed_stack + _preimport(spec["preimport"][len(stack):])
     sys.path[:] = [p for p in sys.path if not p.startswith(spec["tool_dir"])]
@@ -612,6 +706,7 @@ def main(spec_path: str) -> None:
     tracer.preexisting = {id(v) for v in before.values()}
     tracer.base = dict(before)
     locate: list[str] = spec.get("locate", [])
+    sys.addaudithook(_guard(gen, _tool_ids([sys.modules[__name__], snapshot, standins])))
     sys.addaudithook(tracer.hook)
     if locate:
         for key in locate:
@@ -644,7 +739,7 @@ def main(spec_path: str) -> None:
     if locate:
         for key in locate:
             blamed = tracer.blame.get(key)
-            tracer.send({"kind": "located", "key": key, "changed": key in tracer.blame,
+            final(chan, {"kind": "located", "key": key, "changed": key in tracer.blame,
                          "absorbed": key in tracer.absorbed, "indirect": tracer.indirect.get(key, ""),
                          "also": tracer.more.get(key, []),
                          "path": blamed[0] if blamed else None, "line": blamed[1] if blamed else None})
@@ -668,7 +763,7 @@ def main(spec_path: str) -> None:
             tracer.send(event)
         for ev in _sys_modules_effects(tracer, before_modules):
             tracer.send({"kind": "state-diff", **ev})
-    tracer.send({"kind": "done", "seconds": round(time.monotonic() - started, 3),
+    final(chan, {"kind": "done", "seconds": round(time.monotonic() - started, 3),
                  "preimport_failed": failed_pre, "missing": sorted(missing.missing),
                  "imports_absorbed": tracer.imports_absorbed,
                  "standins": len(tracer.finder.standins), "imported": len(tracer.imported)})

@@ -10,11 +10,15 @@ names the line after which each one changed.
 
 from __future__ import annotations
 
+import _codecs
 import _hashlib
 import _json
 import _posixsubprocess
+import _thread
 import atexit
+import codecs
 import contextlib
+import gc
 import importlib
 import json
 import os
@@ -74,6 +78,8 @@ _THREAD_INIT = threading.Thread.__init__
 _THREAD_START = threading.Thread.start
 _ATEXIT_REGISTER = atexit.register
 _FINALIZE_INIT = weakref.finalize.__init__
+_START_NEW = _thread.start_new_thread
+_CODECS_REGISTER = _codecs.register
 _MAIN = threading.main_thread()
 _CURRENT = threading.current_thread  # per-thread state is keyed by the Thread (an ident is reused)
 _WRAPPED: dict[types.CodeType, str] = {}  # the child's wrappers (`_watch_deferred`) -> what they wrap
@@ -115,6 +121,7 @@ class Tracer:
         self.seen: set[tuple[types.CodeType, int]] = set()  # locate: lines already run
         self.preexisting: set[int] = set()  # ids of the objects of the "before" snapshot (kept alive by it)
         self.sending = False  # a line is being written
+        self.raw_threads: list[tuple[tuple[str, int] | None, Any]] = []  # (line, lock released at its end)
         self.chan: Callable[[tuple[bool, bytes]], Any] = lambda request: None  # `_channel`'s send
 
     # ------------------------------------------------------------------------------------ reporting
@@ -441,9 +448,38 @@ def _watch_deferred(tracer: Tracer) -> None:
     def fork_exec(*args: Any, **kwargs: Any) -> Any:  # no audit event: a process would start unseen
         tracer.blocked("escape", "_posixsubprocess.fork_exec", _args(args[:1]))
 
+    def start_new_thread(function: Any, args: Any = (), kwargs: Any = None) -> int:
+        # below `threading`: not in threading.enumerate(), so settled here (and, in the locate pass, run to
+        # its end right away, so what it changes is blamed on the line that started it)
+        finished = _thread.allocate_lock()
+        finished.acquire()
+
+        def run(*a: Any, **k: Any) -> None:
+            try:
+                function(*a, **k)
+            finally:
+                finished.release()
+
+        ident: int = _START_NEW(run, tuple(args), dict(kwargs or {}))
+        if tracer.active:
+            tracer.raw_threads.append((tracer.here(), finished))
+            if tracer.watch:
+                began = time.monotonic()
+                if finished.acquire(timeout=max(0.0, tracer.join_left)):
+                    finished.release()
+                tracer.join_left -= time.monotonic() - began
+        return ident
+
+    def codecs_register(search: Any) -> None:  # a search function runs later, on any uncached codec name
+        if tracer.active:
+            tracer.record("interpreter", "codecs.register", _args((search,)))
+        _CODECS_REGISTER(search)
+
     _posixsubprocess.fork_exec = fork_exec
     if hasattr(subprocess, "_fork_exec"):
         subprocess._fork_exec = fork_exec
+    _thread.start_new_thread = _thread.start_new = start_new_thread
+    codecs.register = _codecs.register = codecs_register
     _WRAPPED.update({init.__code__: "threading.Thread.__init__", start.__code__: "threading.Thread.start",
                      register.__code__: "atexit.register",
                      finalize_init.__code__: "weakref.finalize.__init__"})
@@ -463,6 +499,16 @@ def _settle(tracer: Tracer, before: set[int]) -> None:
         if thread.ident in before or thread is threading.current_thread() or left <= 0:
             continue
         thread.join(left)
+    for where, finished in list(tracer.raw_threads):  # threads started below `threading`
+        if finished.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            finished.release()
+        else:
+            tracer.lasts[_CURRENT()] = where
+            tracer.record("interpreter", "_thread.start_new_thread",
+                          "a thread started at import is still running")
+    # A cycle of the contribution's objects (an own __del__ or a weakref callback in it) would be collected
+    # by the engine's next full collection: collect now, inside the trace.
+    gc.collect()
     tracer.check()
     me = _CURRENT()
     for where, hook in list(tracer.exits):

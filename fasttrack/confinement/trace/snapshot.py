@@ -158,9 +158,54 @@ TORCH_SWITCHES = (
     "backends.cuda.cudnn_sdp_enabled()", "are_deterministic_algorithms_enabled()",
     "is_deterministic_algorithms_warn_only_enabled()", "get_default_dtype()", "get_default_device()",
     "get_float32_matmul_precision()", "get_num_threads()", "get_num_interop_threads()", "is_grad_enabled()",
+    "is_warn_always_enabled()", "_C._jit_texpr_fuser_enabled()", "_C._get_graph_executor_optimize()",
+    "_C._jit_can_fuse_on_cpu()",
     "is_inference_mode_enabled()", "is_anomaly_enabled()", "_C._get_cudnn_allow_tf32()",
     "_C._get_cublas_allow_tf32()", "_C._jit_get_inline_everything_mode()", "get_rng_state().sum().item()",
 )
+
+
+def _itimers() -> Any:
+    """Which interval timers are armed (a pending alarm or ITIMER_VIRTUAL/PROF: their default action ends the
+    process), and their intervals; the time left runs down, so only whether one is set is compared."""
+    return tuple((signal.getitimer(w)[0] > 0, signal.getitimer(w)[1])
+                 for w in (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF))
+
+
+def _sigmask() -> Any:
+    return tuple(sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])))
+
+
+def _decimal(default: bool) -> Any:
+    dec = sys.modules.get("decimal")
+    if dec is None:
+        return MISSING
+    return repr(dec.DefaultContext if default else dec.getcontext())
+
+
+def _path_importer_cache() -> Any:
+    """Which finder answers for each sys.path entry (by identity): a new entry is the import system's own
+    bookkeeping, an entry whose finder was replaced is an import hijack (see gather)."""
+    return frozenset((k if isinstance(k, str) else repr(k), id(v)) for k, v in
+                     list(sys.path_importer_cache.items()))
+
+
+def _torch_call(get: Callable[[Any], Any]) -> Callable[[], Any]:
+    def read() -> Any:
+        t = sys.modules.get("torch")
+        if t is None:
+            return MISSING
+        try:
+            return repr(get(t))
+        except Exception as exc:
+            return f"<error {type(exc).__name__}>"
+
+    return read
+
+
+def _flush_denormal(t: Any) -> Any:
+    """torch.set_flush_denormal has no getter: a denormal double reads 0 when it is on (this thread)."""
+    return t.tensor([1e-323], dtype=t.float64).item() == 0.0
 
 
 def _numpy_errstate() -> Any:
@@ -263,6 +308,17 @@ STATE: dict[str, Callable[[], Any]] = {
     "torch.ops": _torch_ops,
     "torch.library": _torch_impls,
     **{f"torch.{s}": _torch(s) for s in TORCH_SWITCHES},
+    "signal.itimers": _itimers,
+    "signal.mask": _sigmask,
+    "os.affinity": lambda: tuple(sorted(os.sched_getaffinity(0))),
+    "os.priority": lambda: os.getpriority(os.PRIO_PROCESS, 0),
+    "decimal.context": lambda: _decimal(False),
+    "decimal.default_context": lambda: _decimal(True),
+    "sys.asyncgen_hooks": lambda: tuple(map(id, sys.get_asyncgen_hooks())),
+    "sys.coroutine_origin_tracking_depth": sys.get_coroutine_origin_tracking_depth,
+    "sys.path_importer_cache.finders": _path_importer_cache,
+    "torch.autocast": _torch_call(lambda t: [(d, t.is_autocast_enabled(d)) for d in ("cpu", "cuda")]),
+    "torch.flush_denormal": _torch_call(_flush_denormal),
     "numpy.errstate": _numpy_errstate,
     "numpy.printoptions": _numpy_printoptions,
     **{f"registry:{r}": _registry(r) for r in TORCH_REGISTRIES},
@@ -279,7 +335,8 @@ CHEAP_STATE = frozenset({"state:sys.path", "state:sys.meta_path", "state:sys.pat
 
 # Keys whose value is per thread (numpy's error state lives in a context variable): read in the main thread
 # only, where the contribution's modules are imported.
-THREAD_LOCAL = frozenset({"state:numpy.errstate"})
+THREAD_LOCAL = frozenset({"state:numpy.errstate", "state:signal.mask", "state:decimal.context",
+                          "state:torch.flush_denormal", "state:torch.autocast"})
 
 
 def cheap(key: str) -> bool:

@@ -115,6 +115,14 @@ ALONE22: dict[str, str] = {
     "patch_tracer_module.py": "import sys, json\n"
                               "sys.modules['_fasttrack_trace.snapshot'].diff = lambda before, after: []\n"
                               "json.loads = repr  # <-\n",
+    # the same through a tracer method's globals (the modules are not in sys.modules)
+    "patch_tracer_globals.py": "import sys, json\nfor t in sys.meta_path:\n"
+                               "    if hasattr(t, 'hook'):\n"
+                               "        type(t).hook.__globals__['snapshot'].diff = lambda a, b: []\n"
+                               "json.loads = repr  # <-\n",
+    # a method of the tracer shadowed on the instance: its snapshot skips every module
+    "shadow_skip.py": "import sys, json\nfor t in sys.meta_path:\n    if hasattr(t, 'hook'):\n"
+                      "        t.skip = lambda name: True\njson.loads = repr  # <-\n",
     # a builtin the snapshot uses (`vars`) replaced by a liar that hides the patch (and itself)
     "builtins_liar.py": "import builtins, json\n_v = builtins.vars\n_d = json.dumps\n"
                         "def vars(o=None):\n    d = _v(o) if o is not None else {}\n"
@@ -141,8 +149,6 @@ ALONE22: dict[str, str] = {
 }
 ALONE22_OPEN: dict[str, str] = {
     "absorbed_poison.py": "the tracer's bookkeeping (watch, absorbed) is reachable through sys.meta_path",
-    "patch_tracer_module.py": "the tracer's modules are in sys.modules and patchable",
-    "builtins_liar.py": "the snapshot calls builtins (vars) looked up at run time: a liar hides a patch",
 }
 
 # torch's process-wide switches in a trace of their own (torch is imported for it)

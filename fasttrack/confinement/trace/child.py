@@ -16,6 +16,7 @@ import _json
 import _posixsubprocess
 import _thread
 import atexit
+import builtins
 import codecs
 import contextlib
 import gc
@@ -81,6 +82,7 @@ _FINALIZE_INIT = weakref.finalize.__init__
 _START_NEW = _thread.start_new_thread
 _CODECS_REGISTER = _codecs.register
 _MAIN = threading.main_thread()
+MISSING_SENTINEL: Any = object()
 _CURRENT = threading.current_thread  # per-thread state is keyed by the Thread (an ident is reused)
 _WRAPPED: dict[types.CodeType, str] = {}  # the child's wrappers (`_watch_deferred`) -> what they wrap
 _BOOTSTRAP_INNER = threading.Thread._bootstrap_inner.__code__  # type: ignore[attr-defined]
@@ -633,6 +635,45 @@ def _tool_ids(modules: list[types.ModuleType]) -> frozenset[int]:
     return frozenset(out)
 
 
+# Attributes of the tracer that stay the same objects for the whole pass (their contents may change).
+_FIXED = ("spec", "fd", "files", "own_prefixes", "writable", "finder", "chan", "baselines", "watch", "blame",
+          "absorbed", "pending", "base", "more", "indirect", "lasts", "origins", "exits", "raw_threads")
+
+
+def _integrity_baseline(tracer: Tracer, modules: list[types.ModuleType]) -> tuple[Any, ...]:
+    """What the tracer's own code looks up at run time, captured before any code under trace runs: the
+    builtins, its own modules' globals and classes (every name: one added there shadows a builtin), and the
+    tracer's fixed attributes. `_tampered` compares them at the end."""
+    watched: list[tuple[str, Any, bool]] = [("builtins", vars(builtins), False)]
+    for mod in modules:
+        watched.append((mod.__name__, vars(mod), True))
+        for value in list(vars(mod).values()):
+            if isinstance(value, type) and value.__dict__.get("__module__") == mod.__name__:
+                watched.append((f"{mod.__name__}.{value.__qualname__}", value.__dict__, True))
+    state = vars(tracer)
+    out = [(name, live, exact, tuple(live.items())) for name, live, exact in watched]
+    out.append(("tracer", state, False, tuple((k, state[k]) for k in _FIXED)))
+    return tuple(out), frozenset(k for k, v in vars(Tracer).items() if callable(v)), tracer
+
+
+def _tampered(baseline: tuple[Any, ...], _missing: Any = MISSING_SENTINEL, _len: Any = len,
+              _vars: Any = vars) -> list[str]:
+    """What of `_integrity_baseline` code under trace changed (uses no global and no builtin looked up at run
+    time: a replaced builtin cannot hide itself from it)."""
+    watched, methods, tracer = baseline
+    out: list[str] = []
+    for name, live, exact, items in watched:
+        for k, v in items:
+            if live.get(k, _missing) is not v:
+                out.append(f"{name}.{k}")
+        if exact and _len(live) != _len(items):
+            out.append(f"{name} (a name added or removed)")
+    for k in _vars(tracer):
+        if k in methods:
+            out.append(f"tracer.{k} (shadows its method)")
+    return out
+
+
 def _process_memory(path: Any) -> bool:
     """`/proc/<pid>/mem` (any spelling: self, thread-self, a task) and /dev/mem: reading the process's memory
     reads the tracer's too."""
@@ -752,8 +793,14 @@ def main(spec_path: str) -> None:
     tracer.preexisting = {id(v) for v in before.values()}
     tracer.base = dict(before)
     locate: list[str] = spec.get("locate", [])
-    sys.addaudithook(_guard(gen, _tool_ids([sys.modules[__name__], snapshot, standins])))
+    tool = [sys.modules[__name__], snapshot, standins]
+    sys.addaudithook(_guard(gen, _tool_ids(tool)))
     sys.addaudithook(tracer.hook)
+    integrity = _integrity_baseline(tracer, tool)
+    tampered = _tampered
+    del tool
+    for name in [n for n in sys.modules if n.startswith("_fasttrack_trace")]:
+        del sys.modules[name]  # not reachable by name (the tracer keeps its modules alive)
     if locate:
         for key in locate:
             tracer.watch[key] = before.get(key, snapshot.MISSING) if not key.startswith("sysmod:") else \
@@ -778,6 +825,7 @@ def main(spec_path: str) -> None:
                          "detail": snapshot.describe(f"{type(exc).__name__}: {exc}")})
             tracer.active = True
     _settle(tracer, threads_before)
+    changed = tampered(integrity)
     tracer.active = False
     sys.settrace(None)
     threading.settrace(None)
@@ -809,8 +857,10 @@ def main(spec_path: str) -> None:
             tracer.send(event)
         for ev in _sys_modules_effects(tracer, before_modules):
             tracer.send({"kind": "state-diff", **ev})
+    changed += tampered(integrity)
     final(chan, {"kind": "done", "seconds": round(time.monotonic() - started, 3),
-                 "preimport_failed": failed_pre, "missing": sorted(missing.missing),
+                 "tampered": sorted(set(changed)), "preimport_failed": failed_pre,
+                 "missing": sorted(missing.missing),
                  "imports_absorbed": tracer.imports_absorbed,
                  "standins": len(tracer.finder.standins), "imported": len(tracer.imported)})
     os._exit(0)  # no atexit handler or thread of the code under trace runs after the report

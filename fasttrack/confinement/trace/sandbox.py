@@ -345,6 +345,12 @@ def run_child(plan: TracePlan, *, locate: list[str] | None = None, timeout: floa
                 f"{log.strip()[-600:] or '(none)'}",
                 "make every changed module importable on a CPU-only machine without network, GPU or "
                 "credentials, and without exiting the interpreter at import")
+        tampered = events[-1].get("tampered")
+        if tampered:
+            raise TraceFailure("code under trace changed the tracer's own objects (its report cannot be "
+                               f"trusted): {', '.join(map(str, tampered[:5]))}",
+                               "do not reach or change the tracer, the builtins or the import system's "
+                               "finders at import")
         if scan:
             events[-1:-1] = written_events(before, persist_scan(box))
         return Pass(events=events, isolation=isolation_of(child.prefix), copied=copied)

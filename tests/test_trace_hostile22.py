@@ -78,8 +78,10 @@ RUNTIME22: dict[str, str] = {
     "gc_walk_hidden.py": "import gc, importlib._bootstrap as b\n"
                          "N = len(b._call_with_frames_removed(gc.get_objects))  # <-\n",
     # reaching the tracer's frame (and its locals) through a frame walk
-    "frame_walk.py": "import inspect\nf = inspect.currentframe()\nwhile f.f_back is not None:\n"
-                     "    f = f.f_back\nLOCALS = f.f_locals  # <-\n",
+    "frame_walk.py": "import inspect\nf = inspect.currentframe()  # <-\nwhile f.f_back is not None:\n"
+                     "    f = f.f_back\nLOCALS = f.f_locals\n",
+    "traceback_frame.py": "try:\n    raise ValueError\nexcept ValueError as e:\n"
+                          "    F = e.__traceback__.tb_frame  # <-\n",
     # patches only outside the sandbox (its working directory's name gives it away)
     "sandbox_detect.py": "import os, json\nif 'fasttrack-trace-' not in os.getcwd():\n"
                          "    setattr(*(json, 'dumps', repr))  # <-\n",
@@ -95,8 +97,6 @@ RUNTIME22_OPEN: dict[str, str] = {
     "kwdefaults_inplace.py": "a foreign function's __kwdefaults__ changed in place keeps its identity",
     "private_dispatch.py": "private module-level dicts are not boxed (only public ones)",
     "class_dispatch.py": "dicts held by foreign classes are compared by identity only",
-    "gc_walk_hidden.py": "gc walks are reported only when the contribution is the direct caller",
-    "frame_walk.py": "frame walks (sys._getframe via inspect, f_back) reach the tracer's locals unreported",
     "sandbox_detect.py": "code that sees it is in the sandbox and patches only outside is never run patching",
 }
 
@@ -176,7 +176,9 @@ HONEST22: dict[str, str] = {
                         "PRIO = os.getpriority(os.PRIO_PROCESS, 0)\n",
     "decimal_local.py": "import decimal\nwith decimal.localcontext() as c:\n    c.prec = 5\n"
                         "    X = decimal.Decimal(1) / 3\n",
-    "logs.py": "import logging, inspect\nLOG = logging.getLogger(__name__)\nLOG.warning('loaded')\n"
+    "logs.py": "import logging, inspect, traceback\nLOG = logging.getLogger(__name__)\n"
+               "LOG.warning('loaded')\n"
+               "TB = traceback.format_stack()\n"
                "SIG = inspect.signature(LOG.warning)\n",
     "ctypes_size.py": "import ctypes\nN = ctypes.sizeof(ctypes.c_int)\n",
     "asyncgen_def.py": "async def gen():\n    yield 1\n",

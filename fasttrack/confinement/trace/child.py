@@ -61,6 +61,10 @@ INTERPRETER = ("sys.settrace", "sys.setprofile", "sys.addaudithook", "setopencod
 INTROSPECTION = ("gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames",
                  "sys._current_exceptions", "marshal.loads", "code.__new__", "function.__new__",
                  "sys.setrecursionlimit")
+WALKS = ("gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames")
+FRAME_ATTRS = ("tb_frame", "gi_frame", "cr_frame", "ag_frame")
+FRAME_HELPERS = ("currentframe", "stack", "getouterframes", "getinnerframes", "trace", "walk_stack",
+                 "walk_tb")
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 # After the imports, threads the contribution started get this long (in all) to finish before the "after"
 # snapshot (their effects are then diffs like any other); one still running then is itself a finding.
@@ -186,6 +190,19 @@ class Tracer:
         return (self.owned(name) or name in self.finder.standins or name == "__main__"
                 or name.startswith("_fasttrack_trace"))
 
+    def frame_grab(self) -> bool:
+        """`sys._getframe` called by the contribution, or by a helper that hands the frame back to it
+        (`inspect.currentframe`, `inspect.stack`, `traceback.walk_stack`, ...); not logging's own
+        `findCaller`, which keeps the frame to itself."""
+        frame = sys._getframe(2)  # this, the hook, then the caller of sys._getframe
+        if frame is None:
+            return False
+        if frame.f_code.co_filename in self.files:
+            return True
+        if frame.f_code.co_name in FRAME_HELPERS and frame.f_back is not None:
+            return frame.f_back.f_code.co_filename in self.files
+        return False
+
     def direct_caller_is_contribution(self) -> bool:
         frame = sys._getframe(2)
         return frame is not None and frame.f_code.co_filename in self.files
@@ -252,8 +269,22 @@ class Tracer:
             if event in ("sys.settrace", "sys.setprofile", "sys.addaudithook"):
                 raise Sandboxed(f"fasttrack trace: {event} is not allowed")  # it would blind the trace
             return
+        if event == "sys._getframe" or (event == "object.__getattr__" and len(args) > 1
+                                        and args[1] in FRAME_ATTRS):
+            self.busy = True  # the checks below take frames themselves
+            try:
+                grab = self.frame_grab() if event == "sys._getframe" else self.direct_caller_is_contribution()
+            finally:
+                self.busy = False
+            if grab:
+                self.record("introspection", event if event == "sys._getframe" else str(args[1]),
+                            "a frame reached")
+            return
         if event.startswith(INTROSPECTION):
-            if event != "sys.setrecursionlimit" and not self.direct_caller_is_contribution():
+            # a walk of every object or every thread's frames: the contribution's anywhere on the stack (a
+            # library helper that calls it for the contribution hands over the same objects)
+            if event != "sys.setrecursionlimit" and not (
+                    self.direct_caller_is_contribution() or event.startswith(WALKS)):
                 return
             self.record("introspection" if event != "sys.setrecursionlimit" else "interpreter", event,
                         _args(args))

@@ -160,7 +160,6 @@ TORCH22: dict[str, str] = {
     "print_options.py": "import torch\ntorch.set_printoptions(precision=1)  # <-\n",
 }
 TORCH22_OPEN: dict[str, str] = {
-    "print_options.py": "torch.set_printoptions on torch's own object is taken for bookkeeping",
 }
 
 HONEST22: dict[str, str] = {
@@ -182,6 +181,7 @@ HONEST22: dict[str, str] = {
                "SIG = inspect.signature(LOG.warning)\n",
     "ctypes_size.py": "import ctypes\nN = ctypes.sizeof(ctypes.c_int)\n",
     "asyncgen_def.py": "async def gen():\n    yield 1\n",
+    "sysconfig_use.py": "import sysconfig\nPURE = sysconfig.get_paths()['purelib']\n",
     "own_dispatch.py": "import copy\nclass P:\n    def __deepcopy__(self, memo):\n        return P()\n"
                        "Q = copy.deepcopy(P())\nD = {complex: 1}\nD[int] = 2\n",
 }

@@ -106,8 +106,8 @@ def _bookkeeping(key: str, via: str) -> bool:
     own package's state, or the contents of a table (a cache such as `inspect.modulesbyfile`). An attribute
     of another package rebound (`typing.get_type_hints` evaluating text that patches `json.loads`) is the
     contribution's doing."""
-    if key.startswith("state:"):
-        return False
+    if key.startswith(("state:", "obj:")):
+        return False  # a module-level singleton's field (torch's print options) is process-wide state
     if key.startswith("box:"):
         return True
     module = key.split(":", 2)[1]

@@ -426,6 +426,8 @@ def module_state(name: str, module: types.ModuleType) -> Snapshot:
         state = _instance_dict(value)
         if state is not None:  # a module-level singleton (a config object): its attributes by identity
             for iattr, ivalue in state:
+                if attr == "__spec__" and iattr == "_initializing":
+                    continue  # the import system's own flag, flipped by any (lazy) import of the module
                 out[f"obj:{name}:{attr}:{iattr}"] = ivalue
         if not attr.startswith("_") and type(value) in (dict, list, set) and not _bookkeeping(value):
             box = _box(value)

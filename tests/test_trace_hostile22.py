@@ -94,7 +94,6 @@ RUNTIME22: dict[str, str] = {
                          "setattr(string, 'capwords', str)  # <-\n",
 }
 RUNTIME22_OPEN: dict[str, str] = {
-    "kwdefaults_inplace.py": "a foreign function's __kwdefaults__ changed in place keeps its identity",
     "private_dispatch.py": "private module-level dicts are not boxed (only public ones)",
     "class_dispatch.py": "dicts held by foreign classes are compared by identity only",
     "sandbox_detect.py": "code that sees it is in the sandbox and patches only outside is never run patching",
@@ -160,6 +159,7 @@ TORCH22: dict[str, str] = {
     "print_options.py": "import torch\ntorch.set_printoptions(precision=1)  # <-\n",
 }
 TORCH22_OPEN: dict[str, str] = {
+    "print_options.py": "a torch singleton's field set inside a torch call is taken for torch's bookkeeping",
 }
 
 HONEST22: dict[str, str] = {

@@ -84,6 +84,9 @@ def _target(key: str) -> str:
     if kind == "mod":
         mod, _, attr = rest.rpartition(":")
         return f"{mod}.{attr}"
+    if kind == "kw":
+        mod, _, attr = rest.rpartition(":")
+        return f"{mod}.{attr}.__kwdefaults__"
     if kind == "box":
         mod, _, attr = rest.rpartition(":")
         return f"{mod}.{attr} (its contents)"
@@ -106,8 +109,8 @@ def _bookkeeping(key: str, via: str) -> bool:
     own package's state, or the contents of a table (a cache such as `inspect.modulesbyfile`). An attribute
     of another package rebound (`typing.get_type_hints` evaluating text that patches `json.loads`) is the
     contribution's doing."""
-    if key.startswith(("state:", "obj:")):
-        return False  # a module-level singleton's field (torch's print options) is process-wide state
+    if key.startswith("state:"):
+        return False
     if key.startswith("box:"):
         return True
     module = key.split(":", 2)[1]

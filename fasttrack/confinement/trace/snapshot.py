@@ -341,7 +341,7 @@ THREAD_LOCAL = frozenset({"state:numpy.errstate", "state:signal.mask", "state:de
 
 def cheap(key: str) -> bool:
     """A key that costs a dictionary look-up or two to re-read (the locate pass reads it on every line)."""
-    return key.startswith(("mod:", "cls:", "sysmod:", "obj:")) or key in CHEAP_STATE or (
+    return key.startswith(("mod:", "cls:", "sysmod:", "obj:", "kw:")) or key in CHEAP_STATE or (
         key.startswith("state:torch.") and not key.endswith("()") and key not in ("state:torch.ops",
                                                                                    "state:torch.library"))
 
@@ -412,6 +412,14 @@ def _instance_dict(value: Any) -> list[tuple[str, Any]] | None:
     return [(k, v) for k, v in state.items() if isinstance(k, str)]
 
 
+def _kwdefaults(value: Any) -> Any:
+    """A plain function's keyword defaults by identity (`json.dumps.__kwdefaults__['sort_keys'] = True`)."""
+    if type(value) is not types.FunctionType:
+        return None
+    kw = value.__kwdefaults__
+    return tuple((k, id(v)) for k, v in kw.items()) if type(kw) is dict else None
+
+
 def module_state(name: str, module: types.ModuleType) -> Snapshot:
     """The attributes of one foreign module and of the classes it defines."""
     out: Snapshot = {}
@@ -423,6 +431,9 @@ def module_state(name: str, module: types.ModuleType) -> Snapshot:
         if attr == "__warningregistry__":
             continue
         out[f"mod:{name}:{attr}"] = value
+        kw = _kwdefaults(value)
+        if kw is not None:  # a keyword default changed in place keeps the function's identity
+            out[f"kw:{name}:{attr}"] = kw
         state = _instance_dict(value)
         if state is not None:  # a module-level singleton (a config object): its attributes by identity
             for iattr, ivalue in state:
@@ -467,10 +478,12 @@ def value_of(key: str) -> Any:
         return get() if get is not None else MISSING
     if kind == "sysmod":
         return sys.modules.get(rest, MISSING)
-    if kind in ("mod", "box"):
+    if kind in ("mod", "box", "kw"):
         name, _, attr = rest.rpartition(":")
         module = sys.modules.get(name)
         value = vars(module).get(attr, MISSING) if module is not None else MISSING
+        if kind == "kw":
+            return _kwdefaults(value) if value is not MISSING else MISSING
         return value if kind == "mod" or value is MISSING else _box(value)
     if kind == "obj":
         name, holder, attr = rest.split(":", 2)
@@ -489,7 +502,7 @@ def value_of(key: str) -> Any:
 def same(key: str, before: Any, after: Any) -> bool:
     if before is after:
         return True
-    if key.startswith(("state:", "box:")):
+    if key.startswith(("state:", "box:", "kw:")):
         try:
             return bool(before == after)
         except Exception:

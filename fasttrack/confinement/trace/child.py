@@ -10,17 +10,27 @@ names the line after which each one changed.
 
 from __future__ import annotations
 
+import _codecs
+import _hashlib
+import _json
+import _posixsubprocess
+import _thread
 import atexit
+import builtins
+import codecs
 import contextlib
+import gc
 import importlib
 import json
 import os
+import subprocess
 import sys
 import threading
 import time
 import traceback
 import types
 import weakref
+from collections.abc import Callable, Generator
 from typing import Any
 
 from . import snapshot, standins
@@ -31,7 +41,11 @@ ESCAPES = ("socket.", "subprocess.Popen", "os.system", "os.exec", "os.posix_spaw
            "ctypes.dlsym", "ctypes.call_function", "urllib.Request", "http.client.connect", "ftplib.",
            "smtplib.", "poplib.", "imaplib.", "nntplib.", "telnetlib.", "webbrowser.open",
            "resource.setrlimit",
-           "resource.prlimit", "os.startfile", "winreg.", "mmap.__new__", "sqlite3.connect")
+           "resource.prlimit", "os.startfile", "winreg.", "mmap.__new__", "sqlite3.connect",
+           # raw memory: an object's bytes read or written through its address (`from_address`)
+           "ctypes.cdata", "ctypes.string_at", "ctypes.wstring_at")
+# Imported again after the hook is installed, these would hand out the originals of what the trace replaced.
+NO_REIMPORT = ("_posixsubprocess", "_thread", "_codecs")
 # Filesystem writes: allowed inside the sandbox's writable directories only.
 FS_WRITES = ("os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.symlink", "os.link", "os.chmod",
              "os.chown",
@@ -47,6 +61,10 @@ INTERPRETER = ("sys.settrace", "sys.setprofile", "sys.addaudithook", "setopencod
 INTROSPECTION = ("gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames",
                  "sys._current_exceptions", "marshal.loads", "code.__new__", "function.__new__",
                  "sys.setrecursionlimit")
+WALKS = ("gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames")
+FRAME_ATTRS = ("tb_frame", "gi_frame", "cr_frame", "ag_frame")
+FRAME_HELPERS = ("currentframe", "stack", "getouterframes", "getinnerframes", "trace", "walk_stack",
+                 "walk_tb")
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 # After the imports, threads the contribution started get this long (in all) to finish before the "after"
 # snapshot (their effects are then diffs like any other); one still running then is itself a finding.
@@ -57,11 +75,18 @@ MAX_BLAMES = 8  # lines named per changed key after the first
 # Bound before any code under trace runs: a PR that patches `json.dumps` or `os.write` cannot silence us.
 _ENCODE = json.JSONEncoder(default=repr).encode
 _WRITE = os.write
+# The report's channel uses only C functions bound here (the json module's Python layer could be patched).
+_HMAC = _hashlib.hmac_digest
+_C_ENCODE = _json.make_encoder(None, repr, _json.encode_basestring_ascii, None, ": ", ", ", False, False,
+                               True)
 _THREAD_INIT = threading.Thread.__init__
 _THREAD_START = threading.Thread.start
 _ATEXIT_REGISTER = atexit.register
 _FINALIZE_INIT = weakref.finalize.__init__
+_START_NEW = _thread.start_new_thread
+_CODECS_REGISTER = _codecs.register
 _MAIN = threading.main_thread()
+MISSING_SENTINEL: Any = object()
 _CURRENT = threading.current_thread  # per-thread state is keyed by the Thread (an ident is reused)
 _WRAPPED: dict[types.CodeType, str] = {}  # the child's wrappers (`_watch_deferred`) -> what they wrap
 _BOOTSTRAP_INNER = threading.Thread._bootstrap_inner.__code__  # type: ignore[attr-defined]
@@ -101,13 +126,18 @@ class Tracer:
         self.in_foreign = 0
         self.seen: set[tuple[types.CodeType, int]] = set()  # locate: lines already run
         self.preexisting: set[int] = set()  # ids of the objects of the "before" snapshot (kept alive by it)
+        self.sending = False  # a line is being written
+        self.raw_threads: list[tuple[tuple[str, int] | None, Any]] = []  # (line, lock released at its end)
+        self.chan: Callable[[tuple[bool, bytes]], Any] = lambda request: None  # `_channel`'s send
 
     # ------------------------------------------------------------------------------------ reporting
     def send(self, event: dict[str, Any]) -> None:
-        data = (_ENCODE(event) + "\n").encode("utf-8", "replace")
-        while data:
-            n = _WRITE(self.fd, data)
-            data = data[n:]
+        data = _ENCODE(event).encode("utf-8", "replace")
+        self.sending = True
+        try:
+            self.chan((False, data))
+        finally:
+            self.sending = False
 
     def where(self) -> tuple[str | None, int | None, bool]:
         """The innermost frame of the contribution on the current stack, and whether a foreign module's
@@ -160,6 +190,19 @@ class Tracer:
         return (self.owned(name) or name in self.finder.standins or name == "__main__"
                 or name.startswith("_fasttrack_trace"))
 
+    def frame_grab(self) -> bool:
+        """`sys._getframe` called by the contribution, or by a helper that hands the frame back to it
+        (`inspect.currentframe`, `inspect.stack`, `traceback.walk_stack`, ...); not logging's own
+        `findCaller`, which keeps the frame to itself."""
+        frame = sys._getframe(2)  # this, the hook, then the caller of sys._getframe
+        if frame is None:
+            return False
+        if frame.f_code.co_filename in self.files:
+            return True
+        if frame.f_code.co_name in FRAME_HELPERS and frame.f_back is not None:
+            return frame.f_back.f_code.co_filename in self.files
+        return False
+
     def direct_caller_is_contribution(self) -> bool:
         frame = sys._getframe(2)
         return frame is not None and frame.f_code.co_filename in self.files
@@ -176,29 +219,46 @@ class Tracer:
             return False
         return not any(real == d or real.startswith(d + os.sep) for d in self.writable)
 
+    def blocked(self, kind: str, target: str, detail: str) -> None:
+        """Report a blocked operation whatever `active` and `busy` say (code under trace can set both, and
+        code of the contribution can run while the tracer is busy, e.g. a `__repr__` it describes), then
+        block it."""
+        if self.busy and self.sending:
+            raise Sandboxed(f"fasttrack trace: {target} is not allowed")
+        busy, self.busy = self.busy, True
+        try:
+            path, line, _ = self.where()
+            self.send({"kind": kind, "target": target, "detail": detail, "path": path, "line": line})
+        finally:
+            self.busy = busy
+        raise Sandboxed(f"fasttrack trace: {target} is not allowed")
+
     def hook(self, event: str, args: tuple[Any, ...]) -> None:
-        if not self.active or self.busy:
-            return
-        if event == "import":
-            self.imported.add(str(args[0]))
-            return
+        # Blocked from the moment the hook is installed, whether or not the tracer is `active` or `busy`:
+        # after that the tracer's own code writes no file, starts nothing and loads no native code.
         if event == "open":
             path, mode, flags = (*args, None, None, None)[:3]
             writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
                 isinstance(flags, int) and flags & _WRITE_FLAGS)
             if writing and self.writes_outside(path):
-                self.record("fs-write", str(path), f"open for writing (mode {mode!r})")
-                raise Sandboxed(f"fasttrack trace: writing {path} outside the sandbox is not allowed")
+                self.blocked("fs-write", str(path), f"open for writing (mode {mode!r})")
+            if _process_memory(path):
+                self.blocked("escape", str(path), "the process's memory read through /proc")
             return
         if event.startswith(FS_WRITES):
             paths = [a for a in args if isinstance(a, (str, bytes, os.PathLike))]
             if any(self.writes_outside(p) for p in paths) or not paths:
-                self.record("fs-write", " ".join(map(str, paths)) or event, event)
-                raise Sandboxed(f"fasttrack trace: {event} outside the sandbox is not allowed")
+                self.blocked("fs-write", " ".join(map(str, paths)) or event, event)
             return
         if event.startswith(ESCAPES):
-            self.record("escape", event, _args(args))
-            raise Sandboxed(f"fasttrack trace: {event} is not allowed")
+            self.blocked("escape", event, _args(args))
+        if event == "import" and args and args[0] in NO_REIMPORT:
+            self.blocked("escape", f"import {args[0]}", "imported again while traced")
+        if not self.active or self.busy:
+            return
+        if event == "import":
+            self.imported.add(str(args[0]))
+            return
         if event.startswith(INTERPRETER):
             if event == "sys.settrace" and sys._getframe(1).f_code is _BOOTSTRAP_INNER and \
                     getattr(threading, "_trace_hook", None) == self.trace_global:
@@ -209,8 +269,22 @@ class Tracer:
             if event in ("sys.settrace", "sys.setprofile", "sys.addaudithook"):
                 raise Sandboxed(f"fasttrack trace: {event} is not allowed")  # it would blind the trace
             return
+        if event == "sys._getframe" or (event == "object.__getattr__" and len(args) > 1
+                                        and args[1] in FRAME_ATTRS):
+            self.busy = True  # the checks below take frames themselves
+            try:
+                grab = self.frame_grab() if event == "sys._getframe" else self.direct_caller_is_contribution()
+            finally:
+                self.busy = False
+            if grab:
+                self.record("introspection", event if event == "sys._getframe" else str(args[1]),
+                            "a frame reached")
+            return
         if event.startswith(INTROSPECTION):
-            if event != "sys.setrecursionlimit" and not self.direct_caller_is_contribution():
+            # a walk of every object or every thread's frames: the contribution's anywhere on the stack (a
+            # library helper that calls it for the contribution hands over the same objects)
+            if event != "sys.setrecursionlimit" and not (
+                    self.direct_caller_is_contribution() or event.startswith(WALKS)):
                 return
             self.record("introspection" if event != "sys.setrecursionlimit" else "interpreter", event,
                         _args(args))
@@ -404,6 +478,41 @@ def _watch_deferred(tracer: Tracer) -> None:
         if direct():
             tracer.exits.append((tracer.here(), self))
 
+    def fork_exec(*args: Any, **kwargs: Any) -> Any:  # no audit event: a process would start unseen
+        tracer.blocked("escape", "_posixsubprocess.fork_exec", _args(args[:1]))
+
+    def start_new_thread(function: Any, args: Any = (), kwargs: Any = None) -> int:
+        # below `threading`: not in threading.enumerate(), so settled here (and, in the locate pass, run to
+        # its end right away, so what it changes is blamed on the line that started it)
+        finished = _thread.allocate_lock()
+        finished.acquire()
+
+        def run(*a: Any, **k: Any) -> None:
+            try:
+                function(*a, **k)
+            finally:
+                finished.release()
+
+        ident: int = _START_NEW(run, tuple(args), dict(kwargs or {}))
+        if tracer.active:
+            tracer.raw_threads.append((tracer.here(), finished))
+            if tracer.watch:
+                began = time.monotonic()
+                if finished.acquire(timeout=max(0.0, tracer.join_left)):
+                    finished.release()
+                tracer.join_left -= time.monotonic() - began
+        return ident
+
+    def codecs_register(search: Any) -> None:  # a search function runs later, on any uncached codec name
+        if tracer.active:
+            tracer.record("interpreter", "codecs.register", _args((search,)))
+        _CODECS_REGISTER(search)
+
+    _posixsubprocess.fork_exec = fork_exec
+    if hasattr(subprocess, "_fork_exec"):
+        subprocess._fork_exec = fork_exec
+    _thread.start_new_thread = _thread.start_new = start_new_thread
+    codecs.register = _codecs.register = codecs_register
     _WRAPPED.update({init.__code__: "threading.Thread.__init__", start.__code__: "threading.Thread.start",
                      register.__code__: "atexit.register",
                      finalize_init.__code__: "weakref.finalize.__init__"})
@@ -423,6 +532,16 @@ def _settle(tracer: Tracer, before: set[int]) -> None:
         if thread.ident in before or thread is threading.current_thread() or left <= 0:
             continue
         thread.join(left)
+    for where, finished in list(tracer.raw_threads):  # threads started below `threading`
+        if finished.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            finished.release()
+        else:
+            tracer.lasts[_CURRENT()] = where
+            tracer.record("interpreter", "_thread.start_new_thread",
+                          "a thread started at import is still running")
+    # A cycle of the contribution's objects (an own __del__ or a weakref callback in it) would be collected
+    # by the engine's next full collection: collect now, inside the trace.
+    gc.collect()
     tracer.check()
     me = _CURRENT()
     for where, hook in list(tracer.exits):
@@ -462,6 +581,141 @@ class _Baseline:
 
 
 _EXEC_MODULE = _Baseline.exec_module.__code__
+
+
+def _channel(fd: int, key: bytes, main_code: types.CodeType, final_code: types.CodeType, main_ident: int,
+             _hmac: Any = _HMAC, _write: Any = os.write, _frame: Any = sys._getframe,
+             _ident: Any = threading.get_ident, _type: Any = type, _bytes: Any = bytes,
+             _tuple: Any = tuple) -> Generator[None, Any, None]:
+    """The report's only writer: each line `<hmac> <seq> <flag> <json>`, the HMAC-SHA256 of the rest under the
+    parent's key (which lives only in this generator's frame: the guard blocks `gi_frame` and
+    `gc.get_referents` on it), so a line written to the pipe by anyone else (`os.write` on the fd) fails the
+    trace. `flag` P (privileged: the `done` and `located` events, which end the report or clear a finding) is
+    given only when `_send_final` is called straight from the one running `main` at the bottom of the main
+    thread's stack; anything else is U. Everything it uses is bound as a default (no globals, no builtins
+    looked up at run time); no exception leaves it (a traceback would show its frame)."""
+    seq = 0
+    while True:
+        try:
+            request = yield
+            if _type(request) is not _tuple:
+                continue
+            privileged, data = request
+            if _type(data) is not _bytes:
+                continue
+            flag = b"U"
+            if privileged is True and _ident() == main_ident:
+                caller = _frame(1)
+                outer = caller.f_back
+                bottom = outer.f_back if outer is not None else None
+                if caller.f_code is final_code and outer is not None and outer.f_code is main_code and \
+                        bottom is not None and bottom.f_back is None and \
+                        bottom.f_code.co_filename == "<string>":
+                    flag = b"P"
+            head = b"%d %s " % (seq, flag)
+            line = _hmac(key, head + data, "sha256").hex().encode() + b" " + head + data + b"\n"
+            seq += 1
+            while line:
+                line = line[_write(fd, line):]
+        except GeneratorExit:
+            return
+        except BaseException:
+            continue
+
+
+def _send_final(chan: Callable[[tuple[bool, bytes]], Any], event: dict[str, Any], _enc: Any = _C_ENCODE,
+                _join: Any = "".join) -> None:
+    """A privileged event (`done`, `located`): called only by `main`, with references it bound before any
+    code under trace ran."""
+    chan((True, _join(_enc(event, 0)).encode("utf-8", "replace")))
+
+
+def _guard(gen: Any, tool_ids: frozenset[int], _exc: Any = Sandboxed, _id: Any = id, _tuple: Any = tuple,
+           _type: Any = type) -> Callable[[str, tuple[Any, ...]], None]:
+    """A second audit hook, referenced by nothing but the interpreter: no frame of the report's channel
+    (`gi_frame`, `gc.get_referents`), and no `__code__`/`__defaults__`/... of the tracer's own functions
+    replaced."""
+
+    def guard(event: str, args: tuple[Any, ...], _gen: Any = gen, _ids: frozenset[int] = tool_ids,
+              _exc: Any = _exc, _id: Any = _id, _tuple: Any = _tuple, _type: Any = _type) -> None:
+        if event == "object.__getattr__":
+            if args and args[0] is _gen:
+                raise _exc("fasttrack trace: the report's channel is not open to inspection")
+        elif event == "gc.get_referents":
+            for objs in args:
+                for o in (objs if _type(objs) is _tuple else (objs,)):
+                    if o is _gen:
+                        raise _exc("fasttrack trace: the report's channel is not open to inspection")
+        elif event in ("object.__setattr__", "object.__delattr__") and args and _id(args[0]) in _ids:
+            raise _exc("fasttrack trace: the tracer's own functions cannot be changed")
+
+    return guard
+
+
+def _tool_ids(modules: list[types.ModuleType]) -> frozenset[int]:
+    """The ids of the tracer's own functions (module-level, methods, static and class methods)."""
+    out: set[int] = set()
+    for mod in modules:
+        for value in list(vars(mod).values()):
+            items = list(vars(value).values()) if isinstance(value, type) and \
+                str(getattr(value, "__module__", "")).startswith("_fasttrack_trace") else [value]
+            for v in items:
+                v = getattr(v, "__func__", v)
+                if isinstance(v, types.FunctionType):
+                    out.add(id(v))
+    return frozenset(out)
+
+
+# Attributes of the tracer that stay the same objects for the whole pass (their contents may change).
+_FIXED = ("spec", "fd", "files", "own_prefixes", "writable", "finder", "chan", "baselines", "watch", "blame",
+          "absorbed", "pending", "base", "more", "indirect", "lasts", "origins", "exits", "raw_threads")
+
+
+def _integrity_baseline(tracer: Tracer, modules: list[types.ModuleType]) -> tuple[Any, ...]:
+    """What the tracer's own code looks up at run time, captured before any code under trace runs: the
+    builtins, its own modules' globals and classes (every name: one added there shadows a builtin), and the
+    tracer's fixed attributes. `_tampered` compares them at the end."""
+    watched: list[tuple[str, Any, bool]] = [("builtins", vars(builtins), False)]
+    for mod in modules:
+        watched.append((mod.__name__, vars(mod), True))
+        for value in list(vars(mod).values()):
+            if isinstance(value, type) and value.__dict__.get("__module__") == mod.__name__:
+                watched.append((f"{mod.__name__}.{value.__qualname__}", value.__dict__, True))
+    state = vars(tracer)
+    out = [(name, live, exact, tuple(live.items())) for name, live, exact in watched]
+    out.append(("tracer", state, False, tuple((k, state[k]) for k in _FIXED)))
+    return tuple(out), frozenset(k for k, v in vars(Tracer).items() if callable(v)), tracer
+
+
+def _tampered(baseline: tuple[Any, ...], _missing: Any = MISSING_SENTINEL, _len: Any = len,
+              _vars: Any = vars) -> list[str]:
+    """What of `_integrity_baseline` code under trace changed (uses no global and no builtin looked up at run
+    time: a replaced builtin cannot hide itself from it)."""
+    watched, methods, tracer = baseline
+    out: list[str] = []
+    for name, live, exact, items in watched:
+        for k, v in items:
+            if live.get(k, _missing) is not v:
+                out.append(f"{name}.{k}")
+        if exact and _len(live) != _len(items):
+            out.append(f"{name} (a name added or removed)")
+    for k in _vars(tracer):
+        if k in methods:
+            out.append(f"tracer.{k} (shadows its method)")
+    return out
+
+
+def _process_memory(path: Any) -> bool:
+    """`/proc/<pid>/mem` (any spelling: self, thread-self, a task) and /dev/mem: reading the process's memory
+    reads the tracer's too."""
+    if isinstance(path, int):
+        return False
+    try:
+        real = os.path.realpath(os.fsdecode(path))
+    except (TypeError, ValueError):
+        return True
+    return real in ("/dev/mem", "/dev/kmem", "/dev/port") or (real.startswith("/proc/") and
+                                                              real.rsplit("/", 1)[-1] == "mem")
 
 
 def _args(args: tuple[Any, ...]) -> str:
@@ -552,6 +806,11 @@ def main(spec_path: str) -> None:
         if spec["preimport"][:len(stack)] != stack:
             raise SystemExit("the plan's pre-imports do not begin with the stack this child imported")
     tracer = Tracer(spec)
+    gen = _channel(tracer.fd, bytes.fromhex(spec.pop("token", "")), main.__code__, _send_final.__code__,
+                   threading.get_ident())
+    next(gen)
+    chan = tracer.chan = gen.send
+    final = _send_final
     started = time.monotonic()
     failed_pre = failed_stack + _preimport(spec["preimport"][len(stack):])
     sys.path[:] = [p for p in sys.path if not p.startswith(spec["tool_dir"])]
@@ -565,7 +824,14 @@ def main(spec_path: str) -> None:
     tracer.preexisting = {id(v) for v in before.values()}
     tracer.base = dict(before)
     locate: list[str] = spec.get("locate", [])
+    tool = [sys.modules[__name__], snapshot, standins]
+    sys.addaudithook(_guard(gen, _tool_ids(tool)))
     sys.addaudithook(tracer.hook)
+    integrity = _integrity_baseline(tracer, tool)
+    tampered = _tampered
+    del tool
+    for name in [n for n in sys.modules if n.startswith("_fasttrack_trace")]:
+        del sys.modules[name]  # not reachable by name (the tracer keeps its modules alive)
     if locate:
         for key in locate:
             tracer.watch[key] = before.get(key, snapshot.MISSING) if not key.startswith("sysmod:") else \
@@ -590,6 +856,7 @@ def main(spec_path: str) -> None:
                          "detail": snapshot.describe(f"{type(exc).__name__}: {exc}")})
             tracer.active = True
     _settle(tracer, threads_before)
+    changed = tampered(integrity)
     tracer.active = False
     sys.settrace(None)
     threading.settrace(None)
@@ -597,7 +864,7 @@ def main(spec_path: str) -> None:
     if locate:
         for key in locate:
             blamed = tracer.blame.get(key)
-            tracer.send({"kind": "located", "key": key, "changed": key in tracer.blame,
+            final(chan, {"kind": "located", "key": key, "changed": key in tracer.blame,
                          "absorbed": key in tracer.absorbed, "indirect": tracer.indirect.get(key, ""),
                          "also": tracer.more.get(key, []),
                          "path": blamed[0] if blamed else None, "line": blamed[1] if blamed else None})
@@ -621,8 +888,10 @@ def main(spec_path: str) -> None:
             tracer.send(event)
         for ev in _sys_modules_effects(tracer, before_modules):
             tracer.send({"kind": "state-diff", **ev})
-    tracer.send({"kind": "done", "seconds": round(time.monotonic() - started, 3),
-                 "preimport_failed": failed_pre, "missing": sorted(missing.missing),
+    changed += tampered(integrity)
+    final(chan, {"kind": "done", "seconds": round(time.monotonic() - started, 3),
+                 "tampered": sorted(set(changed)), "preimport_failed": failed_pre,
+                 "missing": sorted(missing.missing),
                  "imports_absorbed": tracer.imports_absorbed,
                  "standins": len(tracer.finder.standins), "imported": len(tracer.imported)})
     os._exit(0)  # no atexit handler or thread of the code under trace runs after the report

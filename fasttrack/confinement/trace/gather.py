@@ -69,6 +69,11 @@ def _state_effect(event: dict[str, Any], plan: TracePlan) -> str | None:
                                                    if not (_own_op(str(e[0]), plan.own_op_namespaces)
                                                            or _own_name(str(e[0]), plan))]
         return f"entries changed: {', '.join(sorted(set(foreign))[:5])}" if foreign else None
+    if key == "state:sys.path_importer_cache.finders":
+        # a new entry is the import system's own; a path whose finder was replaced is an import hijack
+        paths = {str(e[0]) for e in added if isinstance(e, list) and e}
+        hijacked = sorted({str(e[0]) for e in removed if isinstance(e, list) and e and str(e[0]) in paths})
+        return f"the finder of sys.path entries replaced: {', '.join(hijacked[:3])}" if hijacked else None
     if key == "state:threading.threads":
         return "a thread started at import is still running" if added else None
     return f"{event.get('before', '?')} -> {event.get('after', '?')}"
@@ -79,6 +84,9 @@ def _target(key: str) -> str:
     if kind == "mod":
         mod, _, attr = rest.rpartition(":")
         return f"{mod}.{attr}"
+    if kind == "kw":
+        mod, _, attr = rest.rpartition(":")
+        return f"{mod}.{attr}.__kwdefaults__"
     if kind == "box":
         mod, _, attr = rest.rpartition(":")
         return f"{mod}.{attr} (its contents)"

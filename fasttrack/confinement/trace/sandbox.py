@@ -19,9 +19,11 @@ Events arrive on a pipe, one JSON line each, as they happen.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import os
 import resource
+import secrets
 import select
 import shutil
 import stat
@@ -302,6 +304,7 @@ def run_child(plan: TracePlan, *, locate: list[str] | None = None, timeout: floa
         warm = None
     box = warm.box if warm is not None else _new_box()
     child: _Child | None = None
+    token = secrets.token_bytes(32)  # the report's key: in the spec the child reads and deletes
     try:
         copied = _lay_out_src(plan, box)
         src = (box / "src").resolve()
@@ -317,6 +320,7 @@ def run_child(plan: TracePlan, *, locate: list[str] | None = None, timeout: floa
             "preimport": list(plan.preimport),
             "writable": [str((box / d).resolve()) for d in WRITABLE],
             "locate": locate or [],
+            "token": token.hex(),
         }
         scan = isolation_of(unshare_prefix()) != ROFS
         before = persist_scan(box) if scan else {}
@@ -333,13 +337,7 @@ def run_child(plan: TracePlan, *, locate: list[str] | None = None, timeout: floa
             child.log.close()
         log = (box / "tmp" / "stdout").read_bytes()[-2000:].decode("utf-8", "replace")
         proc = child.proc
-        events = []
-        for raw in data.splitlines():
-            try:
-                events.append(json.loads(raw))
-            except ValueError:
-                raise TraceFailure("the traced child wrote a line that is not an event",
-                                   "do not write to inherited file descriptors at import") from None
+        events = read_report(data, token)
         done = sum(e.get("kind") == "done" for e in events)
         if not events or events[-1].get("kind") != "done" or done != 1:
             raise TraceFailure(
@@ -347,6 +345,12 @@ def run_child(plan: TracePlan, *, locate: list[str] | None = None, timeout: floa
                 f"{log.strip()[-600:] or '(none)'}",
                 "make every changed module importable on a CPU-only machine without network, GPU or "
                 "credentials, and without exiting the interpreter at import")
+        tampered = events[-1].get("tampered")
+        if tampered:
+            raise TraceFailure("code under trace changed the tracer's own objects (its report cannot be "
+                               f"trusted): {', '.join(map(str, tampered[:5]))}",
+                               "do not reach or change the tracer, the builtins or the import system's "
+                               "finders at import")
         if scan:
             events[-1:-1] = written_events(before, persist_scan(box))
         return Pass(events=events, isolation=isolation_of(child.prefix), copied=copied)
@@ -356,6 +360,34 @@ def run_child(plan: TracePlan, *, locate: list[str] | None = None, timeout: floa
         elif child is not None and child.proc.poll() is None:
             _kill(child.proc)  # an error between the hand-over and the collection: never left waiting
         _cleanup(box)
+
+
+PRIVILEGED = ("done", "located")  # events that end the report or clear a finding
+
+
+def read_report(data: bytes, token: bytes) -> list[dict[str, Any]]:
+    """The child's events, each line checked: `<hmac> <seq> <flag> <json>` with the HMAC-SHA256 of
+    `<seq> <flag> <json>` under this pass's key, the lines numbered from 0 without a gap, and `done` /
+    `located` only with the privileged flag (sent by the tracer's own `main`). Anything else is a report
+    that cannot be shown to be the tracer's: the trace fails (code under trace wrote to the pipe)."""
+    events: list[dict[str, Any]] = []
+    fix = "do not write to inherited file descriptors or reach the tracer's objects at import"
+    for seq, raw in enumerate(data.splitlines()):
+        parts = raw.split(b" ", 3)
+        if len(parts) != 4 or parts[1] != str(seq).encode() or parts[2] not in (b"U", b"P"):
+            raise TraceFailure("the traced child's report has a line the tracer did not write", fix)
+        mac = hmac.new(token, b" ".join(parts[1:]), "sha256").hexdigest().encode()
+        if not hmac.compare_digest(mac, parts[0]):
+            raise TraceFailure("the traced child's report has a line the tracer did not write", fix)
+        try:
+            event = json.loads(parts[3])
+        except ValueError:
+            raise TraceFailure("the traced child wrote a line that is not an event", fix) from None
+        if not isinstance(event, dict) or (event.get("kind") in PRIVILEGED and parts[2] != b"P"):
+            raise TraceFailure("the traced child's report ends or clears a finding from code that is not "
+                               "the tracer's", fix)
+        events.append(event)
+    return events
 
 
 MAX_SCAN = 20_000  # entries per place

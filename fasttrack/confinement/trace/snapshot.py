@@ -72,11 +72,22 @@ def _signals() -> Any:
     return tuple(out)
 
 
+def _environ_pointer() -> Any:
+    try:
+        return ctypes.POINTER(ctypes.c_char_p).in_dll(ctypes.CDLL(None), "environ")
+    except (ImportError, OSError, ValueError):
+        return None
+
+
+# Looked up once, before any code under trace runs (and before the audit hook, which blocks loading native
+# code from then on): the object lives at the C variable `environ`, so each read sees its current value.
+_ENVIRON = _environ_pointer()
+
+
 def _c_environ() -> Any:
     """The C library's environment (what `ctypes` `setenv` changes behind os.environ's back)."""
-    try:
-        env = ctypes.POINTER(ctypes.c_char_p).in_dll(ctypes.CDLL(None), "environ")
-    except (ImportError, OSError, ValueError):
+    env = _ENVIRON
+    if env is None:
         return MISSING
     out = []
     i = 0
@@ -147,9 +158,54 @@ TORCH_SWITCHES = (
     "backends.cuda.cudnn_sdp_enabled()", "are_deterministic_algorithms_enabled()",
     "is_deterministic_algorithms_warn_only_enabled()", "get_default_dtype()", "get_default_device()",
     "get_float32_matmul_precision()", "get_num_threads()", "get_num_interop_threads()", "is_grad_enabled()",
+    "is_warn_always_enabled()", "_C._jit_texpr_fuser_enabled()", "_C._get_graph_executor_optimize()",
+    "_C._jit_can_fuse_on_cpu()",
     "is_inference_mode_enabled()", "is_anomaly_enabled()", "_C._get_cudnn_allow_tf32()",
     "_C._get_cublas_allow_tf32()", "_C._jit_get_inline_everything_mode()", "get_rng_state().sum().item()",
 )
+
+
+def _itimers() -> Any:
+    """Which interval timers are armed (a pending alarm or ITIMER_VIRTUAL/PROF: their default action ends the
+    process), and their intervals; the time left runs down, so only whether one is set is compared."""
+    return tuple((signal.getitimer(w)[0] > 0, signal.getitimer(w)[1])
+                 for w in (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF))
+
+
+def _sigmask() -> Any:
+    return tuple(sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])))
+
+
+def _decimal(default: bool) -> Any:
+    dec = sys.modules.get("decimal")
+    if dec is None:
+        return MISSING
+    return repr(dec.DefaultContext if default else dec.getcontext())
+
+
+def _path_importer_cache() -> Any:
+    """Which finder answers for each sys.path entry (by identity): a new entry is the import system's own
+    bookkeeping, an entry whose finder was replaced is an import hijack (see gather)."""
+    return frozenset((k if isinstance(k, str) else repr(k), id(v)) for k, v in
+                     list(sys.path_importer_cache.items()))
+
+
+def _torch_call(get: Callable[[Any], Any]) -> Callable[[], Any]:
+    def read() -> Any:
+        t = sys.modules.get("torch")
+        if t is None:
+            return MISSING
+        try:
+            return repr(get(t))
+        except Exception as exc:
+            return f"<error {type(exc).__name__}>"
+
+    return read
+
+
+def _flush_denormal(t: Any) -> Any:
+    """torch.set_flush_denormal has no getter: a denormal double reads 0 when it is on (this thread)."""
+    return t.tensor([1e-323], dtype=t.float64).item() == 0.0
 
 
 def _numpy_errstate() -> Any:
@@ -252,6 +308,17 @@ STATE: dict[str, Callable[[], Any]] = {
     "torch.ops": _torch_ops,
     "torch.library": _torch_impls,
     **{f"torch.{s}": _torch(s) for s in TORCH_SWITCHES},
+    "signal.itimers": _itimers,
+    "signal.mask": _sigmask,
+    "os.affinity": lambda: tuple(sorted(os.sched_getaffinity(0))),
+    "os.priority": lambda: os.getpriority(os.PRIO_PROCESS, 0),
+    "decimal.context": lambda: _decimal(False),
+    "decimal.default_context": lambda: _decimal(True),
+    "sys.asyncgen_hooks": lambda: tuple(map(id, sys.get_asyncgen_hooks())),
+    "sys.coroutine_origin_tracking_depth": sys.get_coroutine_origin_tracking_depth,
+    "sys.path_importer_cache.finders": _path_importer_cache,
+    "torch.autocast": _torch_call(lambda t: [(d, t.is_autocast_enabled(d)) for d in ("cpu", "cuda")]),
+    "torch.flush_denormal": _torch_call(_flush_denormal),
     "numpy.errstate": _numpy_errstate,
     "numpy.printoptions": _numpy_printoptions,
     **{f"registry:{r}": _registry(r) for r in TORCH_REGISTRIES},
@@ -268,12 +335,13 @@ CHEAP_STATE = frozenset({"state:sys.path", "state:sys.meta_path", "state:sys.pat
 
 # Keys whose value is per thread (numpy's error state lives in a context variable): read in the main thread
 # only, where the contribution's modules are imported.
-THREAD_LOCAL = frozenset({"state:numpy.errstate"})
+THREAD_LOCAL = frozenset({"state:numpy.errstate", "state:signal.mask", "state:decimal.context",
+                          "state:torch.flush_denormal", "state:torch.autocast"})
 
 
 def cheap(key: str) -> bool:
     """A key that costs a dictionary look-up or two to re-read (the locate pass reads it on every line)."""
-    return key.startswith(("mod:", "cls:", "sysmod:", "obj:")) or key in CHEAP_STATE or (
+    return key.startswith(("mod:", "cls:", "sysmod:", "obj:", "kw:")) or key in CHEAP_STATE or (
         key.startswith("state:torch.") and not key.endswith("()") and key not in ("state:torch.ops",
                                                                                    "state:torch.library"))
 
@@ -344,6 +412,14 @@ def _instance_dict(value: Any) -> list[tuple[str, Any]] | None:
     return [(k, v) for k, v in state.items() if isinstance(k, str)]
 
 
+def _kwdefaults(value: Any) -> Any:
+    """A plain function's keyword defaults by identity (`json.dumps.__kwdefaults__['sort_keys'] = True`)."""
+    if type(value) is not types.FunctionType:
+        return None
+    kw = value.__kwdefaults__
+    return tuple((k, id(v)) for k, v in kw.items()) if type(kw) is dict else None
+
+
 def module_state(name: str, module: types.ModuleType) -> Snapshot:
     """The attributes of one foreign module and of the classes it defines."""
     out: Snapshot = {}
@@ -355,9 +431,14 @@ def module_state(name: str, module: types.ModuleType) -> Snapshot:
         if attr == "__warningregistry__":
             continue
         out[f"mod:{name}:{attr}"] = value
+        kw = _kwdefaults(value)
+        if kw is not None:  # a keyword default changed in place keeps the function's identity
+            out[f"kw:{name}:{attr}"] = kw
         state = _instance_dict(value)
         if state is not None:  # a module-level singleton (a config object): its attributes by identity
             for iattr, ivalue in state:
+                if attr == "__spec__" and iattr == "_initializing":
+                    continue  # the import system's own flag, flipped by any (lazy) import of the module
                 out[f"obj:{name}:{attr}:{iattr}"] = ivalue
         if not attr.startswith("_") and type(value) in (dict, list, set) and not _bookkeeping(value):
             box = _box(value)
@@ -397,10 +478,12 @@ def value_of(key: str) -> Any:
         return get() if get is not None else MISSING
     if kind == "sysmod":
         return sys.modules.get(rest, MISSING)
-    if kind in ("mod", "box"):
+    if kind in ("mod", "box", "kw"):
         name, _, attr = rest.rpartition(":")
         module = sys.modules.get(name)
         value = vars(module).get(attr, MISSING) if module is not None else MISSING
+        if kind == "kw":
+            return _kwdefaults(value) if value is not MISSING else MISSING
         return value if kind == "mod" or value is MISSING else _box(value)
     if kind == "obj":
         name, holder, attr = rest.split(":", 2)
@@ -419,7 +502,7 @@ def value_of(key: str) -> Any:
 def same(key: str, before: Any, after: Any) -> bool:
     if before is after:
         return True
-    if key.startswith(("state:", "box:")):
+    if key.startswith(("state:", "box:", "kw:")):
         try:
             return bool(before == after)
         except Exception:

@@ -1,0 +1,617 @@
+"""Hostile review 22 (issue 15): rewrites of the effects that round 21's rules (engine instances, own-class
+dunders, records, copies, file writers, processes, global state) catch, in forms those rules do not name,
+against the static escape scan (single file, then across own modules).
+
+Each attack must be an ERROR at the lines marked `# <-` (a warning does not stop a PR). Attacks that get
+through when this file was written are strict xfails: their id is a key of OPEN / CROSS_OPEN with the
+one-line reason (what a fixer must handle). The honest twins are model-local code that must stay clean; a
+finding on one would be in OPEN_FALSE_POSITIVES."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from fasttrack.confinement.engine_signatures import EngineSignatures
+from fasttrack.confinement.escapes import Escape
+from fasttrack.policy import Policy, load_policy
+from tests.escape_marks import marked_lines
+from tests.test_escapes import POLICY
+from tests.test_escapes_hostile20 import _cross_errors
+from tests.test_escapes_hostile_flow import ENGINE, marked, scan
+from tests.test_escapes_own_bases import contribution, ft_errors, write
+
+# -- single file: the head of tests/test_escapes_hostile_flow.py binds contextlib, copy, functools,
+#    L (RowParallelLinear) and AttentionImpl (engine classes) ---------------------------------------------
+ATTACKS: dict[str, str] = {
+# -- engine instances: annotation forms the engine-instance rule must read --------------------------------
+"inst-typing-optional": "import typing\ndef f(layer: typing.Optional[L]):\n    layer.forward = print  # <-\n",
+"inst-optional-name": "from typing import Optional\ndef f(layer: Optional[L]):\n"
+                      "    layer.forward = print  # <-\n",
+"inst-union": "from typing import Union\ndef f(layer: Union[L, None]):\n    layer.forward = print  # <-\n",
+"inst-annotated": "from typing import Annotated\ndef f(layer: Annotated[L, 'tp']):\n"
+                  "    layer.forward = print  # <-\n",
+"inst-string-optional": "def f(layer: 'typing.Optional[L]'):\n    layer.forward = print  # <-\n",
+"inst-typevar-bound": "from typing import TypeVar\nT = TypeVar('T', bound=L)\ndef f(layer: T):\n"
+                      "    layer.forward = print  # <-\n",
+"inst-typevar-constraints": "import typing\nT = typing.TypeVar('T', L, AttentionImpl)\ndef f(layer: T):\n"
+                            "    layer.forward = print  # <-\n",
+"inst-list-element": "def f(layers: list[L]):\n    layers[0].forward = print  # <-\n",
+"inst-list-loop": "def f(layers: list[L]):\n    for x in layers:\n        x.forward = print  # <-\n",
+"inst-sequence-typing": "import typing\ndef f(layers: typing.Sequence[L]):\n"
+                        "    layers[0].forward = print  # <-\n",
+"inst-dict-values": "def f(layers: dict[str, L]):\n    for x in layers.values():\n"
+                    "        x.forward = print  # <-\n",
+"inst-tuple-ellipsis": "def f(layers: tuple[L, ...]):\n    layers[0].forward = print  # <-\n",
+"inst-star-args": "def f(*layers: L):\n    layers[0].forward = print  # <-\n",
+"inst-kwonly": "def f(*, layer: L):\n    layer.forward = print  # <-\n",
+"inst-alias-annotation": "Layer = L\ndef f(layer: Layer):\n    layer.forward = print  # <-\n",
+"inst-typealias-optional": "import typing\nMaybeLayer = typing.Optional[L]\ndef f(layer: MaybeLayer):\n"
+                           "    layer.forward = print  # <-\n",
+"inst-local-annotation": "def f(x):\n    layer: L = x\n    layer.forward = print  # <-\n",
+"inst-cast": "import typing\ndef f(x):\n    typing.cast(L, x).forward = print  # <-\n",
+"inst-cast-string": "import typing\ndef f(x):\n    typing.cast('L', x).forward = print  # <-\n",
+"inst-isinstance-narrowing": "def f(x):\n    if isinstance(x, L):\n        x.forward = print  # <-\n",
+"inst-getattr-name": "def f(layer: L, name):\n    getattr(layer, name).forward = print  # <-\n",
+"inst-attribute-of-instance": "def f(layer: L):\n    layer.quant_method.apply = print  # <-\n",
+"inst-named-modules": "def f(layer: L):\n    for _, m in layer.named_modules():\n"
+                      "        m.forward = print  # <-\n",
+"inst-children": "def f(layer: L):\n    for m in layer.children():\n        m.forward = print  # <-\n",
+"inst-modules-apply": "def patch(m):\n    m.forward = print  # <-\ndef f(layer: L):\n"
+                      "    layer.apply(patch)\n",
+"inst-class-swap": "class Mine(L):\n    pass\ndef f(layer: L):\n    layer.__class__ = Mine  # <-\n",
+"inst-dict-setdefault": "def f(layer: L):\n    layer.__dict__.setdefault('forward', print)  # <-\n",
+"inst-forward-method-store": "def f(layer: L):\n    layer._forward_method = print  # <-\n",
+"inst-types-methodtype": "import types\ndef f(layer: L):\n"
+                         "    layer.forward = types.MethodType(print, layer)  # <-\n",
+"inst-register-pre-hook-kw": "def f(layer: L):\n"
+                             "    layer.register_forward_pre_hook(hook=print, with_kwargs=True)  # <-\n",
+"inst-hooks-dict": "def f(layer: L):\n    layer._forward_hooks[0] = print  # <-\n",
+"inst-method-defaults": "def f(layer: L):\n    layer.forward.__func__.__defaults__ = (None,)  # <-\n",
+"inst-return-annotation": "def get() -> L:\n    ...\ndef f():\n    get().forward = print  # <-\n",
+"inst-method-self-annotation": "class K:\n    def f(self, layer: L):\n        self.l = layer\n"
+                               "    def g(self):\n        self.l.forward = print  # <-\n",
+# -- own-class dunders in forms hfix21b does not read ---------------------------------------------------
+"dunder-inherited-own-base": "class B:\n    def __getattr__(self, n):\n        return AttentionImpl\n"
+                             "class H(B):\n    pass\nH().x.forward = None  # <-\n",
+"dunder-set-after-class": "class H:\n    pass\nH.__getattr__ = lambda s, n: AttentionImpl\n"
+                          "H().x.forward = None  # <-\n",
+"dunder-setattr-after-class": "class H:\n    pass\nsetattr(H, '__getitem__', lambda s, k: AttentionImpl)\n"
+                              "H()[0].forward = None  # <-\n",
+"dunder-metaclass-getattr": "class M(type):\n    def __getattr__(cls, n):\n        return AttentionImpl\n"
+                            "class H(metaclass=M):\n    pass\nH.x.forward = None  # <-\n",
+"dunder-missing": "class D(dict):\n    def __missing__(self, k):\n        return AttentionImpl\n"
+                  "D()['x'].forward = None  # <-\n",
+"dunder-binary-operator": "class H:\n    def __add__(self, o):\n        return AttentionImpl\n"
+                          "(H() + 1).forward = None  # <-\n",
+"dunder-unary-operator": "class H:\n    def __neg__(self):\n        return AttentionImpl\n"
+                         "(-H()).forward = None  # <-\n",
+"dunder-matmul-operator": "class H:\n    def __matmul__(self, o):\n        return AttentionImpl\n"
+                          "(H() @ H()).forward = None  # <-\n",
+"dunder-reflected-operator": "class H:\n    def __radd__(self, o):\n        return AttentionImpl\n"
+                             "(1 + H()).forward = None  # <-\n",
+"dunder-await": "class H:\n    def __await__(self):\n        yield\n        return AttentionImpl\n"
+                "async def f():\n    c = await H()\n    c.forward = None  # <-\n",
+"dunder-aiter": "class H:\n    def __aiter__(self):\n        return self\n    async def __anext__(self):\n"
+                "        return AttentionImpl\nasync def f():\n    async for c in H():\n"
+                "        c.forward = None  # <-\n",
+"dunder-reversed": "class H:\n    def __reversed__(self):\n        return iter([AttentionImpl])\n"
+                   "for c in reversed(H()):\n    c.forward = None  # <-\n",
+"dunder-copy": "class H:\n    def __copy__(self):\n        return AttentionImpl\n"
+               "copy.copy(H()).forward = None  # <-\n",
+"dunder-partialmethod": "class H:\n"
+                        "    __getattr__ = functools.partialmethod(lambda s, v, n: v, AttentionImpl)\n"
+                        "H().x.forward = None  # <-\n",
+"dunder-staticmethod-getitem": "class H:\n    __getitem__ = staticmethod(lambda k: AttentionImpl)\n"
+                               "H()[0].forward = None  # <-\n",
+"dunder-iter-lambda": "class H:\n    __iter__ = lambda self: iter([AttentionImpl])\n"
+                      "for c in H():\n    c.forward = None  # <-\n",
+"dunder-getattr-via-name": "def ga(self, n):\n    return AttentionImpl\nclass H:\n    __getattr__ = ga\n"
+                           "H().x.forward = None  # <-\n",
+"iter-callable-sentinel": "for c in iter(lambda: AttentionImpl, None):\n    c.forward = None  # <-\n"
+                          "    break\n",
+# -- records, containers and lookups --------------------------------------------------------------------
+"dataclasses-replace": "import dataclasses\n@dataclasses.dataclass\nclass R:\n    impl: object = None\n"
+                       "dataclasses.replace(R(), impl=AttentionImpl).impl.forward = None  # <-\n",
+"dataclasses-astuple": "import dataclasses\n@dataclasses.dataclass\nclass R:\n    impl: object\n"
+                       "dataclasses.astuple(R(AttentionImpl))[0].forward = None  # <-\n",
+"dataclasses-asdict": "import dataclasses\n@dataclasses.dataclass\nclass R:\n    impl: object\n"
+                      "dataclasses.asdict(R(AttentionImpl))['impl'].forward = None  # <-\n",
+"attrs-evolve": "import attr\n@attr.s\nclass R:\n    impl = attr.ib(default=None)\n"
+                "attr.evolve(R(), impl=AttentionImpl).impl.forward = None  # <-\n",
+"namedtuple-replace": "import collections\nN = collections.namedtuple('N', 'a')\n"
+                      "N(1)._replace(a=AttentionImpl).a.forward = None  # <-\n",
+"namedtuple-make": "import collections\nN = collections.namedtuple('N', 'a')\n"
+                   "N._make([AttentionImpl]).a.forward = None  # <-\n",
+"simplenamespace-kwargs": "import types\nd = {'x': AttentionImpl}\n"
+                          "types.SimpleNamespace(**d).x.forward = None  # <-\n",
+"enum-value": "import enum\nclass E(enum.Enum):\n    A = AttentionImpl\nE.A.value.forward = None  # <-\n",
+"userdict": "import collections\ncollections.UserDict({'a': AttentionImpl})['a'].forward = None  # <-\n",
+"mappingproxy": "import types\ntypes.MappingProxyType({'a': AttentionImpl})['a'].forward = None  # <-\n",
+"contextvar-default": "import contextvars\ncontextvars.ContextVar('v', default=AttentionImpl).get()"
+                      ".forward = None  # <-\n",
+"dict-setdefault-return": "{}.setdefault('k', AttentionImpl).forward = None  # <-\n",
+"dict-popitem": "{'k': AttentionImpl}.popitem()[1].forward = None  # <-\n",
+"list-pop": "[AttentionImpl].pop().forward = None  # <-\n",
+"heapq-push": "import heapq\nh = []\nheapq.heappush(h, (0, AttentionImpl))\nh[0][1].forward = None  # <-\n",
+"itertools-chain": "import itertools\nfor c in itertools.chain([AttentionImpl]):\n"
+                   "    c.forward = None  # <-\n",
+"itertools-repeat": "import itertools\nfor c in itertools.repeat(AttentionImpl, 1):\n"
+                    "    c.forward = None  # <-\n",
+"itertools-islice": "import itertools\nnext(itertools.islice([AttentionImpl], 1)).forward = None  # <-\n",
+"max-key": "max([AttentionImpl], key=id).forward = None  # <-\n",
+"reversed-list": "for c in reversed([AttentionImpl]):\n    c.forward = None  # <-\n",
+"inspect-getmembers": "import inspect\nimport vllm.v1.attention.backend as bm\n"
+                      "for _, v in inspect.getmembers(bm):\n    v.forward = None  # <-\n",
+"inspect-getattr-static": "import inspect\ninspect.getattr_static(AttentionImpl, 'forward')"
+                          ".__defaults__ = ()  # <-\n",
+"pkgutil-resolve-name": "import pkgutil\npkgutil.resolve_name('vllm.v1.attention.backend:AttentionImpl')"
+                        ".forward = None  # <-\n",
+"pydoc-locate": "import pydoc\n"
+                "pydoc.locate('vllm.v1.attention.backend.AttentionImpl').forward = None  # <-\n",
+"annotations-dict": "def g(x: AttentionImpl):\n    pass\ng.__annotations__['x'].forward = None  # <-\n",
+"get-type-hints-value": "import typing\ndef g(x: AttentionImpl):\n    pass\n"
+                        "typing.get_type_hints(g)['x'].forward = None  # <-\n",
+"signature-annotation": "import inspect\ndef g(x: AttentionImpl):\n    pass\n"
+                        "inspect.signature(g).parameters['x'].annotation.forward = None  # <-\n",
+"signature-default": "import inspect\ndef g(x=AttentionImpl):\n    pass\n"
+                     "inspect.signature(g).parameters['x'].default.forward = None  # <-\n",
+"import-module-copy": "import importlib\ncopy.copy(importlib.import_module('vllm.v1.attention.backend'))"
+                      ".AttentionImpl.forward = None  # <-\n",
+"dunder-import-fromlist": "__import__('vllm.v1.attention.backend', fromlist=['x']).AttentionImpl"
+                          ".forward = None  # <-\n",
+"weakmethod": "import weakref\n"
+              "weakref.WeakMethod(AttentionImpl().forward)().__func__.__defaults__ = ()  # <-\n",
+# -- file writers by other names ------------------------------------------------------------------------
+"os-open-creat": "import os\nos.open('/tmp/x', os.O_CREAT | os.O_WRONLY)  # <-\n",
+"os-utime": "import os\nos.utime('/etc/hostname')  # <-\n",
+"os-ftruncate": "import os\nos.ftruncate(3, 0)  # <-\n",
+"os-pwrite": "import os\nos.pwrite(3, b'x', 0)  # <-\n",
+"os-lchown": "import os\nos.lchown('/tmp/x', 0, 0)  # <-\n",
+"os-mknod": "import os\nos.mknod('/tmp/x')  # <-\n",
+"os-copy-file-range": "import os\nos.copy_file_range(3, 4, 10)  # <-\n",
+"os-sendfile": "import os\nos.sendfile(4, 3, 0, 10)  # <-\n",
+"os-chroot": "import os\nos.chroot('/tmp')  # <-\n",
+"os-fchdir": "import os\nos.fchdir(3)  # <-\n",
+"os-fchmod": "import os\nos.fchmod(3, 0o777)  # <-\n",
+"os-posix-fallocate": "import os\nos.posix_fallocate(3, 0, 10)  # <-\n",
+"os-removexattr": "import os\nos.removexattr('/tmp/x', 'user.a')  # <-\n",
+"shutil-copy": "import shutil\nshutil.copy('/etc/hostname', '/tmp/x')  # <-\n",
+"pathlib-hardlink": "import pathlib\npathlib.Path('/tmp/x').hardlink_to('/etc/hostname')  # <-\n",
+"pathlib-unbound-write": "import pathlib\npathlib.Path.write_text(pathlib.Path('/tmp/x'), 'x')  # <-\n",
+"fcntl-flock": "import fcntl\nfcntl.flock(3, fcntl.LOCK_EX)  # <-\n",
+"mmap-access-write": "import mmap\nmmap.mmap(3, 10, access=mmap.ACCESS_WRITE)  # <-\n",
+"logging-filehandler": "import logging\nlogging.FileHandler('/tmp/x.log')  # <-\n",
+"logging-rotating": "import logging.handlers\nlogging.handlers.RotatingFileHandler('/tmp/x.log')  # <-\n",
+"torch-jit-save": "import torch\ntorch.jit.save(None, '/tmp/x.pt')  # <-\n",
+"torch-onnx-export": "import torch\ntorch.onnx.export(None, (), '/tmp/x.onnx')  # <-\n",
+"pickle-dump-param-handle": "import pickle\ndef dump(obj, fh):\n    pickle.dump(obj, fh)  # <-\n",
+"json-dump-param-handle": "import json\ndef dump(obj, fh):\n    json.dump(obj, fh)  # <-\n",
+"open-mode-keyword": "open('/tmp/x', mode='w')  # <-\n",
+"open-file-keyword": "open(file='/tmp/x', mode='a')  # <-\n",
+"open-mode-star": "args = ('/tmp/x', 'w')\nopen(*args)  # <-\n",
+"savefig": "import matplotlib.pyplot as plt\nplt.savefig('/tmp/x.png')  # <-\n",
+"pandas-to-csv": "import pandas\npandas.DataFrame().to_csv('/tmp/x.csv')  # <-\n",
+"tensorboard-writer": "from torch.utils.tensorboard import SummaryWriter\nSummaryWriter('/tmp/tb')  # <-\n",
+"profiler-export": "import torch\ntorch.profiler.profile().export_chrome_trace('/tmp/t.json')  # <-\n",
+"zip-extractall": "import zipfile\nzipfile.ZipFile('/tmp/a.zip').extractall('/tmp/out')  # <-\n",
+"tar-extractall": "import tarfile\ntarfile.open('/tmp/a.tar').extractall('/tmp/out')  # <-\n",
+"py-compile": "import py_compile\npy_compile.compile('/tmp/a.py')  # <-\n",
+"compileall": "import compileall\ncompileall.compile_dir('/tmp')  # <-\n",
+"fileinput-inplace": "import fileinput\nfileinput.input(['/tmp/a'], inplace=True)  # <-\n",
+"tempfile-spooled": "import tempfile\ntempfile.SpooledTemporaryFile()  # <-\n",
+# -- processes and threads by other names ---------------------------------------------------------------
+"os-fork": "import os\nos.fork()  # <-\n",
+"os-posix-spawn": "import os\nos.posix_spawn('/bin/true', ['true'], {})  # <-\n",
+"os-system-getattr": "import os\ngetattr(os, 'sys' + 'tem')('true')  # <-\n",
+"pty-spawn": "import pty\npty.spawn('true')  # <-\n",
+"process-pool-from-futures": "from concurrent import futures\nfutures.ProcessPoolExecutor()  # <-\n",
+"posixsubprocess": "import _posixsubprocess\n_posixsubprocess.fork_exec()  # <-\n",
+"posix-system": "import posix\nposix.system('true')  # <-\n",
+"webbrowser-open": "import webbrowser\nwebbrowser.open('http://x')  # <-\n",
+"pexpect-spawn": "import pexpect\npexpect.spawn('true')  # <-\n",
+"thread-start-new": "import _thread\n_thread.start_new_thread(print, ())  # <-\n",
+"os-abort": "import os\nos.abort()  # <-\n",
+"psutil-affinity": "import psutil\npsutil.Process().cpu_affinity([0])  # <-\n",
+"psutil-kill": "import psutil\npsutil.Process(1).kill()  # <-\n",
+"requests-get": "import requests\nrequests.get('http://x')  # <-\n",
+"asyncio-open-connection": "import asyncio\nasync def f():\n"
+                           "    await asyncio.open_connection('x', 80)  # <-\n",
+"urllib3-pool": "import urllib3\nurllib3.PoolManager().request('GET', 'http://x')  # <-\n",
+# -- process-wide state by other names ------------------------------------------------------------------
+"sys-int-max-str-digits": "import sys\nsys.set_int_max_str_digits(0)  # <-\n",
+"sys-setswitchinterval": "import sys\nsys.setswitchinterval(1.0)  # <-\n",
+"gc-disable": "import gc\ngc.disable()  # <-\n",
+"faulthandler-enable": "import faulthandler\nfaulthandler.enable()  # <-\n",
+"locale-setlocale": "import locale\nlocale.setlocale(locale.LC_ALL, 'C')  # <-\n",
+"time-tzset": "import time\ntime.tzset()  # <-\n",
+"time-clock-settime": "import time\ntime.clock_settime(time.CLOCK_REALTIME, 0.0)  # <-\n",
+"decimal-prec": "import decimal\ndecimal.getcontext().prec = 3  # <-\n",
+"decimal-default-context": "import decimal\ndecimal.DefaultContext.prec = 3  # <-\n",
+"random-seed-alias": "from random import seed as s\ns(0)  # <-\n",
+"random-inst-seed": "import random\nrandom._inst.seed(0)  # <-\n",
+"random-class-seed": "import random\nrandom.Random.seed(random._inst, 0)  # <-\n",
+"numpy-random-seed": "import numpy as np\nnp.random.seed(0)  # <-\n",
+"numpy-mtrand-seed": "import numpy as np\nnp.random.mtrand._rand.seed(0)  # <-\n",
+"numpy-shuffle-global": "import numpy as np\nnp.random.set_state(np.random.get_state())  # <-\n",
+"torch-manual-seed-fn": "import torch\ndef f():\n    torch.manual_seed(0)  # <-\n",
+"torch-default-generator": "import torch\ntorch.default_generator.manual_seed(0)  # <-\n",
+"torch-cuda-default-generators": "import torch\ntorch.cuda.default_generators[0].manual_seed(0)  # <-\n",
+"torch-default-generator-state": "import torch\n"
+                                 "torch.default_generator.set_state(torch.ByteTensor())  # <-\n",
+"torch-set-default-device": "import torch\ndef f():\n    torch.set_default_device('cuda')  # <-\n",
+"torch-set-default-dtype-alias": "import torch\nsdd = torch.set_default_dtype\nsdd(torch.half)  # <-\n",
+"torch-set-default-dtype-partial": "import torch\n"
+                                   "functools.partial(torch.set_default_dtype, torch.half)()  # <-\n",
+"transformers-set-seed": "import transformers\ntransformers.set_seed(0)  # <-\n",
+"accelerate-set-seed": "from accelerate.utils import set_seed\nset_seed(0)  # <-\n",
+"tf32-alias": "import torch\nm = torch.backends.cuda.matmul\ndef f():\n    m.allow_tf32 = True  # <-\n",
+"tf32-from-import": "from torch.backends import cudnn\ndef f():\n    cudnn.benchmark = True  # <-\n",
+"tf32-import-as": "import torch.backends.cudnn as cb\ndef f():\n    cb.allow_tf32 = False  # <-\n",
+"tf32-setattr": "import torch\ndef f():\n    setattr(torch.backends.cudnn, 'allow_tf32', False)  # <-\n",
+"tf32-via-param": "import torch\ndef setflag(mod):\n    mod.allow_tf32 = False  # <-\ndef f():\n"
+                  "    setflag(torch.backends.cudnn)\n",
+"inductor-config-alias": "from torch._inductor import config as ic\ndef f():\n"
+                         "    ic.max_autotune = True  # <-\n",
+"inductor-config-dict": "import torch._inductor.config\ndef f():\n"
+                        "    vars(torch._inductor.config)['max_autotune'] = True  # <-\n",
+"inductor-config-load": "import torch._inductor.config\ndef f():\n"
+                        "    torch._inductor.config.load_config({'max_autotune': True})  # <-\n",
+"dynamo-config-update": "import torch._dynamo\ndef f():\n"
+                        "    torch._dynamo.config.update({'cache_size_limit': 1})  # <-\n",
+"fx-experimental-config": "import torch.fx.experimental._config as fc\n"
+                          "fc.translation_validation = True  # <-\n",
+"triton-knobs": "import triton\ntriton.knobs.cache.dir = '/tmp'  # <-\n",
+"torch-cuda-tunable": "import torch\ntorch.cuda.tunable.enable(True)  # <-\n",
+"torch-cuda-change-allocator": "import torch\ntorch.cuda.change_current_allocator(None)  # <-\n",
+"torch-cuda-reset-peak": "import torch\ntorch.cuda.reset_peak_memory_stats()  # <-\n",
+"torch-cuda-profiler-start": "import torch\ntorch.cuda.profiler.start()  # <-\n",
+"torch-cuda-cudart": "import torch\ntorch.cuda.cudart().cudaProfilerStart()  # <-\n",
+"torch-profiler-start": "import torch\ntorch.profiler.profile().start()  # <-\n",
+"torch-forward-ad-level": "import torch.autograd.forward_ad as fwad\nfwad.enter_dual_level()  # <-\n",
+"torch-grad-mode-call": "import torch\ntorch.set_grad_enabled(False)  # <-\n",
+"torch-grad-mode-module": "import torch\ntorch.autograd.grad_mode.set_grad_enabled(False)  # <-\n",
+"sys-stdout-reconfigure": "import sys\nsys.stdout.reconfigure(line_buffering=True)  # <-\n",
+"sys-stdin-close": "import sys\nsys.stdin.close()  # <-\n",
+"sys-dont-write-bytecode": "import sys\nsys.dont_write_bytecode = True  # <-\n",
+"resource-prlimit": "import resource\nresource.prlimit(0, resource.RLIMIT_NOFILE, (1, 1))  # <-\n",
+"asyncio-loop-debug": "import asyncio\nasyncio.get_event_loop().set_debug(True)  # <-\n",
+"asyncio-loop-handler": "import asyncio\nasyncio.get_event_loop().set_exception_handler(print)  # <-\n",
+"threading-stack-size": "import threading\nthreading.stack_size(1 << 20)  # <-\n",
+"logging-root-level": "import logging\nlogging.root.setLevel(logging.ERROR)  # <-\n",
+"logging-torch-logger": "import logging\nlogging.getLogger('torch').setLevel(logging.ERROR)  # <-\n",
+"logging-vllm-child": "import logging\n"
+                      "logging.getLogger('vllm.model_executor').setLevel(logging.ERROR)  # <-\n",
+"logging-kw-name": "import logging\nlogging.getLogger(name='vllm').setLevel(logging.ERROR)  # <-\n",
+"logging-init-logger-vllm": "from vllm.logger import init_logger\ninit_logger('vllm').setLevel(50)  # <-\n",
+"logging-propagate": "import logging\nlogging.getLogger('vllm').propagate = False  # <-\n",
+"logging-manager-dict": "import logging\nlogging.Logger.manager.loggerDict['vllm'].disabled = True  # <-\n",
+"environb": "import os\nos.environb[b'X'] = b'1'  # <-\n",
+"environ-dunder-setitem": "import os\nos.environ.__setitem__('X', '1')  # <-\n",
+"environ-type-setitem": "import os\ntype(os.environ).__setitem__(os.environ, 'X', '1')  # <-\n",
+"environ-mutablemapping-update": "import os\nimport collections.abc\n"
+                                 "collections.abc.MutableMapping.update(os.environ, X='1')  # <-\n",
+"linecache-cache": "import linecache\nlinecache.cache['x'] = (1, None, ['x'], 'x')  # <-\n",
+"abc-register": "import collections.abc\nclass Own:\n    pass\ncollections.abc.Mapping.register(Own)  # <-\n",
+"warnings-showwarning": "import warnings\nwarnings.showwarning = print  # <-\n",
+"sys-breakpointhook": "import sys\nsys.breakpointhook = print  # <-\n",
+"datasets-disable-caching": "import datasets\ndatasets.disable_caching()  # <-\n",
+}
+
+OPEN: dict[str, str] = {
+    "inst-typevar-bound": "a TypeVar bound to an engine class is not read as the engine class",
+    "inst-typevar-constraints": "a TypeVar's constraints are not read as engine classes",
+    "inst-star-args": "`*layers: L` annotates each element; the rule reads only plain parameters",
+    "inst-typealias-optional": "a module-level alias `Optional[L]` used as annotation is not resolved",
+    "inst-local-annotation": "a local variable annotation `layer: L = x` does not make an engine instance",
+    "inst-cast": "`typing.cast(L, x)` is not an engine instance",
+    "inst-cast-string": "`typing.cast('L', x)` is not an engine instance",
+    "inst-isinstance-narrowing": "`isinstance(x, L)` does not narrow x to an engine instance",
+    "inst-attribute-of-instance": "an attribute of an engine instance (its quant_method) is not the engine's",
+    "inst-named-modules": "`named_modules()` of an engine instance does not yield engine instances",
+    "inst-children": "`children()` of an engine instance does not yield engine instances",
+    "inst-modules-apply": "`layer.apply(cb)` does not call cb with the engine instance",
+    "inst-hooks-dict": "an item store into an engine instance's `_forward_hooks` is a data store",
+    "inst-return-annotation": "a return annotation `-> L` does not make the call's result an engine instance",
+    "inst-method-self-annotation": "an engine instance stored on self (`self.l = layer`) loses the rule",
+    "dunder-set-after-class": "a dunder assigned after the class statement (`H.__getattr__ = f`) is not read",
+    "dunder-setattr-after-class": "a dunder set by `setattr(H, '__getitem__', f)` is not read",
+    "dunder-metaclass-getattr": "a metaclass's `__getattr__` is not read for the class's attributes",
+    "dunder-missing": "`__missing__` of an own dict subclass is not read for `d[k]`",
+    "dunder-binary-operator": "operator dunders (`__add__`) are not read for `a + b`",
+    "dunder-unary-operator": "operator dunders (`__neg__`) are not read for `-a`",
+    "dunder-matmul-operator": "operator dunders (`__matmul__`) are not read for `a @ b`",
+    "dunder-reflected-operator": "reflected operator dunders (`__radd__`) are not read",
+    "dunder-await": "`__await__`'s return is not read for `await H()`",
+    "dunder-aiter": "`__anext__`'s return is not read for `async for`",
+    "dunder-reversed": "`__reversed__` is not read for `reversed(H())`",
+    "dunder-copy": "`__copy__`'s return is not read for `copy.copy(H())`",
+    "dunder-partialmethod": "a `functools.partialmethod` dunder's bound arguments are not read",
+    "iter-callable-sentinel": "`iter(callable, sentinel)` does not yield what callable returns",
+    "dataclasses-replace": "`dataclasses.replace(r, f=E)` does not hold E",
+    "dataclasses-astuple": "`dataclasses.astuple(r)` does not hold r's fields",
+    "dataclasses-asdict": "`dataclasses.asdict(r)` does not hold r's fields",
+    "attrs-evolve": "`attr.evolve(r, f=E)` does not hold E",
+    "namedtuple-replace": "namedtuple `_replace(a=E)` does not hold E",
+    "namedtuple-make": "namedtuple `_make([E])` does not hold E",
+    "contextvar-default": "a ContextVar's `default=` is not what `.get()` returns",
+    "dict-setdefault-return": "`d.setdefault(k, E)` does not return E",
+    "heapq-push": "`heapq.heappush(h, E)` does not put E into h",
+    "itertools-repeat": "`itertools.repeat(E)` does not yield E",
+    "itertools-islice": "`itertools.islice(xs)` does not yield xs's elements",
+    "inspect-getmembers": "`inspect.getmembers(mod)` does not yield the module's objects",
+    "inspect-getattr-static": "`inspect.getattr_static(E, n)` is not `E.n`",
+    "pkgutil-resolve-name": "`pkgutil.resolve_name('pkg.mod:Obj')` is a string import the scan does not"
+                            " resolve",
+    "pydoc-locate": "`pydoc.locate('pkg.mod.Obj')` is a string import the scan does not resolve",
+    "annotations-dict": "`f.__annotations__` does not hold the annotations' objects",
+    "get-type-hints-value": "`typing.get_type_hints(f)` does not hold the annotations' objects",
+    "signature-annotation": "`inspect.signature(f)` parameters do not carry annotations",
+    "signature-default": "`inspect.signature(f)` parameters do not carry defaults",
+    "os-utime": "os file-changing calls outside the named list (`os.utime`) pass: the os family is open",
+    "os-ftruncate": "`os.ftruncate` is not in the os writer list",
+    "os-pwrite": "`os.pwrite` is not in the os writer list",
+    "os-lchown": "`os.lchown` is not in the os writer list",
+    "os-mknod": "`os.mknod` is not in the os writer list",
+    "os-copy-file-range": "`os.copy_file_range` is not in the os writer list",
+    "os-sendfile": "`os.sendfile` is not in the os writer list",
+    "os-chroot": "`os.chroot` changes the process root and is not listed",
+    "os-fchdir": "`os.fchdir` is `os.chdir` by descriptor and is not listed",
+    "os-fchmod": "`os.fchmod` is not in the os writer list",
+    "os-posix-fallocate": "`os.posix_fallocate` is not in the os writer list",
+    "os-removexattr": "`os.removexattr` is not in the os writer list",
+    "fcntl-flock": "`fcntl.*` (locks, descriptor flags) is no state family",
+    "mmap-access-write": "`mmap.mmap(..., access=ACCESS_WRITE)` writes a file and is not a writer",
+    "json-dump-param-handle": "`json.dump(obj, fh)` into a handle from elsewhere is not a writer",
+    "open-mode-star": "`open(*args)` hides the mode and is not failed closed",
+    "savefig": "`*.savefig(path)` writes a file; the writer family reads only save/save_*/*_save",
+    "pandas-to-csv": "`*.to_csv(path)` (and to_parquet/to_json/...) writes a file; not in the family",
+    "tensorboard-writer": "`SummaryWriter(logdir)` writes event files",
+    "profiler-export": "`export_chrome_trace(path)` writes a file",
+    "zip-extractall": "`ZipFile(p).extractall(dir)` writes files though the archive is opened for reading",
+    "tar-extractall": "`tarfile.open(p).extractall(dir)` writes files though opened for reading",
+    "py-compile": "`py_compile.compile` writes a .pyc",
+    "compileall": "`compileall.compile_dir` writes .pyc files",
+    "fileinput-inplace": "`fileinput.input(inplace=True)` rewrites files",
+    "webbrowser-open": "`webbrowser.open` starts a process",
+    "pexpect-spawn": "`pexpect.spawn` starts a process",
+    "os-abort": "`os.abort()` kills the process (like `os._exit`)",
+    "psutil-affinity": "`psutil.Process().cpu_affinity([...])` changes process state",
+    "psutil-kill": "`psutil.Process(pid).kill()` signals a process",
+    "requests-get": "`requests.*` opens sockets (socket/http.client/urllib.request are a family; requests"
+                    " is not)",
+    "asyncio-open-connection": "`asyncio.open_connection` opens a socket",
+    "urllib3-pool": "`urllib3.*` opens sockets",
+    "time-tzset": "`time.tzset()` changes the process's time zone",
+    "time-clock-settime": "`time.clock_settime` sets a system clock",
+    "random-inst-seed": "`random._inst.seed` is the module RNG's seed by its instance",
+    "random-class-seed": "`random.Random.seed(random._inst, ...)` seeds the module RNG unbound",
+    "numpy-mtrand-seed": "`np.random.mtrand._rand.seed` is numpy's global RNG by its instance",
+    "torch-default-generator": "`torch.default_generator.manual_seed` seeds torch's global RNG",
+    "torch-cuda-default-generators": "`torch.cuda.default_generators[i].manual_seed` seeds the CUDA RNG",
+    "torch-default-generator-state": "`torch.default_generator.set_state` sets torch's global RNG",
+    "transformers-set-seed": "`*.set_seed` of another library seeds every global RNG",
+    "accelerate-set-seed": "`set_seed` imported from another library seeds every global RNG",
+    "tf32-via-param": "a flag module handed to an own helper that writes its parameter's attribute",
+    "torch-cuda-tunable": "`torch.cuda.tunable.*` switches TunableOp for the process",
+    "torch-cuda-change-allocator": "`torch.cuda.change_current_allocator` (re-exported from"
+                                   " torch.cuda.memory)",
+    "torch-cuda-reset-peak": "`torch.cuda.reset_peak_memory_stats` (re-exported from torch.cuda.memory)"
+                             " resets the engine's profile",
+    "torch-cuda-profiler-start": "`torch.cuda.profiler.*` starts the process-wide CUDA profiler",
+    "torch-cuda-cudart": "`torch.cuda.cudart()` hands out the CUDA runtime",
+    "torch-profiler-start": "`torch.profiler.profile().start()` starts the process-wide profiler outside"
+                            " a `with`",
+    "torch-forward-ad-level": "`torch.autograd.forward_ad.enter_dual_level` enters a global level outside"
+                              " a `with`",
+    "torch-grad-mode-module": "`torch.autograd.grad_mode.set_grad_enabled(False)` called, not entered",
+    "sys-stdout-reconfigure": "`sys.stdout.reconfigure` changes the process's stdout",
+    "sys-stdin-close": "`sys.stdin.close()` closes the process's stdin",
+    "resource-prlimit": "`resource.prlimit` sets limits (only `resource.set*` is listed)",
+    "asyncio-loop-debug": "the shared event loop's `set_debug`",
+    "asyncio-loop-handler": "the shared event loop's `set_exception_handler`",
+    "logging-init-logger-vllm": "vLLM's `init_logger('vllm')` returns the engine's logger; configuring it"
+                                " passes",
+    "datasets-disable-caching": "another library's global switch (`datasets.disable_caching`)",
+}
+
+
+def shipped_error_lines(found: list[Escape]) -> list[int]:
+    """The lines a shipping file has an error on: an error, or a warning the analysis does not mark
+    `lenient` (facts.escapes raises every other escape in shipping code to an error)."""
+    return sorted({e.line for e in found if e.severity == "error" or not e.lenient})
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> EngineSignatures:
+    root = tmp_path_factory.mktemp("engine")
+    for rel, text in ENGINE.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(textwrap.dedent(text))
+    return EngineSignatures(root)
+
+
+def test_open_ids_are_attacks() -> None:
+    assert set(OPEN) <= set(ATTACKS)
+    assert set(CROSS_OPEN) <= set(CROSS)
+
+
+@pytest.mark.parametrize("src", [
+    pytest.param(s, id=k, marks=[pytest.mark.xfail(strict=True, reason=OPEN[k])] if k in OPEN else [])
+    for k, s in ATTACKS.items()])
+def test_attack_is_an_error_at_its_line(src: str, engine: EngineSignatures) -> None:
+    want = marked(src)
+    assert want, "an attack marks its lines"
+    assert set(want) <= set(shipped_error_lines(scan(src, engine)))
+
+
+# honest twins: the same forms on the contribution's own objects
+HONEST = """
+import dataclasses
+import io
+import itertools
+import logging
+import os
+import random
+import typing
+from typing import Optional, Annotated, TypeVar
+import numpy as np
+import torch
+class Own:
+    pass
+class Mine(L):
+    pass
+T = TypeVar('T', bound=Mine)
+def use(layer: typing.Optional[L], layers: list[L], m: Annotated[L, 'x'], t: T):
+    layer.weight_scale = 1
+    layers[0].weight_scale = 1
+    m.weight_scale = 1
+    t.forward = print
+    for x in layers:
+        x.scale = 2
+    return layer(1)
+class B:
+    def __getattr__(self, n):
+        return Own
+class H(B):
+    def __add__(self, o):
+        return Own
+    def __neg__(self):
+        return Own
+H().x.y = 1
+(H() + 1).y = 1
+(-H()).y = 1
+@dataclasses.dataclass
+class R:
+    impl: object = None
+dataclasses.replace(R(), impl=Own).impl.y = 1
+dataclasses.astuple(R(Own))[0].y = 1
+{}.setdefault('k', Own).y = 1
+for c in itertools.chain([Own]):
+    c.y = 1
+for c in iter(lambda: Own, None):
+    c.y = 1
+    break
+def g(x: Own):
+    pass
+g.__annotations__['x'].y = 1
+os.stat('/etc/hostname')
+os.path.exists('/tmp')
+buf = io.BytesIO()
+torch.save({}, buf)
+rng = random.Random(0)
+rng.seed(1)
+gen = torch.Generator()
+gen.manual_seed(0)
+np.random.default_rng(0)
+logger = logging.getLogger(__name__)
+logger.setLevel(logging.INFO)
+logging.getLogger('vllm').info('x')
+os.environ.get('X')
+def f():
+    with torch.no_grad():
+        pass
+    with torch.set_grad_enabled(False):
+        pass
+    torch.cuda.max_memory_allocated()
+"""
+OPEN_FALSE_POSITIVES: dict[str, str] = {
+    "os-open-read-only": "`os.open(p, os.O_RDONLY)` opens for reading; every `os.open` is FT146",
+}
+HONEST_FP: dict[str, str] = {
+    "os-open-read-only": "import os\nos.open('/etc/hostname', os.O_RDONLY)\n",
+}
+
+
+@pytest.mark.parametrize("key", [
+    pytest.param(k, id=k, marks=[pytest.mark.xfail(strict=True, reason=OPEN_FALSE_POSITIVES[k])]
+                 if k in OPEN_FALSE_POSITIVES else []) for k in HONEST_FP])
+def test_honest_form_is_clean(key: str, engine: EngineSignatures) -> None:
+    assert shipped_error_lines(scan(HONEST_FP[key], engine)) == []
+
+
+def test_honest_twin_is_clean(engine: EngineSignatures) -> None:
+    assert shipped_error_lines(scan(HONEST, engine)) == []
+
+
+# -- across own modules (the harness of tests/test_escapes_hostile20.py: errors of impl.py) ---------------
+LAYERS = "from vllm.v1.attention.backend import AttentionImpl\n"
+CROSS: dict[str, tuple[dict[str, str], str]] = {
+    "other-module-pep562-getattr": (
+        {"mid.py": LAYERS + "def __getattr__(name):\n    return AttentionImpl\n"},
+        "from . import mid\nmid.anything.forward = None  # <-\n"),
+    "other-module-pep562-from-import": (
+        {"mid.py": LAYERS + "def __getattr__(name):\n    return AttentionImpl\n"},
+        "from .mid import anything\nanything.forward = None  # <-\n"),
+    "other-module-inherited-dunder": (
+        {"mid.py": LAYERS + "class B:\n    def __getattr__(self, n):\n        return AttentionImpl\n"},
+        "from .mid import B\nclass H(B):\n    pass\nH().x.forward = None  # <-\n"),
+    "other-module-dunder-set-later": (
+        {"mid.py": LAYERS + "class H:\n    pass\nH.__getitem__ = lambda s, k: AttentionImpl\n"},
+        "from .mid import H\nH()[0].forward = None  # <-\n"),
+    "other-module-operator-dunder": (
+        {"mid.py": LAYERS + "class H:\n    def __add__(self, o):\n        return AttentionImpl\n"},
+        "from .mid import H\n(H() + 1).forward = None  # <-\n"),
+    "other-module-typevar-bound": (
+        {"mid.py": "from vllm.model_executor.layers.linear import RowParallelLinear\nimport typing\n"
+         "T = typing.TypeVar('T', bound=RowParallelLinear)\nOptL = typing.Optional[RowParallelLinear]\n"},
+        "from .mid import T, OptL\ndef f(a: T, b: OptL):\n    a.forward = print  # <-\n"
+        "    b.forward = print  # <-\n"),
+    "other-module-import-module": (
+        {"mid.py": "import importlib\nM = importlib.import_module('vllm.v1.attention.backend')\n"},
+        "from .mid import M\nM.AttentionImpl.forward = None  # <-\n"),
+    "other-module-record-replace": (
+        {"mid.py": LAYERS + "import dataclasses\n@dataclasses.dataclass\nclass R:\n    impl: object = None\n"
+         "def make():\n    return dataclasses.replace(R(), impl=AttentionImpl)\n"},
+        "from .mid import make\nmake().impl.forward = None  # <-\n"),
+    "other-module-file-writer-helper": (
+        {"mid.py": "def w(p, m):\n    return open(p, m)\n"},
+        "from .mid import w\nw('/tmp/x', 'w')  # <-\n"),
+}
+CROSS_OPEN: dict[str, str] = {
+    "other-module-inherited-dunder": "a dunder of another own module's class inherited by an own subclass",
+    "other-module-dunder-set-later": "a dunder set after the class in another own module",
+    "other-module-operator-dunder": "operator dunders of another own module's class",
+    "other-module-typevar-bound": "a TypeVar / Optional alias of an engine class from another own module",
+    "other-module-record-replace": "`dataclasses.replace` result returned from another own module",
+    "other-module-file-writer-helper": "an own helper of another module that opens with the caller's mode",
+}
+
+
+@pytest.fixture(scope="module")
+def policy() -> Policy:
+    return load_policy(POLICY)
+
+
+def _errors_by_file(tmp_path: Path, policy: Policy, extra: dict[str, str], src: str,
+                    monkeypatch: pytest.MonkeyPatch) -> set[tuple[str, int]]:
+    monkeypatch.setenv("FASTTRACK_ENGINE_TREE", str(write(tmp_path / "engine", ENGINE)))
+    files = {"kernels/kimi_k3/__init__.py": "", "kernels/kimi_k3/layers.py": LAYERS,
+             **{f"kernels/kimi_k3/{k}": v for k, v in extra.items()}, "kernels/kimi_k3/impl.py": src}
+    return {(path, line or 0) for _, path, line in ft_errors(contribution(tmp_path, policy, files))}
+
+
+@pytest.mark.parametrize(("extra", "src"), [
+    pytest.param(v[0], v[1], id=k,
+                 marks=[pytest.mark.xfail(strict=True, reason=CROSS_OPEN[k])] if k in CROSS_OPEN else [])
+    for k, v in CROSS.items()])
+def test_cross_module_attack_is_an_error(tmp_path: Path, policy: Policy, extra: dict[str, str], src: str,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    want = {(f"kernels/kimi_k3/{name}", line) for name, text in {**extra, "impl.py": src}.items()
+            for line in marked_lines(text)}
+    assert want, "an attack marks its lines"
+    assert want <= _errors_by_file(tmp_path, policy, extra, src, monkeypatch)
+
+
+CROSS_HONEST_MID = ("class Own:\n    pass\ndef __getattr__(name):\n    return Own\n"
+                    "class B:\n    def __getattr__(self, n):\n        return Own\n"
+                    "class H:\n    def __add__(self, o):\n        return Own\n")
+CROSS_HONEST = ("from . import mid\nfrom .mid import B, H\nmid.anything.y = 1\nclass K(B):\n    pass\n"
+                "K().x.y = 1\n(H() + 1).y = 1\n")
+
+
+def test_cross_module_honest_twin(tmp_path: Path, policy: Policy, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _cross_errors(tmp_path, policy, {"mid.py": CROSS_HONEST_MID}, CROSS_HONEST, monkeypatch) == []

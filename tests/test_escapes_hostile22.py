@@ -350,71 +350,10 @@ OPEN: dict[str, str] = {
     "get-type-hints-value": "`typing.get_type_hints(f)` does not hold the annotations' objects",
     "signature-annotation": "`inspect.signature(f)` parameters do not carry annotations",
     "signature-default": "`inspect.signature(f)` parameters do not carry defaults",
-    "os-utime": "os file-changing calls outside the named list (`os.utime`) pass: the os family is open",
-    "os-ftruncate": "`os.ftruncate` is not in the os writer list",
-    "os-pwrite": "`os.pwrite` is not in the os writer list",
-    "os-lchown": "`os.lchown` is not in the os writer list",
-    "os-mknod": "`os.mknod` is not in the os writer list",
-    "os-copy-file-range": "`os.copy_file_range` is not in the os writer list",
-    "os-sendfile": "`os.sendfile` is not in the os writer list",
-    "os-chroot": "`os.chroot` changes the process root and is not listed",
-    "os-fchdir": "`os.fchdir` is `os.chdir` by descriptor and is not listed",
-    "os-fchmod": "`os.fchmod` is not in the os writer list",
-    "os-posix-fallocate": "`os.posix_fallocate` is not in the os writer list",
-    "os-removexattr": "`os.removexattr` is not in the os writer list",
-    "fcntl-flock": "`fcntl.*` (locks, descriptor flags) is no state family",
-    "mmap-access-write": "`mmap.mmap(..., access=ACCESS_WRITE)` writes a file and is not a writer",
-    "json-dump-param-handle": "`json.dump(obj, fh)` into a handle from elsewhere is not a writer",
     "open-mode-star": "`open(*args)` hides the mode and is not failed closed",
-    "savefig": "`*.savefig(path)` writes a file; the writer family reads only save/save_*/*_save",
-    "pandas-to-csv": "`*.to_csv(path)` (and to_parquet/to_json/...) writes a file; not in the family",
-    "tensorboard-writer": "`SummaryWriter(logdir)` writes event files",
-    "profiler-export": "`export_chrome_trace(path)` writes a file",
-    "zip-extractall": "`ZipFile(p).extractall(dir)` writes files though the archive is opened for reading",
-    "tar-extractall": "`tarfile.open(p).extractall(dir)` writes files though opened for reading",
-    "py-compile": "`py_compile.compile` writes a .pyc",
-    "compileall": "`compileall.compile_dir` writes .pyc files",
-    "fileinput-inplace": "`fileinput.input(inplace=True)` rewrites files",
-    "webbrowser-open": "`webbrowser.open` starts a process",
-    "pexpect-spawn": "`pexpect.spawn` starts a process",
-    "os-abort": "`os.abort()` kills the process (like `os._exit`)",
-    "psutil-affinity": "`psutil.Process().cpu_affinity([...])` changes process state",
-    "psutil-kill": "`psutil.Process(pid).kill()` signals a process",
-    "requests-get": "`requests.*` opens sockets (socket/http.client/urllib.request are a family; requests"
-                    " is not)",
-    "asyncio-open-connection": "`asyncio.open_connection` opens a socket",
-    "urllib3-pool": "`urllib3.*` opens sockets",
-    "time-tzset": "`time.tzset()` changes the process's time zone",
-    "time-clock-settime": "`time.clock_settime` sets a system clock",
-    "random-inst-seed": "`random._inst.seed` is the module RNG's seed by its instance",
-    "random-class-seed": "`random.Random.seed(random._inst, ...)` seeds the module RNG unbound",
-    "numpy-mtrand-seed": "`np.random.mtrand._rand.seed` is numpy's global RNG by its instance",
-    "torch-default-generator": "`torch.default_generator.manual_seed` seeds torch's global RNG",
-    "torch-cuda-default-generators": "`torch.cuda.default_generators[i].manual_seed` seeds the CUDA RNG",
-    "torch-default-generator-state": "`torch.default_generator.set_state` sets torch's global RNG",
-    "transformers-set-seed": "`*.set_seed` of another library seeds every global RNG",
-    "accelerate-set-seed": "`set_seed` imported from another library seeds every global RNG",
     "tf32-via-param": "a flag module handed to an own helper that writes its parameter's attribute",
-    "torch-cuda-tunable": "`torch.cuda.tunable.*` switches TunableOp for the process",
-    "torch-cuda-change-allocator": "`torch.cuda.change_current_allocator` (re-exported from"
-                                   " torch.cuda.memory)",
-    "torch-cuda-reset-peak": "`torch.cuda.reset_peak_memory_stats` (re-exported from torch.cuda.memory)"
-                             " resets the engine's profile",
-    "torch-cuda-profiler-start": "`torch.cuda.profiler.*` starts the process-wide CUDA profiler",
-    "torch-cuda-cudart": "`torch.cuda.cudart()` hands out the CUDA runtime",
-    "torch-profiler-start": "`torch.profiler.profile().start()` starts the process-wide profiler outside"
-                            " a `with`",
-    "torch-forward-ad-level": "`torch.autograd.forward_ad.enter_dual_level` enters a global level outside"
-                              " a `with`",
-    "torch-grad-mode-module": "`torch.autograd.grad_mode.set_grad_enabled(False)` called, not entered",
-    "sys-stdout-reconfigure": "`sys.stdout.reconfigure` changes the process's stdout",
-    "sys-stdin-close": "`sys.stdin.close()` closes the process's stdin",
-    "resource-prlimit": "`resource.prlimit` sets limits (only `resource.set*` is listed)",
-    "asyncio-loop-debug": "the shared event loop's `set_debug`",
-    "asyncio-loop-handler": "the shared event loop's `set_exception_handler`",
     "logging-init-logger-vllm": "vLLM's `init_logger('vllm')` returns the engine's logger; configuring it"
                                 " passes",
-    "datasets-disable-caching": "another library's global switch (`datasets.disable_caching`)",
 }
 
 
@@ -517,9 +456,37 @@ def f():
     with torch.set_grad_enabled(False):
         pass
     torch.cuda.max_memory_allocated()
+import json
+import sys
+import zipfile
+import psutil
+sys.stdout.write('x')
+sys.stderr.flush()
+os.getenv('X')
+os.cpu_count()
+os.listdir('/tmp')
+os.path.join('a', 'b')
+fd = os.open('/etc/hostname', os.O_RDONLY | os.O_CLOEXEC)
+os.read(fd, 1)
+sbuf = io.StringIO()
+json.dump({}, sbuf)
+json.dumps({})
+zipfile.ZipFile('/tmp/a.zip').namelist()
+psutil.Process().memory_info()
+psutil.virtual_memory()
+torch.cuda.cudart().cudaHostRegister(0, 0, 0)
+torch.cuda.get_device_properties(0)
+torch.cuda.current_stream().synchronize()
+def prof():
+    with torch.profiler.profile() as p:
+        with torch.profiler.record_function('x'):
+            pass
+    with torch.autograd.grad_mode.no_grad():
+        pass
+    return p
 """
+# fixed by hesc22s: `os.open` is judged by its flags (was: every `os.open` is FT146)
 OPEN_FALSE_POSITIVES: dict[str, str] = {
-    "os-open-read-only": "`os.open(p, os.O_RDONLY)` opens for reading; every `os.open` is FT146",
 }
 HONEST_FP: dict[str, str] = {
     "os-open-read-only": "import os\nos.open('/etc/hostname', os.O_RDONLY)\n",

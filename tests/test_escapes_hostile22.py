@@ -301,21 +301,10 @@ ATTACKS: dict[str, str] = {
 }
 
 OPEN: dict[str, str] = {
-    "inst-typevar-bound": "a TypeVar bound to an engine class is not read as the engine class",
-    "inst-typevar-constraints": "a TypeVar's constraints are not read as engine classes",
     "inst-star-args": "`*layers: L` annotates each element; the rule reads only plain parameters",
-    "inst-typealias-optional": "a module-level alias `Optional[L]` used as annotation is not resolved",
-    "inst-local-annotation": "a local variable annotation `layer: L = x` does not make an engine instance",
-    "inst-cast": "`typing.cast(L, x)` is not an engine instance",
-    "inst-cast-string": "`typing.cast('L', x)` is not an engine instance",
-    "inst-isinstance-narrowing": "`isinstance(x, L)` does not narrow x to an engine instance",
     "inst-attribute-of-instance": "an attribute of an engine instance (its quant_method) is not the engine's",
-    "inst-named-modules": "`named_modules()` of an engine instance does not yield engine instances",
-    "inst-children": "`children()` of an engine instance does not yield engine instances",
     "inst-modules-apply": "`layer.apply(cb)` does not call cb with the engine instance",
     "inst-hooks-dict": "an item store into an engine instance's `_forward_hooks` is a data store",
-    "inst-return-annotation": "a return annotation `-> L` does not make the call's result an engine instance",
-    "inst-method-self-annotation": "an engine instance stored on self (`self.l = layer`) loses the rule",
     "dunder-set-after-class": "a dunder assigned after the class statement (`H.__getattr__ = f`) is not read",
     "dunder-setattr-after-class": "a dunder set by `setattr(H, '__getitem__', f)` is not read",
     "dunder-metaclass-getattr": "a metaclass's `__getattr__` is not read for the class's attributes",

@@ -268,7 +268,7 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
         method = node.func.attr
         if method.startswith("register_") and "hook" in method:
             obj = node.func.value if callee.origin == "param" else _arg(node, 0)
-            cls = self.engine_instance_class(self.resolve(obj, scope)) if obj is not None else None
+            cls = self.engine_instance_of(obj, scope) if obj is not None else None
             if cls is not None:
                 self.report(MONKEYPATCH, node, f"calls `.{method}()` on an instance of the engine's `{cls}` "
                             "the function was given: a hook on an object the engine owns runs for every "

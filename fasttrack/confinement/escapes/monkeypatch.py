@@ -164,6 +164,8 @@ class MonkeypatchChecks(CheckBase):
             if not self._engine_instance_patch(node.value, node.attr, node, scope, verb):
                 self._record_param_write(base, node)
             return
+        if not self.foreign(base) and self._engine_instance_patch(node.value, node.attr, node, scope, verb):
+            return  # (declared an engine instance another way: `layer: L = x`, `isinstance`, `cast`, ...)
         if base.elements and not self.foreign(base) and base.qualname not in (_COPY, _PARTIAL):
             base = base.elements[0]
         if base.origin == "classof":
@@ -187,7 +189,7 @@ class MonkeypatchChecks(CheckBase):
         make it) gets new behaviour for every caller; reported (True) when `attr` is behaviour, not data."""
         if obj is None:
             return False
-        cls = self.engine_instance_class(self.resolve(obj, scope))
+        cls = self.engine_instance_of(obj, scope)
         if cls is None or not (attr == "*" or self.engine_method_name(cls, attr)):
             return False
         self.report(MONKEYPATCH, node, f"{verb} `{attr}` on an instance of the engine's `{cls}` the function "

@@ -1327,13 +1327,75 @@ class Resolver:
         roots = [f"{r}.*" for r in self.settings.hidden_import_roots]
         for fn in self.functions.get(key, []):
             args = fn.node.args
-            node = next((a for a in [*args.posonlyargs, *args.args, *args.kwonlyargs] if a.arg == name), None)
+            every = [*args.posonlyargs, *args.args, *args.kwonlyargs, *filter(None, (args.vararg, args.kwarg))]
+            node = next((a for a in every if a.arg == name), None)  # (`*layers: L`: each element is one)
             if node is not None and node.annotation is not None:
                 hit = self._engine_annotation(node.annotation, fn.scope.parent or self.module_scope,
                                               types=roots)
                 if hit is not None:
                     return hit
         return None
+
+    def engine_instance_of(self, obj: ast.expr, scope: _Scope, depth: int = 0) -> str | None:
+        """The engine class an object of model code is declared to be an instance of, or None: an annotated
+        parameter (`engine_instance_class`), and the other ways code says so (hostile review 22): a local
+        annotation (`layer: L = x`), `isinstance(x, L)` anywhere in the name's scope (flow-insensitive: fail
+        closed), `typing.cast(L, x)`, an own function annotated `-> L`, an attribute some store set to such
+        an object (`self.l = layer`), and a loop over `modules()`/`named_modules()`/`children()` of one."""
+        hit = self.engine_instance_class(self.resolve(obj, scope))
+        if hit is not None or not self.model_code or depth > 3:
+            return hit
+        roots = [f"{r}.*" for r in self.settings.hidden_import_roots]
+        if isinstance(obj, ast.Call):
+            f = self.resolve(obj.func, scope)
+            if f is not None and f.qualname in ("typing.cast", "typing_extensions.cast") and obj.args:
+                return self._engine_annotation(obj.args[0], scope, types=roots)
+            if f is not None and f.origin == "own":
+                for fn in self.functions.get(f.qualname, []):
+                    ret = getattr(fn.node, "returns", None)
+                    got = self._engine_annotation(ret, fn.scope.parent or self.module_scope, types=roots) \
+                        if ret is not None else None
+                    if got is not None:
+                        return got
+            return None
+        if isinstance(obj, ast.Attribute):
+            for value, vscope, _ in self.attr_stores.get(obj.attr, []):
+                got = self.engine_instance_of(value, vscope, depth + 1)
+                if got is not None:
+                    return got
+            return None
+        if not isinstance(obj, ast.Name):
+            return None
+        home = self._scope_node(obj.id, scope)
+        if home is None:
+            return None
+        node, outer = home
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.AnnAssign) and isinstance(sub.target, ast.Name) and sub.target.id == obj.id:
+                got = self._engine_annotation(sub.annotation, outer, types=roots)
+            elif isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.func.id == "isinstance" \
+                    and len(sub.args) == 2 and isinstance(sub.args[0], ast.Name) and sub.args[0].id == obj.id:
+                got = self._engine_annotation(sub.args[1], outer, types=roots)
+            elif isinstance(sub, ast.For | ast.AsyncFor | ast.comprehension) and \
+                    any(isinstance(t, ast.Name) and t.id == obj.id for t in ast.walk(sub.target)) and \
+                    isinstance(sub.iter, ast.Call) and isinstance(sub.iter.func, ast.Attribute) and \
+                    sub.iter.func.attr in ("modules", "named_modules", "children", "named_children"):
+                got = self.engine_instance_of(sub.iter.func.value, outer, depth + 1)
+            else:
+                continue
+            if got is not None:
+                return got
+        return None
+
+    def _scope_node(self, name: str, scope: _Scope) -> tuple[ast.AST, _Scope] | None:
+        """The node of the scope `name` is bound in (searched outwards from `scope`), with that scope."""
+        s: _Scope | None = scope
+        while s is not None and name not in s.bindings:
+            s = s.parent
+        if s is None:
+            return None
+        node = next((n for n, sc in self.scopes.items() if sc is s), None)
+        return (node, s) if node is not None else None
 
     def engine_method_name(self, cls: str, attr: str) -> bool:
         """Whether `attr` names behaviour of the engine class `cls` (a method its source defines, `forward`
@@ -1367,11 +1429,26 @@ class Resolver:
                 if hit is not None:
                     return hit
             return None
+        if isinstance(ann, ast.Call):  # `TypeVar("T", bound=L)`, `TypeVar("T", L, M)`, `NewType("N", L)`
+            f = self.resolve(ann.func, scope)
+            if f is None or f.qualname.rsplit(".", 1)[-1] not in ("TypeVar", "NewType", "ParamSpec"):
+                return None
+            for part in [*ann.args[1:], *(k.value for k in ann.keywords if k.arg == "bound")]:
+                hit = self._engine_annotation(part, scope, depth + 1, types)
+                if hit is not None:
+                    return hit
+            return None
         if isinstance(ann, ast.Name | ast.Attribute):
             ref = self.resolve(ann, scope)
             if self.foreign(ref) and ref is not None and \
                     _matches(ref.qualname, self.settings.engine_parameter_types if types is None else types):
                 return ref.qualname
+            if isinstance(ann, ast.Name):  # an alias the file binds: `MaybeL = Optional[L]`, `T = TypeVar(...)`
+                for b in self._lookup(ann.id, scope) or []:
+                    if isinstance(b, _Alias):
+                        hit = self._engine_annotation(b.value, b.scope, depth + 1, types)
+                        if hit is not None:
+                            return hit
         return None
 
     def _stored_attr(self, attr: str) -> _Ref | None:

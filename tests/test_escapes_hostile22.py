@@ -301,23 +301,11 @@ ATTACKS: dict[str, str] = {
 }
 
 OPEN: dict[str, str] = {
-    "inst-star-args": "`*layers: L` annotates each element; the rule reads only plain parameters",
     "inst-attribute-of-instance": "an attribute of an engine instance (its quant_method) is not the engine's",
     "inst-modules-apply": "`layer.apply(cb)` does not call cb with the engine instance",
     "inst-hooks-dict": "an item store into an engine instance's `_forward_hooks` is a data store",
-    "dunder-set-after-class": "a dunder assigned after the class statement (`H.__getattr__ = f`) is not read",
-    "dunder-setattr-after-class": "a dunder set by `setattr(H, '__getitem__', f)` is not read",
     "dunder-metaclass-getattr": "a metaclass's `__getattr__` is not read for the class's attributes",
-    "dunder-missing": "`__missing__` of an own dict subclass is not read for `d[k]`",
-    "dunder-binary-operator": "operator dunders (`__add__`) are not read for `a + b`",
-    "dunder-unary-operator": "operator dunders (`__neg__`) are not read for `-a`",
-    "dunder-matmul-operator": "operator dunders (`__matmul__`) are not read for `a @ b`",
-    "dunder-reflected-operator": "reflected operator dunders (`__radd__`) are not read",
-    "dunder-await": "`__await__`'s return is not read for `await H()`",
-    "dunder-aiter": "`__anext__`'s return is not read for `async for`",
     "dunder-reversed": "`__reversed__` is not read for `reversed(H())`",
-    "dunder-copy": "`__copy__`'s return is not read for `copy.copy(H())`",
-    "dunder-partialmethod": "a `functools.partialmethod` dunder's bound arguments are not read",
     "iter-callable-sentinel": "`iter(callable, sentinel)` does not yield what callable returns",
     "dataclasses-replace": "`dataclasses.replace(r, f=E)` does not hold E",
     "dataclasses-astuple": "`dataclasses.astuple(r)` does not hold r's fields",
@@ -529,8 +517,6 @@ CROSS: dict[str, tuple[dict[str, str], str]] = {
 }
 CROSS_OPEN: dict[str, str] = {
     "other-module-inherited-dunder": "a dunder of another own module's class inherited by an own subclass",
-    "other-module-dunder-set-later": "a dunder set after the class in another own module",
-    "other-module-operator-dunder": "operator dunders of another own module's class",
     "other-module-typevar-bound": "a TypeVar / Optional alias of an engine class from another own module",
     "other-module-record-replace": "`dataclasses.replace` result returned from another own module",
     "other-module-file-writer-helper": "an own helper of another module that opens with the caller's mode",

@@ -186,6 +186,11 @@ _RETURNS_ITS_FUNCTION = frozenset({"functools.lru_cache", "functools.cache", "bu
 # attributes of a function (or of its wrapper) that are the function
 _FUNCTION_ITSELF = frozenset({"__func__", "__wrapped__", "__call__"})
 _PARTIAL = "<partial>"  # functools.partial(f, *args): elements are its arguments; calling it may return them
+# an own class's dunders consulted by iteration (`for`, `async for`, `reversed`, unpacking) and by operators
+_ITERATION_DUNDERS = ("__iter__", "__next__", "__getitem__", "__aiter__", "__anext__", "__reversed__")
+_OPERATOR_DUNDERS = (*(f"__{p}{op}__" for op in (
+    "add", "sub", "mul", "matmul", "truediv", "floordiv", "mod", "divmod", "pow", "lshift", "rshift", "and",
+    "xor", "or") for p in ("", "r", "i")), "__neg__", "__pos__", "__invert__", "__abs__")
 _OF_FOREIGN = "<made by "  # + a foreign callable's dotted name + ">": a local object a foreign call made
 _GENERATOR = "<generator of "  # + another own module's function + ">": what calling it makes
 _INSTANCE = "<instance of "  # + an own class's dotted name + ">": a local object of an own class
@@ -1327,7 +1332,8 @@ class Resolver:
         roots = [f"{r}.*" for r in self.settings.hidden_import_roots]
         for fn in self.functions.get(key, []):
             args = fn.node.args
-            every = [*args.posonlyargs, *args.args, *args.kwonlyargs, *filter(None, (args.vararg, args.kwarg))]
+            every = [*args.posonlyargs, *args.args, *args.kwonlyargs,
+                     *filter(None, (args.vararg, args.kwarg))]
             node = next((a for a in every if a.arg == name), None)  # (`*layers: L`: each element is one)
             if node is not None and node.annotation is not None:
                 hit = self._engine_annotation(node.annotation, fn.scope.parent or self.module_scope,
@@ -1364,6 +1370,8 @@ class Resolver:
                 if got is not None:
                     return got
             return None
+        if isinstance(obj, ast.Subscript):  # an element of a container declared to hold engine instances
+            return self.engine_instance_of(obj.value, scope, depth + 1)
         if not isinstance(obj, ast.Name):
             return None
         home = self._scope_node(obj.id, scope)
@@ -1371,10 +1379,14 @@ class Resolver:
             return None
         node, outer = home
         for sub in ast.walk(node):
-            if isinstance(sub, ast.AnnAssign) and isinstance(sub.target, ast.Name) and sub.target.id == obj.id:
+            if isinstance(sub, ast.AnnAssign) and isinstance(sub.target, ast.Name) and \
+                    sub.target.id == obj.id:
                 got = self._engine_annotation(sub.annotation, outer, types=roots)
-            elif isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.func.id == "isinstance" \
-                    and len(sub.args) == 2 and isinstance(sub.args[0], ast.Name) and sub.args[0].id == obj.id:
+            elif isinstance(sub, ast.arg) and sub.arg == obj.id and sub.annotation is not None:
+                got = self._engine_annotation(sub.annotation, outer, types=roots)  # `*layers: L`
+            elif isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and \
+                    sub.func.id == "isinstance" and len(sub.args) == 2 and \
+                    isinstance(sub.args[0], ast.Name) and sub.args[0].id == obj.id:
                 got = self._engine_annotation(sub.args[1], outer, types=roots)
             elif isinstance(sub, ast.For | ast.AsyncFor | ast.comprehension) and \
                     any(isinstance(t, ast.Name) and t.id == obj.id for t in ast.walk(sub.target)) and \
@@ -1443,7 +1455,7 @@ class Resolver:
             if self.foreign(ref) and ref is not None and \
                     _matches(ref.qualname, self.settings.engine_parameter_types if types is None else types):
                 return ref.qualname
-            if isinstance(ann, ast.Name):  # an alias the file binds: `MaybeL = Optional[L]`, `T = TypeVar(...)`
+            if isinstance(ann, ast.Name):  # an alias the file binds: `M = Optional[L]`, `T = TypeVar(...)`
                 for b in self._lookup(ann.id, scope) or []:
                     if isinstance(b, _Alias):
                         hit = self._engine_annotation(b.value, b.scope, depth + 1, types)
@@ -1481,7 +1493,7 @@ class Resolver:
             return None
         if self.foreign(ref):
             return _Ref("import", f"{ref.qualname}[*]")
-        got = self._dunder_result(ref, ["__iter__", "__next__", "__getitem__"])
+        got = self._dunder_result(ref, _ITERATION_DUNDERS)
         if got is not None:
             return got
         if ref.elements:
@@ -1620,8 +1632,8 @@ class Resolver:
                 return _Ref("import", "sys.modules[*]")
             if base.origin == "param":
                 return base
-            dunder = "__class_getitem__" if base.origin == "own" else "__getitem__"
-            got = self._dunder_result(base, [dunder])
+            dunders = ["__class_getitem__"] if base.origin == "own" else ["__getitem__", "__missing__"]
+            got = self._dunder_result(base, dunders)
             if got is not None:
                 return got
             if base.origin == "local":
@@ -1636,8 +1648,18 @@ class Resolver:
             sent = (self.tainted(self.resolve(v, sc)) for v, sc in self._sent_values())
             found = next((t for t in sent if t is not None), None)
             return found or self._handed_on_sends(False) or _LOCAL_REF
-        if isinstance(node, ast.NamedExpr | ast.Await):
-            return self.resolve(node.value, scope)  # `await c`: what the coroutine returns
+        if isinstance(node, ast.Await):  # `await c`: what the coroutine returns (an own `__await__`'s)
+            awaited = self.resolve(node.value, scope)
+            return self._dunder_result(awaited, ["__await__"]) or awaited
+        if isinstance(node, ast.NamedExpr):
+            return self.resolve(node.value, scope)
+        if isinstance(node, ast.BinOp | ast.UnaryOp):  # an own class's operator dunders (any of them)
+            operands = [node.left, node.right] if isinstance(node, ast.BinOp) else [node.operand]
+            for o in operands:
+                got = self._dunder_result(self.resolve(o, scope), _OPERATOR_DUNDERS)
+                if got is not None:
+                    return got
+            return _LOCAL_REF
         if isinstance(node, ast.List | ast.Tuple | ast.Set):
             return self._container(node.elts, scope)
         if isinstance(node, ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp):
@@ -1754,6 +1776,10 @@ class Resolver:
             name = _dotted_literal(node.args[0])
             return _Ref("local", f"{_METHODCALLER}{name or '*'}>")
         if q in ("copy.copy", "copy.deepcopy") and first is not None:
+            got = self._dunder_result(self.resolve(first, scope), ["__copy__", "__deepcopy__", "__reduce__",
+                                                                   "__reduce_ex__"])
+            if got is not None:
+                return got  # an own `__copy__` returning an engine object
             same = self.tainted(self.resolve(first, scope))
             last = same.qualname.rpartition(".")[2] if same is not None else ""
             if same is not None and not same.elements and not any(c in same.qualname for c in "([<~") and \
@@ -2025,10 +2051,22 @@ class Resolver:
         keys = self._method_keys(cls, names)
         bases = set(self._own_bases(cls))
         for where, attr, value, scope in self.installs:  # `__getattr__ = lambda self, n: E` in a class body
-            if isinstance(where, str) and where in bases and attr in names:
-                key = self._function_key_of(value, scope)
-                if key is not None:
-                    keys.append(key)
+            if attr not in names and attr != "*":
+                continue
+            if not isinstance(where, str):  # `H.__getattr__ = f` / `setattr(H, "__getitem__", f)` later
+                r = self.resolve(where, scope)
+                if r is None or r.origin != "own" or r.qualname not in bases:
+                    continue
+            elif where not in bases or attr == "*":
+                continue
+            key = self._function_key_of(value, scope)
+            if key is not None:
+                keys.append(key)
+            elif isinstance(value, ast.Call):  # `functools.partialmethod(f, E)`: its bound arguments
+                for a in [*value.args, *(k.value for k in value.keywords)]:
+                    t = self.tainted(self.resolve(a, scope))
+                    if t is not None:
+                        return t
         for key in keys:
             for fn in self.functions.get(key, []):
                 for value in fn.returns():

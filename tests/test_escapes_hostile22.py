@@ -307,24 +307,16 @@ OPEN: dict[str, str] = {
     "dunder-metaclass-getattr": "a metaclass's `__getattr__` is not read for the class's attributes",
     "dunder-reversed": "`__reversed__` is not read for `reversed(H())`",
     "iter-callable-sentinel": "`iter(callable, sentinel)` does not yield what callable returns",
-    "dataclasses-replace": "`dataclasses.replace(r, f=E)` does not hold E",
     "dataclasses-astuple": "`dataclasses.astuple(r)` does not hold r's fields",
     "dataclasses-asdict": "`dataclasses.asdict(r)` does not hold r's fields",
-    "attrs-evolve": "`attr.evolve(r, f=E)` does not hold E",
     "namedtuple-replace": "namedtuple `_replace(a=E)` does not hold E",
     "namedtuple-make": "namedtuple `_make([E])` does not hold E",
     "contextvar-default": "a ContextVar's `default=` is not what `.get()` returns",
     "dict-setdefault-return": "`d.setdefault(k, E)` does not return E",
     "heapq-push": "`heapq.heappush(h, E)` does not put E into h",
-    "itertools-repeat": "`itertools.repeat(E)` does not yield E",
-    "itertools-islice": "`itertools.islice(xs)` does not yield xs's elements",
-    "inspect-getmembers": "`inspect.getmembers(mod)` does not yield the module's objects",
-    "inspect-getattr-static": "`inspect.getattr_static(E, n)` is not `E.n`",
     "pkgutil-resolve-name": "`pkgutil.resolve_name('pkg.mod:Obj')` is a string import the scan does not"
                             " resolve",
     "pydoc-locate": "`pydoc.locate('pkg.mod.Obj')` is a string import the scan does not resolve",
-    "annotations-dict": "`f.__annotations__` does not hold the annotations' objects",
-    "get-type-hints-value": "`typing.get_type_hints(f)` does not hold the annotations' objects",
     "signature-annotation": "`inspect.signature(f)` parameters do not carry annotations",
     "signature-default": "`inspect.signature(f)` parameters do not carry defaults",
     "open-mode-star": "`open(*args)` hides the mode and is not failed closed",
@@ -414,6 +406,16 @@ for c in iter(lambda: Own, None):
 def g(x: Own):
     pass
 g.__annotations__['x'].y = 1
+import heapq
+import inspect
+typing.get_type_hints(g)['x'].y = 1
+inspect.signature(g)
+for c in itertools.islice([Own], 1):
+    c.y = 1
+h = []
+heapq.heappush(h, (0, Own))
+dataclasses.astuple(R(Own))
+inspect.getattr_static(Own, 'y')
 os.stat('/etc/hostname')
 os.path.exists('/tmp')
 buf = io.BytesIO()
@@ -518,7 +520,6 @@ CROSS: dict[str, tuple[dict[str, str], str]] = {
 CROSS_OPEN: dict[str, str] = {
     "other-module-inherited-dunder": "a dunder of another own module's class inherited by an own subclass",
     "other-module-typevar-bound": "a TypeVar / Optional alias of an engine class from another own module",
-    "other-module-record-replace": "`dataclasses.replace` result returned from another own module",
     "other-module-file-writer-helper": "an own helper of another module that opens with the caller's mode",
 }
 

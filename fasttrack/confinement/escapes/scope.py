@@ -191,6 +191,16 @@ _ITERATION_DUNDERS = ("__iter__", "__next__", "__getitem__", "__aiter__", "__ane
 _OPERATOR_DUNDERS = (*(f"__{p}{op}__" for op in (
     "add", "sub", "mul", "matmul", "truediv", "floordiv", "mod", "divmod", "pow", "lshift", "rshift", "and",
     "xor", "or") for p in ("", "r", "i")), "__neg__", "__pos__", "__invert__", "__abs__")
+# calls returning (a container of) what their arguments hold, by family (hostile review 22): the iterator,
+# heap and bisection helpers, a record's copies and conversions, static attribute lookup
+_ELEMENT_FAMILIES = ("itertools.*", "heapq.*", "bisect.*", "dataclasses.replace", "dataclasses.astuple",
+                     "dataclasses.asdict", "attr.evolve", "attr.asdict", "attr.astuple", "attrs.evolve",
+                     "attrs.asdict", "attrs.astuple", "inspect.getattr_static", "inspect.unwrap",
+                     "inspect.getmembers*", "copy.replace")
+_RECORD_COPIES = frozenset({"dataclasses.replace", "attr.evolve", "attrs.evolve", "copy.replace"})
+# calls reading an own function's annotations and defaults
+_INTROSPECTION_CALLS = frozenset({"typing.get_type_hints", "inspect.get_annotations", "inspect.signature",
+                                  "typing_extensions.get_type_hints", "inspect.getfullargspec"})
 _OF_FOREIGN = "<made by "  # + a foreign callable's dotted name + ">": a local object a foreign call made
 _GENERATOR = "<generator of "  # + another own module's function + ">": what calling it makes
 _INSTANCE = "<instance of "  # + an own class's dotted name + ">": a local object of an own class
@@ -1592,6 +1602,8 @@ class Resolver:
                     return base  # staticmethod(f).__func__, f.__call__, lru_cache(f).__wrapped__: f
                 if node.attr in ("__defaults__", "__kwdefaults__"):
                     return self._defaults(base.qualname)
+                if node.attr in ("__annotations__", "__signature__", "__type_params__"):
+                    return self._annotations_and_defaults(base.qualname)
             if base.origin == "own" and (base.qualname in self.classes or
                                          base.qualname.rpartition(".")[0] in self.classes):
                 # a class attribute holding an engine object (also of a nested class: `H.Inner.t`)
@@ -1795,9 +1807,20 @@ class Resolver:
                 # partial(partial(f, a), b) is partial(f, a, b)
                 return _Ref("local", _PARTIAL, (*func.elements, *held.elements))
             return _Ref("local", _PARTIAL, (func, *held.elements))
+        if q in _INTROSPECTION_CALLS and first is not None:
+            f = self.resolve(first, scope)
+            if f is not None and f.origin == "own" and f.qualname in self.functions:
+                return self._annotations_and_defaults(f.qualname)  # get_type_hints(f)["x"]: its annotation
         if q in _ELEMENT_CALLS:
             held = self._container([*node.args, *(k.value for k in node.keywords)], scope)
             return held
+        if _matches(q, _ELEMENT_FAMILIES):
+            flat = tuple(self._flat_elements(self._container([*node.args, *(k.value for k in node.keywords)],
+                                                             scope)))
+            if not flat:
+                return _LOCAL_REF
+            # a record's copy (`dataclasses.replace(r, f=E).f`) holds them as attributes, too
+            return _Ref("local", _NAMESPACE if q in _RECORD_COPIES else "<container>", flat)
         if q in _NAMESPACE_CALLS:  # SimpleNamespace(t=v).t is v
             held = self._container([*node.args, *(k.value for k in node.keywords)], scope)
             return _Ref("local", _NAMESPACE, held.elements) if held.elements else _LOCAL_REF
@@ -2074,6 +2097,38 @@ class Resolver:
                     if t is not None:
                         return t
         return None
+
+    def _annotations_and_defaults(self, key: str) -> _Ref:
+        """What an own function's annotations and defaults are (`f.__annotations__`, `get_type_hints(f)`,
+        `inspect.signature(f)`: containers of them), as one container: fail closed on which is which."""
+        held: list[_Ref] = list(self._defaults(key).elements)
+        for fn in self.functions.get(key, []):
+            if isinstance(fn.node, ast.Lambda):
+                continue
+            outer = fn.scope.parent or self.module_scope
+            args = fn.node.args
+            anns = [a.annotation for a in [*args.posonlyargs, *args.args, *args.kwonlyargs,
+                                           *filter(None, (args.vararg, args.kwarg))] if a.annotation]
+            for ann in [*anns, *filter(None, [fn.node.returns])]:
+                if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
+                    try:
+                        ann = ast.parse(ann.value, mode="eval").body
+                    except (SyntaxError, ValueError, RecursionError):
+                        continue
+                    self._kept.append(ann)
+                held += self._container([ann], outer).elements
+        return _Ref("local", "<container>", tuple(held)) if held else _LOCAL_REF
+
+    def _flat_elements(self, ref: _Ref, depth: int = 0) -> list[_Ref]:
+        """The foreign objects a container holds, through the records and containers it holds (a record's
+        `<field f>` markers, nested containers): `dataclasses.astuple(R(E))` holds E."""
+        out: list[_Ref] = []
+        for e in ref.elements:
+            if self.foreign(e):
+                out.append(e)
+            elif depth < 4:
+                out += self._flat_elements(e, depth + 1)
+        return out
 
     def _defaults(self, key: str) -> _Ref:
         """`f.__defaults__` / `f.__kwdefaults__` of an own function: a container of its default values."""

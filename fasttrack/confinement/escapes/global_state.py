@@ -236,7 +236,9 @@ class GlobalStateChecks(CheckBase):
         if opener is not None:
             pos, default = opener
             mode = _arg(node, pos, "mode", "flag")
-            lit = default if mode is None else _dotted_literal(mode)
+            hidden = any(isinstance(a, ast.Starred) for a in node.args[:pos + 1]) or \
+                any(k.arg is None for k in node.keywords)  # `open(*args)`, `open(p, **kw)`: fail closed
+            lit = None if mode is None and hidden else default if mode is None else _dotted_literal(mode)
             if lit is None or _writes(lit):
                 self.report(GLOBAL_STATE, node, f"opens a file for writing (`{q.removeprefix('builtins.')}`, "
                             f"mode {lit or '<computed>'!r}): model code may not write files (a `.pth` in "

@@ -1753,6 +1753,10 @@ class Resolver:
                 if node.func.attr == "copy":  # a new container (its items are the original's objects)
                     return _Ref("local", _COPY, base.elements or (base,))
                 return base  # d.values() / d.get(k) of a container holding foreign objects
+            if node.func.attr in ("setdefault", "get", "pop") and len(node.args) >= 2:
+                default = self.tainted(self.resolve(node.args[1], scope))
+                if default is not None:
+                    return default  # `{}.setdefault(k, E)`, `d.get(k, E)`: the default it hands back
         if callee is not None and callee.origin == "local" and callee.qualname in (
                 f"{_OF_FOREIGN}collections.namedtuple>", f"{_OF_FOREIGN}typing.NamedTuple>"):
             held = self._container([*node.args, *(k.value for k in node.keywords)], scope)  # N(Engine).a
@@ -1815,8 +1819,10 @@ class Resolver:
             held = self._container([*node.args, *(k.value for k in node.keywords)], scope)
             return held
         if _matches(q, _ELEMENT_FAMILIES):
-            flat = tuple(self._flat_elements(self._container([*node.args, *(k.value for k in node.keywords)],
-                                                             scope)))
+            values = [a.value if isinstance(a, ast.Starred) else a for a in node.args]
+            args_held = [r for v in [*values, *(k.value for k in node.keywords)]
+                         if (r := self.resolve(v, scope)) is not None]
+            flat = tuple(self._flat_elements(_Ref("local", "<container>", tuple(args_held))))
             if not flat:
                 return _LOCAL_REF
             # a record's copy (`dataclasses.replace(r, f=E).f`) holds them as attributes, too
@@ -1874,13 +1880,18 @@ class Resolver:
             if base is None or base.origin == "local":
                 return _LOCAL_REF
             return _Ref(base.origin, f"{base.qualname}.__dict__")
-        if q == "logging.getLogger":
+        if q == "logging.getLogger" or q.endswith((".init_logger", ".get_logger")):
+            # (vLLM's `init_logger(name)` and transformers' `get_logger(name)` are `getLogger(name)`)
             name = "root" if first is None else _dotted_literal(first)
             if name is not None and name != "root" and not self.is_own(name) and name != "__main__":
                 return _Ref("import", f"logging.loggers.{name}")
             if name == "root" or (first is not None and isinstance(first, ast.Constant) and not first.value):
                 return _Ref("import", "logging.loggers.root")
             return _LOCAL_REF  # getLogger(__name__), an own or a computed name: the model's own logger
+        if q in ("pkgutil.resolve_name", "pydoc.locate") and first is not None:
+            # a string import: the object it names (a computed name may be any module's object)
+            key = _dotted_literal(first)
+            return _Ref("import", key.replace(":", ".")) if key else _Ref("import", "sys.modules[*]")
         if q == "inspect.getmodule" and first is not None:
             base = self.tainted(self.resolve(first, scope))
             if base is not None:

@@ -298,9 +298,48 @@ ATTACKS: dict[str, str] = {
 "warnings-showwarning": "import warnings\nwarnings.showwarning = print  # <-\n",
 "sys-breakpointhook": "import sys\nsys.breakpointhook = print  # <-\n",
 "datasets-disable-caching": "import datasets\ndatasets.disable_caching()  # <-\n",
+# -- added after the first fixes: rewrites of the new families --------------------------------------------
+"inst-dotted-string-annotation": "def f(layer: 'vllm.model_executor.layers.linear.RowParallelLinear'):\n"
+                                 "    layer.forward = print  # <-\n",
+"inst-union-string-part": "import typing\ndef f(layer: typing.Union['L', None]):\n"
+                          "    layer.forward = print  # <-\n",
+"inst-default-none": "def f(layer: L = None):\n    layer.forward = print  # <-\n",
+"own-dict-subclass-kwargs": "class D(dict):\n    pass\nD(x=AttentionImpl)['x'].forward = None  # <-\n",
+"own-list-subclass": "class LL(list):\n    pass\nLL([AttentionImpl])[0].forward = None  # <-\n",
+"stdout-reconfigure-unbound": "import io\nimport sys\n"
+                              "io.TextIOWrapper.reconfigure(sys.stdout, line_buffering=True)  # <-\n",
+"stdout-via-dict": "import sys\nsys.__dict__['stdout'].reconfigure(line_buffering=True)  # <-\n",
+"torch-generator-unbound-seed": "import torch\n"
+                                "torch.Generator.manual_seed(torch.default_generator, 0)  # <-\n",
+"random-reinit": "import random\nrandom.Random.__init__(random._inst, 0)  # <-\n",
+"logging-computed-vllm-name": "import logging\n"
+                              "logging.getLogger('VLLM'.lower()).setLevel(logging.ERROR)  # <-\n",
+"logging-unbound-setlevel": "import logging\nlogging.Logger.setLevel(logging.getLogger('vllm'), 10)  # <-\n",
+"path-open-starred-mode": "import pathlib\npathlib.Path('/tmp/x').open(*('w',))  # <-\n",
+"distutils-copy-file": "from distutils.file_util import copy_file\n"
+                       "copy_file('/etc/hostname', '/tmp/x')  # <-\n",
+"atexit-clear": "import atexit\natexit._clear()  # <-\n",
+"atexit-unregister": "import atexit\natexit.unregister(print)  # <-\n",
+"tracemalloc-stop": "import tracemalloc\ntracemalloc.stop()  # <-\n",
+"os-family-from-import": "from os import utime as u\nu('/tmp/x')  # <-\n",
+"stdout-getattr": "import sys\ngetattr(sys.stdout, 'reconfigure')(line_buffering=True)  # <-\n",
 }
 
 OPEN: dict[str, str] = {
+    "inst-dotted-string-annotation": "a string annotation naming the engine class by its dotted path (no"
+                                     " import) is not resolved",
+    "own-dict-subclass-kwargs": "an own dict subclass's instance does not hold its constructor arguments",
+    "own-list-subclass": "an own list subclass's instance does not hold its constructor arguments",
+    "stdout-reconfigure-unbound": "`io.TextIOWrapper.reconfigure(sys.stdout, ...)` unbound is not the"
+                                  " stdio family",
+    "torch-generator-unbound-seed": "`torch.Generator.manual_seed(torch.default_generator, 0)` unbound",
+    "random-reinit": "`random.Random.__init__(random._inst, 0)` reseeds the module RNG",
+    "logging-computed-vllm-name": "a computed logger name is taken for the model's own logger",
+    "path-open-starred-mode": "`Path(p).open(*('w',))` hides the mode; read as 'r'",
+    "distutils-copy-file": "`distutils.file_util.copy_file` writes a file",
+    "atexit-clear": "`atexit._clear()` drops the engine's exit handlers",
+    "atexit-unregister": "`atexit.unregister(f)` drops an exit handler",
+    "tracemalloc-stop": "`tracemalloc.stop()` (only `tracemalloc.start` is listed)",
     "inst-attribute-of-instance": "an attribute of an engine instance (its quant_method) is not the engine's",
     "inst-modules-apply": "`layer.apply(cb)` does not call cb with the engine instance",
     "inst-hooks-dict": "an item store into an engine instance's `_forward_hooks` is a data store",

@@ -307,6 +307,11 @@ class EscapesSpec(Strict):
         "torch.cuda.profiler.*", "torch.cuda.cudart().*", "torch.profiler.*", "torch.autograd.profiler.*",
         "torch.autograd.forward_ad.*", "torch.autograd.grad_mode.*", "*.disable_caching", "*.enable_caching",
         "*.set_verbosity*", "*.disable_progress_bar*", "*.enable_progress_bar*",
+        "atexit._*", "atexit.unregister", "tracemalloc.*", "distutils.*", "setuptools.*", "io.*.reconfigure",
+        "_io.*.reconfigure", "io.*.detach", "_io.*.detach", "torch.Generator.manual_seed",
+        "torch.Generator.seed", "torch.Generator.set_state", "random.Random.__init__",
+        "random.Random.__setstate__", "numpy.random.RandomState.__init__",
+        "numpy.random.RandomState.__setstate__",
     ])
     # Library calls that write a file to the destination they are given (FT146 unless every argument is an
     # in-memory buffer made here: `io.BytesIO()`/`io.StringIO()`); fnmatch over the dotted name. The last
@@ -395,7 +400,9 @@ class EscapesSpec(Strict):
         "torch.cuda.cudart().cudaGetErrorString", "torch.cuda.cudart().cudaMemGetInfo",
         "torch.profiler.ProfilerActivity*", "torch.profiler.schedule", "torch.profiler.ProfilerAction*",
         "torch.autograd.forward_ad.make_dual", "torch.autograd.forward_ad.unpack_dual",
-        "torch.autograd.grad_mode.is_*",
+        "torch.autograd.grad_mode.is_*", "tracemalloc.get_*", "tracemalloc.is_tracing",
+        "tracemalloc.take_snapshot", "tracemalloc.Snapshot*", "tracemalloc.Filter",
+        "tracemalloc.DomainFilter",
     ])
     scoped_global_calls: list[str] = Field(default_factory=lambda: [
         "torch._dynamo.config.patch", "torch._inductor.config.patch", "torch._functorch.config.patch",

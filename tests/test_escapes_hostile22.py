@@ -326,20 +326,6 @@ ATTACKS: dict[str, str] = {
 }
 
 OPEN: dict[str, str] = {
-    "inst-dotted-string-annotation": "a string annotation naming the engine class by its dotted path (no"
-                                     " import) is not resolved",
-    "own-dict-subclass-kwargs": "an own dict subclass's instance does not hold its constructor arguments",
-    "own-list-subclass": "an own list subclass's instance does not hold its constructor arguments",
-    "stdout-reconfigure-unbound": "`io.TextIOWrapper.reconfigure(sys.stdout, ...)` unbound is not the"
-                                  " stdio family",
-    "torch-generator-unbound-seed": "`torch.Generator.manual_seed(torch.default_generator, 0)` unbound",
-    "random-reinit": "`random.Random.__init__(random._inst, 0)` reseeds the module RNG",
-    "logging-computed-vllm-name": "a computed logger name is taken for the model's own logger",
-    "path-open-starred-mode": "`Path(p).open(*('w',))` hides the mode; read as 'r'",
-    "distutils-copy-file": "`distutils.file_util.copy_file` writes a file",
-    "atexit-clear": "`atexit._clear()` drops the engine's exit handlers",
-    "atexit-unregister": "`atexit.unregister(f)` drops an exit handler",
-    "tracemalloc-stop": "`tracemalloc.stop()` (only `tracemalloc.start` is listed)",
     "inst-attribute-of-instance": "an attribute of an engine instance (its quant_method) is not the engine's",
     "inst-modules-apply": "`layer.apply(cb)` does not call cb with the engine instance",
     "inst-hooks-dict": "an item store into an engine instance's `_forward_hooks` is a data store",

@@ -150,7 +150,10 @@ class GlobalStateChecks(CheckBase):
         keyword = next((k.value for k in node.keywords if k.arg == "mode"), None)
         if keyword is not None:
             lit = _dotted_literal(keyword)
-        elif path_like and node.args and not isinstance(node.args[0], ast.Starred):
+        elif any(isinstance(a, ast.Starred) for a in node.args[:2]) or \
+                any(k.arg is None for k in node.keywords):
+            lit = None  # `p.open(*('w',))`, `p.open(**kw)`: a hidden mode fails closed
+        elif path_like and node.args:
             lit = _dotted_literal(node.args[0])
         else:
             lit = next((m for m in map(_mode_like, node.args[:2]) if m is not None), "r")

@@ -1460,6 +1460,11 @@ class Resolver:
                 if hit is not None:
                     return hit
             return None
+        if isinstance(ann, ast.Attribute) and self.resolve(ann, scope) is None:
+            dotted = ast.unparse(ann)  # `'vllm.x.L'` in a string annotation, `vllm` not imported here
+            roots = self.settings.engine_parameter_types if types is None else types
+            if dotted is not None and _matches(dotted, roots):
+                return dotted
         if isinstance(ann, ast.Name | ast.Attribute):
             ref = self.resolve(ann, scope)
             if self.foreign(ref) and ref is not None and \
@@ -1743,6 +1748,8 @@ class Resolver:
             if self._is_thread_class(callee.qualname):
                 return _THREAD_REF
             fields = self._record_fields(callee.qualname, node, scope)
+            if not fields and self._container_class(callee.qualname):  # `class D(dict)`: D(x=E)["x"]
+                fields = self._container([*node.args, *(k.value for k in node.keywords)], scope).elements
             return _Ref("local", f"{_INSTANCE}{callee.qualname}>", fields)
         if callee is not None and callee.origin == "own":
             return self._own_return(node, callee.qualname, scope)
@@ -1887,7 +1894,9 @@ class Resolver:
                 return _Ref("import", f"logging.loggers.{name}")
             if name == "root" or (first is not None and isinstance(first, ast.Constant) and not first.value):
                 return _Ref("import", "logging.loggers.root")
-            return _LOCAL_REF  # getLogger(__name__), an own or a computed name: the model's own logger
+            if name is None and not (isinstance(first, ast.Name) and first.id == "__name__"):
+                return _Ref("import", "logging.loggers.<computed>")  # any logger: fail closed
+            return _LOCAL_REF  # getLogger(__name__) or an own name: the model's own logger
         if q in ("pkgutil.resolve_name", "pydoc.locate") and first is not None:
             # a string import: the object it names (a computed name may be any module's object)
             key = _dotted_literal(first)
@@ -2166,6 +2175,20 @@ class Resolver:
             if t is not None:
                 out.append(_Ref("local", f"<field {'*' if isinstance(value, ast.Starred) else name}>", (t,)))
         return tuple(out)
+
+    def _container_class(self, cls: str) -> bool:
+        """An own class deriving (through own classes) from a container type: its instances hold what it
+        is constructed with."""
+        for c in self._own_bases(cls):
+            for node, outer in self.classes.get(c, []):
+                for base in node.bases:
+                    r = self.resolve(base.value if isinstance(base, ast.Subscript) else base, outer)
+                    if r is not None and r.origin == "import" and (
+                            r.qualname in _CONTAINER_MAKERS or r.qualname in _ELEMENT_CALLS or r.qualname in (
+                                "builtins.tuple", "builtins.frozenset", "collections.UserDict",
+                                "collections.UserList")):
+                        return True
+        return False
 
     def _is_record_class(self, cls: str) -> bool:
         """A class whose constructor stores its arguments as attributes: a dataclass (or attrs / pydantic

@@ -334,10 +334,6 @@ OPEN: dict[str, str] = {
     "iter-callable-sentinel": "`iter(callable, sentinel)` does not yield what callable returns",
     "namedtuple-replace": "namedtuple `_replace(a=E)` does not hold E",
     "namedtuple-make": "namedtuple `_make([E])` does not hold E",
-    "contextvar-default": "a ContextVar's `default=` is not what `.get()` returns",
-    "heapq-push": "`heapq.heappush(h, E)` does not put E into h",
-    "signature-annotation": "`inspect.signature(f)` parameters do not carry annotations",
-    "signature-default": "`inspect.signature(f)` parameters do not carry defaults",
     "tf32-via-param": "a flag module handed to an own helper that writes its parameter's attribute",
 }
 

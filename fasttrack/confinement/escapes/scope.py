@@ -196,7 +196,7 @@ _OPERATOR_DUNDERS = (*(f"__{p}{op}__" for op in (
 _ELEMENT_FAMILIES = ("itertools.*", "heapq.*", "bisect.*", "dataclasses.replace", "dataclasses.astuple",
                      "dataclasses.asdict", "attr.evolve", "attr.asdict", "attr.astuple", "attrs.evolve",
                      "attrs.asdict", "attrs.astuple", "inspect.getattr_static", "inspect.unwrap",
-                     "inspect.getmembers*", "copy.replace")
+                     "inspect.getmembers*", "copy.replace", "contextvars.ContextVar")
 _RECORD_COPIES = frozenset({"dataclasses.replace", "attr.evolve", "attrs.evolve", "copy.replace"})
 # calls reading an own function's annotations and defaults
 _INTROSPECTION_CALLS = frozenset({"typing.get_type_hints", "inspect.get_annotations", "inspect.signature",
@@ -796,6 +796,13 @@ class Resolver:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
                 node.func.attr in _FILLERS:
             self._note_item_store(node.func.value, [*node.args, *(k.value for k in node.keywords)], scope)
+        if isinstance(node, ast.Call) and len(node.args) >= 2 and (
+                (isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name) and
+                 node.func.value.id in ("heapq", "bisect") and
+                 node.func.attr.startswith(("heap", "insort"))) or
+                (isinstance(node.func, ast.Name) and node.func.id.startswith(("heappush", "insort")))):
+            # `heapq.heappush(h, E)` / `bisect.insort(h, E)`: puts E into h (by the names as spelled)
+            self._note_item_store(node.args[0], node.args[1:], scope)
         self._push_children(node, scope, import_time)
 
     def _sent_values(self) -> list[tuple[ast.expr, _Scope]]:
@@ -2137,7 +2144,7 @@ class Resolver:
                         continue
                     self._kept.append(ann)
                 held += self._container([ann], outer).elements
-        return _Ref("local", "<container>", tuple(held)) if held else _LOCAL_REF
+        return _Ref("local", _NAMESPACE, tuple(held)) if held else _LOCAL_REF  # (`.parameters`, items)
 
     def _flat_elements(self, ref: _Ref, depth: int = 0) -> list[_Ref]:
         """The foreign objects a container holds, through the records and containers it holds (a record's

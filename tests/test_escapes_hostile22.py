@@ -328,10 +328,7 @@ ATTACKS: dict[str, str] = {
 OPEN: dict[str, str] = {
     "inst-attribute-of-instance": "an attribute of an engine instance (its quant_method) is not the engine's",
     "inst-modules-apply": "`layer.apply(cb)` does not call cb with the engine instance",
-    "inst-hooks-dict": "an item store into an engine instance's `_forward_hooks` is a data store",
     "dunder-metaclass-getattr": "a metaclass's `__getattr__` is not read for the class's attributes",
-    "dunder-reversed": "`__reversed__` is not read for `reversed(H())`",
-    "iter-callable-sentinel": "`iter(callable, sentinel)` does not yield what callable returns",
     "namedtuple-replace": "namedtuple `_replace(a=E)` does not hold E",
     "namedtuple-make": "namedtuple `_make([E])` does not hold E",
     "tf32-via-param": "a flag module handed to an own helper that writes its parameter's attribute",

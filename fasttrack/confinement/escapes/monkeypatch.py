@@ -219,6 +219,10 @@ class MonkeypatchChecks(CheckBase):
         if base is None:
             self._unresolved_write(node, "writes an item", MONKEYPATCH)
             return
+        if isinstance(node.value, ast.Attribute) and node.value.attr.startswith("_") and \
+                not node.value.attr.startswith("__") and self._engine_instance_patch(
+                    node.value.value, f"{node.value.attr}[...]", node, scope, "writes"):
+            return  # `layer._forward_hooks[k] = f`, `layer._modules[k] = m`: the instance's machinery
         if base.origin == "param":
             owner = _namespace_of(node.value)
             item = _dotted_literal(node.slice) or "*"

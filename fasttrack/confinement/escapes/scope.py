@@ -1429,6 +1429,8 @@ class Resolver:
     def engine_method_name(self, cls: str, attr: str) -> bool:
         """Whether `attr` names behaviour of the engine class `cls` (a method its source defines, `forward`
         and its dispatch attribute, a dunder) rather than data an instance holds."""
+        if attr.endswith("[...]"):  # an item of a private table of the instance (`_forward_hooks[k]`)
+            return True
         if attr in ("forward", "_forward_method") or attr.startswith("forward_") or \
                 (attr.startswith("__") and attr.endswith("__")):
             return True
@@ -1829,7 +1831,19 @@ class Resolver:
             f = self.resolve(first, scope)
             if f is not None and f.origin == "own" and f.qualname in self.functions:
                 return self._annotations_and_defaults(f.qualname)  # get_type_hints(f)["x"]: its annotation
+        if q == "builtins.iter" and len(node.args) == 2:  # `iter(f, sentinel)` yields what f returns
+            f = self.resolve(node.args[0], scope)
+            key = f.qualname if f is not None and f.origin == "own" else None
+            for fn in self.functions.get(key or "", []):
+                for value in fn.returns():
+                    t = self.tainted(self.resolve(value, fn.scope))
+                    if t is not None:
+                        return _Ref("local", "<container>", (t,))
         if q in _ELEMENT_CALLS:
+            got = self._dunder_result(self.resolve(first, scope), _ITERATION_DUNDERS) \
+                if first is not None else None
+            if got is not None:
+                return _Ref("local", "<container>", (got,))  # `reversed(H())`: what H's dunders hand out
             held = self._container([*node.args, *(k.value for k in node.keywords)], scope)
             return held
         if _matches(q, _ELEMENT_FAMILIES):

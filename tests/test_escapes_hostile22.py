@@ -328,7 +328,6 @@ ATTACKS: dict[str, str] = {
 OPEN: dict[str, str] = {
     "inst-attribute-of-instance": "an attribute of an engine instance (its quant_method) is not the engine's",
     "inst-modules-apply": "`layer.apply(cb)` does not call cb with the engine instance",
-    "dunder-metaclass-getattr": "a metaclass's `__getattr__` is not read for the class's attributes",
     "namedtuple-replace": "namedtuple `_replace(a=E)` does not hold E",
     "namedtuple-make": "namedtuple `_make([E])` does not hold E",
     "tf32-via-param": "a flag module handed to an own helper that writes its parameter's attribute",
@@ -533,7 +532,6 @@ CROSS: dict[str, tuple[dict[str, str], str]] = {
         "from .mid import w\nw('/tmp/x', 'w')  # <-\n"),
 }
 CROSS_OPEN: dict[str, str] = {
-    "other-module-inherited-dunder": "a dunder of another own module's class inherited by an own subclass",
     "other-module-typevar-bound": "a TypeVar / Optional alias of an engine class from another own module",
     "other-module-file-writer-helper": "an own helper of another module that opens with the caller's mode",
 }

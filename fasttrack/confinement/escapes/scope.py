@@ -1633,7 +1633,7 @@ class Resolver:
                     inherited = self._inherited_engine_attr(base.qualname, node.attr)
                     if inherited is not None:
                         return inherited
-                    got = self._descriptor_result(node.attr)
+                    got = self._descriptor_result(node.attr) or self._metaclass_dunder(base.qualname)
                     if got is not None:
                         return got
             return _Ref(base.origin, f"{base.qualname}.{node.attr}")
@@ -2111,7 +2111,25 @@ class Resolver:
             self._dunders[memo] = self._dunder_result_uncached(cls, names)
         return self._dunders[memo]
 
+    def _metaclass_dunder(self, cls: str) -> _Ref | None:
+        """What an own metaclass's `__getattr__`/`__getattribute__` returns, for an attribute of a class
+        made with it (`class H(metaclass=M)`: `H.x` is what M hands out)."""
+        for node, outer in self.classes.get(cls, []):
+            for kw in node.keywords:
+                m = self.resolve(kw.value, outer) if kw.arg == "metaclass" else None
+                if m is not None and m.origin == "own" and m.qualname in self.classes:
+                    got = self._dunder_result(_Ref("local", f"{_INSTANCE}{m.qualname}>"),
+                                              ["__getattr__", "__getattribute__"])
+                    if got is not None:
+                        return got
+        return None
+
     def _dunder_result_uncached(self, cls: str, names: Sequence[str]) -> _Ref | None:
+        if self.cross is not None:  # a dunder inherited from another own module's class
+            for b in self._own_import_bases(cls):
+                got = self.cross.dunder_result(b, tuple(names), self.module)
+                if got is not None:
+                    return got
         keys = self._method_keys(cls, names)
         bases = set(self._own_bases(cls))
         for where, attr, value, scope in self.installs:  # `__getattr__ = lambda self, n: E` in a class body

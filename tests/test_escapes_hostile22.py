@@ -328,8 +328,6 @@ ATTACKS: dict[str, str] = {
 OPEN: dict[str, str] = {
     "inst-attribute-of-instance": "an attribute of an engine instance (its quant_method) is not the engine's",
     "inst-modules-apply": "`layer.apply(cb)` does not call cb with the engine instance",
-    "namedtuple-replace": "namedtuple `_replace(a=E)` does not hold E",
-    "namedtuple-make": "namedtuple `_make([E])` does not hold E",
     "tf32-via-param": "a flag module handed to an own helper that writes its parameter's attribute",
 }
 
@@ -428,6 +426,17 @@ from vllm.logger import init_logger
 log = init_logger(__name__)
 log.setLevel(logging.DEBUG)
 {}.get('k', Own).y = 1
+class M2(type):
+    def __getattr__(cls, n):
+        return Own
+class HM(metaclass=M2):
+    pass
+HM.x.y = 1
+import collections
+NT = collections.namedtuple('NT', 'a')
+NT(Own)._replace(a=Own).a.y = 1
+for c in reversed([Own]):
+    c.y = 1
 with open('/etc/hostname', mode='r') as fh:
     pass
 os.stat('/etc/hostname')

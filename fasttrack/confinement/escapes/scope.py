@@ -1773,6 +1773,14 @@ class Resolver:
                 default = self.tainted(self.resolve(node.args[1], scope))
                 if default is not None:
                     return default  # `{}.setdefault(k, E)`, `d.get(k, E)`: the default it hands back
+        if isinstance(node.func, ast.Attribute) and node.func.attr in ("_replace", "_make"):
+            # a namedtuple's `_replace(a=E)` / `N._make([E])`: a record holding the receiver's and the
+            # arguments' objects (as attributes and items)
+            parts = [node.func.value, *node.args, *(k.value for k in node.keywords)]
+            held_by = [r for v in parts if (r := self.resolve(v, scope)) is not None]
+            flat = tuple(self._flat_elements(_Ref("local", "<container>", tuple(held_by))))
+            if flat:
+                return _Ref("local", _NAMESPACE, flat)
         if callee is not None and callee.origin == "local" and callee.qualname in (
                 f"{_OF_FOREIGN}collections.namedtuple>", f"{_OF_FOREIGN}typing.NamedTuple>"):
             held = self._container([*node.args, *(k.value for k in node.keywords)], scope)  # N(Engine).a

@@ -251,8 +251,8 @@ ATTACKS: dict[str, str] = {
 "tf32-from-import": "from torch.backends import cudnn\ndef f():\n    cudnn.benchmark = True  # <-\n",
 "tf32-import-as": "import torch.backends.cudnn as cb\ndef f():\n    cb.allow_tf32 = False  # <-\n",
 "tf32-setattr": "import torch\ndef f():\n    setattr(torch.backends.cudnn, 'allow_tf32', False)  # <-\n",
-"tf32-via-param": "import torch\ndef setflag(mod):\n    mod.allow_tf32 = False  # <-\ndef f():\n"
-                  "    setflag(torch.backends.cudnn)\n",
+"tf32-via-param": "import torch\ndef setflag(mod):\n    mod.allow_tf32 = False\ndef f():\n"
+                  "    setflag(torch.backends.cudnn)  # <-\n",
 "inductor-config-alias": "from torch._inductor import config as ic\ndef f():\n"
                          "    ic.max_autotune = True  # <-\n",
 "inductor-config-dict": "import torch._inductor.config\ndef f():\n"
@@ -328,7 +328,6 @@ ATTACKS: dict[str, str] = {
 OPEN: dict[str, str] = {
     "inst-attribute-of-instance": "an attribute of an engine instance (its quant_method) is not the engine's",
     "inst-modules-apply": "`layer.apply(cb)` does not call cb with the engine instance",
-    "tf32-via-param": "a flag module handed to an own helper that writes its parameter's attribute",
 }
 
 
@@ -537,12 +536,11 @@ CROSS: dict[str, tuple[dict[str, str], str]] = {
          "def make():\n    return dataclasses.replace(R(), impl=AttentionImpl)\n"},
         "from .mid import make\nmake().impl.forward = None  # <-\n"),
     "other-module-file-writer-helper": (
-        {"mid.py": "def w(p, m):\n    return open(p, m)\n"},
-        "from .mid import w\nw('/tmp/x', 'w')  # <-\n"),
+        {"mid.py": "def w(p, m):\n    return open(p, m)  # <-\n"},
+        "from .mid import w\nw('/tmp/x', 'w')\n"),
 }
 CROSS_OPEN: dict[str, str] = {
     "other-module-typevar-bound": "a TypeVar / Optional alias of an engine class from another own module",
-    "other-module-file-writer-helper": "an own helper of another module that opens with the caller's mode",
 }
 
 

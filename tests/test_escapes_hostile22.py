@@ -327,7 +327,6 @@ ATTACKS: dict[str, str] = {
 
 OPEN: dict[str, str] = {
     "inst-attribute-of-instance": "an attribute of an engine instance (its quant_method) is not the engine's",
-    "inst-modules-apply": "`layer.apply(cb)` does not call cb with the engine instance",
 }
 
 
@@ -431,6 +430,15 @@ class M2(type):
 class HM(metaclass=M2):
     pass
 HM.x.y = 1
+class OwnModule(torch.nn.Module):
+    pass
+def init_own(mod):
+    mod.forward = print
+OwnModule().apply(init_own)
+def init_weights(mod):
+    mod.weight_scale = 1
+def build(layer: L):
+    layer.apply(init_weights)
 import collections
 NT = collections.namedtuple('NT', 'a')
 NT(Own)._replace(a=Own).a.y = 1

@@ -355,6 +355,7 @@ class Resolver:
         self.engine_param_why: dict[str, str] = {}  # parameter name -> why it is the engine's
         self._kept: list[ast.AST] = []  # parsed string annotations (memo keys are node ids: keep them alive)
         self._dunders: dict[tuple[str, tuple[str, ...]], _Ref | None] = {}  # (class, dunders) -> result
+        self._applying: set[str] = set()  # callbacks being judged by `engine_instance_class` (a cycle guard)
         self._entered_nodes: dict[int, ast.expr] = {}  # a context manager's node -> what entering it gives
 
     def is_own(self, qualname: str) -> bool:
@@ -1357,7 +1358,28 @@ class Resolver:
                                               types=roots)
                 if hit is not None:
                     return hit
+            if fn.positional[:1] == (name,) and key not in self._applying:
+                hit = self._applied_to_engine_instance(key)
+                if hit is not None:
+                    return hit
         return None
+
+    def _applied_to_engine_instance(self, key: str) -> str | None:
+        """The engine class whose instance's `.apply(f)` this file calls with the own function `key`: the
+        engine's `nn.Module.apply` calls f with that instance and each of its submodules."""
+        self._applying.add(key)
+        try:
+            for call, cscope, _ in self.candidates:
+                if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and \
+                        call.func.attr == "apply" and call.args:
+                    f = self.resolve(call.args[0], cscope)
+                    if f is not None and f.origin == "own" and f.qualname == key:
+                        hit = self.engine_instance_of(call.func.value, cscope)
+                        if hit is not None:
+                            return hit
+            return None
+        finally:
+            self._applying.discard(key)
 
     def engine_instance_of(self, obj: ast.expr, scope: _Scope, depth: int = 0) -> str | None:
         """The engine class an object of model code is declared to be an instance of, or None: an annotated

@@ -326,7 +326,6 @@ ATTACKS: dict[str, str] = {
 }
 
 OPEN: dict[str, str] = {
-    "inst-attribute-of-instance": "an attribute of an engine instance (its quant_method) is not the engine's",
 }
 
 
@@ -439,6 +438,8 @@ def init_weights(mod):
     mod.weight_scale = 1
 def build(layer: L):
     layer.apply(init_weights)
+    layer.quant_method.scale = 2
+    layer.quant_method.dtype = torch.float16
 import collections
 NT = collections.namedtuple('NT', 'a')
 NT(Own)._replace(a=Own).a.y = 1

@@ -287,6 +287,31 @@ class EscapesSpec(Strict):
         "pathlib.*.write_*", "pathlib.*.touch", "pathlib.*.unlink", "pathlib.*.mkdir", "pathlib.*.rmdir",
         "pathlib.*.rename", "pathlib.*.replace", "pathlib.*.symlink_to", "pathlib.*.hardlink_to",
         "pathlib.*.chmod", "pathlib.*.lchmod",
+        # hostile review 22, fail closed by family: every `os` call (the reads are allowed below; `os.open`
+        # is judged by its flags), the process's stdio streams, descriptors and memory maps, the clock and
+        # time zone, limits, byte-compilation and in-place file rewriting, other process starters and
+        # network clients, the global RNGs by their instances, CUDA runtime switches and profilers, grad and
+        # forward-AD modes by their modules, another library's global switches, methods of objects a
+        # library call made (`psutil.Process(pid).kill()` is named `psutil.Process().kill`)
+        "os.*", "sys.stdout.*", "sys.stderr.*", "sys.stdin.*", "sys.__stdout__.*", "sys.__stderr__.*",
+        "sys.__stdin__.*", "fcntl.*", "mmap.*", "termios.*", "tty.*", "time.tzset", "time.clock_set*",
+        "resource.*", "py_compile.*", "compileall.*", "fileinput.*", "webbrowser.*", "pexpect.*",
+        "_posixsubprocess.*", "_thread.*", "psutil.*", "requests.*", "urllib3.*", "httpx.*", "aiohttp.*",
+        "ftplib.*", "smtplib.*", "poplib.*", "imaplib.*", "telnetlib.*", "xmlrpc.*", "socketserver.*",
+        "http.server.*", "asyncio.open_*connection", "asyncio.start_*server", "asyncio.streams.*",
+        "asyncio.get*loop().set_*", "asyncio.get*loop().add_signal_handler", "asyncio.get*loop().close",
+        "asyncio.get*loop().stop", "random._inst.*", "random.Random.seed", "random.Random.setstate",
+        "numpy.random.mtrand.*", "numpy.random.RandomState.seed", "numpy.random.RandomState.set_state",
+        "torch.default_generator.*", "torch.cuda.default_generators*", "*.set_seed", "*.seed_everything",
+        "torch.cuda.tunable.*", "torch.cuda.change_current_allocator", "torch.cuda.reset_*",
+        "torch.cuda.profiler.*", "torch.cuda.cudart().*", "torch.profiler.*", "torch.autograd.profiler.*",
+        "torch.autograd.forward_ad.*", "torch.autograd.grad_mode.*", "*.disable_caching", "*.enable_caching",
+        "*.set_verbosity*", "*.disable_progress_bar*", "*.enable_progress_bar*",
+        "atexit._*", "atexit.unregister", "tracemalloc.*", "distutils.*", "setuptools.*", "io.*.reconfigure",
+        "_io.*.reconfigure", "io.*.detach", "_io.*.detach", "torch.Generator.manual_seed",
+        "torch.Generator.seed", "torch.Generator.set_state", "random.Random.__init__",
+        "random.Random.__setstate__", "numpy.random.RandomState.__init__",
+        "numpy.random.RandomState.__setstate__",
     ])
     # Library calls that write a file to the destination they are given (FT146 unless every argument is an
     # in-memory buffer made here: `io.BytesIO()`/`io.StringIO()`); fnmatch over the dotted name. The last
@@ -298,6 +323,12 @@ class EscapesSpec(Strict):
         "sqlite3.connect", "sqlite3.dbapi2.connect",
         "*.save", "*.save_*", "*_save", "*.savez*", "*.savetxt", "*.tofile", "*.to_file", "*.dump_to_file",
         "*.write_file",
+        # hostile review 22: more writers by name (plots, data frames, traces, archives extracted, event
+        # files, JSON into a handle)
+        "*.savefig", "*.to_csv", "*.to_parquet", "*.to_pickle", "*.to_hdf", "*.to_feather", "*.to_excel",
+        "*.to_netcdf", "*.export_chrome_trace", "*.export_stacks", "*.export_memory_timeline",
+        "*.extractall", "*().extract", "json.dump", "torch.utils.tensorboard.*", "*.SummaryWriter",
+        "tensorboardX.*",
     ])
     # Callables taking a file mode (FT146 when it writes: `w`, `a`, `x`, `+`, or dbm's `c`/`n`; a computed
     # mode fails closed): name -> (position of the mode argument, the mode when none is given).
@@ -342,12 +373,48 @@ class EscapesSpec(Strict):
         "multiprocessing.parent_process", "multiprocessing.active_children", "torch.multiprocessing.get_*",
         "sys.argv.index", "sys.argv.count", "sys.argv.copy", "sys.argv.__getitem__", "sys.argv.__len__",
         "sys.argv.__contains__", "*.logging.get_*",
+        # the reads of the families above (hostile review 22); the module's constants as values
+        "os.environ", "os.environb", "os.sep", "os.linesep", "os.name", "os.curdir", "os.pardir",
+        "os.extsep", "os.altsep", "os.pathsep", "os.devnull", "os.defpath", "os.error", "os.path.*",
+        "os.get*",
+        "os.environ.get", "os.environ.copy", "os.environ.items", "os.environ.keys",
+        "os.environ.values", "os.environ.__getitem__", "os.environ.__contains__", "os.cpu_count",
+        "os.process_cpu_count", "os.access", "os.stat", "os.lstat", "os.fstat", "os.statvfs", "os.fstatvfs",
+        "os.listdir", "os.listxattr", "os.scandir", "os.walk", "os.fwalk", "os.fspath", "os.fsencode",
+        "os.fsdecode", "os.readlink", "os.urandom", "os.strerror", "os.sched_getaffinity",
+        "os.sched_get_priority_*", "os.uname", "os.times", "os.isatty", "os.device_encoding", "os.sysconf",
+        "os.confstr", "os.pathconf", "os.fpathconf", "os.major", "os.minor", "os.makedev", "os.read",
+        "os.pread", "os.readv", "os.preadv", "os.fsync", "os.fdatasync", "os.pipe", "os.pipe2", "os.dup",
+        "os.memfd_create", "os.waitstatus_to_exitcode", "os.W*", "os.PathLike", "os.DirEntry",
+        "os.terminal_size", "os.stat_result", "os.samestat", "os.ctermid", "os.ttyname", "os.cpu_count",
+        "sys.std*.write", "sys.std*.flush", "sys.std*.isatty", "sys.std*.fileno", "sys.std*.writable",
+        "sys.std*.readable", "sys.std*.seekable", "sys.std*.read*", "sys.__std*__.write",
+        "sys.__std*__.flush", "sys.__std*__.isatty", "sys.__std*__.fileno", "resource.get*",
+        "_thread.get_ident", "_thread.get_native_id", "_thread.allocate_lock", "_thread.LockType",
+        "_thread.RLock", "psutil.cpu_count", "psutil.virtual_memory", "psutil.swap_memory",
+        "psutil.pid_exists", "psutil.Process", "psutil.Process().memory_info", "psutil.Process().name",
+        "psutil.Process().cpu_affinity_get", "psutil.boot_time", "psutil.net_if_addrs", "psutil.disk_usage",
+        "psutil.cpu_percent", "torch.default_generator.initial_seed", "torch.default_generator.get_state",
+        "torch.default_generator.device", "torch.cuda.tunable.is_*", "torch.cuda.tunable.get_*",
+        "torch.cuda.cudart().cudaHostRegister", "torch.cuda.cudart().cudaHostUnregister",
+        "torch.cuda.cudart().cudaGetErrorString", "torch.cuda.cudart().cudaMemGetInfo",
+        "torch.profiler.ProfilerActivity*", "torch.profiler.schedule", "torch.profiler.ProfilerAction*",
+        "torch.autograd.forward_ad.make_dual", "torch.autograd.forward_ad.unpack_dual",
+        "torch.autograd.grad_mode.is_*", "tracemalloc.get_*", "tracemalloc.is_tracing",
+        "tracemalloc.take_snapshot", "tracemalloc.Snapshot*", "tracemalloc.Filter",
+        "tracemalloc.DomainFilter",
     ])
     scoped_global_calls: list[str] = Field(default_factory=lambda: [
         "torch._dynamo.config.patch", "torch._inductor.config.patch", "torch._functorch.config.patch",
         "torch.nn.attention.sdpa_kernel", "torch.backends.cuda.sdp_kernel", "torch.backends.*.flags",
         "torch.set_grad_enabled", "torch.autograd.set_grad_enabled", "torch._dynamo.config.*patch*",
         "warnings.catch_warnings", "torch.autograd.detect_anomaly", "torch.autograd.set_detect_anomaly",
+        "torch.profiler.profile", "torch.profiler.record_function", "torch.autograd.profiler.profile",
+        "torch.autograd.profiler.record_function", "torch.autograd.profiler.emit_nvtx",
+        "torch.autograd.forward_ad.dual_level", "torch.autograd.grad_mode.no_grad",
+        "torch.autograd.grad_mode.enable_grad", "torch.autograd.grad_mode.set_grad_enabled",
+        "torch.autograd.grad_mode.inference_mode", "torch.autograd.grad_mode.set_multithreading_enabled",
+        "torch.cuda.profiler.profile",
     ])
     # Engine accessors (fnmatch over the called dotted name): functions handing model code the engine's
     # own shared objects (the current VllmConfig, the forward context, the process groups). What they

@@ -187,6 +187,11 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
                 (callee.origin == "own" or self.is_own(callee.qualname)) and \
                 self._is_metaclass_call(node, callee.qualname, scope):
             self._check_dynamic_class(node, callee.qualname, scope, metaclass=True)  # `class Reg(type)` here
+        made = self._made_method(callee)
+        if made is not None and not any(e.line == node.lineno and e.col == node.col_offset and
+                                        e.code == GLOBAL_STATE for e in self.facts.escapes) and \
+                self._check_global_state(node, made, scope, import_time):
+            return  # a state-changing method of an object a library call made (judged once)
         if callee is None or callee.origin != "import" or self.is_own(callee.qualname):
             self._check_library_method_on_local(node, scope)
             if callee is not None and callee.origin == "import" and key is None:
@@ -263,7 +268,7 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
         method = node.func.attr
         if method.startswith("register_") and "hook" in method:
             obj = node.func.value if callee.origin == "param" else _arg(node, 0)
-            cls = self.engine_instance_class(self.resolve(obj, scope)) if obj is not None else None
+            cls = self.engine_instance_of(obj, scope) if obj is not None else None
             if cls is not None:
                 self.report(MONKEYPATCH, node, f"calls `.{method}()` on an instance of the engine's `{cls}` "
                             "the function was given: a hook on an object the engine owns runs for every "

@@ -19,8 +19,10 @@ from fasttrack.confinement.escapes.common import (
     _matches,
 )
 from fasttrack.confinement.escapes.scope import (
+    _BOUND,
     _OF_FOREIGN,
     _THREAD_REF,
+    _Ref,
     _Scope,
 )
 
@@ -30,6 +32,11 @@ _MODE_TEXT = frozenset("rwaxbtcnU+")
 # Objects made by these calls hold their bytes in memory: a writer handed one writes no file.
 _IN_MEMORY = frozenset({f"{_OF_FOREIGN}io.BytesIO>", f"{_OF_FOREIGN}io.StringIO>",
                         f"{_OF_FOREIGN}_io.BytesIO>", f"{_OF_FOREIGN}_io.StringIO>"})
+
+
+# `os.open` flags that neither create, truncate nor write
+_READ_FLAGS = frozenset({"O_RDONLY", "O_CLOEXEC", "O_NONBLOCK", "O_NOFOLLOW", "O_DIRECTORY", "O_NOCTTY",
+                         "O_BINARY", "O_NOATIME", "O_PATH", "O_LARGEFILE", "O_NOINHERIT"})
 
 
 def _writes(mode: str) -> bool:
@@ -143,7 +150,10 @@ class GlobalStateChecks(CheckBase):
         keyword = next((k.value for k in node.keywords if k.arg == "mode"), None)
         if keyword is not None:
             lit = _dotted_literal(keyword)
-        elif path_like and node.args and not isinstance(node.args[0], ast.Starred):
+        elif any(isinstance(a, ast.Starred) for a in node.args[:2]) or \
+                any(k.arg is None for k in node.keywords):
+            lit = None  # `p.open(*('w',))`, `p.open(**kw)`: a hidden mode fails closed
+        elif path_like and node.args:
             lit = _dotted_literal(node.args[0])
         else:
             lit = next((m for m in map(_mode_like, node.args[:2]) if m is not None), "r")
@@ -180,7 +190,7 @@ class GlobalStateChecks(CheckBase):
         """A function (snake_case last part: not a constant or a class) that changes process-wide state,
         handed on as a value instead of being called here."""
         last = q.rsplit(".", 1)[-1]
-        if not last[:1].islower() or self.is_own(q):
+        if not last[:1].islower() or not last.isidentifier() or self.is_own(q):  # (`os.environ[k]`: an item)
             return False
         s = self.settings
         if q in _INTERPRETER_HOOKS or _matches(q, s.global_flag_calls):
@@ -189,6 +199,36 @@ class GlobalStateChecks(CheckBase):
             return True
         return _matches(q, s.global_state_calls) and not _matches(q, s.allowed_global_calls) \
             and not _matches(q, s.scoped_global_calls)
+
+    def _made_method(self, callee: _Ref | None) -> str | None:
+        """The name a method of an object a foreign call made is judged under: `psutil.Process(1).kill` is
+        `psutil.Process().kill`, `asyncio.get_event_loop().set_debug` is `asyncio.get_event_loop().set_debug`
+        (the policy's patterns name such methods with `()`). None for anything else."""
+        if callee is None or callee.origin != "local" or not callee.qualname.startswith(_BOUND):
+            return None
+        maker, _, method = callee.qualname[len(_BOUND):-1].rpartition(".")
+        s = self.settings
+        if not maker or self.is_own(maker) or (_matches(maker, s.global_state_calls) and
+                                               not _matches(maker, s.allowed_global_calls)):
+            return None  # (a maker that is itself a state call is reported where it is called)
+        return f"{maker}().{method}"
+
+    @staticmethod
+    def _read_only_flags(node: ast.Call) -> bool:
+        """`os.open(p, os.O_RDONLY | os.O_CLOEXEC)`: flags spelled as `os.O_*` constants that only read."""
+        flags = _arg(node, 1, "flags")
+        if flags is None:
+            return False
+        parts: list[ast.expr] = []
+        todo = [flags]
+        while todo:
+            n = todo.pop()
+            if isinstance(n, ast.BinOp) and isinstance(n.op, ast.BitOr):
+                todo += [n.left, n.right]
+            else:
+                parts.append(n)
+        return all(isinstance(p, ast.Attribute) and isinstance(p.value, ast.Name) and p.value.id == "os" and
+                   p.attr in _READ_FLAGS for p in parts)
 
     def _check_global_state(self, node: ast.Call, q: str, scope: _Scope, import_time: bool) -> bool:
         """Process-wide state is an allow-list: a call the policy's `global_state_calls` recognises (torch
@@ -199,7 +239,9 @@ class GlobalStateChecks(CheckBase):
         if opener is not None:
             pos, default = opener
             mode = _arg(node, pos, "mode", "flag")
-            lit = default if mode is None else _dotted_literal(mode)
+            hidden = any(isinstance(a, ast.Starred) for a in node.args[:pos + 1]) or \
+                any(k.arg is None for k in node.keywords)  # `open(*args)`, `open(p, **kw)`: fail closed
+            lit = None if mode is None and hidden else default if mode is None else _dotted_literal(mode)
             if lit is None or _writes(lit):
                 self.report(GLOBAL_STATE, node, f"opens a file for writing (`{q.removeprefix('builtins.')}`, "
                             f"mode {lit or '<computed>'!r}): model code may not write files (a `.pth` in "
@@ -213,6 +255,8 @@ class GlobalStateChecks(CheckBase):
             return True
         if _matches(q, s.allowed_global_calls) or not _matches(q, s.global_state_calls):
             return False
+        if q == "os.open" and self._read_only_flags(node):
+            return True
         if id(node) in self.with_items and _matches(q, s.scoped_global_calls):
             return True
         if q.startswith("warnings.") and "with warnings.catch_warnings(" in self._context(node):

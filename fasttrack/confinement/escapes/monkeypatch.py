@@ -160,10 +160,14 @@ class MonkeypatchChecks(CheckBase):
                         "swapping an object's class or namespace changes it for everyone who holds it "
                         "(wrap or subclass it instead)", target=f"<parameter>.{node.attr}")
             return
+        if self._sub_object_behaviour(node, scope, verb):
+            return
         if base.origin == "param":
             if not self._engine_instance_patch(node.value, node.attr, node, scope, verb):
                 self._record_param_write(base, node)
             return
+        if not self.foreign(base) and self._engine_instance_patch(node.value, node.attr, node, scope, verb):
+            return  # (declared an engine instance another way: `layer: L = x`, `isinstance`, `cast`, ...)
         if base.elements and not self.foreign(base) and base.qualname not in (_COPY, _PARTIAL):
             base = base.elements[0]
         if base.origin == "classof":
@@ -187,7 +191,7 @@ class MonkeypatchChecks(CheckBase):
         make it) gets new behaviour for every caller; reported (True) when `attr` is behaviour, not data."""
         if obj is None:
             return False
-        cls = self.engine_instance_class(self.resolve(obj, scope))
+        cls = self.engine_instance_of(obj, scope)
         if cls is None or not (attr == "*" or self.engine_method_name(cls, attr)):
             return False
         self.report(MONKEYPATCH, node, f"{verb} `{attr}` on an instance of the engine's `{cls}` the function "
@@ -195,6 +199,31 @@ class MonkeypatchChecks(CheckBase):
                     "changes the engine's behaviour; subclass or wrap it in the model's own layer instead",
                     target=f"{cls}.{attr}")
         return True
+
+    def _sub_object_behaviour(self, node: ast.Attribute, scope: _Scope, verb: str) -> bool:
+        """`layer.quant_method.apply = f`: a callable (a lambda, an own function, a builtin, a bound method
+        or partial made here) stored on an object an engine instance holds. Which of the sub-object's
+        attributes are behaviour is not known, so a callable stored there is judged as behaviour (fail
+        closed); data stores (`layer.quant_method.scale = 2`) stay the caller's business."""
+        if not isinstance(node.value, ast.Attribute) or node.value.attr.startswith("__"):
+            return False
+        cls = self.engine_instance_of(node.value.value, scope)
+        values = self._stored_values(node)
+        if cls is None or not values:
+            return False
+        for v in values:
+            r = self.resolve(v, scope)
+            made = isinstance(v, ast.Call) and (f := self.resolve(v.func, scope)) is not None and \
+                f.qualname in ("types.MethodType", "functools.partial", "functools.wraps")
+            own_fn = r is not None and r.origin == "own" and r.qualname in self.functions
+            builtin = r is not None and r.origin == "import" and r.qualname.startswith("builtins.") and \
+                r.qualname[len("builtins."):][:1].islower()
+            if isinstance(v, ast.Lambda) or made or own_fn or builtin:
+                self.report(MONKEYPATCH, node, f"{verb} a callable to `{node.value.attr}.{node.attr}` of an "
+                            f"instance of the engine's `{cls}` the function was given: new behaviour on an "
+                            "object the engine owns", target=f"{cls}.{node.value.attr}.{node.attr}")
+                return True
+        return False
 
     def _check_aug_name(self, node: ast.AugAssign, scope: _Scope, import_time: bool) -> None:
         """`NAME += v` / `NAME |= v` on a name bound to an imported object: a list's, dict's or set's
@@ -217,6 +246,10 @@ class MonkeypatchChecks(CheckBase):
         if base is None:
             self._unresolved_write(node, "writes an item", MONKEYPATCH)
             return
+        if isinstance(node.value, ast.Attribute) and node.value.attr.startswith("_") and \
+                not node.value.attr.startswith("__") and self._engine_instance_patch(
+                    node.value.value, f"{node.value.attr}[...]", node, scope, "writes"):
+            return  # `layer._forward_hooks[k] = f`, `layer._modules[k] = m`: the instance's machinery
         if base.origin == "param":
             owner = _namespace_of(node.value)
             item = _dotted_literal(node.slice) or "*"

@@ -186,6 +186,21 @@ _RETURNS_ITS_FUNCTION = frozenset({"functools.lru_cache", "functools.cache", "bu
 # attributes of a function (or of its wrapper) that are the function
 _FUNCTION_ITSELF = frozenset({"__func__", "__wrapped__", "__call__"})
 _PARTIAL = "<partial>"  # functools.partial(f, *args): elements are its arguments; calling it may return them
+# an own class's dunders consulted by iteration (`for`, `async for`, `reversed`, unpacking) and by operators
+_ITERATION_DUNDERS = ("__iter__", "__next__", "__getitem__", "__aiter__", "__anext__", "__reversed__")
+_OPERATOR_DUNDERS = (*(f"__{p}{op}__" for op in (
+    "add", "sub", "mul", "matmul", "truediv", "floordiv", "mod", "divmod", "pow", "lshift", "rshift", "and",
+    "xor", "or") for p in ("", "r", "i")), "__neg__", "__pos__", "__invert__", "__abs__")
+# calls returning (a container of) what their arguments hold, by family (hostile review 22): the iterator,
+# heap and bisection helpers, a record's copies and conversions, static attribute lookup
+_ELEMENT_FAMILIES = ("itertools.*", "heapq.*", "bisect.*", "dataclasses.replace", "dataclasses.astuple",
+                     "dataclasses.asdict", "attr.evolve", "attr.asdict", "attr.astuple", "attrs.evolve",
+                     "attrs.asdict", "attrs.astuple", "inspect.getattr_static", "inspect.unwrap",
+                     "inspect.getmembers*", "copy.replace", "contextvars.ContextVar")
+_RECORD_COPIES = frozenset({"dataclasses.replace", "attr.evolve", "attrs.evolve", "copy.replace"})
+# calls reading an own function's annotations and defaults
+_INTROSPECTION_CALLS = frozenset({"typing.get_type_hints", "inspect.get_annotations", "inspect.signature",
+                                  "typing_extensions.get_type_hints", "inspect.getfullargspec"})
 _OF_FOREIGN = "<made by "  # + a foreign callable's dotted name + ">": a local object a foreign call made
 _GENERATOR = "<generator of "  # + another own module's function + ">": what calling it makes
 _INSTANCE = "<instance of "  # + an own class's dotted name + ">": a local object of an own class
@@ -340,6 +355,7 @@ class Resolver:
         self.engine_param_why: dict[str, str] = {}  # parameter name -> why it is the engine's
         self._kept: list[ast.AST] = []  # parsed string annotations (memo keys are node ids: keep them alive)
         self._dunders: dict[tuple[str, tuple[str, ...]], _Ref | None] = {}  # (class, dunders) -> result
+        self._applying: set[str] = set()  # callbacks being judged by `engine_instance_class` (a cycle guard)
         self._entered_nodes: dict[int, ast.expr] = {}  # a context manager's node -> what entering it gives
 
     def is_own(self, qualname: str) -> bool:
@@ -781,6 +797,13 @@ class Resolver:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
                 node.func.attr in _FILLERS:
             self._note_item_store(node.func.value, [*node.args, *(k.value for k in node.keywords)], scope)
+        if isinstance(node, ast.Call) and len(node.args) >= 2 and (
+                (isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name) and
+                 node.func.value.id in ("heapq", "bisect") and
+                 node.func.attr.startswith(("heap", "insort"))) or
+                (isinstance(node.func, ast.Name) and node.func.id.startswith(("heappush", "insort")))):
+            # `heapq.heappush(h, E)` / `bisect.insort(h, E)`: puts E into h (by the names as spelled)
+            self._note_item_store(node.args[0], node.args[1:], scope)
         self._push_children(node, scope, import_time)
 
     def _sent_values(self) -> list[tuple[ast.expr, _Scope]]:
@@ -1327,17 +1350,109 @@ class Resolver:
         roots = [f"{r}.*" for r in self.settings.hidden_import_roots]
         for fn in self.functions.get(key, []):
             args = fn.node.args
-            node = next((a for a in [*args.posonlyargs, *args.args, *args.kwonlyargs] if a.arg == name), None)
+            every = [*args.posonlyargs, *args.args, *args.kwonlyargs,
+                     *filter(None, (args.vararg, args.kwarg))]
+            node = next((a for a in every if a.arg == name), None)  # (`*layers: L`: each element is one)
             if node is not None and node.annotation is not None:
                 hit = self._engine_annotation(node.annotation, fn.scope.parent or self.module_scope,
                                               types=roots)
                 if hit is not None:
                     return hit
+            if fn.positional[:1] == (name,) and key not in self._applying:
+                hit = self._applied_to_engine_instance(key)
+                if hit is not None:
+                    return hit
         return None
+
+    def _applied_to_engine_instance(self, key: str) -> str | None:
+        """The engine class whose instance's `.apply(f)` this file calls with the own function `key`: the
+        engine's `nn.Module.apply` calls f with that instance and each of its submodules."""
+        self._applying.add(key)
+        try:
+            for call, cscope, _ in self.candidates:
+                if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and \
+                        call.func.attr == "apply" and call.args:
+                    f = self.resolve(call.args[0], cscope)
+                    if f is not None and f.origin == "own" and f.qualname == key:
+                        hit = self.engine_instance_of(call.func.value, cscope)
+                        if hit is not None:
+                            return hit
+            return None
+        finally:
+            self._applying.discard(key)
+
+    def engine_instance_of(self, obj: ast.expr, scope: _Scope, depth: int = 0) -> str | None:
+        """The engine class an object of model code is declared to be an instance of, or None: an annotated
+        parameter (`engine_instance_class`), and the other ways code says so (hostile review 22): a local
+        annotation (`layer: L = x`), `isinstance(x, L)` anywhere in the name's scope (flow-insensitive: fail
+        closed), `typing.cast(L, x)`, an own function annotated `-> L`, an attribute some store set to such
+        an object (`self.l = layer`), and a loop over `modules()`/`named_modules()`/`children()` of one."""
+        hit = self.engine_instance_class(self.resolve(obj, scope))
+        if hit is not None or not self.model_code or depth > 3:
+            return hit
+        roots = [f"{r}.*" for r in self.settings.hidden_import_roots]
+        if isinstance(obj, ast.Call):
+            f = self.resolve(obj.func, scope)
+            if f is not None and f.qualname in ("typing.cast", "typing_extensions.cast") and obj.args:
+                return self._engine_annotation(obj.args[0], scope, types=roots)
+            if f is not None and f.origin == "own":
+                for fn in self.functions.get(f.qualname, []):
+                    ret = getattr(fn.node, "returns", None)
+                    got = self._engine_annotation(ret, fn.scope.parent or self.module_scope, types=roots) \
+                        if ret is not None else None
+                    if got is not None:
+                        return got
+            return None
+        if isinstance(obj, ast.Attribute):
+            for value, vscope, _ in self.attr_stores.get(obj.attr, []):
+                got = self.engine_instance_of(value, vscope, depth + 1)
+                if got is not None:
+                    return got
+            return None
+        if isinstance(obj, ast.Subscript):  # an element of a container declared to hold engine instances
+            return self.engine_instance_of(obj.value, scope, depth + 1)
+        if not isinstance(obj, ast.Name):
+            return None
+        home = self._scope_node(obj.id, scope)
+        if home is None:
+            return None
+        node, outer = home
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.AnnAssign) and isinstance(sub.target, ast.Name) and \
+                    sub.target.id == obj.id:
+                got = self._engine_annotation(sub.annotation, outer, types=roots)
+            elif isinstance(sub, ast.arg) and sub.arg == obj.id and sub.annotation is not None:
+                got = self._engine_annotation(sub.annotation, outer, types=roots)  # `*layers: L`
+            elif isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and \
+                    sub.func.id == "isinstance" and len(sub.args) == 2 and \
+                    isinstance(sub.args[0], ast.Name) and sub.args[0].id == obj.id:
+                got = self._engine_annotation(sub.args[1], outer, types=roots)
+            elif isinstance(sub, ast.For | ast.AsyncFor | ast.comprehension) and \
+                    any(isinstance(t, ast.Name) and t.id == obj.id for t in ast.walk(sub.target)) and \
+                    isinstance(sub.iter, ast.Call) and isinstance(sub.iter.func, ast.Attribute) and \
+                    sub.iter.func.attr in ("modules", "named_modules", "children", "named_children"):
+                got = self.engine_instance_of(sub.iter.func.value, outer, depth + 1)
+            else:
+                continue
+            if got is not None:
+                return got
+        return None
+
+    def _scope_node(self, name: str, scope: _Scope) -> tuple[ast.AST, _Scope] | None:
+        """The node of the scope `name` is bound in (searched outwards from `scope`), with that scope."""
+        s: _Scope | None = scope
+        while s is not None and name not in s.bindings:
+            s = s.parent
+        if s is None:
+            return None
+        node = next((n for n, sc in self.scopes.items() if sc is s), None)
+        return (node, s) if node is not None else None
 
     def engine_method_name(self, cls: str, attr: str) -> bool:
         """Whether `attr` names behaviour of the engine class `cls` (a method its source defines, `forward`
         and its dispatch attribute, a dunder) rather than data an instance holds."""
+        if attr.endswith("[...]"):  # an item of a private table of the instance (`_forward_hooks[k]`)
+            return True
         if attr in ("forward", "_forward_method") or attr.startswith("forward_") or \
                 (attr.startswith("__") and attr.endswith("__")):
             return True
@@ -1367,11 +1482,31 @@ class Resolver:
                 if hit is not None:
                     return hit
             return None
+        if isinstance(ann, ast.Call):  # `TypeVar("T", bound=L)`, `TypeVar("T", L, M)`, `NewType("N", L)`
+            f = self.resolve(ann.func, scope)
+            if f is None or f.qualname.rsplit(".", 1)[-1] not in ("TypeVar", "NewType", "ParamSpec"):
+                return None
+            for part in [*ann.args[1:], *(k.value for k in ann.keywords if k.arg == "bound")]:
+                hit = self._engine_annotation(part, scope, depth + 1, types)
+                if hit is not None:
+                    return hit
+            return None
+        if isinstance(ann, ast.Attribute) and self.resolve(ann, scope) is None:
+            dotted = ast.unparse(ann)  # `'vllm.x.L'` in a string annotation, `vllm` not imported here
+            roots = self.settings.engine_parameter_types if types is None else types
+            if dotted is not None and _matches(dotted, roots):
+                return dotted
         if isinstance(ann, ast.Name | ast.Attribute):
             ref = self.resolve(ann, scope)
             if self.foreign(ref) and ref is not None and \
                     _matches(ref.qualname, self.settings.engine_parameter_types if types is None else types):
                 return ref.qualname
+            if isinstance(ann, ast.Name):  # an alias the file binds: `M = Optional[L]`, `T = TypeVar(...)`
+                for b in self._lookup(ann.id, scope) or []:
+                    if isinstance(b, _Alias):
+                        hit = self._engine_annotation(b.value, b.scope, depth + 1, types)
+                        if hit is not None:
+                            return hit
         return None
 
     def _stored_attr(self, attr: str) -> _Ref | None:
@@ -1404,7 +1539,7 @@ class Resolver:
             return None
         if self.foreign(ref):
             return _Ref("import", f"{ref.qualname}[*]")
-        got = self._dunder_result(ref, ["__iter__", "__next__", "__getitem__"])
+        got = self._dunder_result(ref, _ITERATION_DUNDERS)
         if got is not None:
             return got
         if ref.elements:
@@ -1503,6 +1638,8 @@ class Resolver:
                     return base  # staticmethod(f).__func__, f.__call__, lru_cache(f).__wrapped__: f
                 if node.attr in ("__defaults__", "__kwdefaults__"):
                     return self._defaults(base.qualname)
+                if node.attr in ("__annotations__", "__signature__", "__type_params__"):
+                    return self._annotations_and_defaults(base.qualname)
             if base.origin == "own" and (base.qualname in self.classes or
                                          base.qualname.rpartition(".")[0] in self.classes):
                 # a class attribute holding an engine object (also of a nested class: `H.Inner.t`)
@@ -1518,7 +1655,7 @@ class Resolver:
                     inherited = self._inherited_engine_attr(base.qualname, node.attr)
                     if inherited is not None:
                         return inherited
-                    got = self._descriptor_result(node.attr)
+                    got = self._descriptor_result(node.attr) or self._metaclass_dunder(base.qualname)
                     if got is not None:
                         return got
             return _Ref(base.origin, f"{base.qualname}.{node.attr}")
@@ -1543,8 +1680,8 @@ class Resolver:
                 return _Ref("import", "sys.modules[*]")
             if base.origin == "param":
                 return base
-            dunder = "__class_getitem__" if base.origin == "own" else "__getitem__"
-            got = self._dunder_result(base, [dunder])
+            dunders = ["__class_getitem__"] if base.origin == "own" else ["__getitem__", "__missing__"]
+            got = self._dunder_result(base, dunders)
             if got is not None:
                 return got
             if base.origin == "local":
@@ -1559,8 +1696,18 @@ class Resolver:
             sent = (self.tainted(self.resolve(v, sc)) for v, sc in self._sent_values())
             found = next((t for t in sent if t is not None), None)
             return found or self._handed_on_sends(False) or _LOCAL_REF
-        if isinstance(node, ast.NamedExpr | ast.Await):
-            return self.resolve(node.value, scope)  # `await c`: what the coroutine returns
+        if isinstance(node, ast.Await):  # `await c`: what the coroutine returns (an own `__await__`'s)
+            awaited = self.resolve(node.value, scope)
+            return self._dunder_result(awaited, ["__await__"]) or awaited
+        if isinstance(node, ast.NamedExpr):
+            return self.resolve(node.value, scope)
+        if isinstance(node, ast.BinOp | ast.UnaryOp):  # an own class's operator dunders (any of them)
+            operands = [node.left, node.right] if isinstance(node, ast.BinOp) else [node.operand]
+            for o in operands:
+                got = self._dunder_result(self.resolve(o, scope), _OPERATOR_DUNDERS)
+                if got is not None:
+                    return got
+            return _LOCAL_REF
         if isinstance(node, ast.List | ast.Tuple | ast.Set):
             return self._container(node.elts, scope)
         if isinstance(node, ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp):
@@ -1632,6 +1779,8 @@ class Resolver:
             if self._is_thread_class(callee.qualname):
                 return _THREAD_REF
             fields = self._record_fields(callee.qualname, node, scope)
+            if not fields and self._container_class(callee.qualname):  # `class D(dict)`: D(x=E)["x"]
+                fields = self._container([*node.args, *(k.value for k in node.keywords)], scope).elements
             return _Ref("local", f"{_INSTANCE}{callee.qualname}>", fields)
         if callee is not None and callee.origin == "own":
             return self._own_return(node, callee.qualname, scope)
@@ -1642,6 +1791,18 @@ class Resolver:
                 if node.func.attr == "copy":  # a new container (its items are the original's objects)
                     return _Ref("local", _COPY, base.elements or (base,))
                 return base  # d.values() / d.get(k) of a container holding foreign objects
+            if node.func.attr in ("setdefault", "get", "pop") and len(node.args) >= 2:
+                default = self.tainted(self.resolve(node.args[1], scope))
+                if default is not None:
+                    return default  # `{}.setdefault(k, E)`, `d.get(k, E)`: the default it hands back
+        if isinstance(node.func, ast.Attribute) and node.func.attr in ("_replace", "_make"):
+            # a namedtuple's `_replace(a=E)` / `N._make([E])`: a record holding the receiver's and the
+            # arguments' objects (as attributes and items)
+            parts = [node.func.value, *node.args, *(k.value for k in node.keywords)]
+            held_by = [r for v in parts if (r := self.resolve(v, scope)) is not None]
+            flat = tuple(self._flat_elements(_Ref("local", "<container>", tuple(held_by))))
+            if flat:
+                return _Ref("local", _NAMESPACE, flat)
         if callee is not None and callee.origin == "local" and callee.qualname in (
                 f"{_OF_FOREIGN}collections.namedtuple>", f"{_OF_FOREIGN}typing.NamedTuple>"):
             held = self._container([*node.args, *(k.value for k in node.keywords)], scope)  # N(Engine).a
@@ -1677,6 +1838,10 @@ class Resolver:
             name = _dotted_literal(node.args[0])
             return _Ref("local", f"{_METHODCALLER}{name or '*'}>")
         if q in ("copy.copy", "copy.deepcopy") and first is not None:
+            got = self._dunder_result(self.resolve(first, scope), ["__copy__", "__deepcopy__", "__reduce__",
+                                                                   "__reduce_ex__"])
+            if got is not None:
+                return got  # an own `__copy__` returning an engine object
             same = self.tainted(self.resolve(first, scope))
             last = same.qualname.rpartition(".")[2] if same is not None else ""
             if same is not None and not same.elements and not any(c in same.qualname for c in "([<~") and \
@@ -1692,9 +1857,34 @@ class Resolver:
                 # partial(partial(f, a), b) is partial(f, a, b)
                 return _Ref("local", _PARTIAL, (*func.elements, *held.elements))
             return _Ref("local", _PARTIAL, (func, *held.elements))
+        if q in _INTROSPECTION_CALLS and first is not None:
+            f = self.resolve(first, scope)
+            if f is not None and f.origin == "own" and f.qualname in self.functions:
+                return self._annotations_and_defaults(f.qualname)  # get_type_hints(f)["x"]: its annotation
+        if q == "builtins.iter" and len(node.args) == 2:  # `iter(f, sentinel)` yields what f returns
+            f = self.resolve(node.args[0], scope)
+            key = f.qualname if f is not None and f.origin == "own" else None
+            for fn in self.functions.get(key or "", []):
+                for value in fn.returns():
+                    t = self.tainted(self.resolve(value, fn.scope))
+                    if t is not None:
+                        return _Ref("local", "<container>", (t,))
         if q in _ELEMENT_CALLS:
+            got = self._dunder_result(self.resolve(first, scope), _ITERATION_DUNDERS) \
+                if first is not None else None
+            if got is not None:
+                return _Ref("local", "<container>", (got,))  # `reversed(H())`: what H's dunders hand out
             held = self._container([*node.args, *(k.value for k in node.keywords)], scope)
             return held
+        if _matches(q, _ELEMENT_FAMILIES):
+            values = [a.value if isinstance(a, ast.Starred) else a for a in node.args]
+            args_held = [r for v in [*values, *(k.value for k in node.keywords)]
+                         if (r := self.resolve(v, scope)) is not None]
+            flat = tuple(self._flat_elements(_Ref("local", "<container>", tuple(args_held))))
+            if not flat:
+                return _LOCAL_REF
+            # a record's copy (`dataclasses.replace(r, f=E).f`) holds them as attributes, too
+            return _Ref("local", _NAMESPACE if q in _RECORD_COPIES else "<container>", flat)
         if q in _NAMESPACE_CALLS:  # SimpleNamespace(t=v).t is v
             held = self._container([*node.args, *(k.value for k in node.keywords)], scope)
             return _Ref("local", _NAMESPACE, held.elements) if held.elements else _LOCAL_REF
@@ -1748,13 +1938,20 @@ class Resolver:
             if base is None or base.origin == "local":
                 return _LOCAL_REF
             return _Ref(base.origin, f"{base.qualname}.__dict__")
-        if q == "logging.getLogger":
+        if q == "logging.getLogger" or q.endswith((".init_logger", ".get_logger")):
+            # (vLLM's `init_logger(name)` and transformers' `get_logger(name)` are `getLogger(name)`)
             name = "root" if first is None else _dotted_literal(first)
             if name is not None and name != "root" and not self.is_own(name) and name != "__main__":
                 return _Ref("import", f"logging.loggers.{name}")
             if name == "root" or (first is not None and isinstance(first, ast.Constant) and not first.value):
                 return _Ref("import", "logging.loggers.root")
-            return _LOCAL_REF  # getLogger(__name__), an own or a computed name: the model's own logger
+            if name is None and not (isinstance(first, ast.Name) and first.id == "__name__"):
+                return _Ref("import", "logging.loggers.<computed>")  # any logger: fail closed
+            return _LOCAL_REF  # getLogger(__name__) or an own name: the model's own logger
+        if q in ("pkgutil.resolve_name", "pydoc.locate") and first is not None:
+            # a string import: the object it names (a computed name may be any module's object)
+            key = _dotted_literal(first)
+            return _Ref("import", key.replace(":", ".")) if key else _Ref("import", "sys.modules[*]")
         if q == "inspect.getmodule" and first is not None:
             base = self.tainted(self.resolve(first, scope))
             if base is not None:
@@ -1944,14 +2141,44 @@ class Resolver:
             self._dunders[memo] = self._dunder_result_uncached(cls, names)
         return self._dunders[memo]
 
+    def _metaclass_dunder(self, cls: str) -> _Ref | None:
+        """What an own metaclass's `__getattr__`/`__getattribute__` returns, for an attribute of a class
+        made with it (`class H(metaclass=M)`: `H.x` is what M hands out)."""
+        for node, outer in self.classes.get(cls, []):
+            for kw in node.keywords:
+                m = self.resolve(kw.value, outer) if kw.arg == "metaclass" else None
+                if m is not None and m.origin == "own" and m.qualname in self.classes:
+                    got = self._dunder_result(_Ref("local", f"{_INSTANCE}{m.qualname}>"),
+                                              ["__getattr__", "__getattribute__"])
+                    if got is not None:
+                        return got
+        return None
+
     def _dunder_result_uncached(self, cls: str, names: Sequence[str]) -> _Ref | None:
+        if self.cross is not None:  # a dunder inherited from another own module's class
+            for b in self._own_import_bases(cls):
+                got = self.cross.dunder_result(b, tuple(names), self.module)
+                if got is not None:
+                    return got
         keys = self._method_keys(cls, names)
         bases = set(self._own_bases(cls))
         for where, attr, value, scope in self.installs:  # `__getattr__ = lambda self, n: E` in a class body
-            if isinstance(where, str) and where in bases and attr in names:
-                key = self._function_key_of(value, scope)
-                if key is not None:
-                    keys.append(key)
+            if attr not in names and attr != "*":
+                continue
+            if not isinstance(where, str):  # `H.__getattr__ = f` / `setattr(H, "__getitem__", f)` later
+                r = self.resolve(where, scope)
+                if r is None or r.origin != "own" or r.qualname not in bases:
+                    continue
+            elif where not in bases or attr == "*":
+                continue
+            key = self._function_key_of(value, scope)
+            if key is not None:
+                keys.append(key)
+            elif isinstance(value, ast.Call):  # `functools.partialmethod(f, E)`: its bound arguments
+                for a in [*value.args, *(k.value for k in value.keywords)]:
+                    t = self.tainted(self.resolve(a, scope))
+                    if t is not None:
+                        return t
         for key in keys:
             for fn in self.functions.get(key, []):
                 for value in fn.returns():
@@ -1959,6 +2186,38 @@ class Resolver:
                     if t is not None:
                         return t
         return None
+
+    def _annotations_and_defaults(self, key: str) -> _Ref:
+        """What an own function's annotations and defaults are (`f.__annotations__`, `get_type_hints(f)`,
+        `inspect.signature(f)`: containers of them), as one container: fail closed on which is which."""
+        held: list[_Ref] = list(self._defaults(key).elements)
+        for fn in self.functions.get(key, []):
+            if isinstance(fn.node, ast.Lambda):
+                continue
+            outer = fn.scope.parent or self.module_scope
+            args = fn.node.args
+            anns = [a.annotation for a in [*args.posonlyargs, *args.args, *args.kwonlyargs,
+                                           *filter(None, (args.vararg, args.kwarg))] if a.annotation]
+            for ann in [*anns, *filter(None, [fn.node.returns])]:
+                if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
+                    try:
+                        ann = ast.parse(ann.value, mode="eval").body
+                    except (SyntaxError, ValueError, RecursionError):
+                        continue
+                    self._kept.append(ann)
+                held += self._container([ann], outer).elements
+        return _Ref("local", _NAMESPACE, tuple(held)) if held else _LOCAL_REF  # (`.parameters`, items)
+
+    def _flat_elements(self, ref: _Ref, depth: int = 0) -> list[_Ref]:
+        """The foreign objects a container holds, through the records and containers it holds (a record's
+        `<field f>` markers, nested containers): `dataclasses.astuple(R(E))` holds E."""
+        out: list[_Ref] = []
+        for e in ref.elements:
+            if self.foreign(e):
+                out.append(e)
+            elif depth < 4:
+                out += self._flat_elements(e, depth + 1)
+        return out
 
     def _defaults(self, key: str) -> _Ref:
         """`f.__defaults__` / `f.__kwdefaults__` of an own function: a container of its default values."""
@@ -1985,6 +2244,20 @@ class Resolver:
             if t is not None:
                 out.append(_Ref("local", f"<field {'*' if isinstance(value, ast.Starred) else name}>", (t,)))
         return tuple(out)
+
+    def _container_class(self, cls: str) -> bool:
+        """An own class deriving (through own classes) from a container type: its instances hold what it
+        is constructed with."""
+        for c in self._own_bases(cls):
+            for node, outer in self.classes.get(c, []):
+                for base in node.bases:
+                    r = self.resolve(base.value if isinstance(base, ast.Subscript) else base, outer)
+                    if r is not None and r.origin == "import" and (
+                            r.qualname in _CONTAINER_MAKERS or r.qualname in _ELEMENT_CALLS or r.qualname in (
+                                "builtins.tuple", "builtins.frozenset", "collections.UserDict",
+                                "collections.UserList")):
+                        return True
+        return False
 
     def _is_record_class(self, cls: str) -> bool:
         """A class whose constructor stores its arguments as attributes: a dataclass (or attrs / pydantic

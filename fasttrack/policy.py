@@ -387,6 +387,10 @@ class EscapesSpec(Strict):
         "os.pread", "os.readv", "os.preadv", "os.fsync", "os.fdatasync", "os.pipe", "os.pipe2", "os.dup",
         "os.memfd_create", "os.waitstatus_to_exitcode", "os.W*", "os.PathLike", "os.DirEntry",
         "os.terminal_size", "os.stat_result", "os.samestat", "os.ctermid", "os.ttyname", "os.cpu_count",
+        # methods of the plain values (bytes, str, lists, stat results) those reads return
+        "os.urandom().*", "os.get*().*", "os.environ.get().*", "os.path.*().*", "os.fspath().*",
+        "os.fsencode().*", "os.fsdecode().*", "os.readlink().*", "os.strerror().*", "os.uname().*",
+        "os.stat().*", "os.lstat().*", "os.fstat().*", "os.listdir().*", "os.cpu_count().*",
         "sys.std*.write", "sys.std*.flush", "sys.std*.isatty", "sys.std*.fileno", "sys.std*.writable",
         "sys.std*.readable", "sys.std*.seekable", "sys.std*.read*", "sys.__std*__.write",
         "sys.__std*__.flush", "sys.__std*__.isatty", "sys.__std*__.fileno", "resource.get*",

@@ -500,6 +500,11 @@ OPEN_FALSE_POSITIVES: dict[str, str] = {
 }
 HONEST_FP: dict[str, str] = {
     "os-open-read-only": "import os\nos.open('/etc/hostname', os.O_RDONLY)\n",
+    # found by the vLLM tree test (kv_cache_utils.py: `os.urandom(32).hex()`): a method of the plain value
+    # an os read returns is judged as `os.urandom().hex`, which no pattern allowed
+    "os-read-value-methods": "import os\nos.urandom(32).hex()\nos.getcwd().split('/')\n"
+                             "os.environ.get('X', '').lower()\nos.path.join('a', 'b').endswith('b')\n"
+                             "os.stat('/').st_size.bit_length()\nos.listdir('/').sort()\n",
 }
 
 

@@ -251,6 +251,8 @@ def test_out_of_root_symlink(vllm_repo: VllmRepo) -> None:
 
 REGISTRY_CARRIED = [("FT126", "vllm/model_executor/models/registry.py", 1138),
                     ("FT146", "vllm/model_executor/models/registry.py", 1081),
+                    # json.dump into the atomic_writer's handle (a file writer, hesc22s's family)
+                    ("FT146", "vllm/model_executor/models/registry.py", 1084),
                     # tempfile.TemporaryDirectory() (a file creator, hfix21a's file-writer family)
                     ("FT146", "vllm/model_executor/models/registry.py", 1598),
                     ("FT146", "vllm/model_executor/models/registry.py", 1608),

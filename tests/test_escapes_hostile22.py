@@ -20,8 +20,8 @@ from fasttrack.policy import Policy, load_policy
 from tests.escape_marks import marked_lines
 from tests.test_escapes import POLICY
 from tests.test_escapes_hostile20 import _cross_errors
+from tests.test_escapes_hostile21 import LAYERS, _errors_by_file  # the cross-module harness
 from tests.test_escapes_hostile_flow import ENGINE, marked, scan
-from tests.test_escapes_own_bases import contribution, ft_errors, write
 
 # -- single file: the head of tests/test_escapes_hostile_flow.py binds contextlib, copy, functools,
 #    L (RowParallelLinear) and AttentionImpl (engine classes) ---------------------------------------------
@@ -520,7 +520,6 @@ def test_honest_twin_is_clean(engine: EngineSignatures) -> None:
 
 
 # -- across own modules (the harness of tests/test_escapes_hostile20.py: errors of impl.py) ---------------
-LAYERS = "from vllm.v1.attention.backend import AttentionImpl\n"
 CROSS: dict[str, tuple[dict[str, str], str]] = {
     "other-module-pep562-getattr": (
         {"mid.py": LAYERS + "def __getattr__(name):\n    return AttentionImpl\n"},
@@ -561,14 +560,6 @@ CROSS_OPEN: dict[str, str] = {
 @pytest.fixture(scope="module")
 def policy() -> Policy:
     return load_policy(POLICY)
-
-
-def _errors_by_file(tmp_path: Path, policy: Policy, extra: dict[str, str], src: str,
-                    monkeypatch: pytest.MonkeyPatch) -> set[tuple[str, int]]:
-    monkeypatch.setenv("FASTTRACK_ENGINE_TREE", str(write(tmp_path / "engine", ENGINE)))
-    files = {"kernels/kimi_k3/__init__.py": "", "kernels/kimi_k3/layers.py": LAYERS,
-             **{f"kernels/kimi_k3/{k}": v for k, v in extra.items()}, "kernels/kimi_k3/impl.py": src}
-    return {(path, line or 0) for _, path, line in ft_errors(contribution(tmp_path, policy, files))}
 
 
 @pytest.mark.parametrize(("extra", "src"), [

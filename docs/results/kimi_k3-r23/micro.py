@@ -8,6 +8,13 @@ before each of 20 replays (median), `../kimi_k3-baseline/measure.py`'s timing:
   qkv_a       kernel 1 as today (every row), and qkv_a-nogate (rows [0, GATE_OFF) + the norm CTAs)
   stretch     kernels 1-3 of the fused path (qkv_a, q_b, FlashInfer, W_UV + gate), A_GS 0 / 1 / 2
 Each graph also gets a one-replay profile with kernel start offsets (us from the first kernel's start).
+`--extra` (run 2) adds, to see how many SMs FlashInfer leaves to a concurrent GEMV:
+  gate/N      the gate rows as sequential launches of N CTAs each (at most N gate CTAs resident: a
+              persistent N-CTA gate GEMV's footprint), N 16 / 33 / 66
+  fi+gate/N   FlashInfer with gate/N on a side stream (forked before FlashInfer, joined after)
+  gate+fi     the gate forked after FlashInfer was enqueued (FlashInfer first in capture order)
+and the grid, block, registers, shared memory and blocks per SM of FlashInfer's and the gate's kernel from
+the profiler's trace (chrome trace "args").
 
   PYTHONPATH=/tmp/site:$PWD:$PWD/kernels python3 docs/results/kimi_k3-r23/micro.py --out $OUT
 """
@@ -45,6 +52,31 @@ def timeline(g: Any, flush: torch.Tensor) -> list[tuple[str, float, float]]:
     ev = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     t0 = min(e.time_range.start for e in ev) if ev else 0
     return [(e.name[:60], round(e.time_range.start - t0, 1), round(e.time_range.elapsed_us(), 1)) for e in ev]
+
+
+EXTRA = False
+
+
+def launch_args(g: Any, flush: torch.Tensor) -> list[dict[str, Any]]:
+    """Grid, block, registers, shared memory, blocks per SM of each kernel of one replay (chrome trace)."""
+    import tempfile
+
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as prof_ctx
+
+    flush.zero_()
+    torch.cuda.synchronize()
+    with prof_ctx(activities=[ProfilerActivity.CUDA]) as prof:
+        g.replay()
+        torch.cuda.synchronize()
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        prof.export_chrome_trace(f.name)
+        with open(f.name) as fh:
+            tr = json.load(fh)
+    keys = ("grid", "block", "registers per thread", "shared memory", "blocks per SM", "warps per SM",
+            "est. achieved occupancy %")
+    return [{"name": e.get("name", "")[:60], **{k: e.get("args", {}).get(k) for k in keys}}
+            for e in tr.get("traceEvents", []) if e.get("cat") == "kernel"]
 
 
 def run_context(R: dict[str, Any], c: int, flush: torch.Tensor, reps: int) -> None:
@@ -117,8 +149,44 @@ def run_context(R: dict[str, Any], c: int, flush: torch.Tensor, reps: int) -> No
             return L.launch_attention(cfg, w, b, p)["attn_out"]
         return f
 
-    fns = {"fi": fi, "gate": gate, "fi+gate": fi_gate, "qkv_a": qkv_a, "qkv_a-nogate": qkv_a_nogate,
-           "stretch0": stretch(0), "stretch1": stretch(1), "stretch2": stretch(2), "stretch0_again": stretch(0)}
+    def gate_n(n: int) -> Any:
+        def f() -> Any:
+            rows = n * plan.A_BN
+            for r0 in range(g0, R_, rows):
+                rn = min(rows, R_ - r0)
+                K.qkv_a_kernel[(L._cdiv(rn, plan.A_BN),)](*a_args, NX=0, R0=r0, RN=rn, **a_kw)
+            return raw
+        return f
+
+    def fi_gate_n(n: int) -> Any:
+        def f() -> Any:
+            main = torch.cuda.current_stream()
+            side.wait_stream(main)
+            with torch.cuda.stream(side):
+                gate_n(n)()
+            fi()
+            main.wait_stream(side)
+            return opart
+        return f
+
+    def gate_after_fi() -> Any:
+        main = torch.cuda.current_stream()
+        side.wait_stream(main)
+        fi()
+        with torch.cuda.stream(side):
+            gate()
+        main.wait_stream(side)
+        return opart
+
+    extra: dict[str, Any] = {}
+    if EXTRA:
+        for n in (16, 33, 66):
+            extra[f"gate/{n}"] = gate_n(n)
+            extra[f"fi+gate/{n}"] = fi_gate_n(n)
+        extra["gate+fi"] = gate_after_fi
+    fns = {**extra, "fi": fi, "gate": gate, "fi+gate": fi_gate, "qkv_a": qkv_a,
+           "qkv_a-nogate": qkv_a_nogate, "stretch0": stretch(0), "stretch1": stretch(1),
+           "stretch2": stretch(2), "stretch0_again": stretch(0)}
     outs0: Any = None
     for name, fn in fns.items():
         r: dict[str, Any] = {}
@@ -126,6 +194,8 @@ def run_context(R: dict[str, Any], c: int, flush: torch.Tensor, reps: int) -> No
             g, outs = M.graphed(fn)
             r.update(M.time_graph(g, flush, reps))
             r["timeline"] = timeline(g, flush)
+            if EXTRA and name in ("fi", "gate"):
+                r["launch"] = launch_args(g, flush)
             if name.startswith("stretch"):
                 g.replay()
                 torch.cuda.synchronize()
@@ -139,7 +209,8 @@ def run_context(R: dict[str, Any], c: int, flush: torch.Tensor, reps: int) -> No
         rec["graphs"][name] = r
         print(json.dumps({"c": c, "graph": name, "us": r.get("median_us"), "p10": r.get("p10_us"),
                           "p90": r.get("p90_us"), "same": r.get("same_bits_as_stretch0"),
-                          "tl": r.get("timeline"), "e": r.get("error")}), flush=True)
+                          "tl": r.get("timeline"), "launch": r.get("launch"), "e": r.get("error")}),
+              flush=True)
     R["contexts"].append(rec)
 
 
@@ -148,7 +219,10 @@ def main() -> int:
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--contexts", default="[4096, 32768]")
+    ap.add_argument("--extra", action="store_true")
     a = ap.parse_args()
+    global EXTRA
+    EXTRA = a.extra
     R: dict[str, Any] = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "contexts": []}
     R["bandwidth"] = M.bandwidth()
     print(json.dumps(R["bandwidth"]), flush=True)

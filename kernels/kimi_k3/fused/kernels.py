@@ -186,8 +186,6 @@ def qkv_a_kernel(
     BN: tl.constexpr,
     BK: tl.constexpr,
     MODE: tl.constexpr,
-    R0: tl.constexpr = 0,  # the GEMV CTAs cover rows [R0, R0 + RN) of the R (plan A_GS: a launch of the gate
-    RN: tl.constexpr = -1,  # rows on a side stream, NX 0, and one of the other rows); RN -1: rows R0..R
 ):
     pid = tl.program_id(0)
     if pid < NX:
@@ -210,9 +208,8 @@ def qkv_a_kernel(
         nb = pid - NX
         rb = tl.arange(0, BB)
         bm = rb < B
-        RE: tl.constexpr = R if RN < 0 else R0 + RN
-        rn = R0 + nb * BN + tl.arange(0, BN)
-        nm = rn < RE
+        rn = nb * BN + tl.arange(0, BN)
+        nm = rn < R
         acc = _acc_init(BB, BN, BK, MODE)
         for k0 in range(0, H, BK):
             rk = k0 + tl.arange(0, BK)
@@ -230,10 +227,9 @@ def qkv_a_kernel(
         m2 = bm[:, None] & nm[None, :]
         tl.store(raw_ptr + rb[:, None] * R + rn[None, :], y, mask=m2)
         NQC: tl.constexpr = (QL + BN - 1) // BN
-        if R0 == 0:  # (a launch from R0 > 0 holds no q_a column: the gate rows' launch)
-            if nb < NQC:
-                yf = tl.where(m2 & (rn < QL)[None, :], y.to(tl.float32), 0.0)
-                tl.store(ssq_ptr + nb * B + rb, tl.sum(yf * yf, axis=1), mask=bm)
+        if nb < NQC:
+            yf = tl.where(m2 & (rn < QL)[None, :], y.to(tl.float32), 0.0)
+            tl.store(ssq_ptr + nb * B + rb, tl.sum(yf * yf, axis=1), mask=bm)
 
 
 # ------------------------------------------------------------------------------------------------------------

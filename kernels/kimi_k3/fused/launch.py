@@ -120,11 +120,6 @@ class Plan:
     F_RBN: int = 0
     T_PF: int = 0
     T_SLEEP: int = 0
-    # A_GS 1 / 2 (docs/results/kimi_k3-r23/): the output-gate rows of qkv_a in a second qkv_a launch, on a
-    # CUDA device on a side stream forked after (1) or before (2) the q_a|kv_a launch and joined before the
-    # launch that reads the gate (the W_UV + gate epilogue after FlashInfer, or the own attention kernel), so
-    # the gate GEMV streams beside q_b and FlashInfer: one kernel more a layer, the same bits
-    A_GS: int = 0
 
     def with_(self, **kw: Any) -> Plan:
         return replace(self, **kw)
@@ -339,27 +334,6 @@ def _check_plan(cfg: K3LayerConfig, p: Plan) -> None:
         raise ValueError("T_PF must be 0 or a power of two >= 128")
     if not 0 <= p.T_SLEEP <= 100_000:
         raise ValueError("T_SLEEP must be 0..100000 ns")
-    if p.A_GS not in (0, 1, 2):
-        raise ValueError("A_GS must be 0 (off), 1 or 2")
-
-
-_SIDE: dict[str, Any] = {}
-
-
-def _side_stream(device: torch.device) -> Any:
-    """The side stream of plan A_GS on `device` (one per device, as the engine's aux stream)."""
-    import torch
-
-    key = str(device)
-    if key not in _SIDE:
-        _SIDE[key] = torch.cuda.Stream(device=device)  # type: ignore[no-untyped-call]
-    return _SIDE[key]
-
-
-def gate_split(cfg: K3LayerConfig, p: Plan) -> bool:
-    """Whether plan `p` launches the output-gate rows of qkv_a apart (A_GS and gate rows; on a CUDA device on
-    the side stream, elsewhere, as the CPU tests and the meta warm-up, in sequence)."""
-    return bool(p.A_GS) and cfg.gate_rows > 0
 
 
 def launch_attention(cfg: K3LayerConfig, w: K3LayerWeights, batch: DecodeBatch, p: Plan) -> dict[str, Any]:
@@ -427,17 +401,23 @@ def launch_attention(cfg: K3LayerConfig, w: K3LayerWeights, batch: DecodeBatch, 
     drp = max(16, _p2(DR))
     lc = min(klp, 128)
 
-    # 1 (plan A_GS: the gate rows [GATE_OFF, R) in a second launch on the side stream, joined before the
-    # W_UV + gate epilogue)
+    # 1
     nx = _cdiv(B, p.XR)
-    gs = gate_split(cfg, p)
-    g0 = cfg.qkv_a_rows
-    a_args = (h_in, r_in, fw.w_qkv_a_g, raw, ssq, resid1, ss_in, ctr, B)
-    a_kw: dict[str, Any] = dict(
+    K.qkv_a_kernel[(nx + _cdiv(R, p.A_BN),)](
+        h_in,
+        r_in,
+        fw.w_qkv_a_g,
+        raw,
+        ssq,
+        resid1,
+        ss_in,
+        ctr,
+        B,
         H=H,
         R=R,
         QL=QL,
         CTR_N=K.CTR_SIZE,
+        NX=nx,
         XR=p.XR,
         XK=min(512, _p2(H)),
         BB=p.bb("a"),
@@ -447,30 +427,6 @@ def launch_attention(cfg: K3LayerConfig, w: K3LayerWeights, batch: DecodeBatch, 
         num_warps=p.nw("a"),
         num_stages=p.st("a"),
     )
-    main_stream = side = None
-    if gs and h_in.device.type == "cuda":
-        import torch
-
-        main_stream = torch.cuda.current_stream(h_in.device)
-        side = _side_stream(h_in.device)
-
-    def gate_launch() -> None:
-        grid = (_cdiv(R - g0, p.A_BN),)
-        if side is None or main_stream is None:
-            K.qkv_a_kernel[grid](*a_args, NX=0, R0=g0, RN=R - g0, **a_kw)
-            return
-        side.wait_stream(main_stream)
-        with torch.cuda.stream(side):
-            K.qkv_a_kernel[grid](*a_args, NX=0, R0=g0, RN=R - g0, **a_kw)
-
-    if gs and p.A_GS == 2:
-        gate_launch()
-    if gs:
-        K.qkv_a_kernel[(nx + _cdiv(g0, p.A_BN),)](*a_args, NX=nx, RN=g0, **a_kw)
-    else:
-        K.qkv_a_kernel[(nx + _cdiv(R, p.A_BN),)](*a_args, NX=nx, **a_kw)
-    if gs and p.A_GS == 1:
-        gate_launch()
     # 2
     cnp = max(16, p.QB_CN)
     n_q = NH * ((DN + DR) // p.QB_CN)
@@ -533,8 +489,6 @@ def launch_attention(cfg: K3LayerConfig, w: K3LayerWeights, batch: DecodeBatch, 
             )
         if batch.kv_cache.device.type != "meta":  # (meta: the compile-only warm-up of measure_fused)
             engine_attention.for_batch(cfg, batch).run(q_mqa, batch.kv_cache, out=opart)
-    if side is not None and main_stream is not None:  # (the join: kernel 3 reads the gate rows of raw)
-        main_stream.wait_stream(side)
     vc = min(p.M_VC, _p2(DV)) if fi else max(16, _p2(DV))  # (>= 16 at real shapes: _check_plan)
     bufs = {
         "ctr": ctr,

@@ -349,27 +349,3 @@ def test_trial_plan_fields_are_checked(bad: dict[str, int], tiny_cfg: K3LayerCon
     batch = _batch(tiny_cfg, _lens(1, tiny_cfg, seed=5), seed=5)
     with pytest.raises(ValueError, match=r"F_RBN|T_PF|T_SLEEP"):
         _run(tiny_cfg, tiny_weights, batch, **bad)
-
-
-# plan A_GS (docs/results/kimi_k3-r23): the output-gate rows of qkv_a in a second launch (on a CUDA device on a
-# side stream; here in sequence) give the same bits as the one launch, with both attentions and split tiles
-@pytest.mark.parametrize("attn", ["own", "flashinfer"])
-def test_fused_gate_rows_apart(attn: str, tiny_cfg: K3LayerConfig, tiny_weights: K3LayerWeights) -> None:
-    lens = _lens(3, tiny_cfg, seed=500)
-    tiles = {**SMALL_TILES, "ATTN": attn}
-    assert tiny_cfg.gate_rows > 0 and tiny_cfg.qkv_a_rows % SMALL_TILES["A_BN"]  # a block spans the boundary
-    c0, aux0, out0, resid0 = _run(tiny_cfg, tiny_weights, _batch(tiny_cfg, lens, seed=500), **tiles)
-    _assert_ok(c0)
-    for gs in (1, 2):
-        c, aux, out, resid = _run(tiny_cfg, tiny_weights, _batch(tiny_cfg, lens, seed=500), A_GS=gs, **tiles)
-        _assert_ok(c)
-        for name in ("raw", "ssq", "ss_in", "resid1", "attn_out"):
-            assert torch.equal(aux[name], aux0[name]), name
-        assert torch.equal(out, out0) and torch.equal(resid, resid0)
-
-
-def test_gate_rows_apart_plan_field_is_checked(tiny_cfg: K3LayerConfig, tiny_weights: K3LayerWeights) -> None:
-    batch = _batch(tiny_cfg, _lens(1, tiny_cfg, seed=6), seed=6)
-    with pytest.raises(ValueError, match=r"A_GS"):
-        _run(tiny_cfg, tiny_weights, batch, A_GS=3)
-    assert not fused.launch.gate_split(tiny_cfg, fused.make_plan(tiny_cfg, 1, 64, gpu=False))

@@ -463,6 +463,160 @@ ATTACKS: dict[str, str] = {
 "file-os-fdopen-write": "import os\nos.fdopen(1, 'w')  # <-\n",
 "file-print-file": "print('x', file=open('/tmp/x', 'a'))  # <-\n",
 "file-stdout-rebind-open": "import sys\nsys.stdout = open('/dev/null')  # <-\n",
+# -- exceptions carrying engine objects ---------------------------------------------------------------------
+"except-star-group": "try:\n    raise ExceptionGroup('g', [ValueError(AttentionImpl)])\nexcept* ValueError "
+                     "as eg:\n"
+                     "    eg.exceptions[0].args[0].forward = None  # <-\n",
+"exception-cause": "try:\n    raise ValueError() from KeyError(AttentionImpl)\nexcept ValueError as e:\n"
+                   "    e.__cause__.args[0].forward = None  # <-\n",
+"generator-throw-caught-args": "def g():\n    try:\n        yield\n    except ValueError as e:\n"
+                               "        e.args[0].forward = None  # <-\ngen = g()\nnext(gen)\n"
+                               "gen.throw(ValueError(AttentionImpl))\n",
+"contextmanager-exit-sees-exception": "@contextlib.contextmanager\ndef cm():\n    try:\n        yield\n"
+                                      "    except ValueError as e:\n        e.args[0].forward = None  # <-\n"
+                                      "with cm():\n    raise ValueError(AttentionImpl)\n",
+"exception-add-note-args": "e = ValueError(1)\ne.args = (AttentionImpl,)\ne.args[0].forward = None  # <-\n",
+# -- containers and builtins returning their elements --------------------------------------------------------
+"sum-of-lists": "sum([[AttentionImpl]], [])[0].forward = None  # <-\n",
+"list-repeat": "([AttentionImpl] * 2)[1].forward = None  # <-\n",
+"zip-dict": "dict(zip(['k'], [AttentionImpl]))['k'].forward = None  # <-\n",
+"dict-double-star-merge": "{**{'k': AttentionImpl}}['k'].forward = None  # <-\n",
+"dict-or-merge": "({} | {'k': AttentionImpl})['k'].forward = None  # <-\n",
+"next-filter": "next(filter(None, [AttentionImpl])).forward = None  # <-\n",
+"itertools-accumulate": "import itertools\nfor c in itertools.accumulate([AttentionImpl], lambda a, b: b):\n"
+                        "    c.forward = None  # <-\n",
+"itertools-product": "import itertools\nfor (c,) in itertools.product([AttentionImpl]):\n    c.forward = "
+                     "None  # <-\n",
+"itertools-zip-longest": "import itertools\nfor c, _ in itertools.zip_longest([AttentionImpl], []):\n"
+                         "    c.forward = None  # <-\n",
+"itertools-groupby": "import itertools\nfor c, _ in itertools.groupby([AttentionImpl]):\n    c.forward = "
+                     "None  # <-\n",
+"itertools-tee": "import itertools\na, b = itertools.tee([AttentionImpl])\nnext(a).forward = None  # <-\n",
+"itertools-cycle": "import itertools\nnext(itertools.cycle([AttentionImpl])).forward = None  # <-\n",
+"functools-cache-lambda": "functools.cache(lambda: AttentionImpl)().forward = None  # <-\n",
+"operator-itemgetter-list": "import operator\noperator.itemgetter(0)([AttentionImpl]).forward = None  # <-\n",
+"tuple-negative-index": "(1, AttentionImpl)[-1].forward = None  # <-\n",
+"list-reverse-slice": "[AttentionImpl, 1][::-1][1].forward = None  # <-\n",
+"random-choice": "import random\nrandom.choice([AttentionImpl]).forward = None  # <-\n",
+"locals-item-in-function": "def f():\n    c = AttentionImpl\n    locals()['c'].forward = None  # <-\n",
+"vars-no-arg-in-function": "def f():\n    c = AttentionImpl\n    vars()['c'].forward = None  # <-\n",
+"type-three-arg-base": "type('X', (AttentionImpl,), {}).__base__.forward = None  # <-\n",
+"new-class-mro": "import types\ntypes.new_class('X', (AttentionImpl,)).__mro__[1].forward = None  # <-\n",
+"or-chain": "((None and 1) or AttentionImpl).forward = None  # <-\n",
+"list-index-literal": "[None, AttentionImpl][1].forward = None  # <-\n",
+"getattr-then-defaults": "getattr(AttentionImpl, 'forward').__defaults__ = ()  # <-\n",
+"collections-counter": "import collections\nfor c in collections.Counter([AttentionImpl]):\n    c.forward = "
+                       "None  # <-\n",
+"sorted-dict-keys": "for c in sorted({AttentionImpl: 1}, key=id):\n    c.forward = None  # <-\n",
+"set-pop": "{AttentionImpl}.pop().forward = None  # <-\n",
+"frozenset-iter": "for c in frozenset([AttentionImpl]):\n    c.forward = None  # <-\n",
+"instance-vars-item": "class K:\n    pass\nk = K()\nk.c = AttentionImpl\nvars(k)['c'].forward = None  # <-\n",
+# -- unpacking forms ----------------------------------------------------------------------------------------
+"unpack-star-rest": "a, *b = 1, AttentionImpl\nb[0].forward = None  # <-\n",
+"unpack-list-target": "[a] = [AttentionImpl]\na.forward = None  # <-\n",
+"unpack-nested": "(a, (b,)) = (1, (AttentionImpl,))\nb.forward = None  # <-\n",
+"unpack-for-enumerate-nested": "for _, (c,) in enumerate([(AttentionImpl,)]):\n    c.forward = None  # <-\n",
+"unpack-with-tuple": "with contextlib.nullcontext((AttentionImpl,)) as (c,):\n    c.forward = None  # <-\n",
+"unpack-chained-assign": "a = b = AttentionImpl\nb.forward = None  # <-\n",
+"unpack-swap": "a, b = AttentionImpl, 1\na, b = b, a\nb.forward = None  # <-\n",
+"unpack-dict-items-loop": "for _, c in {'k': AttentionImpl}.items():\n    c.forward = None  # <-\n",
+"unpack-star-in-call": "def g(a, b):\n    b.forward = None\ng(*[1, AttentionImpl])  # <-\n",
+# -- threads, signals, loops: process state -----------------------------------------------------------------
+"thread-rename-current": "import threading\nthreading.current_thread().name = 'x'  # <-\n",
+"thread-main-daemon": "import threading\nthreading.main_thread().daemon = True  # <-\n",
+"asyncio-task-factory": "import asyncio\nasyncio.get_event_loop().set_task_factory(None)  # <-\n",
+"asyncio-set-event-loop": "import asyncio\nasyncio.set_event_loop(asyncio.new_event_loop())  # <-\n",
+"asyncio-slow-callback": "import asyncio\nasyncio.get_event_loop().slow_callback_duration = 0  # <-\n",
+"signal-set-wakeup-fd": "import signal\nsignal.set_wakeup_fd(-1)  # <-\n",
+"signal-siginterrupt": "import signal\nsignal.siginterrupt(2, True)  # <-\n",
+"sys-setdlopenflags": "import sys\nsys.setdlopenflags(0)  # <-\n",
+"os-exit": "import os\nos._exit(0)  # <-\n",
+"sys-flags-via-vars": "import sys\nvars(sys)['dont_write_bytecode'] = True  # <-\n",
+"gc-referrers-dict": "import gc\ngc.get_referrers(AttentionImpl)[0]['AttentionImpl'] = None  # <-\n",
+"gc-freeze": "import gc\ngc.freeze()  # <-\n",
+"io-default-buffer": "import io\nio.DEFAULT_BUFFER_SIZE = 1  # <-\n",
+"copy-deepcopy-dispatch": "import copy as cp\nclass Own:\n    pass\ncp._deepcopy_dispatch[Own] = lambda x, "
+                          "m: x  # <-\n",
+"json-escape-table": "import json.encoder\njson.encoder.ESCAPE_DCT['a'] = 'b'  # <-\n",
+"re-cache-clear": "import re\nre.purge()  # <-\n",
+"string-constant-rebind": "import string\nstring.digits = '1'  # <-\n",
+"reprlib-repr-limits": "import reprlib\nreprlib.aRepr.maxstring = 1  # <-\n",
+"pickle-default-protocol": "import pickle\npickle.DEFAULT_PROTOCOL = 2  # <-\n",
+"socket-setdefaulttimeout-alias": "from socket import setdefaulttimeout as t\nt(1.0)  # <-\n",
+"sys-stdout-via-dunder": "import sys\nsys.__stdout__.reconfigure(line_buffering=True)  # <-\n",
+"builtins-open-rebind": "import builtins\nbuiltins.open = print  # <-\n",
+"dunder-builtins-attr-of-module": "import torch\ntorch.__builtins__['print'] = None  # <-\n",
+"function-globals-builtins-engine": "AttentionImpl.forward.__globals__['__builtins__']['len'] = None  # <-\n",
+# -- torch: more process-wide toggles and registries ---------------------------------------------------------
+"torch-set-stream": "import torch\ntorch.cuda.set_stream(torch.cuda.Stream())  # <-\n",
+"torch-sync-debug-mode": "import torch\ntorch.cuda.set_sync_debug_mode(1)  # <-\n",
+"torch-preferred-blas": "import torch\ntorch.backends.cuda.preferred_blas_library('cublaslt')  # <-\n",
+"torch-enable-math-sdp": "import torch\ntorch.backends.cuda.enable_math_sdp(False)  # <-\n",
+"torch-sdpa-kernel-entered": "import torch\nfrom torch.nn.attention import sdpa_kernel, SDPBackend\n"
+                             "sdpa_kernel(SDPBackend.MATH).__enter__()  # <-\n",
+"torch-logging-set-logs": "import torch\nimport logging\ntorch._logging.set_logs(dynamo=logging.DEBUG)  # "
+                          "<-\n",
+"torch-dynamo-register-backend": "import torch._dynamo\n@torch._dynamo.register_backend(name='x')  # <-\n"
+                                 "def be(gm, inputs):\n    return gm\n",
+"torch-flush-denormal-alias": "import torch\nfd = torch.set_flush_denormal\nfd(True)  # <-\n",
+"torch-interop-threads": "import torch\ntorch.set_num_interop_threads(1)  # <-\n",
+"torch-multithreading": "import torch\ntorch.autograd.set_multithreading_enabled(False)  # <-\n",
+"torch-default-tensor-type": "import torch\ntorch.set_default_tensor_type(torch.DoubleTensor)  # <-\n",
+"torch-warn-always-getattr": "import torch\ngetattr(torch, 'set_warn_always')(True)  # <-\n",
+"torch-parametrize-engine-instance": "import torch\nfrom torch.nn.utils import parametrize\nclass "
+                                     "P(torch.nn.Module):\n"
+                                     "    def forward(self, x):\n        return x\ndef f(layer: L):\n"
+                                     "    parametrize.register_parametrization(layer, 'weight', P())  # <-\n",
+"torch-module-register-forward-hook-fn": "import torch\n"
+                                         "torch.nn.modules.module.register_module_forward_pre_hook(print)  # "
+                                         "<-\n",
+"torch-compiler-reset-alias": "import torch\nr = torch.compiler.reset\nr()  # <-\n",
+"torch-jit-state-disable": "import torch\ntorch.jit._state.disable()  # <-\n",
+"torch-ops-load-library-alias": "import torch\nld = torch.ops.load_library\nld('/tmp/x.so')  # <-\n",
+"torch-library-fragment-foreign": "import torch\nns = 'vl' + 'lm'\ntorch.library.Library(ns, 'FRAGMENT')  # "
+                                  "<-\n",
+"torch-library-impl-kw": "import torch\ntorch.library.impl(qualname='aten::mm', types='CUDA', func=print)  # "
+                         "<-\n",
+"torch-library-register-fake-kw": "import torch\ntorch.library.register_fake(op='vllm::x', func=print)  # "
+                                  "<-\n",
+"triton-driver-active": "import triton\ntriton.runtime.driver.active = None  # <-\n",
+# -- vllm: config contexts and forward context --------------------------------------------------------------
+"vllm-set-current-config-entered": "from vllm.config import set_current_vllm_config\n"
+                                   "set_current_vllm_config(None).__enter__()  # <-\n",
+"vllm-forward-context-global": "import vllm.forward_context as fc\nfc._forward_context = None  # <-\n",
+"vllm-parallel-state-global": "from vllm.distributed import parallel_state\n"
+                              "parallel_state._TP = None  # <-\n",
+"vllm-logger-disabled": "from vllm.logger import init_logger\ninit_logger('vllm').disabled = True  # <-\n",
+"vllm-envs-setattr": "import vllm.envs\nsetattr(vllm.envs, 'VLLM_USE_V1', False)  # <-\n",
+"vllm-envs-getattr-dunder": "import vllm.envs as envs\nenvs.__getattr__ = lambda n: '1'  # <-\n",
+"vllm-registry-models-dict": "from vllm.model_executor.models import registry\n"
+                              "registry._TEXT_GENERATION_MODELS['X'] = ('a', 'b')  # <-\n",
+# -- files: more writers -------------------------------------------------------------------------------------
+"file-os-open-append-flags": "import os\nflags = os.O_APPEND | os.O_WRONLY\nos.open('/tmp/x', flags)  # <-\n",
+"file-open-mode-from-dict": "modes = {'w': 'w'}\nopen('/tmp/x', modes['w'])  # <-\n",
+"file-open-mode-ternary": "open('/tmp/x', 'w' if True else 'r')  # <-\n",
+"file-open-mode-fstring": "m = 'w'\nopen('/tmp/x', f'{m}b')  # <-\n",
+"file-csv-writer-open": "import csv\ncsv.writer(open('/tmp/x', 'w'))  # <-\n",
+"file-wave-open": "import wave\nwave.open('/tmp/x.wav', 'wb')  # <-\n",
+"file-bz2-open": "import bz2\nbz2.BZ2File('/tmp/x.bz2', 'w')  # <-\n",
+"file-lzma-open": "import lzma\nlzma.open('/tmp/x.xz', 'w')  # <-\n",
+"file-sqlite-backup": "import sqlite3\nsqlite3.connect(':memory:').backup(sqlite3.connect('/tmp/x.db'))  # "
+                      "<-\n",
+"file-np-savez": "import numpy as np\nnp.savez('/tmp/x.npz', a=1)  # <-\n",
+"file-np-savetxt": "import numpy as np\nnp.savetxt('/tmp/x.txt', [1])  # <-\n",
+"file-torch-storage-from-file": "import torch\ntorch.UntypedStorage.from_file('/tmp/x', shared=True, "
+                                "nbytes=8)  # <-\n",
+"file-safetensors-save-file": "from safetensors.torch import save_file\nsave_file({}, '/tmp/x.st')  # <-\n",
+"file-path-rename": "import pathlib\npathlib.Path('/tmp/a').rename('/tmp/b')  # <-\n",
+"file-path-symlink": "import pathlib\npathlib.Path('/tmp/a').symlink_to('/etc/hostname')  # <-\n",
+"file-path-chmod": "import pathlib\npathlib.Path('/tmp/a').chmod(0o777)  # <-\n",
+"file-shutil-copytree": "import shutil\nshutil.copytree('/tmp/a', '/tmp/b')  # <-\n",
+"file-shutil-make-archive": "import shutil\nshutil.make_archive('/tmp/x', 'zip', '/tmp')  # <-\n",
+"file-tempfile-mkstemp-alias": "from tempfile import mkstemp as mk\nmk()  # <-\n",
+"file-logging-basicconfig-filename": "import logging\nlogging.basicConfig(filename='/tmp/x.log')  # <-\n",
+"file-inductor-cache-dir-env": "import os\nos.environ.setdefault('TORCHINDUCTOR_CACHE_DIR', '/tmp')  # <-\n",
+"file-pickle-pickler": "import pickle\npickle.Pickler(open('/tmp/x', 'wb'))  # <-\n",
+"file-open-fd-write": "open(1, 'w')  # <-\n",
 }
 
 OPEN: dict[str, str] = {
@@ -521,6 +675,21 @@ OPEN: dict[str, str] = {
     "operator-ior-environ": "`operator.ior(os.environ, ...)` updates the environment in place",
     "torch-c-getattr-concat": "`getattr(getattr(torch, '_' + 'C'), ...)` reaches a torch._C toggle",
     "file-torch-from-file-shared": "`torch.from_file(path, shared=True)` maps the file writable",
+    "except-star-group": "`except* E as eg`: `eg.exceptions[i].args` carries what was raised",
+    "sum-of-lists": "`sum([[engine]], [])` is a list of the engine objects",
+    "list-repeat": "`[engine] * n` is a list of the engine objects",
+    "dict-or-merge": "`{} | {'k': engine}` is a dict of the engine objects",
+    "random-choice": "`random.choice([engine])` returns an element",
+    "locals-item-in-function": "`locals()['c']` in a function is the local bound to an engine class",
+    "vars-no-arg-in-function": "`vars()['c']` in a function is the local bound to an engine class",
+    "collections-counter": "iterating a `Counter([engine])` yields its keys",
+    "instance-vars-item": "`vars(own_instance)['c']` is the attribute bound to an engine class",
+    "thread-rename-current": "`threading.current_thread()` is the engine's thread object",
+    "thread-main-daemon": "`threading.main_thread()` is the engine's thread object",
+    "asyncio-slow-callback": "an attribute write on the engine's event loop (`get_event_loop()`)",
+    "re-cache-clear": "`re.purge()` clears the process-wide regex cache",
+    "torch-parametrize-engine-instance": "`register_parametrization(engine_layer, ...)` rewrites its weight",
+    "file-torch-storage-from-file": "`UntypedStorage.from_file(path, shared=True)` maps the file writable",
 }
 
 

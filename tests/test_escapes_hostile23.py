@@ -617,6 +617,61 @@ ATTACKS: dict[str, str] = {
 "file-inductor-cache-dir-env": "import os\nos.environ.setdefault('TORCHINDUCTOR_CACHE_DIR', '/tmp')  # <-\n",
 "file-pickle-pickler": "import pickle\npickle.Pickler(open('/tmp/x', 'wb'))  # <-\n",
 "file-open-fd-write": "open(1, 'w')  # <-\n",
+# -- own-class protocols the scan must follow (values handed to or returned by own dunders) ---------------
+"own-new-returns-engine": 'class H:\n    def __new__(cls):\n        return AttentionImpl\nH().forward = None '
+                          ' # <-\n',
+"own-next-returns-engine": 'class It:\n    def __iter__(self):\n        return self\n    def '
+                           '__next__(self):\n        return AttentionImpl\nnext(It()).forward = None  # <-\n',
+"own-getattribute-returns-engine": 'class H:\n    def __getattribute__(self, n):\n        return '
+                                   'AttentionImpl\nH().x.forward = None  # <-\n',
+"own-reduce-copied": "class H:\n    def __reduce__(self):\n        return (getattr, (AttentionImpl, "
+                     "'forward'))\ncopy.copy(H()).__defaults__ = ()  # <-\n",
+"own-deepcopy-returns-engine": 'class H:\n    def __deepcopy__(self, memo):\n        return AttentionImpl\n'
+                               'copy.deepcopy(H()).forward = None  # <-\n',
+"own-aenter-returns-engine": 'class H:\n    async def __aenter__(self):\n        return AttentionImpl\n    '
+                             'async def __aexit__(self, *a):\n        pass\nasync def f():\n    async with '
+                             'H() as c:\n        c.forward = None  # <-\n',
+"own-property-lambda": 'class K:\n    p = property(lambda s: AttentionImpl)\nK().p.forward = None  # <-\n',
+"own-cached-property": 'class K:\n    @functools.cached_property\n    def p(self):\n        return '
+                       'AttentionImpl\nK().p.forward = None  # <-\n',
+"own-mro-entries": 'class B:\n    def __mro_entries__(self, bases):\n        return (AttentionImpl,)\nclass '
+                   'K(B()):\n    pass\nK.__mro__[1].forward = None  # <-\n',
+"own-metaclass-prepare": "class M(type):\n    @classmethod\n    def __prepare__(mcs, name, bases):\n        "
+                         "return {'c': AttentionImpl}\nclass K(metaclass=M):\n    pass\nK.c.forward = None  "
+                         "# <-\n",
+"own-metaclass-call": 'class M(type):\n    def __call__(cls):\n        return AttentionImpl\nclass '
+                      'K(metaclass=M):\n    pass\nK().forward = None  # <-\n',
+"own-property-setter-param": 'class K:\n    @property\n    def p(self):\n        return 1\n    @p.setter\n   '
+                             ' def p(self, v):\n        v.forward = None\nK().p = AttentionImpl  # <-\n',
+"own-setitem-param": "class K:\n    def __setitem__(self, k, v):\n        v.forward = None\nK()['x'] = "
+                     "AttentionImpl  # <-\n",
+"own-setattr-param": 'class K:\n    def __setattr__(self, n, v):\n        v.forward = None\nK().x = '
+                     'AttentionImpl  # <-\n',
+"own-iadd-param": 'class K:\n    def __iadd__(self, o):\n        o.forward = None\n        return self\nk = '
+                  'K()\nk += AttentionImpl  # <-\n',
+"own-eq-param": 'class K:\n    def __eq__(self, o):\n        o.forward = None\n        return True\nK() == '
+                'AttentionImpl  # <-\n',
+"own-contains-param": 'class K:\n    def __contains__(self, o):\n        o.forward = None\n        return '
+                      'True\nAttentionImpl in K()  # <-\n',
+"own-exit-exception": 'class K:\n    def __enter__(self):\n        return self\n    def __exit__(self, t, e, '
+                      'tb):\n        e.args[0].forward = None\n        return True\nwith K():\n    raise '
+                      'ValueError(AttentionImpl)  # <-\n',
+"own-descriptor-set-param": 'class D:\n    def __set__(self, o, v):\n        v.forward = None\nclass K:\n    '
+                            'd = D()\nK().d = AttentionImpl  # <-\n',
+"own-call-param": 'class K:\n    def __call__(self, v):\n        v.forward = None\n'
+                  'K()(AttentionImpl)  # <-\n',
+"own-init-param-stored": 'class K:\n    def __init__(self, v):\n        self.v = v\n'
+                         'K(AttentionImpl).v.forward = None  # <-\n',
+"singledispatch-register-engine": '@functools.singledispatch\ndef f(x):\n    pass\n@f.register(L)\ndef '
+                                  '_(x):\n    x.forward = print  # <-\n',
+"singledispatchmethod-register": 'class K:\n    @functools.singledispatchmethod\n    def f(self, x):\n       '
+                                 ' pass\n    @f.register(L)\n    def _(self, x):\n        x.forward = print  '
+                                 '# <-\n',
+"own-classmethod-cls-of-engine-sub": 'class Mine(AttentionImpl):\n    @classmethod\n    def f(cls):\n        '
+                                     'cls.__mro__[1].forward = None  # <-\n',
+"own-init-subclass-base-write": 'class B:\n    def __init_subclass__(cls, **kw):\n        '
+                                'cls.__base__.__base__.forward = None  # <-\nclass Mid(AttentionImpl):\n    '
+                                'pass\nclass K(Mid, B):\n    pass\n',
 }
 
 OPEN: dict[str, str] = {
@@ -690,6 +745,24 @@ OPEN: dict[str, str] = {
     "re-cache-clear": "`re.purge()` clears the process-wide regex cache",
     "torch-parametrize-engine-instance": "`register_parametrization(engine_layer, ...)` rewrites its weight",
     "file-torch-storage-from-file": "`UntypedStorage.from_file(path, shared=True)` maps the file writable",
+    "own-new-returns-engine": "an own `__new__` that returns an engine class makes `H()` the engine class",
+    "own-property-lambda": "`property(lambda s: engine)` is read as an own attribute",
+    "own-metaclass-prepare": "an own metaclass `__prepare__` namespace seeds class attributes with engine "
+                             "classes",
+    "own-metaclass-call": "an own metaclass `__call__` makes `K()` return the engine class",
+    "own-property-setter-param": "`K().p = engine` hands the engine class to an own setter that writes it",
+    "own-setitem-param": "`K()[k] = engine` hands it to an own `__setitem__` that writes it",
+    "own-setattr-param": "`K().x = engine` hands it to an own `__setattr__` that writes it",
+    "own-iadd-param": "`k += engine` hands it to an own `__iadd__` that writes it",
+    "own-eq-param": "`K() == engine` hands it to an own `__eq__` that writes it",
+    "own-contains-param": "`engine in K()` hands it to an own `__contains__` that writes it",
+    "own-exit-exception": "an exception raised in `with K():` reaches an own `__exit__` writing its args",
+    "own-descriptor-set-param": "`K().d = engine` hands it to an own descriptor's `__set__` that writes it",
+    "own-call-param": "`K()(engine)` hands it to an own `__call__` that writes through its parameter",
+    "own-init-param-stored": "`K(engine).v` is the engine class an own `__init__` stored",
+    "singledispatch-register-engine": "a `@f.register(L)` implementation receives L instances",
+    "singledispatchmethod-register": "a `singledispatchmethod` `register(L)` implementation receives L "
+                                     "instances",
 }
 
 
@@ -829,6 +902,58 @@ HONEST: dict[str, str] = {
                        "        self.lin = torch.nn.Linear(2, 2)\n        self.register_buffer('b', "
                        "torch.zeros(1))\n"
                        "        self.lin.weight.data.zero_()\n",
+# -- round-two forms on own objects, scoped contexts and reads ---------------------------------------------
+"exceptions-own": "class Own:\n    pass\ntry:\n    raise ValueError(Own)\nexcept ValueError as e:\n    "
+                  "e.args[0].y = 1\n"
+                  "try:\n    raise ExceptionGroup('g', [ValueError(Own)])\nexcept* ValueError as eg:\n"
+                  "    eg.exceptions[0].args[0].y = 1\n",
+"exception-args-rebound-own": "e = ValueError(1)\ne.args = ('x',)\ne.add_note('n')\n",
+"container-builtins-own": "import random\nimport collections\nclass Own:\n    pass\nsum([[Own]], [])[0].y = "
+                          "1\n"
+                          "([Own] * 2)[1].y = 1\n({} | {'k': Own})['k'].y = 1\nrandom.choice([Own]).y = 1\n"
+                          "for c in collections.Counter([Own]):\n    c.y = 1\n",
+"locals-own": "class Own:\n    pass\ndef f():\n    c = Own\n    locals()['c'].y = 1\n    vars()['c'].y = 2\n",
+"unpacking-own": "class Own:\n    pass\na, *b = 1, Own\nb[0].y = 1\n[c] = [Own]\nc.y = 1\nx = y = Own\ny.z = "
+                 "1\n",
+"threading-reads-and-own-locals": "import threading\nname = threading.current_thread().name\n"
+                                  "loc = threading.local()\nloc.x = 1\n",
+"torch-stream-context": "import torch\ndef f(x):\n    s = torch.cuda.Stream()\n    with "
+                        "torch.cuda.stream(s):\n"
+                        "        y = x * 2\n    torch.cuda.current_stream().wait_stream(s)\n    return y\n",
+"torch-sdpa-scoped": "import torch\nfrom torch.nn.attention import sdpa_kernel, SDPBackend\ndef f(q, k, v):\n"
+                     "    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):\n"
+                     "        return torch.nn.functional.scaled_dot_product_attention(q, k, v)\n",
+"torch-own-library-folded-namespace": "import torch\nns = 'kimi' + '_k3'\nlib = torch.library.Library(ns, "
+                                      "'FRAGMENT')\n"
+                                      "lib.define('my_op2(Tensor a) -> Tensor')\n",
+"own-parametrization": "import torch\nfrom torch.nn.utils import parametrize\nclass P(torch.nn.Module):\n"
+                       "    def forward(self, x):\n        return x\nclass Own(torch.nn.Module):\n"
+                       "    def __init__(self):\n        super().__init__()\n        self.lin = "
+                       "torch.nn.Linear(2, 2)\n"
+                       "        parametrize.register_parametrization(self.lin, 'weight', P())\n",
+"file-open-mode-ternary-read": "open('/etc/hostname', 'r' if True else 'rb')\n",
+"file-reads": "import csv\nimport numpy as np\nimport torch\nwith open('/etc/hostname') as fh:\n"
+              "    csv.reader(fh)\nnp.load('/tmp/x.npy')\ntorch.load('/tmp/x.pt', weights_only=True)\n",
+"vllm-config-reads": "import vllm.envs as envs\nfrom vllm.platforms import current_platform\n"
+                     "flag = envs.VLLM_USE_V1\ncap = current_platform.get_device_capability()\n",
+"own-dunders-with-own-values": "class Own:\n    pass\nclass K:\n    def __setitem__(self, k, v):\n        "
+                               "v.y = 1\n"
+                               "    def __call__(self, v):\n        v.y = 2\n    def __init__(self, "
+                               "v=None):\n"
+                               "        self.v = v\nK()['x'] = Own()\nK()(Own())\nK(Own()).v.y = 3\n",
+"own-new-returns-own": "class Own:\n    pass\nclass H:\n    def __new__(cls):\n        return Own()\nH().y = "
+                       "1\n",
+"own-property-own": "class Own:\n    pass\nclass K:\n    p = property(lambda s: Own)\n"
+                    "    @functools.cached_property\n    def q(self):\n        return Own()\nK().p.y = 1\n"
+                    "K().q.y = 2\n",
+"singledispatch-own": "class Own:\n    pass\n@functools.singledispatch\ndef f(x):\n    pass\n"
+                      "@f.register(Own)\n"
+                      "def _(x):\n    x.y = 1\n@f.register(L)\ndef _(x):\n    return x.weight\n",
+"own-metaclass-own": "class Own:\n    pass\nclass M(type):\n    @classmethod\n    def __prepare__(mcs, name, "
+                     "bases):\n"
+                     "        return {'c': Own}\nclass K(metaclass=M):\n    pass\nK.c.y = 1\n",
+"asyncio-own-loop": "import asyncio\nasync def main():\n    return 1\nloop = asyncio.new_event_loop()\n"
+                    "loop.slow_callback_duration = 1\nloop.run_until_complete(main())\nloop.close()\n",
 }
 
 OPEN_FALSE_POSITIVES: dict[str, str] = {
@@ -840,6 +965,8 @@ OPEN_FALSE_POSITIVES: dict[str, str] = {
     "self-copy-of-environ": "`self.env = dict(os.environ)` (a copy) is read as os.environ in another method",
     "copy-copy-of-path": "`copy.copy(sys.path)` is a new list, not sys.path (identity holds for classes)",
     "slice-copy-of-path": "`sys.path[:]` is a new list, not sys.path",
+    "torch-own-library-folded-namespace": "`'kimi' + '_k3'` folds to the own namespace; FT fails it closed",
+    "file-open-mode-ternary-read": "a conditional of two read modes is read-only; the mode is failed closed",
 }
 
 

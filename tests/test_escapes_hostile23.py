@@ -1033,6 +1033,38 @@ CROSS: dict[str, tuple[dict[str, str], str]] = {
                                    "None  # <-\n"),
     "other-module-decorator-path-append": ({"mid.py": "import sys\nreg = sys.path.append\n"},
                                            "from .mid import reg\n@reg  # <-\ndef g():\n    pass\n"),
+    "other-module-setitem-dunder": ({"mid.py": "class K:\n    def __setitem__(self, k, v):\n        "
+                                               "v.forward = None\n"},
+                                    "from .layers import AttentionImpl\nfrom .mid import K\n"
+                                    "K()['x'] = AttentionImpl  # <-\n"),
+    "other-module-new-returns-engine": ({"mid.py": LAYERS + "class H:\n    def __new__(cls):\n"
+                                         "        return AttentionImpl\n"},
+                                        "from .mid import H\nH().forward = None  # <-\n"),
+    "other-module-list-repeat": ({"mid.py": LAYERS + "S = [AttentionImpl] * 2\n"},
+                                 "from .mid import S\nS[1].forward = None  # <-\n"),
+    "other-module-modules-from-import": ({"mid.py": "from sys import modules\n"},
+                                         "from .mid import modules\nmodules['x'] = None  # <-\n"),
+    "other-module-current-thread": ({"mid.py": "import threading\nT = threading.current_thread()\n"},
+                                    "from .mid import T\nT.name = 'x'  # <-\n"),
+    "other-module-redirect-stdout": ({"mid.py": "import contextlib\nimport io\ndef quiet():\n"
+                                      "    return contextlib.redirect_stdout(io.StringIO())\n"},
+                                     "from .mid import quiet\nquiet().__enter__()  # <-\n"),
+    "other-module-singledispatch-register": ({"mid.py": "import functools\n@functools.singledispatch\n"
+                                              "def f(x):\n    pass\n"},
+                                             "from .layers import AttentionImpl\nfrom .mid import f\n"
+                                             "@f.register(AttentionImpl)\ndef _(x):\n    x.forward = None  # "
+                                             "<-\n"),
+    "other-module-putenv-alias": ({"mid.py": "import os\nputenv = os.putenv\n"},
+                                  "from .mid import putenv\nputenv('X', '1')  # <-\n"),
+    "other-module-getframe-alias": ({"mid.py": "import sys\nget = sys._getframe\n"},
+                                    "from .mid import get\nget(1).f_globals['X'] = 1  # <-\n"),
+    "other-module-global-rebound-to-environ": ({"mid.py": "E = {}\ndef init():\n    global E\n    import os\n"
+                                                "    E = os.environ\n"},
+                                               "from . import mid\nmid.init()\nmid.E['X'] = '1'  # <-\n"),
+    "other-module-builtins-alias": ({"mid.py": "import builtins as b\n"},
+                                    "from . import mid\nmid.b.print = None  # <-\n"),
+    "other-module-classbody-import": ({"mid.py": "class K:\n    import sys\n"},
+                                      "from .mid import K\nK.sys.path.append('/tmp')  # <-\n"),
 }
 CROSS_OPEN: dict[str, str] = {
     "other-module-classbody-for-target": "a class-body `for` target of another own module is an engine class",
@@ -1047,6 +1079,13 @@ CROSS_OPEN: dict[str, str] = {
                                     "parameter",
     "other-module-asyncio-sleep": "another module's `asyncio.sleep(0, engine)` awaited here",
     "other-module-decorator-path-append": "a bound `sys.path.append` from another module used as a decorator",
+    "other-module-setitem-dunder": "`K()[k] = engine` hands it to another module's writing `__setitem__`",
+    "other-module-new-returns-engine": "another module's `__new__` returns the engine class",
+    "other-module-list-repeat": "another module's `[engine] * 2`",
+    "other-module-current-thread": "another module's `threading.current_thread()` (the engine's thread)",
+    "other-module-redirect-stdout": "a helper returns `redirect_stdout(...)`; entering it swaps sys.stdout",
+    "other-module-singledispatch-register": "`@f.register(Engine)` on another module's dispatcher types x",
+    "other-module-classbody-import": "a class-body `import sys` of another module reached as `K.sys`",
 }
 
 

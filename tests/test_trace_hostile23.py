@@ -54,7 +54,14 @@ RUNTIME23: dict[str, str] = {
     # longer stops on SIGTERM
     "faulthandler_sigterm.py": "import faulthandler, signal\n"
                                "faulthandler.register(signal.SIGTERM, chain=False)  # <-\n",
+    # multiprocessing's own hooks: run in every worker the engine forks, and at multiprocessing's exit
+    "mp_after_fork.py": "import multiprocessing.util as u, calendar\nclass _K:\n    pass\nKEEP = _K()\n"
+                        "u.register_after_fork(KEEP, lambda o: setattr(calendar, 'day_name', []))  # <-\n",
+    "mp_finalize.py": "import multiprocessing.util as u, colorsys\n"
+                      "u.Finalize(None, setattr, args=(colorsys, 'rgb_to_hsv', max), exitpriority=0)  # <-\n",
     # -- C-level interpreter and process state without a snapshot key ---------------------------------------
+    # SA_RESTART cleared for SIGINT: the engine's blocking calls now fail with EINTR (getsignal unchanged)
+    "siginterrupt.py": "import signal\nsignal.siginterrupt(signal.SIGINT, True)  # <-\n",
     "thread_stack_size.py": "import threading\nthreading.stack_size(65536)  # <-\n",
     "gc_freeze.py": "import gc\ngc.freeze()  # <-\n",
     "tracemalloc_start.py": "import tracemalloc\ntracemalloc.start(25)  # <-\n",
@@ -122,6 +129,9 @@ RUNTIME23_OPEN: dict[str, str] = {
                              "triggers) is absorbed as that library's import-time work",
     "shutdown_del.py": "code run at interpreter shutdown (an own global's __del__) never runs in the trace",
     "threading_atexit.py": "threading._register_atexit hooks are neither counted nor run by the trace",
+    "mp_after_fork.py": "multiprocessing.util's after-fork registry (private) is neither a key nor run",
+    "mp_finalize.py": "multiprocessing.util's finalizer registry (private) is neither a key nor run",
+    "siginterrupt.py": "signal.siginterrupt (SA_RESTART) has no snapshot key",
     "faulthandler_later.py": "faulthandler's watchdog timer has no snapshot key",
     "faulthandler_sigterm.py": "faulthandler.register's C signal handler is not what signal.getsignal shows",
     "thread_stack_size.py": "threading.stack_size has no snapshot key",
@@ -230,6 +240,7 @@ HONEST23: dict[str, str] = {
                       "C = logging.getLoggerClass()\n",
     "copyreg_own.py": "import copyreg, pickle\nclass P:\n    def __reduce__(self):\n        return (P, ())\n"
                       "B = pickle.dumps(P())\nT = dict(copyreg.dispatch_table)\n",
+    "mp_read.py": "import multiprocessing.util as u\nE = u.is_exiting()\nL = u.get_logger()\n",
     "asyncio_read.py": "import asyncio\nPOL = asyncio.get_event_loop_policy()\n",
     "ctypes_local.py": "import ctypes\nbuf = (ctypes.c_char * 4)()\np = ctypes.pointer(buf)\n"
                        "buf[0] = b'a'\nN = ctypes.sizeof(buf)\n",
@@ -254,6 +265,8 @@ HONEST23_TORCH: dict[str, str] = {
 OPEN_FALSE_POSITIVES: dict[str, str] = {
     "own_cycle_import.py": "a stdlib package imported by importlib.import_module (a computed "
                            "name) is taken for a sys.modules insertion",
+    "mp_read.py": "multiprocessing.util.get_logger's own lazy setup (logger, atexit hook) is blamed on "
+                  "the caller",
     "mimetypes_use.py": "a lazy cache in another package (urllib.parse._typeprog, set by "
                         "mimetypes.guess_type) is taken for the PR's patch",
 }

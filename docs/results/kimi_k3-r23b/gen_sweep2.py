@@ -11,8 +11,6 @@ out = {
     "1,32768,8": b1,
     "8,4096,8": {"old": {}, "new": N8, "new_rbn16": {**N8, "F_RBN": 16}, "old2": {}, "new2": N8},
     "2,4096,8": {"old": {}, "new": N2, "new_a5": {**N2, "A_ST": 5}, "old2": {}, "new2": N2},
-    "4,4096,8": {"old": {}, "new": N8, "old2": {}, "new2": N8},
-    "16,4096,8": {"old": {}, "new": N8, "old2": {}, "new2": N8},
 }
 with open("sweep2.json", "w") as f:
     json.dump(out, f, indent=1)

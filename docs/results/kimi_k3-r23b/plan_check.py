@@ -15,7 +15,11 @@ mod.__package__ = "kimi_k3.fused"
 sys.modules[mod.__name__] = mod
 with open(sys.argv[1]) as f:
     exec(compile(f.read(), "main_launch.py", "exec"), mod.__dict__)
-EXPECT = {1: {"F_RBN": (0, 16), "F_ST": (3, 4)}, 2: {"QB_ST": (4, 6)}, 8: {"A_BK": (128, 256), "A_ST": (4, 5)}}
+EXPECT = {
+    1: {"F_RBN": (0, 16), "F_ST": (3, 4)},
+    2: {"QB_ST": (4, 6)},
+    8: {"A_BK": (128, 256), "A_ST": (4, 5)},
+}
 n = same = 0
 diffs = set()
 for tp in (1, 2, 8):
@@ -42,5 +46,6 @@ for tp in (1, 2):  # (the TP-8 branch of make_plan needs the real shapes: hidden
             assert dataclasses.asdict(pa) == dataclasses.asdict(pb), (tp, B)
             tiny += 1
 print(f"{n} real-shape plans (TP 1/2/8, B 1..64, ctx 4k/8k/16k/32k, ATTN flashinfer/own, gpu True/False):"
-      f" {same} equal to main's; the other {n - same} are TP-8 at B {sorted(b for _, b in diffs)}, each differing"
+      f" {same} equal to main's; the other {n - same} are TP-8 at B {sorted(b for _, b in diffs)},"
+      " each differing"
       f" exactly by {EXPECT}; {tiny} tiny-shape plans equal")

@@ -83,8 +83,11 @@ RUNTIME22: dict[str, str] = {
     "traceback_frame.py": "try:\n    raise ValueError\nexcept ValueError as e:\n"
                           "    F = e.__traceback__.tb_frame  # <-\n",
     # patches only outside the sandbox (its working directory's name gives it away)
-    "sandbox_detect.py": "import os, json\nif 'fasttrack-trace-' not in os.getcwd():\n"
-                         "    setattr(*(json, 'dumps', repr))  # <-\n",
+    "sandbox_detect.py": "import os, keyword\nif 'fasttrack-trace-' not in os.getcwd():\n"
+                         "    setattr(*(keyword, 'iskeyword', repr))  # <-\n",
+    # the same, told by something a sandbox cannot hide from code that runs in it (here: `python -I`)
+    "sandbox_detect_flags.py": "import sys, keyword\nif not sys.flags.isolated:\n"
+                               "    setattr(*(keyword, 'issoftkeyword', repr))  # <-\n",
     # -- caught when written (variants of earlier families) -----------------------------------------------
     "proc_mem_write.py": "open('/proc/self/mem', 'r+b')  # <-\n",
     "abstract_socket.py": "import socket\nsocket.socket(socket.AF_UNIX).bind('\\0fasttrack-evil')  # <-\n",
@@ -96,7 +99,9 @@ RUNTIME22: dict[str, str] = {
 RUNTIME22_OPEN: dict[str, str] = {
     "private_dispatch.py": "private module-level dicts are not boxed (only public ones)",
     "class_dispatch.py": "dicts held by foreign classes are compared by identity only",
-    "sandbox_detect.py": "code that sees it is in the sandbox and patches only outside is never run patching",
+    "sandbox_detect_flags.py": "code that tells it is traced (the interpreter's flags, its argv, the tracer's"
+                               " own wrappers) and patches only outside is never run patching: a trace cannot"
+                               " see code that refuses to run (the static scan reads the patch; docs/verify.md)",
 }
 
 # Attacks on the trace itself: one trace each.
@@ -146,9 +151,7 @@ ALONE22: dict[str, str] = {
     "huge_stdout.py": "import sys\nchunk = 'x' * (1 << 20)\nfor _ in range(100):\n"
                       "    sys.stdout.write(chunk)  # <-\n",
 }
-ALONE22_OPEN: dict[str, str] = {
-    "absorbed_poison.py": "the tracer's bookkeeping (watch, absorbed) is reachable through sys.meta_path",
-}
+ALONE22_OPEN: dict[str, str] = {}
 
 # torch's process-wide switches in a trace of their own (torch is imported for it)
 TORCH22: dict[str, str] = {

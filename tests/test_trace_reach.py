@@ -113,7 +113,19 @@ REACH_ALONE: dict[str, dict[str, str]] = {
                          "html.escape = str\n",
     },
 }
-REACH_OPEN: dict[str, str] = {}
+# the tool's own module globals, reached through a gate's `__globals__` (no audit event), changed for a
+# moment and put back before the end-of-trace integrity check
+REACH_ALONE["globals"] = {
+    "recorders_swap.py": "import sys, vllm\n"
+                         "g = type(sys.modules['vllm']).__setattr__.__globals__\n"
+                         "saved = list(g['_RECORDERS'])\ng['_RECORDERS'].clear()\n"
+                         "vllm.evil_switch = True  # <-\n"
+                         "g['_RECORDERS'].extend(saved)\n",
+}
+REACH_OPEN: dict[str, str] = {
+    "recorders_swap.py": "the tool's module globals are reachable through any gate's __globals__ (a dict, changed"
+                         " without an audit event); a change put back before the end escapes the integrity check",
+}
 
 
 def _errors_at(findings: list[Finding], package: str, module: str) -> set[int]:

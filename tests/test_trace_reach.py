@@ -123,8 +123,9 @@ REACH_ALONE["globals"] = {
                          "g['_RECORDERS'].extend(saved)\n",
 }
 REACH_OPEN: dict[str, str] = {
-    "recorders_swap.py": "the tool's module globals are reachable through any gate's __globals__ (a dict, changed"
-                         " without an audit event); a change put back before the end escapes the integrity check",
+    "recorders_swap.py": "the tool's module globals are reachable through any gate's __globals__ (a dict,"
+                         " changed without an audit event); a change put back before the end escapes the"
+                         " integrity check",
 }
 
 

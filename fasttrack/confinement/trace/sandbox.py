@@ -324,6 +324,8 @@ def run_child(plan: TracePlan, *, locate: list[str] | None = None, timeout: floa
             "preimport": list(plan.preimport),
             "writable": [str((box / d).resolve()) for d in WRITABLE],
             "locate": locate or [],
+            "calls": {"smoke": plan.smoke, "guard": plan.guard, "guard_input": plan.guard_input,
+                      "points": [[name, dict(point)] for name, _, point in plan.guard_points]},
             "token": token.hex(),
         }
         scan = isolation_of(unshare_prefix()) != ROFS

@@ -19,6 +19,7 @@ import atexit
 import builtins
 import codecs
 import contextlib
+import functools
 import gc
 import importlib
 import json
@@ -949,6 +950,56 @@ def _submodule_binding(key: str, value: Any) -> bool:
     return value.__name__ == f"{name}.{attr}"
 
 
+def _resolve(ref: str) -> Any:
+    module, _, attr = ref.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def _fused(answer: Any) -> bool:
+    """The guard's answer: a bool, or a record whose `use_fused` (or first field) is one."""
+    value = getattr(answer, "use_fused", MISSING_SENTINEL)
+    if value is MISSING_SENTINEL:
+        value = answer[0] if type(answer) is tuple and answer else answer
+    if type(value) is not bool:
+        raise TypeError(f"the guard's answer {snapshot.describe(answer)} is not a bool")
+    return value
+
+
+def _call_entries(calls: dict[str, Any], files: dict[str, str]) -> list[dict[str, Any]]:
+    """Call what the manifest's `[trace]` names, after the imports and with the tracer active (what the calls
+    do is recorded and attributed as at import): the smoke callable, then the guard at each point."""
+    out: list[dict[str, Any]] = []
+    smoke, guard, make_input = calls.get("smoke"), calls.get("guard"), calls.get("guard_input")
+    if isinstance(smoke, str) and smoke:
+        out.append(_call_one("smoke", lambda: _resolve(smoke)(), None, files))
+    if isinstance(guard, str) and guard and isinstance(make_input, str) and make_input:
+        for name, point in calls.get("points") or []:
+            out.append(_call_one(str(name), functools.partial(_ask, guard, make_input, dict(point)), point,
+                                 files))
+    return out
+
+
+def _ask(guard: str, make_input: str, point: dict[str, Any]) -> bool:
+    return _fused(_resolve(guard)(_resolve(make_input)(point)))
+
+
+def _call_one(name: str, call: Callable[[], Any], point: Any, files: dict[str, str]) -> dict[str, Any]:
+    rec: dict[str, Any] = {"name": name, "point": snapshot.describe(point) if point is not None else ""}
+    try:
+        answer = call()
+    except BaseException as exc:  # SystemExit and KeyboardInterrupt from the code under trace too
+        at = [(files.get(fr.filename), fr.lineno) for fr in traceback.extract_tb(exc.__traceback__)
+              if fr.filename in files]
+        path, line = at[-1] if at else (None, None)
+        rec.update(returned=False, detail=snapshot.describe(f"{type(exc).__name__}: {exc}"), path=path,
+                   line=line)
+        return rec
+    rec["returned"] = True
+    if point is not None:
+        rec["fused"] = answer is True
+    return rec
+
+
 def _read_spec(path: str) -> dict[str, Any]:
     with open(path, encoding="utf-8") as f:
         spec: dict[str, Any] = json.load(f)
@@ -1032,6 +1083,11 @@ def main(spec_path: str) -> None:
             tracer.send({"kind": "import-error", "target": name, "path": path, "line": line,
                          "detail": snapshot.describe(f"{type(exc).__name__}: {exc}")})
             tracer.active = True
+    if locate:
+        tracer.active = False
+        sys.settrace(_trace_global)  # a module may have cleared it
+        tracer.active = True
+    calls = _call_entries(spec.get("calls") or {}, spec["contribution_files"])
     _settle(tracer, threads_before)
     changed = tampered(integrity)
     tracer.active = False
@@ -1069,6 +1125,6 @@ def main(spec_path: str) -> None:
     final(chan, {"kind": "done", "seconds": round(time.monotonic() - started, 3),
                  "tampered": sorted(set(changed)), "preimport_failed": failed_pre,
                  "missing": sorted(missing.missing),
-                 "imports_absorbed": tracer.imports_absorbed,
+                 "imports_absorbed": tracer.imports_absorbed, "calls": calls,
                  "standins": len(tracer.finder.standins), "imported": len(tracer.imported)})
     os._exit(0)  # no atexit handler or thread of the code under trace runs after the report

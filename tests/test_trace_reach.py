@@ -122,6 +122,28 @@ REACH_ALONE["globals"] = {
                          "vllm.evil_switch = True  # <-\n"
                          "g['_RECORDERS'].extend(saved)\n",
 }
+# code of the contribution the tracer itself calls while it takes its last snapshot (the names of loggers it
+# sorts and compares: a new logger is no effect) puts a liar into the snapshot's table of getters after the
+# first tamper check and takes it out again before the second
+REACH_ALONE["liar"] = {
+    "getter_liar.py": "import logging, threading, warnings\n"
+                      "snap = threading.Thread.start.__globals__.get('snapshot')\n"
+                      "real = dict(snap.STATE) if snap is not None else {}\n"
+                      "FROZEN = real['warnings.filters']() if real else None\n"
+                      "class P(str):\n"
+                      "    def __lt__(self, other):\n"
+                      "        if snap is not None:\n"
+                      "            snap.STATE['warnings.filters'] = lambda: FROZEN\n"
+                      "        return str.__lt__(self, other)\n"
+                      "    def __eq__(self, other):\n"
+                      "        if snap is not None:\n"
+                      "            snap.STATE.update(real)\n"
+                      "        return str.__eq__(self, other)\n"
+                      "    __gt__ = __lt__\n"
+                      "    __hash__ = str.__hash__\n"
+                      "logging.getLogger(P('zz.liar'))\nlogging.getLogger(P('aa.liar'))\n"
+                      "warnings.simplefilter('ignore', UserWarning)  # <-\n",
+}
 REACH_OPEN: dict[str, str] = {
     "recorders_swap.py": "the tool's module globals are reachable through any gate's __globals__ (a dict,"
                          " changed without an audit event); a change put back before the end escapes the"

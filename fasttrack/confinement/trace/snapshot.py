@@ -45,15 +45,26 @@ def _logging() -> Any:
     return (root.level, lg.root.manager.disable, tuple(map(id, root.handlers)), root.disabled)
 
 
+def _exact(text: str) -> str:
+    """A plain copy of a text (a `str` subclass's own `__lt__`, `__eq__` or `__hash__` would run code of the
+    contribution inside the snapshot, where it could change the tracer's tables between two checks)."""
+    return text if type(text) is str else str.__getitem__(text, slice(None))
+
+
 def _loggers() -> Any:
     lg = sys.modules.get("logging")
     if lg is None:
         return ()
     out = []
-    for name, logger in sorted(lg.root.manager.loggerDict.items()):
-        if isinstance(logger, lg.Logger):
-            out.append((name, logger.level, logger.disabled, logger.propagate, len(logger.handlers)))
-    return tuple(out)
+    for name, logger in list(lg.root.manager.loggerDict.items()):
+        if isinstance(logger, lg.Logger) and isinstance(name, str):
+            # read from the instance's own dict, as plain values: a property or an int subclass of a
+            # contribution's Logger class would run its code inside the snapshot too
+            d = object.__getattribute__(logger, "__dict__")
+            handlers = d.get("handlers")
+            out.append((_exact(name), *(_plain(d.get(k)) for k in ("level", "disabled", "propagate")),
+                        len(handlers) if type(handlers) is list else -1))
+    return tuple(sorted(out, key=lambda e: e[0]))
 
 
 def _warnings() -> Any:
@@ -238,7 +249,7 @@ TORCH_REGISTRIES = (
 
 
 def _plain(v: Any) -> Any:
-    return v if isinstance(v, (str, int, float, bool, type(None))) else f"<{type(v).__name__} {id(v)}>"
+    return v if type(v) in (str, int, float, bool, type(None)) else f"<{type(v).__name__} {id(v)}>"
 
 
 def _registry(where: str) -> Callable[[], Any]:
@@ -385,7 +396,7 @@ def _bookkeeping(value: Any) -> bool:
 
 def _key_text(k: Any) -> str:
     if isinstance(k, str):
-        return k
+        return _exact(k)
     if isinstance(k, type):  # a dispatch table's key: named, with its identity (two classes of one name)
         return f"<type {getattr(k, '__module__', '?')}.{getattr(k, '__qualname__', '?')} {id(k)}>"
     return f"<{type(k).__name__} {id(k)}>"

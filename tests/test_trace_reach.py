@@ -96,21 +96,23 @@ REACH_ALONE: dict[str, dict[str, str]] = {
                        "    for r in gc.get_referrers(f):  # <-\n"
                        "        poison(r)\n",
     },
-    # the tracer compares logger names while it is busy (sorted): a str subclass's comparison runs then and
-    # walks the frames of the tracer's own code (a frame taken while the tracer is busy is refused)
+    # the tracer describes a changed value while it is busy (its last snapshot's events): that value's
+    # __repr__ runs then and walks the frames of the tracer's own code (refused while the tracer is busy);
+    # had it got them, it would drop what the tracer has yet to report (html.escape, sorted after base64)
     "busy": {
-        "reach_busy.py": "import logging, sys, html\n" + _POISON + "class P(str):\n"
-                         "    def __lt__(self, other):\n"
+        "reach_busy.py": "import sys, html, base64\n" + _POISON + "class E:\n"
+                         "    def __call__(self, *a, **k):\n        return b''\n"
+                         "    def __repr__(self):\n"
                          "        f = sys._getframe()  # <-\n"
                          "        while f is not None:\n"
-                         "            for v in list(f.f_locals.values()):\n                poison(v)\n"
+                         "            for k, v in list(f.f_locals.items()):\n"
+                         "                poison(v)\n"
+                         "                if k in ('after', 'base') and isinstance(v, dict):\n"
+                         "                    v.pop('mod:html:escape', None)\n"
                          "            f = f.f_back\n"
-                         "        return str.__lt__(self, other)\n"
-                         "    __gt__ = __lt__\n"
-                         "    __hash__ = str.__hash__\n"
-                         "logging.getLogger(P('zz.evil'))\n"
-                         "logging.getLogger(P('aa.evil'))\n"
-                         "html.escape = str\n",
+                         "        return 'E'\n"
+                         "base64.b64encode = E()  # <-\n"
+                         "html.escape = str  # <-\n",
     },
 }
 # the tool's own module globals, reached through a gate's `__globals__` (no audit event), changed for a

@@ -160,6 +160,18 @@ class EvidenceSuite(Strict):
     lm_eval_results: list[str] = Field(default_factory=list)
 
 
+class TraceCalls(Strict):
+    """What the effect trace calls after importing the contribution's changed modules (in its sandbox, on
+    CPU, effects recorded and attributed like import-time ones): a zero-argument smoke callable that runs
+    the code on tiny inputs, and the guard (`[fallback] guard`) on points fasttrack builds from the envelope,
+    each turned into the guard's argument by `guard_input(point)`."""
+
+    smoke: str = Field(min_length=1, description="module:callable, no arguments, tiny CPU shapes, seconds")
+    guard_input: str | None = Field(default=None, description="module:callable, an envelope point (a dict: "
+                                    "gpu, compute_capability, tp, batch, context, dtype, cuda_graph) -> the "
+                                    "guard's argument")
+
+
 class Claim(Strict):
     """A performance claim; verification recomputes it from raw samples, never trusts the number."""
 
@@ -203,6 +215,7 @@ class Manifest(Strict):
     envelope: Envelope
     fallback: Fallback
     evidence: EvidenceSuite
+    trace: TraceCalls | None = None
     claims: list[Claim] = Field(default_factory=list)
 
     @model_validator(mode="after")

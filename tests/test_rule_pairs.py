@@ -35,7 +35,7 @@ from git_helpers import GitRepo, Symlink
 
 from fasttrack.changes.model import Change, Hunk
 from fasttrack.commands.verify import VerifyOptions, build_context
-from fasttrack.confinement.trace.facts import Effect, EffectKind, TraceFacts, TraceStatus
+from fasttrack.confinement.trace.facts import CallResult, Effect, EffectKind, TraceFacts, TraceStatus
 from fasttrack.context import Context
 from fasttrack.facts.gather import gather_facts
 from fasttrack.findings import Severity
@@ -111,6 +111,14 @@ def _trace(status: TraceStatus = TraceStatus.OK, *effects: Effect, reason: str =
     """The effect-trace rules judge what the trace saw (TraceFacts); the tracer is tests/test_trace.py's."""
     facts = TraceFacts(status=status, reason=reason, modules=("vllm.models.kimi_k3.nvidia.k3",),
                        effects=effects)
+    return lambda tmp: conf.make_ctx([conf.added(K3_FILE)], trace=facts)
+
+
+def _calls(ok: bool) -> Build:
+    """What the trace's calls of the manifest's entry points returned (FT138)."""
+    call = CallResult(name="guard outside (batch)", ok=ok,
+                      detail="" if ok else "the guard answered fused at batch 65 (outside)")
+    facts = TraceFacts(status=TraceStatus.OK, modules=("vllm.models.kimi_k3.nvidia.k3",), calls=(call,))
     return lambda tmp: conf.make_ctx([conf.added(K3_FILE)], trace=facts)
 
 
@@ -210,6 +218,7 @@ PAIRS: dict[str, Pair] = {
     "FT132": Pair(_trace(), _trace(TraceStatus.FAILED, reason="timed out after 60 s")),
     "FT133": Pair(_trace(), _trace(TraceStatus.OK, _effect(EffectKind.ESCAPE))),
     "FT134": Pair(_trace(), _trace(TraceStatus.OK, _effect(EffectKind.DYNAMIC_CODE))),
+    "FT138": Pair(_calls(ok=True), _calls(ok=False)),
     # confinement: source text and the repository (tests/test_source_text.py, tests/test_zones_registry.py)
     "FT135": Pair(_range(zones.ENGINE, {f"{K3}/fast.py": "# coding: utf-8\nSCALE = 'é'\n"}),
                   _range(zones.ENGINE, {f"{K3}/fast.py": _UTF7})),
@@ -246,6 +255,7 @@ PAIRS: dict[str, Pair] = {
     "FT210": Pair(_envelope(), lambda tmp: env.make_ctx(tmp, load_policy(env.POLICY), env.manifest_with(),
                                                         files={"__init__.py": "", "stock.py": env.STOCK})),
     "FT211": Pair(_envelope(), _envelope(**{"claims.0.batch": 512})),
+    "FT212": Pair(_envelope(), _envelope(trace=None)),
     # integrity (tests/test_rules_integrity.py)
     "FT401": Pair(lambda tmp: integ.ctx([f"{K3}/a.py"]), lambda tmp: integ.ctx(["policies/vllm.toml"])),
     # evidence, binding and the yardstick: the honest bundle, and the first attack of each code

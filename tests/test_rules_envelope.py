@@ -33,6 +33,7 @@ MANIFEST: dict[str, Any] = {
     "fallback": {"metric": "fasttrack_kimi_k3_fallback_total", "stock_path": "kimi_k3.stock:forward",
                  "guard": "kimi_k3.guard:decide"},
     "evidence": {"kernel_tests": ["tests/test_gpu.py"]},
+    "trace": {"smoke": "kimi_k3.smoke:run", "guard_input": "kimi_k3.smoke:meta"},
     "claims": [{"name": "fused-b1", "min_speedup": 1.9, "gpu": "NVIDIA H200", "tp": 1, "batch": 1,
                 "context": 4096}],
 }
@@ -86,6 +87,8 @@ def toml_text(manifest: Manifest) -> str:
     lines = [f"schema_version = {data.pop('schema_version')}"]
     claims = data.pop("claims")
     for table, body in data.items():
+        if body is None:
+            continue  # an optional table left out ([trace])
         lines.append(f"[{table}]")
         lines += [f"{k} = {value(v)}" for k, v in body.items() if v is not None]
     for claim in claims:
@@ -101,7 +104,9 @@ def policy() -> Policy:
 
 def make_ctx(tmp_path: Path, policy: Policy, manifest: Manifest | None, *,
              files: dict[str, str] | None = None, mode: str = "contribution") -> Context:
-    contribution = {"__init__.py": "", "guard.py": GUARD, "stock.py": STOCK} if files is None else files
+    contribution = {"__init__.py": "", "guard.py": GUARD, "stock.py": STOCK,
+                    "smoke.py": "def run():\n    pass\n\n\ndef meta(point):\n    return point\n"} \
+        if files is None else files
     for rel, text in contribution.items():
         p = tmp_path / CONTRIB / rel
         p.parent.mkdir(parents=True, exist_ok=True)

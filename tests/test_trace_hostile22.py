@@ -83,8 +83,11 @@ RUNTIME22: dict[str, str] = {
     "traceback_frame.py": "try:\n    raise ValueError\nexcept ValueError as e:\n"
                           "    F = e.__traceback__.tb_frame  # <-\n",
     # patches only outside the sandbox (its working directory's name gives it away)
-    "sandbox_detect.py": "import os, json\nif 'fasttrack-trace-' not in os.getcwd():\n"
-                         "    setattr(*(json, 'dumps', repr))  # <-\n",
+    "sandbox_detect.py": "import os, keyword\nif 'fasttrack-trace-' not in os.getcwd():\n"
+                         "    setattr(*(keyword, 'iskeyword', repr))  # <-\n",
+    # the same, told by something a sandbox cannot hide from code that runs in it (here: `python -I`)
+    "sandbox_detect_flags.py": "import sys, keyword\nif not sys.flags.isolated:\n"
+                               "    setattr(*(keyword, 'issoftkeyword', repr))  # <-\n",
     # -- caught when written (variants of earlier families) -----------------------------------------------
     "proc_mem_write.py": "open('/proc/self/mem', 'r+b')  # <-\n",
     "abstract_socket.py": "import socket\nsocket.socket(socket.AF_UNIX).bind('\\0fasttrack-evil')  # <-\n",
@@ -94,9 +97,10 @@ RUNTIME22: dict[str, str] = {
                          "setattr(string, 'capwords', str)  # <-\n",
 }
 RUNTIME22_OPEN: dict[str, str] = {
-    "private_dispatch.py": "private module-level dicts are not boxed (only public ones)",
-    "class_dispatch.py": "dicts held by foreign classes are compared by identity only",
-    "sandbox_detect.py": "code that sees it is in the sandbox and patches only outside is never run patching",
+    "sandbox_detect_flags.py": "code that tells it is traced (the interpreter's flags, its argv, the tracer's"
+                               " own wrappers) and patches only outside is never run patching: a trace cannot"
+                               " see code that refuses to run (the static scan reads the patch;"
+                               " docs/verify.md)",
 }
 
 # Attacks on the trace itself: one trace each.
@@ -146,9 +150,7 @@ ALONE22: dict[str, str] = {
     "huge_stdout.py": "import sys\nchunk = 'x' * (1 << 20)\nfor _ in range(100):\n"
                       "    sys.stdout.write(chunk)  # <-\n",
 }
-ALONE22_OPEN: dict[str, str] = {
-    "absorbed_poison.py": "the tracer's bookkeeping (watch, absorbed) is reachable through sys.meta_path",
-}
+ALONE22_OPEN: dict[str, str] = {}
 
 # torch's process-wide switches in a trace of their own (torch is imported for it)
 TORCH22: dict[str, str] = {
@@ -158,8 +160,12 @@ TORCH22: dict[str, str] = {
     "warn_always.py": "import torch\ntorch.set_warn_always(True)  # <-\n",
     "print_options.py": "import torch\ntorch.set_printoptions(precision=1)  # <-\n",
 }
-TORCH22_OPEN: dict[str, str] = {
-    "print_options.py": "a torch singleton's field set inside a torch call is taken for torch's bookkeeping",
+TORCH22_OPEN: dict[str, str] = {}
+# traced beside TORCH22: torch's own work while the contribution uses it (lazily imported submodules, a
+# module's parameters) is torch's bookkeeping, not a setting
+TORCH22_HONEST: dict[str, str] = {
+    "torch_use.py": "import torch\nT = torch.ones(3)\nL = torch.nn.Linear(2, 2)\n"
+                    "Y = L(torch.zeros(1, 2)).sum().item()\nimport torch.nn.functional as F\nZ = F.relu(T)\n",
 }
 
 HONEST22: dict[str, str] = {
@@ -182,6 +188,9 @@ HONEST22: dict[str, str] = {
     "ctypes_size.py": "import ctypes\nN = ctypes.sizeof(ctypes.c_int)\n",
     "asyncgen_def.py": "async def gen():\n    yield 1\n",
     "sysconfig_use.py": "import sysconfig\nPURE = sysconfig.get_paths()['purelib']\n",
+    # private tables used, not changed: a regex cache (data), pickle's and copy's dispatch tables read
+    "private_tables.py": "import re, io, pickle, copy\nP = re.compile('ab+c')\nB = io.BytesIO()\n"
+                         "pickle._Pickler(B).dump({'a': 1j})\nC = copy.deepcopy([1j, {2: 3}])\n",
     "own_dispatch.py": "import copy\nclass P:\n    def __deepcopy__(self, memo):\n        return P()\n"
                        "Q = copy.deepcopy(P())\nD = {complex: 1}\nD[int] = 2\n",
 }
@@ -233,7 +242,7 @@ def test_attack_on_the_trace_ends_in_an_error(tmp_path: Path, module: str) -> No
 @pytest.fixture(scope="module")
 def torch_traced22(tmp_path_factory: pytest.TempPathFactory) -> tuple[TraceFacts, list[Finding]]:
     pytest.importorskip("torch")
-    ctx = _context(tmp_path_factory.mktemp("rt22t"), "evilt", TORCH22)
+    ctx = _context(tmp_path_factory.mktemp("rt22t"), "evilt", {**TORCH22, **TORCH22_HONEST})
     facts = gather_trace(ctx)
     return facts, _findings(ctx, facts)
 
@@ -248,6 +257,13 @@ def test_torch22_effect_is_an_error_at_its_line(torch_traced22: tuple[TraceFacts
     want = marked_lines(TORCH22[module])
     assert want and set(want) <= _errors_at(findings, "evilt", module), sorted(
         (f.code, f.line, f.message[:80]) for f in findings if f.path == f"evilt/{module}")
+
+
+@pytest.mark.slow
+def test_torch22_honest_use_is_clean(torch_traced22: tuple[TraceFacts, list[Finding]]) -> None:
+    _, findings = torch_traced22
+    honest = {f"evilt/{m}" for m in TORCH22_HONEST}
+    assert [(f.code, f.path, f.line) for f in findings if f.path in honest] == []
 
 
 @pytest.mark.slow

@@ -67,8 +67,11 @@ def _head_facts(ctx: Context) -> tuple[dict[str, str | None], dict[str, PathKind
     wanted.add(paths.manifest_path(ctx))
     m = ctx.manifest
     if m is not None:
-        for name in _REF_FIELDS:
-            module, sep, _ = str(getattr(m.fallback, name)).partition(":")
+        refs = [str(getattr(m.fallback, name)) for name in _REF_FIELDS]
+        if m.trace is not None:  # the entry points the trace calls (FT212 checks they exist)
+            refs += [m.trace.smoke, *([m.trace.guard_input] if m.trace.guard_input else [])]
+        for ref in refs:
+            module, sep, _ = ref.partition(":")
             if sep:
                 wanted.update(paths.module_candidates(ctx, module))
     texts = {p: head.read_head_text(ctx.head_dir, p) for p in sorted(wanted)}

@@ -139,6 +139,9 @@ META: Final[dict[str, Meta]] = {
     "FT134": Meta(CONFINED, "generated code and interpreter walks build what the static scan cannot read",
                   "[o for o in gc.get_objects() if type(o).__name__ == 'RowParallelLinear']",
                   tags=("trace",)),
+    "FT138": Meta(CONFINED, "code that patches only when called is seen only when the trace calls it",
+                  "a smoke function that sets json.dumps, or a guard that answers fused at batch max + 1",
+                  tags=("trace",)),
     # ---------------------------------------------------------------------------- confinement: source
     "FT135": Meta(CONFINED, "Python would run other text than the UTF-8 a reviewer and the analysis read",
                   "a .py file that starts with '# coding: utf-7'", tags=("source",)),
@@ -181,6 +184,8 @@ META: Final[dict[str, Meta]] = {
                   "a guard module that never counts a fallback", tags=("fallback",)),
     "FT211": Meta(ENVELOPE, "a claim outside the envelope is about code production never runs",
                   "a claim at batch 512 in an envelope of batch <= 64"),
+    "FT212": Meta(ENVELOPE, "a trace that only imports never runs what patches only when called",
+                  "a manifest without [trace] smoke", tags=("fallback",)),
     # --------------------------------------------------------------------------------------- evidence
     "FT300": Meta(EVIDENCE, "a contribution's only proof is its evidence bundle",
                   "evidence/kimi_k3/ missing", tags=(PRESENCE,)),

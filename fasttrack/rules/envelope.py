@@ -300,17 +300,17 @@ def _top_level_names(tree: ast.Module) -> set[str]:
     return names
 
 
-def _check_ref(ctx: Facts, field: str, ref: str) -> Iterator[Finding]:
+def _check_ref(ctx: Facts, field: str, ref: str, code: str = "FT210") -> Iterator[Finding]:
     split = _split_ref(ref)
     if split is None:
-        yield _error(ctx, "FT210", field, f"{ref!r} is not `module:callable`",
+        yield _error(ctx, code, field, f"{ref!r} is not `module:callable`",
                      fix="name it as a dotted module and a top-level callable, e.g. kimi_k3.guard:decide")
         return
     module, name = split
     path, outside = _module_file(ctx, module)
     if path is None:
         where = f"; it resolves to {outside}, outside the contribution" if outside else ""
-        yield _error(ctx, "FT210", field, f"module {module!r} is not a file of the contribution "
+        yield _error(ctx, code, field, f"module {module!r} is not a file of the contribution "
                      f"({_contribution_dir(ctx) or '.'}){where}",
                      fix="point it at a module inside the contribution (importable from its parent "
                          "directory)")
@@ -319,11 +319,11 @@ def _check_ref(ctx: Facts, field: str, ref: str) -> Iterator[Finding]:
     try:
         tree = ast.parse(text, filename=path)
     except (SyntaxError, ValueError) as exc:
-        yield _error(ctx, "FT210", field, f"{path} does not parse ({exc}), so {name!r} cannot be found",
+        yield _error(ctx, code, field, f"{path} does not parse ({exc}), so {name!r} cannot be found",
                      fix=f"fix the syntax of {path}")
         return
     if name not in _top_level_names(tree):
-        yield _error(ctx, "FT210", field, f"{path} defines no top-level {name!r}",
+        yield _error(ctx, code, field, f"{path} defines no top-level {name!r}",
                      fix=f"define {name} at the top level of {path}, or name the callable that exists")
 
 
@@ -402,6 +402,31 @@ def fallback(ctx: Facts) -> Iterator[Finding]:
                      "code, so fallbacks are not visible", fix="create the counter with "
                      f"prometheus_client.Counter({metric.removesuffix('_total')!r}, ..., ['reason']) in the "
                      "guard and increment it on every fallback")
+
+
+@catalogue.rule("FT212", "The manifest names no [trace] smoke and guard_input for the trace to call.")
+def trace_calls(ctx: Facts) -> Iterator[Finding]:
+    """The effect trace imports the changed modules and then calls `[trace] smoke` (no arguments, tiny CPU
+    inputs) and the `[fallback] guard` at envelope points (`[trace] guard_input` turns a point into the
+    guard's argument), so a patch made only when a function runs is seen too (FT138, FT130). A manifest
+    without them leaves that unseen: fail closed. Both must name a top-level callable of a contribution
+    module (checked statically, like FT210)."""
+    m = ctx.manifest
+    if m is None:
+        return
+    if m.trace is None:
+        yield _error(ctx, "FT212", "trace", "the manifest has no [trace] table: the effect trace would only "
+                     "import the code, never call it", fix='add [trace] smoke = "pkg.module:function" (no '
+                     'arguments, tiny CPU inputs, a few seconds) and guard_input = "pkg.module:function" '
+                     "(an envelope point dict -> the guard's argument)")
+        return
+    yield from _check_ref(ctx, "trace.smoke", m.trace.smoke, "FT212")
+    if m.trace.guard_input is None:
+        yield _error(ctx, "FT212", "trace.guard_input", "no guard_input: the trace cannot ask the guard "
+                     "about points inside and outside the envelope",
+                     fix='add guard_input = "pkg.module:function"')
+    else:
+        yield from _check_ref(ctx, "trace.guard_input", m.trace.guard_input, "FT212")
 
 
 @catalogue.rule("FT211", "A claim names a point outside the envelope.")

@@ -99,6 +99,25 @@ def trace_failed(ctx: Facts) -> Iterator[Finding]:
                                 path=ctx.manifest_path, fix=ctx.trace.fix or "rerun; report to fasttrack")
 
 
+@catalogue.rule("FT138", "An entry point the trace called failed, or the guard contradicted the envelope.")
+def entry_calls(ctx: Facts) -> Iterator[Finding]:
+    """After the imports the trace calls what the manifest's `[trace]` names, in the sandbox, with effects
+    recorded and attributed as at import (a patch made only when a function is called is FT130 too): the
+    zero-argument `smoke` callable, and the `[fallback] guard` at points fasttrack builds from the envelope
+    (`guard_input(point)` makes the guard's argument): fused at a point inside, stock just outside it (batch,
+    context, TP). A call that raised, that the trace could not report, or a wrong answer is an error."""
+    if ctx.trace is None or ctx.trace.status is TraceStatus.NOT_RUN:
+        return
+    for call in ctx.trace.calls:
+        if call.ok:
+            continue
+        yield Finding.error("FT138", f"the trace's call of {visible(call.name)} failed: "
+                            f"{visible(call.detail)}",
+                            path=call.path or ctx.manifest_path, line=call.line if call.path else None,
+                            fix="make [trace] smoke run on tiny CPU inputs without effects, and the guard "
+                                "answer fused inside the envelope and stock outside it")
+
+
 @catalogue.rule("FT133", "The effect trace saw a changed module reach the network, a process or native code.")
 def escape_attempt(ctx: Facts) -> Iterator[Finding]:
     """Sockets, `subprocess`, `os.system`/`exec*`/`fork`, signals to other processes, `ctypes` loading or

@@ -19,6 +19,7 @@ import atexit
 import builtins
 import codecs
 import contextlib
+import functools
 import gc
 import importlib
 import json
@@ -90,6 +91,21 @@ MISSING_SENTINEL: Any = object()
 _CURRENT = threading.current_thread  # per-thread state is keyed by the Thread (an ident is reused)
 _WRAPPED: dict[types.CodeType, str] = {}  # the child's wrappers (`_watch_deferred`) -> what they wrap
 _BOOTSTRAP_INNER = threading.Thread._bootstrap_inner.__code__  # type: ignore[attr-defined]
+# Everything the tracer installs into shared state (its finder, loaders, trace functions, the stand-ins'
+# recorder, the wrappers of `_watch_deferred`) is a thin gate that holds no reference to the tracer: it raises
+# this audit event, and the tracer's audit hook (referenced only by the interpreter's hook list, which no
+# Python API hands out) serves it. See `Tracer.serve` for why its state is then out of the contribution's
+# reach.
+GATE = "cpython._gate"
+
+
+def _gate(op: str, args: tuple[Any, ...], _audit: Any = sys.audit, _list: Any = list) -> Any:
+    """Ask the tracer (through its audit hook) to do `op`; what it answers, else None (no hook yet).
+    Dependencies are positional defaults (a tuple: not changeable in place, and `__defaults__` cannot be
+    set: the guard refuses writes to the tracer's own functions)."""
+    box = _list()
+    _audit(GATE, op, args, box)
+    return box[0] if box else None
 
 
 class Sandboxed(PermissionError):
@@ -108,6 +124,13 @@ class Tracer:
         self.imported: set[str] = set()
         self.baselines: snapshot.Snapshot = {}
         self.finder = standins.EngineFinder(spec["engine_roots"], spec["own_files"], spec["own_dirs"])
+        # The finders' tables are reachable (they are on sys.meta_path): the tracer decides with its own.
+        self.engine_roots: tuple[str, ...] = tuple(spec["engine_roots"])
+        self.missing_checked: dict[str, bool] = {}  # top-level name -> really missing on this machine
+        self.finders_before: tuple[Any, ...] = ()  # sys.meta_path before the tracer's finders went in
+        self.names_before: frozenset[str] = frozenset()  # sys.modules' names then
+        self.loaders: dict[int, tuple[Any, Any]] = {}  # id of a `_Baseline` -> (it, the loader it wraps)
+        self.peeking = False  # the hook is looking at the stack itself
         self.lasts: dict[Any, tuple[str, int] | None] = {}  # per thread: the contribution's last line
         self.origins: dict[int, tuple[str, int] | None] = {}  # id of a Thread -> the line that made it
         self.join_left = SETTLE_S  # locate pass: seconds left for running started threads to their end
@@ -145,7 +168,7 @@ class Tracer:
         frame: types.FrameType | None = sys._getframe(2)
         inside_import = False
         while frame is not None:
-            if frame.f_code is _EXEC_MODULE:
+            if frame.f_code is _EXEC_MODULE and frame.f_locals.get("self") is self:
                 inside_import = True
             path = self.files.get(frame.f_code.co_filename)
             if path is not None:
@@ -187,8 +210,29 @@ class Tracer:
 
     def skip(self, name: str) -> bool:
         """Modules that are not shared state: the contribution's own, the stand-ins, the tracer itself."""
-        return (self.owned(name) or name in self.finder.standins or name == "__main__"
-                or name.startswith("_fasttrack_trace"))
+        return (self.owned(name) or name == "__main__" or name.startswith("_fasttrack_trace")
+                or self.standin(name))
+
+    def standin(self, name: str) -> bool:
+        """A stand-in module: a name under the engine's roots (the tracer's own copy), or a package this
+        machine really lacks (asked of the finders that were there before the tracer's: a name that the
+        finder's reachable tables say is missing but that imports is not skipped)."""
+        if name in self.names_before:
+            return False  # a module that was there before the trace is never a stand-in
+        if any(name == r or name.startswith(r + ".") for r in self.engine_roots):
+            return True
+        top = name.partition(".")[0]
+        if top not in self.finder.standins:
+            return False
+        known = self.missing_checked.get(top)
+        if known is None:
+            busy, self.busy = self.busy, True
+            try:
+                known = not any(_finds(f, top) for f in self.finders_before)
+            finally:
+                self.busy = busy
+            self.missing_checked[top] = known
+        return known
 
     def frame_grab(self) -> bool:
         """`sys._getframe` called by the contribution, or by a helper that hands the frame back to it
@@ -234,6 +278,10 @@ class Tracer:
         raise Sandboxed(f"fasttrack trace: {target} is not allowed")
 
     def hook(self, event: str, args: tuple[Any, ...]) -> None:
+        if event == GATE:
+            if len(args) == 3 and type(args[1]) is tuple and type(args[2]) is list:
+                self.serve(args[0], args[1], args[2])
+            return
         # Blocked from the moment the hook is installed, whether or not the tracer is `active` or `busy`:
         # after that the tracer's own code writes no file, starts nothing and loads no native code.
         if event == "open":
@@ -254,6 +302,20 @@ class Tracer:
             self.blocked("escape", event, _args(args))
         if event == "import" and args and args[0] in NO_REIMPORT:
             self.blocked("escape", f"import {args[0]}", "imported again while traced")
+        if self.busy and not self.peeking and (event.startswith(WALKS) or event == "sys._getframe" or (
+                event == "object.__getattr__" and len(args) > 1 and args[1] in FRAME_ATTRS)):
+            # Code of the contribution run by the tracer's own work (a `__lt__` its snapshot's sort calls, a
+            # `__repr__` it describes) would find the tracer's frames, and its state in them: refused.
+            self.peeking = True
+            try:
+                grab = (self.where()[0] is not None) if event.startswith(WALKS) else (
+                    self.frame_grab() if event == "sys._getframe" else self.direct_caller_is_contribution())
+            finally:
+                self.peeking = False
+            if grab:
+                self.blocked("introspection", event if event != "object.__getattr__" else str(args[1]),
+                             "a frame or an object walk while the tracer was at work")
+            return
         if not self.active or self.busy:
             return
         if event == "import":
@@ -261,7 +323,7 @@ class Tracer:
             return
         if event.startswith(INTERPRETER):
             if event == "sys.settrace" and sys._getframe(1).f_code is _BOOTSTRAP_INNER and \
-                    getattr(threading, "_trace_hook", None) == self.trace_global:
+                    getattr(threading, "_trace_hook", None) is _trace_global:
                 return  # a thread starting under the locate pass's own tracer (threading.settrace)
             if event == "os.putenv" and len(args) == 2 and os.environb.get(args[0]) == args[1]:
                 return  # the value it already has (a library re-asserting its cache directory)
@@ -301,21 +363,70 @@ class Tracer:
                 self.record("foreign-write", f"{owner}.{getattr(obj, '__qualname__', '?')}.{args[1]}", event)
 
     # ---------------------------------------------------------------------------- import baselines
+    # ------------------------------------------------------------------------------------ the gates
+    def serve(self, op: Any, args: tuple[Any, ...], box: list[Any]) -> None:
+        """What a gate asks (see GATE). Why the contribution cannot reach the tracer's state:
+        - the tracer is referenced by `main`'s frame, by the audit hook list (no Python API lists hooks)
+          and by nothing it installs: every callable it puts into shared state is a gate (a module-level
+          function or a `_Finder`/`_Baseline` holding no tracer), checked by tests/test_trace_reach.py's
+          walk over `__closure__` cells, `__self__`, `__globals__`, defaults and containers;
+        - a frame (`sys._getframe`, `tb_frame`, `gi_frame`, ...) and a gc walk are audited: the
+          contribution's is reported (FT134) before the object is handed over, and while the tracer is at
+          work (code of the contribution it calls: a `__lt__`, a `__repr__`) it is refused;
+        - a gate called by the contribution itself does only what the tracer would do anyway: a lookup,
+          a record (one more finding), an import by a loader the tracer wrapped (checked by identity here,
+          not by the wrapper's attributes); the trace functions take real frames only.
+        What stays open (the tool's module globals, reachable through a gate's `__globals__`, changed and
+        put back before the end) is listed in tests/test_trace_reach.py."""
+        if op == "find" and len(args) == 3:
+            box.append(self.find_spec(*args))
+        elif op == "exec" and len(args) == 2:
+            entry = self.loaders.get(id(args[0]))
+            if entry is None or entry[0] is not args[0]:
+                raise ImportError("fasttrack trace: not a loader of this trace")
+            self.exec_wrapped(entry[1], args[1])
+            box.append(True)
+        elif op == "record" and len(args) == 3:
+            self.record(str(args[0]), str(args[1]), str(args[2]))
+        elif op == "trace" and len(args) == 4 and type(args[1]) is types.FrameType:
+            which, frame, event, arg = args
+            fn = self.trace_local if which == 1 else self.trace_foreign if which == 2 else self.trace_global
+            box.append(fn(frame, str(event), arg))
+        elif op in _DEFERRED and len(args) >= 1:
+            _DEFERRED[op](self, *args)
+
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        """First on sys.meta_path: a foreign module imported during the trace is snapshotted right after
-        its own code ran, so what the contribution does to it later is a diff."""
-        if self.skip(name) or any(name == r or name.startswith(r + ".") for r in self.finder.engine_roots):
+        """First on sys.meta_path (through `_Finder`): a foreign module imported during the trace is
+        snapshotted right after its own code ran, so what the contribution does to it later is a diff."""
+        if not isinstance(name, str) or self.skip(name) or \
+                any(name == r or name.startswith(r + ".") for r in self.engine_roots):
             return None
         for finder in sys.meta_path:
-            if finder is self or finder is self.finder or isinstance(finder, standins.MissingFinder) \
+            if isinstance(finder, (_Finder, standins.EngineFinder, standins.MissingFinder)) \
                     or not hasattr(finder, "find_spec"):
                 continue
             spec = finder.find_spec(name, path, target)
             if spec is not None:
                 if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _Baseline(spec.loader, self)  # type: ignore[assignment]
+                    wrapper = _Baseline(spec.loader)
+                    self.loaders[id(wrapper)] = (wrapper, spec.loader)
+                    spec.loader = wrapper  # type: ignore[assignment]
                 return spec
         return None
+
+    def exec_wrapped(self, loader: Any, module: types.ModuleType) -> None:
+        """A wrapped loader's `exec_module`: run the real loader, then snapshot the module it made."""
+        outer = self.depth == 0 and self.active
+        if outer:
+            self.import_started()
+        self.depth += 1
+        try:
+            loader.exec_module(module)
+        finally:
+            self.depth -= 1
+            self.baseline(module.__name__, module)
+            if outer:
+                self.import_finished()
 
     def baseline(self, name: str, module: types.ModuleType) -> None:
         busy, self.busy = self.busy, True
@@ -373,7 +484,7 @@ class Tracer:
     def trace_global(self, frame: types.FrameType, event: str, arg: Any) -> Any:
         if self.ours(frame):
             self.check()
-            return self.trace_local
+            return _trace_local
         if self.origins and self.origin() is not None:
             # A thread the contribution started, running foreign code (a Timer calling `setattr`): what
             # changed since its last call is blamed on the line that started it.
@@ -388,7 +499,7 @@ class Tracer:
             self.calling = _WRAPPED.get(frame.f_code) or (
                 str(frame.f_globals.get("__name__", "?")) + "." + frame.f_code.co_qualname)
             self.in_foreign += 1
-            return self.trace_foreign
+            return _trace_foreign
         return None
 
     def trace_foreign(self, frame: types.FrameType, event: str, arg: Any) -> Any:
@@ -409,7 +520,7 @@ class Tracer:
             path = self.files.get(frame.f_code.co_filename)
             if path is not None:
                 self.lasts[_CURRENT()] = (path, frame.f_lineno)
-        return self.trace_local
+        return _trace_local
 
     def check(self, absorb: bool = False, indirect: str = "", cheap_only: bool = False) -> None:
         """Compare the watched keys with their last value: a change is blamed on the contribution's last
@@ -444,82 +555,121 @@ class Tracer:
             self.busy = False
 
 
-def _watch_deferred(tracer: Tracer) -> None:
-    """Threads and exit hooks the contribution leaves behind, with the line that made each: `Thread.start`
-    (a Timer too), `atexit.register` and `weakref.finalize` are wrapped before the "before" snapshot (so
-    putting the originals back is itself a diff)."""
+def _thread_init(thread: threading.Thread, *args: Any, **kwargs: Any) -> None:
+    _THREAD_INIT(thread, *args, **kwargs)
+    _gate("thread-init", (thread,))
 
-    def init(thread: threading.Thread, *args: Any, **kwargs: Any) -> None:
-        _THREAD_INIT(thread, *args, **kwargs)
-        if tracer.active and (where := tracer.here()) is not None:
-            tracer.origins[id(thread)] = where  # the line that made it (and handed it its target)
 
-    def start(thread: threading.Thread) -> None:
-        if tracer.active and id(thread) not in tracer.origins and (where := tracer.here()) is not None:
-            tracer.origins[id(thread)] = where
-        _THREAD_START(thread)
-        if tracer.watch and id(thread) in tracer.origins:
-            # locate pass: run it to its end (within the budget) before the contribution's next line, so
-            # what it changes is blamed on its own lines or the line that made it, never on a later one
+def _thread_start(thread: threading.Thread, _gate: Any = _gate, _start: Any = _THREAD_START) -> None:
+    _gate("thread-start", (thread,))
+    _start(thread)
+    _gate("thread-started", (thread,))
+
+
+def _atexit_register(func: Any, *args: Any, **kwargs: Any) -> Any:
+    _gate("exit", (sys._getframe(1).f_code.co_filename, lambda: func(*args, **kwargs)))
+    return _ATEXIT_REGISTER(func, *args, **kwargs)
+
+
+def _finalize_init(self: Any, obj: Any, func: Any, /, *args: Any, **kwargs: Any) -> None:
+    _FINALIZE_INIT(self, obj, func, *args, **kwargs)
+    _gate("exit", (sys._getframe(1).f_code.co_filename, self))
+
+
+def _fork_exec(*args: Any, **kwargs: Any) -> Any:  # no audit event: a process would start unseen
+    _gate("fork-exec", (args[:1],))
+    raise Sandboxed("fasttrack trace: _posixsubprocess.fork_exec is not allowed")
+
+
+def _start_new_thread(function: Any, args: Any = (), kwargs: Any = None, _gate: Any = _gate,
+                      _start: Any = _START_NEW, _lock: Any = _thread.allocate_lock) -> int:
+    # below `threading`: not in threading.enumerate(), so settled here (and, in the locate pass, run to its
+    # end right away, so what it changes is blamed on the line that started it)
+    finished = _lock()
+    finished.acquire()
+
+    def run(*a: Any, **k: Any) -> None:
+        try:
+            function(*a, **k)
+        finally:
+            finished.release()
+
+    ident: int = _start(run, tuple(args), dict(kwargs or {}))
+    _gate("raw-thread", (finished,))
+    return ident
+
+
+def _codecs_register(search: Any, _gate: Any = _gate, _register: Any = _CODECS_REGISTER) -> None:
+    _gate("codecs", (search,))  # a search function runs later, on any uncached codec name
+    _register(search)
+
+
+def _on_thread_made(tracer: Tracer, thread: Any) -> None:
+    if tracer.active and (where := tracer.here()) is not None:
+        tracer.origins[id(thread)] = where  # the line that made it (and handed it its target)
+
+
+def _on_thread_start(tracer: Tracer, thread: Any) -> None:
+    if tracer.active and id(thread) not in tracer.origins and (where := tracer.here()) is not None:
+        tracer.origins[id(thread)] = where
+
+
+def _on_thread_started(tracer: Tracer, thread: Any) -> None:
+    if tracer.watch and id(thread) in tracer.origins and isinstance(thread, threading.Thread):
+        # locate pass: run it to its end (within the budget) before the contribution's next line, so what
+        # it changes is blamed on its own lines or the line that made it, never on a later one
+        began = time.monotonic()
+        thread.join(max(0.0, tracer.join_left))
+        tracer.join_left -= time.monotonic() - began
+
+
+def _on_exit(tracer: Tracer, filename: Any, hook: Any = None) -> None:
+    # registered by the contribution's own line, not by a library it called
+    if tracer.active and filename in tracer.files and callable(hook):
+        tracer.exits.append((tracer.here(), hook))
+
+
+def _on_raw_thread(tracer: Tracer, finished: Any) -> None:
+    if tracer.active and hasattr(finished, "acquire"):
+        tracer.raw_threads.append((tracer.here(), finished))
+        if tracer.watch:
             began = time.monotonic()
-            thread.join(max(0.0, tracer.join_left))
+            if finished.acquire(timeout=max(0.0, tracer.join_left)):
+                finished.release()
             tracer.join_left -= time.monotonic() - began
 
-    def direct() -> bool:  # registered by the contribution's own line, not by a library it called
-        return tracer.active and sys._getframe(2).f_code.co_filename in tracer.files
 
-    def register(func: Any, *args: Any, **kwargs: Any) -> Any:
-        if direct():
-            tracer.exits.append((tracer.here(), lambda: func(*args, **kwargs)))
-        return _ATEXIT_REGISTER(func, *args, **kwargs)
+def _on_codecs(tracer: Tracer, search: Any) -> None:
+    if tracer.active:
+        tracer.record("interpreter", "codecs.register", _args((search,)))
 
-    def finalize_init(self: Any, obj: Any, func: Any, /, *args: Any, **kwargs: Any) -> None:
-        _FINALIZE_INIT(self, obj, func, *args, **kwargs)
-        if direct():
-            tracer.exits.append((tracer.here(), self))
 
-    def fork_exec(*args: Any, **kwargs: Any) -> Any:  # no audit event: a process would start unseen
-        tracer.blocked("escape", "_posixsubprocess.fork_exec", _args(args[:1]))
+def _on_fork_exec(tracer: Tracer, args: Any) -> None:
+    tracer.blocked("escape", "_posixsubprocess.fork_exec", _args(args if isinstance(args, tuple) else ()))
 
-    def start_new_thread(function: Any, args: Any = (), kwargs: Any = None) -> int:
-        # below `threading`: not in threading.enumerate(), so settled here (and, in the locate pass, run to
-        # its end right away, so what it changes is blamed on the line that started it)
-        finished = _thread.allocate_lock()
-        finished.acquire()
 
-        def run(*a: Any, **k: Any) -> None:
-            try:
-                function(*a, **k)
-            finally:
-                finished.release()
+_DEFERRED: dict[str, Callable[..., None]] = {
+    "thread-init": _on_thread_made, "thread-start": _on_thread_start, "thread-started": _on_thread_started,
+    "exit": _on_exit, "raw-thread": _on_raw_thread, "codecs": _on_codecs, "fork-exec": _on_fork_exec}
 
-        ident: int = _START_NEW(run, tuple(args), dict(kwargs or {}))
-        if tracer.active:
-            tracer.raw_threads.append((tracer.here(), finished))
-            if tracer.watch:
-                began = time.monotonic()
-                if finished.acquire(timeout=max(0.0, tracer.join_left)):
-                    finished.release()
-                tracer.join_left -= time.monotonic() - began
-        return ident
 
-    def codecs_register(search: Any) -> None:  # a search function runs later, on any uncached codec name
-        if tracer.active:
-            tracer.record("interpreter", "codecs.register", _args((search,)))
-        _CODECS_REGISTER(search)
-
-    _posixsubprocess.fork_exec = fork_exec
+def _watch_deferred() -> None:
+    """Threads and exit hooks the contribution leaves behind, with the line that made each: `Thread.start`
+    (a Timer too), `atexit.register` and `weakref.finalize` are wrapped before the "before" snapshot (so
+    putting the originals back is itself a diff). The wrappers are gates (no reference to the tracer)."""
+    _posixsubprocess.fork_exec = _fork_exec
     if hasattr(subprocess, "_fork_exec"):
-        subprocess._fork_exec = fork_exec
-    _thread.start_new_thread = _thread.start_new = start_new_thread
-    codecs.register = _codecs.register = codecs_register
-    _WRAPPED.update({init.__code__: "threading.Thread.__init__", start.__code__: "threading.Thread.start",
-                     register.__code__: "atexit.register",
-                     finalize_init.__code__: "weakref.finalize.__init__"})
-    threading.Thread.__init__ = init  # type: ignore[method-assign,assignment]
-    threading.Thread.start = start  # type: ignore[method-assign,assignment]
-    atexit.register = register  # type: ignore[assignment]
-    weakref.finalize.__init__ = finalize_init  # type: ignore[method-assign]
+        subprocess._fork_exec = _fork_exec
+    _thread.start_new_thread = _thread.start_new = _start_new_thread
+    codecs.register = _codecs.register = _codecs_register
+    _WRAPPED.update({_thread_init.__code__: "threading.Thread.__init__",
+                     _thread_start.__code__: "threading.Thread.start",
+                     _atexit_register.__code__: "atexit.register",
+                     _finalize_init.__code__: "weakref.finalize.__init__"})
+    threading.Thread.__init__ = _thread_init  # type: ignore[method-assign,assignment]
+    threading.Thread.start = _thread_start  # type: ignore[method-assign,assignment]
+    atexit.register = _atexit_register  # type: ignore[assignment]
+    weakref.finalize.__init__ = _finalize_init  # type: ignore[method-assign]
 
 
 def _settle(tracer: Tracer, before: set[int]) -> None:
@@ -553,11 +703,11 @@ def _settle(tracer: Tracer, before: set[int]) -> None:
 
 
 class _Baseline:
-    """A loader wrapper: run the real loader, then snapshot the module it made."""
+    """A loader wrapper (a gate): `exec_module` asks the tracer to run the loader it wrapped (the tracer's
+    own record of it, not `_loader`, which anyone may change) and to snapshot the module it made."""
 
-    def __init__(self, loader: Any, tracer: Tracer) -> None:
+    def __init__(self, loader: Any) -> None:
         self._loader = loader
-        self._tracer = tracer
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._loader, name)
@@ -565,22 +715,35 @@ class _Baseline:
     def create_module(self, spec: Any) -> Any:
         return self._loader.create_module(spec)
 
-    def exec_module(self, module: types.ModuleType) -> None:
-        tracer = self._tracer
-        outer = tracer.depth == 0 and tracer.active
-        if outer:
-            tracer.import_started()
-        tracer.depth += 1
-        try:
+    def exec_module(self, module: types.ModuleType, _gate: Any = _gate) -> None:
+        if _gate("exec", (self, module)) is None:  # before the tracer's hook is in
             self._loader.exec_module(module)
-        finally:
-            tracer.depth -= 1
-            tracer.baseline(module.__name__, module)
-            if outer:
-                tracer.import_finished()
 
 
-_EXEC_MODULE = _Baseline.exec_module.__code__
+class _Finder:
+    """The tracer's place on sys.meta_path (a gate)."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None, _gate: Any = _gate) -> Any:
+        return _gate("find", (name, path, target))
+
+
+def _trace_global(frame: Any, event: str, arg: Any, _gate: Any = _gate) -> Any:
+    return _gate("trace", (0, frame, event, arg))
+
+
+def _trace_local(frame: Any, event: str, arg: Any, _gate: Any = _gate) -> Any:
+    return _gate("trace", (1, frame, event, arg))
+
+
+def _trace_foreign(frame: Any, event: str, arg: Any, _gate: Any = _gate) -> Any:
+    return _gate("trace", (2, frame, event, arg))
+
+
+def _record_gate(kind: str, target: str, detail: str, _gate: Any = _gate) -> None:
+    _gate("record", (kind, target, detail))
+
+
+_EXEC_MODULE = Tracer.exec_wrapped.__code__
 
 
 def _channel(fd: int, key: bytes, main_code: types.CodeType, final_code: types.CodeType, main_ident: int,
@@ -657,8 +820,11 @@ def _tool_ids(modules: list[types.ModuleType]) -> frozenset[int]:
     out: set[int] = set()
     for mod in modules:
         for value in list(vars(mod).values()):
-            items = list(vars(value).values()) if isinstance(value, type) and \
-                str(getattr(value, "__module__", "")).startswith("_fasttrack_trace") else [value]
+            own_class = isinstance(value, type) and \
+                str(getattr(value, "__module__", "")).startswith("_fasttrack_trace")
+            if own_class:
+                out.add(id(value))  # its methods cannot be replaced either
+            items = list(vars(value).values()) if own_class else [value]
             for v in items:
                 v = getattr(v, "__func__", v)
                 if isinstance(v, types.FunctionType):
@@ -705,6 +871,14 @@ def _tampered(baseline: tuple[Any, ...], _missing: Any = MISSING_SENTINEL, _len:
     return out
 
 
+def _finds(finder: Any, name: str) -> bool:
+    find = getattr(finder, "find_spec", None)
+    try:
+        return find is not None and find(name, None) is not None
+    except Exception:
+        return True  # cannot tell: not taken for missing (then not skipped)
+
+
 def _process_memory(path: Any) -> bool:
     """`/proc/<pid>/mem` (any spelling: self, thread-self, a task) and /dev/mem: reading the process's memory
     reads the tracer's too."""
@@ -742,13 +916,16 @@ def _sys_modules_effects(tracer: Tracer, before: dict[str, Any]) -> list[dict[st
             out.append({"key": f"sysmod:{name}", "target": f"sys.modules[{name!r}]",
                         "detail": "removed" if now is snapshot.MISSING else "replaced"})
     for name in sys.modules.keys() - before.keys():
-        if tracer.owned(name) or name in tracer.finder.standins or name.startswith("_fasttrack_trace"):
+        if tracer.skip(name):
             continue
         module = sys.modules[name]
         spec = getattr(module, "__spec__", None)
         if name not in tracer.imported or getattr(spec, "name", None) != name:
             out.append({"key": f"sysmod:{name}", "target": f"sys.modules[{name!r}]",
                         "detail": "inserted without an import"})
+        elif getattr(module, "__file__", None) in tracer.files:
+            out.append({"key": f"sysmod:{name}", "target": f"sys.modules[{name!r}]",
+                        "detail": "a foreign module's name bound to the contribution's code"})
     return out
 
 
@@ -771,6 +948,56 @@ def _submodule_binding(key: str, value: Any) -> bool:
         return False
     name, _, attr = key[4:].rpartition(":")
     return value.__name__ == f"{name}.{attr}"
+
+
+def _resolve(ref: str) -> Any:
+    module, _, attr = ref.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def _fused(answer: Any) -> bool:
+    """The guard's answer: a bool, or a record whose `use_fused` (or first field) is one."""
+    value = getattr(answer, "use_fused", MISSING_SENTINEL)
+    if value is MISSING_SENTINEL:
+        value = answer[0] if type(answer) is tuple and answer else answer
+    if type(value) is not bool:
+        raise TypeError(f"the guard's answer {snapshot.describe(answer)} is not a bool")
+    return value
+
+
+def _call_entries(calls: dict[str, Any], files: dict[str, str]) -> list[dict[str, Any]]:
+    """Call what the manifest's `[trace]` names, after the imports and with the tracer active (what the calls
+    do is recorded and attributed as at import): the smoke callable, then the guard at each point."""
+    out: list[dict[str, Any]] = []
+    smoke, guard, make_input = calls.get("smoke"), calls.get("guard"), calls.get("guard_input")
+    if isinstance(smoke, str) and smoke:
+        out.append(_call_one("smoke", lambda: _resolve(smoke)(), None, files))
+    if isinstance(guard, str) and guard and isinstance(make_input, str) and make_input:
+        for name, point in calls.get("points") or []:
+            out.append(_call_one(str(name), functools.partial(_ask, guard, make_input, dict(point)), point,
+                                 files))
+    return out
+
+
+def _ask(guard: str, make_input: str, point: dict[str, Any]) -> bool:
+    return _fused(_resolve(guard)(_resolve(make_input)(point)))
+
+
+def _call_one(name: str, call: Callable[[], Any], point: Any, files: dict[str, str]) -> dict[str, Any]:
+    rec: dict[str, Any] = {"name": name, "point": snapshot.describe(point) if point is not None else ""}
+    try:
+        answer = call()
+    except BaseException as exc:  # SystemExit and KeyboardInterrupt from the code under trace too
+        at = [(files.get(fr.filename), fr.lineno) for fr in traceback.extract_tb(exc.__traceback__)
+              if fr.filename in files]
+        path, line = at[-1] if at else (None, None)
+        rec.update(returned=False, detail=snapshot.describe(f"{type(exc).__name__}: {exc}"), path=path,
+                   line=line)
+        return rec
+    rec["returned"] = True
+    if point is not None:
+        rec["fused"] = answer is True
+    return rec
 
 
 def _read_spec(path: str) -> dict[str, Any]:
@@ -814,10 +1041,11 @@ def main(spec_path: str) -> None:
     started = time.monotonic()
     failed_pre = failed_stack + _preimport(spec["preimport"][len(stack):])
     sys.path[:] = [p for p in sys.path if not p.startswith(spec["tool_dir"])]
-    sys.meta_path.insert(0, tracer)
-    missing = standins.install(lambda kind, target, detail: tracer.record(kind, target, detail),
-                               tracer.finder)
-    _watch_deferred(tracer)
+    tracer.finders_before = tuple(sys.meta_path)
+    tracer.names_before = frozenset(sys.modules)
+    sys.meta_path.insert(0, _Finder())
+    missing = standins.install(_record_gate, tracer.finder)
+    _watch_deferred()
     threads_before = {t.ident or 0 for t in threading.enumerate()}
     before_modules = dict(sys.modules)
     before = snapshot.take(tracer.skip)
@@ -836,13 +1064,13 @@ def main(spec_path: str) -> None:
         for key in locate:
             tracer.watch[key] = before.get(key, snapshot.MISSING) if not key.startswith("sysmod:") else \
                 before_modules.get(key[7:], snapshot.MISSING)
-        sys.settrace(tracer.trace_global)
-        threading.settrace(tracer.trace_global)
+        sys.settrace(_trace_global)
+        threading.settrace(_trace_global)
     tracer.active = True
     for name in spec["targets"]:
         if locate:
             tracer.active = False
-            sys.settrace(tracer.trace_global)  # again: a module before this one may have cleared it
+            sys.settrace(_trace_global)  # again: a module before this one may have cleared it
             tracer.active = True
         try:
             importlib.import_module(name)
@@ -855,6 +1083,11 @@ def main(spec_path: str) -> None:
             tracer.send({"kind": "import-error", "target": name, "path": path, "line": line,
                          "detail": snapshot.describe(f"{type(exc).__name__}: {exc}")})
             tracer.active = True
+    if locate:
+        tracer.active = False
+        sys.settrace(_trace_global)  # a module may have cleared it
+        tracer.active = True
+    calls = _call_entries(spec.get("calls") or {}, spec["contribution_files"])
     _settle(tracer, threads_before)
     changed = tampered(integrity)
     tracer.active = False
@@ -892,6 +1125,6 @@ def main(spec_path: str) -> None:
     final(chan, {"kind": "done", "seconds": round(time.monotonic() - started, 3),
                  "tampered": sorted(set(changed)), "preimport_failed": failed_pre,
                  "missing": sorted(missing.missing),
-                 "imports_absorbed": tracer.imports_absorbed,
+                 "imports_absorbed": tracer.imports_absorbed, "calls": calls,
                  "standins": len(tracer.finder.standins), "imported": len(tracer.imported)})
     os._exit(0)  # no atexit handler or thread of the code under trace runs after the report

@@ -31,6 +31,19 @@ class Effect(BaseModel):
     how: Literal["audit", "standin", "snapshot"] = "audit"
 
 
+class CallResult(BaseModel):
+    """One call the trace made of an entry point the manifest names (`[trace] smoke`, the guard at a point):
+    whether it did what it must (returned; the guard answered fused inside the envelope and stock outside)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str  # "smoke", "guard inside", "guard outside (batch)", ...
+    ok: bool
+    detail: str = ""
+    path: str | None = None  # the contribution's line where it failed, when it raised there
+    line: int | None = Field(default=None, ge=1)
+
+
 class TraceStatus(StrEnum):
     OK = "ok"
     NOT_RUN = "not-run"  # nothing to trace (no changed Python module of the model)
@@ -49,3 +62,4 @@ class TraceFacts(BaseModel):
     isolation: str = ""  # "unshare-net-rofs", "unshare-net" or "audit-only"
     seconds: float = 0.0
     passes: int = 0
+    calls: tuple[CallResult, ...] = ()  # the manifest's entry points called after the imports

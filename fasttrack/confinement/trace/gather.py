@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from fasttrack.confinement.trace.cache import cache_key, clear, file_digests, listing, load, store
-from fasttrack.confinement.trace.facts import Effect, EffectKind, TraceFacts, TraceStatus
+from fasttrack.confinement.trace.facts import CallResult, Effect, EffectKind, TraceFacts, TraceStatus
 from fasttrack.confinement.trace.plan import TracePlan, plan_files, with_preimport
 from fasttrack.confinement.trace.sandbox import TIMEOUT_S, TraceFailure, Warm, run_child
 from fasttrack.context import Context
@@ -62,7 +62,7 @@ def _state_effect(event: dict[str, Any], plan: TracePlan) -> str | None:
         foreign += [e for e in added if isinstance(e, list) and e and not _own_name(str(e[0]), plan)
                     and (e[1:] != [0, False, True, 0] or any(r[0] == e[0] for r in removed))]
         return f"logger configuration changed: {foreign[:3]}" if foreign else None
-    if key.startswith("box:") and (added or removed) and isinstance((added + removed)[0], list):
+    if key.startswith(("box:", "cbox:")) and (added or removed) and isinstance((added + removed)[0], list):
         # A dict registry: new entries under the contribution's own names (its op namespace, its package)
         # are its own; a replaced, removed or foreign-named entry is an effect.
         foreign = [str(e[0]) for e in removed] + [str(e[0]) for e in added
@@ -90,6 +90,9 @@ def _target(key: str) -> str:
     if kind == "box":
         mod, _, attr = rest.rpartition(":")
         return f"{mod}.{attr} (its contents)"
+    if kind == "cbox":
+        mod, holder, attr = rest.split(":", 2)
+        return f"{mod}.{holder}.{attr} (its contents)"
     if kind in ("cls", "obj"):
         mod, holder, attr = rest.split(":", 2)
         return f"{mod}.{holder}.{attr}"
@@ -104,14 +107,25 @@ def _line(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
 
 
+_SETTER_PREFIXES = ("set_", "use_", "enable_", "disable_")
+
+
+def _setter(via: str) -> bool:
+    """A public function that sets something (the last part of the dotted name the child reported)."""
+    last = via.rsplit(".", 1)[-1]
+    return last.startswith(_SETTER_PREFIXES) or last in ("manual_seed", "seed")
+
+
 def _bookkeeping(key: str, via: str) -> bool:
     """A change a library function made while the contribution called it that is its own bookkeeping: its
     own package's state, or the contents of a table (a cache such as `inspect.modulesbyfile`). An attribute
     of another package rebound (`typing.get_type_hints` evaluating text that patches `json.loads`) is the
-    contribution's doing."""
-    if key.startswith("state:"):
+    contribution's doing. What a public setter (`torch.set_printoptions`, `set_*`, `use_*`, `enable_*`,
+    `disable_*`, `manual_seed`) changes is never its bookkeeping: that is the process-wide setting it is for
+    (the library's own import-time work is absorbed in the child, not here)."""
+    if key.startswith("state:") or _setter(via):
         return False
-    if key.startswith("box:"):
+    if key.startswith(("box:", "cbox:")):
         return True
     module = key.split(":", 2)[1]
     return module.split(".")[0] == via.split(".")[0]
@@ -152,6 +166,37 @@ def _effects(events: list[dict[str, Any]], plan: TracePlan, located: dict[str, t
     return effects, errors
 
 
+def _calls(passes: list[list[dict[str, Any]]], plan: TracePlan) -> tuple[CallResult, ...]:
+    """What the child's `done` (privileged: only the tracer's `main` sends it) says of each call the plan
+    asked for, in every pass: a call is ok only when every pass says so; one a pass leaves out is not ok."""
+    want = ([("smoke", None)] if plan.smoke else []) + [(name, fused) for name, fused, _ in plan.guard_points
+                                                         if plan.guard]
+    got: dict[str, list[dict[str, Any]]] = {}
+    for events in passes:
+        done: dict[str, Any] = next((e for e in reversed(events) if e.get("kind") == "done"), {})
+        for c in done.get("calls") or []:
+            if isinstance(c, dict) and isinstance(c.get("name"), str):
+                got.setdefault(c["name"], []).append(c)
+    out: list[CallResult] = []
+    for name, fused in want:
+        reports = got.get(name, [])
+        bad = next((c for c in reports if c.get("returned") is not True
+                    or (fused is not None and c.get("fused") is not fused)), None)
+        if not reports or len(reports) < len(passes):
+            out.append(CallResult(name=name, ok=False, detail="the trace did not report this call"))
+        elif bad is not None:
+            detail = str(bad.get("detail") or "")
+            if bad.get("returned") is True:
+                detail = (f"the guard answered {'fused' if bad.get('fused') else 'stock'} at "
+                          f"{bad.get('point', '?')}, where the envelope says {'fused' if fused else 'stock'}")
+            out.append(CallResult(name=name, ok=False, detail=detail[:300],
+                                  path=bad.get("path") if isinstance(bad.get("path"), str) else None,
+                                  line=_line(bad.get("line"))))
+        else:
+            out.append(CallResult(name=name, ok=True))
+    return tuple(out)
+
+
 def trace_plan(plan: TracePlan, *, timeout: float = TIMEOUT_S,
                cancel: threading.Event | None = None) -> TraceFacts:
     """Run the trace for a plan (two passes at most) and return its facts."""
@@ -174,6 +219,7 @@ def _trace(plan: TracePlan, *, timeout: float, cancel: threading.Event | None,
         first = run_child(plan, timeout=timeout, cancel=cancel, warm=warm)
         copied.append(first.copied)
         events, isolation = first.events, first.isolation
+        reports = [events]
         passes = 1
         keys = [e["key"] for e in events if e.get("kind") == "state-diff" and _state_effect(e, plan)]
         located: dict[str, tuple[str | None, int | None]] = {}
@@ -182,6 +228,7 @@ def _trace(plan: TracePlan, *, timeout: float, cancel: threading.Event | None,
         if keys:
             second = run_child(plan, locate=keys[:MAX_LOCATE], timeout=timeout, cancel=cancel)
             copied.append(second.copied)
+            reports.append(second.events)
             passes = 2
             for e in second.events:
                 if e.get("kind") == "located":
@@ -203,7 +250,7 @@ def _trace(plan: TracePlan, *, timeout: float, cancel: threading.Event | None,
                            if errors else ""),
                       modules=plan.targets, effects=tuple(effects), import_errors=tuple(errors),
                       isolation=isolation, seconds=round(time.monotonic() - started, 2),
-                      passes=passes), copied
+                      passes=passes, calls=_calls(reports, plan)), copied
 
 
 @dataclass(frozen=True)

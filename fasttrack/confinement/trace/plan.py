@@ -13,6 +13,7 @@ import ast
 import os
 import posixpath
 from pathlib import Path
+from typing import Any
 
 import pathspec
 from pydantic import BaseModel, ConfigDict
@@ -20,6 +21,7 @@ from pydantic import BaseModel, ConfigDict
 from fasttrack.confinement.trace.stack import ALWAYS_PREIMPORT as ALWAYS_PREIMPORT
 from fasttrack.confinement.trace.stack import MAX_FILE_BYTES as MAX_FILE_BYTES
 from fasttrack.context import Context
+from fasttrack.manifest import Envelope
 from fasttrack.policy import MODEL_PLACEHOLDER
 from fasttrack.verdict import ChangeStatus
 
@@ -46,6 +48,26 @@ class TracePlan(BaseModel):
     targets: tuple[str, ...]  # dotted modules imported under trace, in order
     preimport: tuple[str, ...] = ()
     allowed_registrations: tuple[str, ...] = ()
+    # called after the imports (`[trace]` of the manifest): module:callable, "" for none
+    smoke: str = ""
+    guard: str = ""
+    guard_input: str = ""
+    guard_points: tuple[tuple[str, bool, tuple[tuple[str, Any], ...]], ...] = ()  # (name, fused?, point)
+
+
+def guard_points(envelope: Envelope) -> tuple[tuple[str, bool, tuple[tuple[str, Any], ...]], ...]:
+    """Points the guard is asked about: one inside the envelope (its smallest batch and context on its first
+    hardware, TP and dtype: the guard must answer fused) and, one field at a time, just outside it (stock)."""
+    hw = envelope.hardware[0]
+    inside: dict[str, Any] = {"gpu": hw.name, "compute_capability": hw.compute_capability,
+                              "tp": envelope.tp[0], "batch": envelope.batch.min,
+                              "context": envelope.context.min, "dtype": envelope.dtypes[0],
+                              "cuda_graph": envelope.cuda_graph}
+    outside = {"batch": envelope.batch.max + 1, "context": envelope.context.max + 1,
+               "tp": max(envelope.tp) + 1}
+    points = [("guard inside", True, inside)]
+    points += [(f"guard outside ({k})", False, {**inside, k: v}) for k, v in outside.items()]
+    return tuple((name, fused, tuple(sorted(p.items()))) for name, fused, p in points)
 
 
 def _module(rel: str) -> tuple[str, bool] | None:
@@ -199,10 +221,16 @@ def plan_files(ctx: Context) -> TracePlan:
     namespaces = {ctx.manifest.contribution.own_op_namespace} if ctx.manifest is not None else set()
     if ctx.model:
         namespaces.add(ctx.model)
+    calls: dict[str, Any] = {}
+    if ctx.mode == "contribution" and ctx.manifest is not None and ctx.manifest.trace is not None and targets:
+        calls["smoke"] = ctx.manifest.trace.smoke
+        if ctx.manifest.trace.guard_input:
+            calls.update(guard=ctx.manifest.fallback.guard, guard_input=ctx.manifest.trace.guard_input,
+                         guard_points=guard_points(ctx.manifest.envelope))
     return TracePlan(files=files, display=display, own_files=own_files, own_dirs=own_dirs,
                      own_prefixes=tuple(sorted(prefixes)), own_op_namespaces=tuple(sorted(namespaces)),
                      engine_roots=engine_roots, targets=tuple(dict.fromkeys(targets)),
-                     allowed_registrations=tuple(policy.escapes.allowed_registrations))
+                     allowed_registrations=tuple(policy.escapes.allowed_registrations), **calls)
 
 
 def with_preimport(plan: TracePlan) -> TracePlan:

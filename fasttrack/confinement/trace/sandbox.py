@@ -153,7 +153,11 @@ def _writable_again(root: Path) -> None:
 
 def _new_box() -> Path:
     """A fresh sandbox with the child's own modules (read-only) and its writable directories; no `src/`."""
-    box = Path(tempfile.mkdtemp(prefix="fasttrack-trace-"))
+    # The temp module's own default naming (`/tmp/tmpXXXXXXXX`): no path the traced code can read (cwd, HOME,
+    # TMPDIR, its files' names) says fasttrack or trace. Hiding is not the defence (code that finds the
+    # sandbox another way and patches only outside it is left to the static scan, docs/verify.md): it only
+    # keeps the cheapest test for "am I traced?" from working.
+    box = Path(tempfile.mkdtemp())
     tool = box / "tool" / "_fasttrack_trace"
     tool.mkdir(parents=True)
     here = Path(__file__).resolve().parent
@@ -320,6 +324,8 @@ def run_child(plan: TracePlan, *, locate: list[str] | None = None, timeout: floa
             "preimport": list(plan.preimport),
             "writable": [str((box / d).resolve()) for d in WRITABLE],
             "locate": locate or [],
+            "calls": {"smoke": plan.smoke, "guard": plan.guard, "guard_input": plan.guard_input,
+                      "points": [[name, dict(point)] for name, _, point in plan.guard_points]},
             "token": token.hex(),
         }
         scan = isolation_of(unshare_prefix()) != ROFS

@@ -3,6 +3,8 @@
 Keys:
 - `mod:<module>:<attr>`: an attribute of a module the contribution does not own (compared by identity),
 - `cls:<module>:<class>:<attr>`: an attribute in the `__dict__` of a class such a module defines,
+- `box:<module>:<attr>` / `cbox:<module>:<class>:<attr>`: a container's contents (a public one, or a private
+  or class-held one that holds behaviour: a dispatch table),
 - `state:<name>`: a global switch read through a getter (compared by equality): sys.path, meta_path,
   path_hooks, os.environ and the C environment, signal handlers, logging, warnings filters, threads,
   atexit, gc, the torch switches, op registrations and config modules, ...
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import functools
 import gc
 import os
 import signal
@@ -42,15 +45,26 @@ def _logging() -> Any:
     return (root.level, lg.root.manager.disable, tuple(map(id, root.handlers)), root.disabled)
 
 
+def _exact(text: str) -> str:
+    """A plain copy of a text (a `str` subclass's own `__lt__`, `__eq__` or `__hash__` would run code of the
+    contribution inside the snapshot, where it could change the tracer's tables between two checks)."""
+    return text if type(text) is str else str.__getitem__(text, slice(None))
+
+
 def _loggers() -> Any:
     lg = sys.modules.get("logging")
     if lg is None:
         return ()
     out = []
-    for name, logger in sorted(lg.root.manager.loggerDict.items()):
-        if isinstance(logger, lg.Logger):
-            out.append((name, logger.level, logger.disabled, logger.propagate, len(logger.handlers)))
-    return tuple(out)
+    for name, logger in list(lg.root.manager.loggerDict.items()):
+        if isinstance(logger, lg.Logger) and isinstance(name, str):
+            # read from the instance's own dict, as plain values: a property or an int subclass of a
+            # contribution's Logger class would run its code inside the snapshot too
+            d = object.__getattribute__(logger, "__dict__")
+            handlers = d.get("handlers")
+            out.append((_exact(name), *(_plain(d.get(k)) for k in ("level", "disabled", "propagate")),
+                        len(handlers) if type(handlers) is list else -1))
+    return tuple(sorted(out, key=lambda e: e[0]))
 
 
 def _warnings() -> Any:
@@ -235,7 +249,7 @@ TORCH_REGISTRIES = (
 
 
 def _plain(v: Any) -> Any:
-    return v if isinstance(v, (str, int, float, bool, type(None))) else f"<{type(v).__name__} {id(v)}>"
+    return v if type(v) in (str, int, float, bool, type(None)) else f"<{type(v).__name__} {id(v)}>"
 
 
 def _registry(where: str) -> Callable[[], Any]:
@@ -380,18 +394,47 @@ def _bookkeeping(value: Any) -> bool:
         lc is not None and value is getattr(lc, "cache", None))
 
 
+def _key_text(k: Any) -> str:
+    if isinstance(k, str):
+        return _exact(k)
+    if isinstance(k, type):  # a dispatch table's key: named, with its identity (two classes of one name)
+        return f"<type {getattr(k, '__module__', '?')}.{getattr(k, '__qualname__', '?')} {id(k)}>"
+    return f"<{type(k).__name__} {id(k)}>"
+
+
 def _box(value: Any) -> Any:
-    """A public module-level dict, list or set (a registry) by content identity: an in-place update
+    """A module-level dict, list or set (a registry) by content identity: an in-place update
     (`operator.setitem(table, k, v)`, `.update`, `.append`) changes it."""
     try:
         if len(value) > MAX_BOX:
             return None
         if isinstance(value, dict):  # (key text, value identity): what was added or replaced can be named
-            return frozenset((k if isinstance(k, str) else f"<{type(k).__name__} {id(k)}>", id(v))
-                             for k, v in value.items())
+            return frozenset((_key_text(k), id(v)) for k, v in value.items())
         return (len(value), hash(tuple(map(id, value))))
     except Exception:
         return None
+
+
+_BEHAVIOUR = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, type, staticmethod,
+              classmethod, property, functools.partial)
+
+
+def _behaviour_table(value: Any) -> bool:
+    """A private or class-held container that holds behaviour (a dispatch table: `copy._deepcopy_dispatch`,
+    `pickle._Pickler.dispatch`): boxed like a public registry. One that holds only data (a library's cache
+    of compiled patterns, of instances) is not: it changes as the library works."""
+    if type(value) is dict:
+        values: Iterable[Any] = value.values()
+    elif type(value) in (list, set):
+        values = value
+    else:
+        return False
+    try:
+        if len(value) > MAX_BOX:
+            return False
+        return any(isinstance(v, _BEHAVIOUR) for v in values)
+    except Exception:
+        return False
 
 
 MAX_INSTANCE_ATTRS = 200
@@ -440,7 +483,8 @@ def module_state(name: str, module: types.ModuleType) -> Snapshot:
                 if attr == "__spec__" and iattr == "_initializing":
                     continue  # the import system's own flag, flipped by any (lazy) import of the module
                 out[f"obj:{name}:{attr}:{iattr}"] = ivalue
-        if not attr.startswith("_") and type(value) in (dict, list, set) and not _bookkeeping(value):
+        if type(value) in (dict, list, set) and attr != "__builtins__" and not _bookkeeping(value) and (
+                not attr.startswith("_") or _behaviour_table(value)):
             box = _box(value)
             if box is not None:
                 out[f"box:{name}:{attr}"] = box
@@ -448,6 +492,10 @@ def module_state(name: str, module: types.ModuleType) -> Snapshot:
             for cattr, cvalue in list(value.__dict__.items()):
                 if cattr not in ("__dict__", "__weakref__", "_abc_impl", "__abstractmethods__"):
                     out[f"cls:{name}:{attr}:{cattr}"] = cvalue
+                    if type(cvalue) in (dict, list, set) and _behaviour_table(cvalue):
+                        box = _box(cvalue)  # a class's dispatch table changed in place
+                        if box is not None:
+                            out[f"cbox:{name}:{attr}:{cattr}"] = box
     return out
 
 
@@ -491,18 +539,19 @@ def value_of(key: str) -> Any:
         obj = vars(module).get(holder, MISSING) if module is not None else MISSING
         state = _instance_dict(obj) if obj is not MISSING else None
         return dict(state).get(attr, MISSING) if state is not None else MISSING
-    if kind == "cls":
+    if kind in ("cls", "cbox"):
         name, cls_name, attr = rest.split(":", 2)
         module = sys.modules.get(name)
         cls = vars(module).get(cls_name, MISSING) if module is not None else MISSING
-        return cls.__dict__.get(attr, MISSING) if isinstance(cls, type) else MISSING
+        value = cls.__dict__.get(attr, MISSING) if isinstance(cls, type) else MISSING
+        return value if kind == "cls" or value is MISSING else _box(value)
     return MISSING
 
 
 def same(key: str, before: Any, after: Any) -> bool:
     if before is after:
         return True
-    if key.startswith(("state:", "box:", "kw:")):
+    if key.startswith(("state:", "box:", "cbox:", "kw:")):
         try:
             return bool(before == after)
         except Exception:

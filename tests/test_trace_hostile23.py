@@ -1,0 +1,383 @@
+"""Hostile review 23 (issue 15): new attacks on the runtime effect trace, beyond test_trace_hostile22.py.
+
+Families: effects hidden inside a foreign module's own import (absorbed as that library's import-time work),
+effects deferred past the "after" snapshot (interpreter shutdown, threading's own exit hooks, faulthandler
+timers), C-level interpreter and process state without a snapshot key, caches a later call reads (re,
+encodings, linecache, importlib's finders), objects reached only through another object (a function behind
+an lru_cache wrapper, an instance held by a class), shared registries changed through the owning library's
+own setter (taken for its bookkeeping), native memory written through a ctypes pointer, torch's global state
+without a switch key, and the tracer's own bookkeeping (reached through sys.meta_path).
+
+Attacks that leave the trace able to report are modules of one traced contribution per group (RUNTIME23,
+TORCH23): each must be an ERROR at its lines marked `# <-`. Attacks on the tracer get a trace each (ALONE23):
+each must end in an error, at its marked line or as a failed / unattributed trace (FT131/FT132). Attacks that
+get through are strict xfails keyed in the *_OPEN dicts with a one-line reason. The honest twins (HONEST23,
+one trace, and one for torch) must trace clean; one that is flagged is a strict xfail in
+OPEN_FALSE_POSITIVES."""
+
+from __future__ import annotations
+
+import pytest
+
+from fasttrack.confinement.trace.facts import TraceFacts
+from fasttrack.confinement.trace.gather import gather_trace
+from fasttrack.findings import Finding
+from tests.escape_marks import marked_lines
+from tests.test_trace import _context, _findings
+from tests.test_trace_hostile22 import _errors_at
+
+RUNTIME23: dict[str, str] = {
+    # -- hidden inside a foreign import: the change lands between the tracer's pre- and post-import
+    # snapshots of a library imported by a computed name, so it is taken for that library's own work. The
+    # trigger is deterministic: an own object with __del__ placed as the oldest entry of a full re cache is
+    # evicted by the first uncached re.compile, which difflib's module body makes.
+    "absorbed_by_import.py": "import re, tabnanny\nclass _D:\n    def __del__(self):\n"
+                             "        tabnanny.check = print  # <-\n"
+                             "old = list(re._cache.items())\nre._cache.clear()\n"
+                             "re._cache[('fasttrack',)] = _D()\n"
+                             "re._cache.update(old)\nfor i in range(re._MAXCACHE):\n"
+                             "    if len(re._cache) >= re._MAXCACHE:\n        break\n"
+                             "    re._cache[('pad', i)] = None\n"
+                             "__import__('diff' + 'lib')\n",
+    # -- deferred past the "after" snapshot ------------------------------------------------------------------
+    # an own module global with __del__: runs when the engine's interpreter tears its modules down
+    "shutdown_del.py": "import pprint\nclass _K:\n    def __del__(self):\n"
+                       "        pprint.pformat = repr\n"
+                       "KEEP = _K()  # <-\n",
+    # threading's own exit hooks (run by threading._shutdown, before atexit; not counted by atexit)
+    "threading_atexit.py": "import threading, shlex\n"
+                           "threading._register_atexit(setattr, shlex, 'quote', str)  # <-\n",
+    # a traceback-dump timer that ends the engine (exit=True) a day later
+    "faulthandler_later.py": "import faulthandler\n"
+                             "faulthandler.dump_traceback_later(86400, exit=True)  # <-\n",
+    # SIGTERM taken over below the signal module (signal.getsignal still says SIG_DFL): the engine no
+    # longer stops on SIGTERM
+    "faulthandler_sigterm.py": "import faulthandler, signal\n"
+                               "faulthandler.register(signal.SIGTERM, chain=False)  # <-\n",
+    # multiprocessing's own hooks: run in every worker the engine forks, and at multiprocessing's exit
+    "mp_after_fork.py": "import multiprocessing.util as u, calendar\nclass _K:\n    pass\nKEEP = _K()\n"
+                        "u.register_after_fork(KEEP, lambda o: setattr(calendar, 'day_name', []))  # <-\n",
+    "mp_finalize.py": "import multiprocessing.util as u, colorsys\n"
+                      "u.Finalize(None, setattr, args=(colorsys, 'rgb_to_hsv', max), exitpriority=0)  # <-\n",
+    # -- C-level interpreter and process state without a snapshot key ---------------------------------------
+    # SA_RESTART cleared for SIGINT: the engine's blocking calls now fail with EINTR (getsignal unchanged)
+    "siginterrupt.py": "import signal\nsignal.siginterrupt(signal.SIGINT, True)  # <-\n",
+    "thread_stack_size.py": "import threading\nthreading.stack_size(65536)  # <-\n",
+    "gc_freeze.py": "import gc\ngc.freeze()  # <-\n",
+    "tracemalloc_start.py": "import tracemalloc\ntracemalloc.start(25)  # <-\n",
+    "codecs_error_handler.py": "import codecs\n"
+                               "codecs.register_error('namereplace', lambda e: ('?', e.end))  # <-\n",
+    "wakeup_fd.py": "import os, signal\nr, w = os.pipe()\nos.set_blocking(w, False)\n"
+                    "signal.set_wakeup_fd(w)  # <-\n",
+    # the engine's stderr (its logs) sent to /dev/null: fd 2 replaced under sys.stderr
+    "stderr_dup2.py": "import os\nnull = os.open(os.devnull, os.O_WRONLY)\nos.dup2(null, 2)  # <-\n",
+    # the shared stdout stream reconfigured in place (same object, C-level fields)
+    "stdout_reconfigure.py": "import sys\nsys.stdout.reconfigure(encoding='ascii', errors='strict')  # <-\n",
+    # a new session: the engine leaves its terminal's process group (fails in the sandbox, whose child is
+    # already a session leader; the failure is swallowed, so the trace sees nothing)
+    "setsid_swallowed.py": "import os\ntry:\n    os.setsid()  # <-\nexcept OSError:\n    pass\n",
+    "numpy_seed.py": "import numpy\nnumpy.random.seed(1234)  # <-\n",
+    # -- caches a later call reads ------------------------------------------------------------------------
+    "re_cache.py": "import re\nre._cache[(str, r'\\d+', 0)] = re.compile(r'x\\Ay')  # <-\n",
+    "encodings_cache.py": "import codecs, encodings\n"
+                          "encodings._cache['cp037'] = codecs.lookup('utf-8')  # <-\n",
+    "linecache_poison.py": "import linecache, json\n"
+                           "linecache.cache[json.__file__] = (1, None, ['# nothing to see\\n'] * 400,  # <-\n"
+                           "                                  json.__file__)\n",
+    # a loader of its own for .py files inside the existing finder of the stdlib's directory: every later
+    # stdlib import goes through it (the finder object, which is all the snapshot compares, is the same)
+    "filefinder_loaders.py": "import sys, os, importlib.machinery as m\n"
+                             "class L(m.SourceFileLoader):\n    pass\n"
+                             "d = os.path.dirname(os.__file__)\nf = sys.path_importer_cache.get(d)\n"
+                             "if f is not None:\n"
+                             "    f._loaders.insert(0, ('.py', L))  # <-\n",
+    # -- objects reached only through another object (compared by identity or not at all) ----------------
+    # the function behind fnmatch's lru_cache wrapper: every pattern now matches everything (caught when
+    # written: the wrapper's __dict__ is an obj: key, so the __code__ write is audited on a known object)
+    "lru_wrapped_code.py": "import fnmatch\n"
+                           "fnmatch._compile_pattern.__wrapped__.__code__ = (  # <-\n"
+                           "    lambda pat: re.compile('(?s:.*)').match).__code__\n",
+    # the function a decorator's wrapper calls, in its closure cell (ChainMap.__repr__ via reprlib)
+    "closure_cell.py": "import collections\nr = collections.ChainMap.__repr__\n"
+                       "i = r.__code__.co_freevars.index('user_function')\n"
+                       "r.__closure__[i].cell_contents = lambda self: 'ChainMap()'  # <-\n",
+    # the logging Manager shared by every logger (a class attribute's instance): later loggers are silent
+    "logging_manager.py": "import logging\nclass _Q(logging.Logger):\n"
+                          "    def isEnabledFor(self, level):\n        return False\n"
+                          "logging.Logger.manager.loggerClass = _Q  # <-\n",
+    # -- shared registries changed through the owning library's own setter (taken for its bookkeeping) ---
+    "copyreg_pickle.py": "import copyreg\n"
+                         "copyreg.pickle(complex, lambda c: (complex, (0.0, 0.0)))  # <-\n",
+    "mimetypes_add.py": "import mimetypes\nmimetypes.add_type('text/x-evil', '.json')  # <-\n",
+    "asyncio_policy.py": "import asyncio\nclass _P(asyncio.DefaultEventLoopPolicy):\n    pass\n"
+                         "asyncio.set_event_loop_policy(_P())  # <-\n",
+    # an own class made with type() under another module's name: not taken for the contribution's value
+    "logger_class_disguised.py": "import logging\n"
+                                 "logging.setLoggerClass(type('Logger', (logging.Logger,), {  # <-\n"
+                                 "    '__module__': 'logging',\n"
+                                 "    'isEnabledFor': lambda self, level: False}))\n",
+    # slot values of a module-level instance (no __dict__ to snapshot), set past its immutability guard
+    "uuid_slots.py": "import uuid\nobject.__setattr__(uuid.NAMESPACE_DNS, 'int', 0)  # <-\n",
+    # -- native memory through a ctypes pointer (no from_address: indexing a pointer is not audited) ----
+    "ctypes_pointer_index.py": "import ctypes, string, sys\ns = string.punctuation\nc = ctypes.c_char(b'a')\n"
+                               "p = ctypes.pointer(c)\n"
+                               "off = id(s) + sys.getsizeof(s) - len(s) - 1 - ctypes.addressof(c)\n"
+                               "p[off] = b'?'  # <-\n",
+}
+RUNTIME23_OPEN: dict[str, str] = {
+    "absorbed_by_import.py": "a change made while a foreign module's own import runs (an own __del__ it "
+                             "triggers) is absorbed as that library's import-time work",
+    "shutdown_del.py": "code run at interpreter shutdown (an own global's __del__) never runs in the trace",
+    "threading_atexit.py": "threading._register_atexit hooks are neither counted nor run by the trace",
+    "mp_after_fork.py": "multiprocessing.util's after-fork registry (private) is neither a key nor run",
+    "mp_finalize.py": "multiprocessing.util's finalizer registry (private) is neither a key nor run",
+    "siginterrupt.py": "signal.siginterrupt (SA_RESTART) has no snapshot key",
+    "faulthandler_later.py": "faulthandler's watchdog timer has no snapshot key",
+    "faulthandler_sigterm.py": "faulthandler.register's C signal handler is not what signal.getsignal shows",
+    "thread_stack_size.py": "threading.stack_size has no snapshot key",
+    "gc_freeze.py": "gc.freeze (gc.get_freeze_count) has no snapshot key",
+    "tracemalloc_start.py": "tracemalloc.is_tracing has no snapshot key",
+    "codecs_error_handler.py": "codecs.register_error (a built-in handler replaced): no key, no audit event",
+    "wakeup_fd.py": "signal.set_wakeup_fd has no snapshot key",
+    "stderr_dup2.py": "file descriptors 0-2 replaced under sys.std* (os.dup2) have no snapshot key",
+    "stdout_reconfigure.py": "a shared stream reconfigured in place keeps its identity and its __dict__",
+    "setsid_swallowed.py": "a call that fails only in the sandbox (os.setsid) is swallowed, never seen",
+    "numpy_seed.py": "numpy's global RandomState has no snapshot key",
+    "re_cache.py": "private module-level dicts (re._cache) are not boxed",
+    "encodings_cache.py": "private module-level dicts (encodings._cache) are not boxed",
+    "linecache_poison.py": "linecache.cache is excluded as bookkeeping: lying source lines in tracebacks",
+    "filefinder_loaders.py": "a path finder's loader list changed in place: the finder is the same object",
+    "closure_cell.py": "a shared function's closure cell (cell_contents) is no snapshot value, not audited",
+    "logging_manager.py": "an instance held by a class (logging.Logger.manager) is compared by identity",
+    "copyreg_pickle.py": "a registry changed in its owner's setter (copyreg.pickle): bookkeeping",
+    "mimetypes_add.py": "a registry changed in its owner's setter (mimetypes.add_type): bookkeeping",
+    "asyncio_policy.py": "a global set by its owner's setter to an own class's instance: bookkeeping",
+    "logger_class_disguised.py": "an own class made by type() with another __module__ is not the PR's value",
+    "uuid_slots.py": "slot values of a module-level instance have no key; object.__setattr__ is not audited",
+    "ctypes_pointer_index.py": "a write through a ctypes pointer's index is not audited (nor addressof)",
+}
+
+# torch's global state without a switch key (one trace, torch imported)
+TORCH23: dict[str, str] = {
+    # the CPU generator's state changed with its byte sum kept (the snapshot compares only the sum)
+    "rng_sum_collision.py": "import torch\ns = torch.get_rng_state()\ni = 8\n"
+                            "j = next(k for k in range(9, len(s)) if s[k] != s[i])\n"
+                            "s[i], s[j] = s[j].clone(), s[i].clone()\n"
+                            "torch.set_rng_state(s)  # <-\n",
+    "torch_function_mode.py": "import torch\nfrom torch.overrides import TorchFunctionMode\n"
+                              "class M(TorchFunctionMode):\n"
+                              "    def __torch_function__(self, func, types, args=(), kwargs=None):\n"
+                              "        return func(*args, **(kwargs or {}))\n"
+                              "M().__enter__()  # <-\n",
+    "torch_dispatch_mode.py": "import torch\nfrom torch.utils._python_dispatch import TorchDispatchMode\n"
+                              "class D(TorchDispatchMode):\n"
+                              "    def __torch_dispatch__(self, func, types, args=(), kwargs=None):\n"
+                              "        return func(*args, **(kwargs or {}))\n"
+                              "D().__enter__()  # <-\n",
+    "saved_tensors_hooks.py": "import torch\n"
+                              "h = torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t)\n"
+                              "h.__enter__()  # <-\n",
+    "fill_uninitialized.py": "import torch\n"
+                             "torch.utils.deterministic.fill_uninitialized_memory = False  # <-\n",
+    "profiling_executor.py": "import torch\ntorch._C._jit_set_profiling_executor(False)  # <-\n",
+    "quantized_engine.py": "import torch\ntorch.backends.quantized.engine = 'qnnpack'  # <-\n",
+    "autograd_fallback.py": "import torch\ntorch._C._set_autograd_fallback_mode('nothing')  # <-\n",
+    "mha_fastpath.py": "import torch\ntorch.backends.mha.set_fastpath_enabled(False)  # <-\n",
+    "autocast_dtype.py": "import torch\ntorch.set_autocast_dtype('cpu', torch.float16)  # <-\n",
+    "sparse_invariants.py": "import torch\ntorch.sparse.check_sparse_tensor_invariants.enable()  # <-\n",
+}
+TORCH23_OPEN: dict[str, str] = {
+    "rng_sum_collision.py": "the CPU generator's state is compared by its byte sum only",
+    "torch_function_mode.py": "torch's function-mode stack has no snapshot key",
+    "torch_dispatch_mode.py": "torch's dispatch-mode stack has no snapshot key",
+    "saved_tensors_hooks.py": "autograd's default saved-tensor hooks have no snapshot key",
+    "fill_uninitialized.py": "torch.utils.deterministic.fill_uninitialized_memory has no snapshot key",
+    "profiling_executor.py": "the JIT's profiling-executor switch has no snapshot key",
+    "quantized_engine.py": "torch.backends.quantized.engine has no snapshot key",
+    "autograd_fallback.py": "autograd's fallback mode has no snapshot key",
+    "mha_fastpath.py": "torch.backends.mha's fast-path switch has no snapshot key",
+    "autocast_dtype.py": "autocast's dtype (only its on/off is a key) has no snapshot key",
+    "sparse_invariants.py": "sparse-tensor invariant checking has no snapshot key",
+}
+
+# The tracer's bookkeeping reached through sys.meta_path (as in hostile22's absorbed_poison): one trace each.
+ALONE23: dict[str, str] = {
+    # the "before" value of the patched key rewritten to the patched value: the diff comes back empty
+    "base_poison.py": "import sys, string\nstring.capwords = str  # <-\nfor t in sys.meta_path:\n"
+                      "    if hasattr(t, 'base') and hasattr(t, 'hook'):\n"
+                      "        t.base['mod:string:capwords'] = str\n",
+    # the exit hooks the tracer runs itself emptied: a weakref.finalize's patch runs only in the engine
+    "exits_cleared.py": "import sys, weakref, string\nclass _K:\n    pass\nKEEP = _K()\n"
+                        "weakref.finalize(KEEP, setattr, string, 'capwords', str)  # <-\n"
+                        "for t in sys.meta_path:\n"
+                        "    if hasattr(t, 'exits') and hasattr(t, 'hook'):\n        t.exits.clear()\n",
+}
+ALONE23_OPEN: dict[str, str] = {
+    "base_poison.py": "the tracer's baseline (base) is reachable through sys.meta_path, not checked",
+}
+
+HONEST23: dict[str, str] = {
+    "own_cycle_import.py": "import importlib\nDEAD = []\nclass O:\n    def __del__(self):\n"
+                           "        DEAD.append(1)\n"
+                           "o = O()\no.me = o\ndel o\nX = importlib.import_module('xml.' + 'dom')\n",
+    "own_cycle_dunder_import.py": "DEAD = []\nclass O:\n    def __del__(self):\n        DEAD.append(1)\n"
+                                  "o = O()\no.me = o\ndel o\nX = __import__('email.' + 'quoprimime')\n",
+    "chainmap_use.py": "import collections\nR = repr(collections.ChainMap({'a': 1}))\n"
+                       "C = collections.ChainMap.__repr__.__closure__\n",
+    "uuid_use.py": "import uuid\nU = uuid.uuid5(uuid.NAMESPACE_DNS, 'kimi_k3')\nI = uuid.NAMESPACE_DNS.int\n",
+    "own_global_del.py": "class _K:\n    def __del__(self):\n        pass\nKEEP = _K()\n",
+    "reads_c_state.py": "import gc, sys, threading, tracemalloc, faulthandler, signal\n"
+                        "T = gc.get_threshold()\nF = gc.get_freeze_count()\nM = tracemalloc.is_tracing()\n"
+                        "H = faulthandler.is_enabled()\nS = signal.getsignal(signal.SIGTERM)\n"
+                        "R = sys.getrecursionlimit()\nE = sys.stdout.encoding\n",
+    "codecs_errors_use.py": "import codecs\nH = codecs.lookup_error('strict')\nB = 'é'.encode('ascii', "
+                            "'backslashreplace')\nD = b'x'.decode('cp037')\n",
+    "re_fnmatch_use.py": "import re, fnmatch\nP = re.compile(r'\\d+')\nOK = fnmatch.fnmatch('a.py', '*.py')\n"
+                         "N = re.match(r'\\w+', 'abc')\n",
+    "linecache_use.py": "import linecache, json\nLINE = linecache.getline(json.__file__, 1)\n",
+    "mimetypes_use.py": "import mimetypes\nT = mimetypes.guess_type('x.json')\n",
+    "logging_own.py": "import logging\nclass MyLogger(logging.Logger):\n    pass\nL = MyLogger('kimi_k3')\n"
+                      "C = logging.getLoggerClass()\n",
+    "copyreg_own.py": "import copyreg, pickle\nclass P:\n    def __reduce__(self):\n        return (P, ())\n"
+                      "B = pickle.dumps(P())\nT = dict(copyreg.dispatch_table)\n",
+    "mp_read.py": "import multiprocessing.util as u\nE = u.is_exiting()\nL = u.get_logger()\n",
+    "asyncio_read.py": "import asyncio\nPOL = asyncio.get_event_loop_policy()\n",
+    "ctypes_local.py": "import ctypes\nbuf = (ctypes.c_char * 4)()\np = ctypes.pointer(buf)\n"
+                       "buf[0] = b'a'\nN = ctypes.sizeof(buf)\n",
+    "importer_read.py": "import sys, os\nF = sys.path_importer_cache.get(os.path.dirname(os.__file__))\n",
+    "numpy_local.py": "import numpy\nRNG = numpy.random.default_rng(0)\nX = RNG.standard_normal(3)\n",
+}
+# the same for torch, in a trace of its own (a false positive above would make it a second pass of torch)
+HONEST23_TORCH: dict[str, str] = {
+    "torch_local.py": "import torch\nS = torch.get_rng_state()\ng = torch.Generator()\ng.manual_seed(0)\n"
+                      "X = torch.randn(2, generator=g)\n"
+                      "with torch.random.fork_rng(devices=[]):\n    torch.manual_seed(0)\n"
+                      "FILL = torch.utils.deterministic.fill_uninitialized_memory\n"
+                      "E = torch.backends.quantized.engine\nA = torch.get_autocast_dtype('cpu')\n",
+    "torch_modes_scoped.py": "import torch\nfrom torch.overrides import TorchFunctionMode\n"
+                             "class M(TorchFunctionMode):\n"
+                             "    def __torch_function__(self, func, types, args=(), kwargs=None):\n"
+                             "        return func(*args, **(kwargs or {}))\n"
+                             "with M():\n    Y = torch.ones(2) + 1\n"
+                             "with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):\n"
+                             "    Z = torch.ones(2, requires_grad=True) * 2\n",
+}
+OPEN_FALSE_POSITIVES: dict[str, str] = {
+    "own_cycle_import.py": "a stdlib package imported by importlib.import_module (a computed "
+                           "name) is taken for a sys.modules insertion",
+    "mp_read.py": "multiprocessing.util.get_logger's own lazy setup (logger, atexit hook) is blamed on "
+                  "the caller",
+    "mimetypes_use.py": "a lazy cache in another package (urllib.parse._typeprog, set by "
+                        "mimetypes.guess_type) is taken for the PR's patch",
+}
+
+
+def _lines(findings: list[Finding], package: str, module: str) -> list[tuple[str, int | None, str]]:
+    return sorted((f.code, f.line, f.message[:90]) for f in findings if f.path == f"{package}/{module}")
+
+
+def _params(attacks: dict[str, str], open_: dict[str, str]) -> list[object]:
+    return [pytest.param(k, id=k, marks=[pytest.mark.xfail(strict=True, reason=open_[k])]
+                         if k in open_ else []) for k in attacks]
+
+
+@pytest.fixture(scope="module")
+def traced23(tmp_path_factory: pytest.TempPathFactory) -> tuple[TraceFacts, list[Finding]]:
+    pytest.importorskip("numpy")
+    ctx = _context(tmp_path_factory.mktemp("rt23"), "evil", RUNTIME23)
+    facts = gather_trace(ctx)
+    return facts, _findings(ctx, facts)
+
+
+@pytest.fixture(scope="module")
+def torch_traced23(tmp_path_factory: pytest.TempPathFactory) -> tuple[TraceFacts, list[Finding]]:
+    pytest.importorskip("torch")
+    ctx = _context(tmp_path_factory.mktemp("rt23t"), "evilt", TORCH23)
+    facts = gather_trace(ctx)
+    return facts, _findings(ctx, facts)
+
+
+@pytest.fixture(scope="module")
+def honest23(tmp_path_factory: pytest.TempPathFactory) -> tuple[TraceFacts, list[Finding]]:
+    pytest.importorskip("numpy")
+    ctx = _context(tmp_path_factory.mktemp("h23"), "honest23", HONEST23)
+    facts = gather_trace(ctx)
+    return facts, _findings(ctx, facts)
+
+
+@pytest.fixture(scope="module")
+def honest23_torch(tmp_path_factory: pytest.TempPathFactory) -> tuple[TraceFacts, list[Finding]]:
+    pytest.importorskip("torch")
+    ctx = _context(tmp_path_factory.mktemp("h23t"), "honest23t", HONEST23_TORCH)
+    facts = gather_trace(ctx)
+    return facts, _findings(ctx, facts)
+
+
+def test_open_ids_are_attacks() -> None:
+    assert set(RUNTIME23_OPEN) <= set(RUNTIME23) and set(TORCH23_OPEN) <= set(TORCH23)
+    assert set(ALONE23_OPEN) <= set(ALONE23)
+    assert set(OPEN_FALSE_POSITIVES) <= set(HONEST23) | set(HONEST23_TORCH)
+    assert all(marked_lines(text) for group in (RUNTIME23, TORCH23, ALONE23) for text in group.values())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("module", _params(RUNTIME23, RUNTIME23_OPEN))
+def test_runtime23_effect_is_an_error_at_its_line(traced23: tuple[TraceFacts, list[Finding]],
+                                                  module: str) -> None:
+    _, findings = traced23
+    want = marked_lines(RUNTIME23[module])
+    assert set(want) <= _errors_at(findings, "evil", module), _lines(findings, "evil", module)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("module", _params(TORCH23, TORCH23_OPEN))
+def test_torch23_effect_is_an_error_at_its_line(torch_traced23: tuple[TraceFacts, list[Finding]],
+                                                module: str) -> None:
+    _, findings = torch_traced23
+    want = marked_lines(TORCH23[module])
+    assert set(want) <= _errors_at(findings, "evilt", module), _lines(findings, "evilt", module)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("module", _params(ALONE23, ALONE23_OPEN))
+def test_attack_on_the_tracer23_ends_in_an_error(tmp_path_factory: pytest.TempPathFactory,
+                                                 module: str) -> None:
+    ctx = _context(tmp_path_factory.mktemp("a23"), "evil", {module: ALONE23[module]})
+    facts = gather_trace(ctx)
+    findings = _findings(ctx, facts)
+    at_line = set(marked_lines(ALONE23[module])) <= _errors_at(findings, "evil", module)
+    failed = any(f.code in ("FT131", "FT132") and f.severity.value == "error" for f in findings)
+    assert at_line or failed, (facts.status, facts.reason,
+                               [(f.code, f.line, f.message[:80]) for f in findings])
+
+
+def _finished(traced: tuple[TraceFacts, list[Finding]]) -> None:
+    facts, findings = traced
+    assert facts.status.value == "ok", (facts.reason,
+                                        [(f.code, f.path, f.line, f.message[:90]) for f in findings])
+    assert not [f for f in findings if f.code in ("FT131", "FT132")], findings
+
+
+@pytest.mark.slow
+def test_honest23_trace_finished(honest23: tuple[TraceFacts, list[Finding]]) -> None:
+    _finished(honest23)
+
+
+@pytest.mark.slow
+def test_honest23_torch_trace_finished(honest23_torch: tuple[TraceFacts, list[Finding]]) -> None:
+    _finished(honest23_torch)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("module", _params(HONEST23, OPEN_FALSE_POSITIVES))
+def test_honest23_twin_traces_clean(honest23: tuple[TraceFacts, list[Finding]], module: str) -> None:
+    _, findings = honest23
+    assert _lines(findings, "honest23", module) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("module", _params(HONEST23_TORCH, OPEN_FALSE_POSITIVES))
+def test_honest23_torch_twin_traces_clean(honest23_torch: tuple[TraceFacts, list[Finding]],
+                                          module: str) -> None:
+    _, findings = honest23_torch
+    assert _lines(findings, "honest23t", module) == []

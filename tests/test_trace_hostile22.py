@@ -164,7 +164,9 @@ TORCH22_OPEN: dict[str, str] = {}
 # traced beside TORCH22: torch's own work while the contribution uses it (lazily imported submodules, a
 # module's parameters) is torch's bookkeeping, not a setting
 TORCH22_HONEST: dict[str, str] = {
-    "torch_use.py": "import torch\nT = torch.ones(3)\nL = torch.nn.Linear(2, 2)\n"
+    # the honest way to build a layer at import: the global generator's state put back (fork_rng)
+    "torch_use.py": "import torch\nT = torch.ones(3)\nwith torch.random.fork_rng(devices=[]):\n"
+                    "    L = torch.nn.Linear(2, 2)\n"
                     "Y = L(torch.zeros(1, 2)).sum().item()\nimport torch.nn.functional as F\nZ = F.relu(T)\n",
 }
 
@@ -260,9 +262,6 @@ def test_torch22_effect_is_an_error_at_its_line(torch_traced22: tuple[TraceFacts
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="torch.nn.Linear(2, 2) at import draws from the global CPU generator "
-                   "(its state changes; the old byte-sum key missed it: a draw moves `left` down, `next` up "
-                   "by one); telling a draw from a set_rng_state would need a replay of the stream)")
 def test_torch22_honest_use_is_clean(torch_traced22: tuple[TraceFacts, list[Finding]]) -> None:
     _, findings = torch_traced22
     honest = {f"evilt/{m}" for m in TORCH22_HONEST}

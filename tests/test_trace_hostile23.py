@@ -216,6 +216,10 @@ _FLIP_JIT = (("llga_enabled", "llga_enabled"), ("onnx_log_enabled", "is_onnx_log
              ("texpr_reductions_enabled", "texpr_reductions_enabled"),
              ("tracer_state_warn", "get_tracer_state_warn"))
 TORCH23_MORE: dict[str, str] = {
+    # a draw from the global generator at import (an nn.Linear's default init) moves the random stream every
+    # other model and the engine's seeded runs see (the old byte-sum key missed it: a draw moves `left` down,
+    # `next` up by one); the honest form, under fork_rng, is tests/test_trace_hostile22.py's torch_use.py
+    "global_rng_draw.py": "import torch\nL = torch.nn.Linear(2, 2)  # <-\n",
     **{f"flip_{n}.py": f"{_C}C._set_{n}(not C._get_{n}())  # <-\n" for n in _FLIP},
     **{f"flip_{n}.py": f"{_C}C._set_{n}(not C._{g}())  # <-\n" for n, g in _FLIP_IS},
     **{f"jit_flip_{n}.py": f"{_C}C._jit_set_{n}(not C._jit_{g}())  # <-\n" for n, g in _FLIP_JIT},

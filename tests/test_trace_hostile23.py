@@ -129,7 +129,6 @@ RUNTIME23_OPEN: dict[str, str] = {
                              "triggers) is absorbed as that library's import-time work",
     "shutdown_del.py": "code run at interpreter shutdown (an own global's __del__) never runs in the trace",
     "closure_cell.py": "a shared function's closure cell (cell_contents) is no snapshot value, not audited",
-    "logging_manager.py": "an instance held by a class (logging.Logger.manager) is compared by identity",
     "ctypes_pointer_index.py": "a write through a ctypes pointer's index is not audited (nor addressof)",
 }
 
@@ -238,12 +237,8 @@ HONEST23_TORCH: dict[str, str] = {
                              "    Z = torch.ones(2, requires_grad=True) * 2\n",
 }
 OPEN_FALSE_POSITIVES: dict[str, str] = {
-    "own_cycle_import.py": "a stdlib package imported by importlib.import_module (a computed "
-                           "name) is taken for a sys.modules insertion",
     "mp_read.py": "multiprocessing.util.get_logger's own lazy setup (logger, atexit hook) is blamed on "
                   "the caller",
-    "mimetypes_use.py": "a lazy cache in another package (urllib.parse._typeprog, set by "
-                        "mimetypes.guess_type) is taken for the PR's patch",
 }
 
 

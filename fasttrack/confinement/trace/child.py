@@ -131,6 +131,7 @@ class Tracer:
         self.names_before: frozenset[str] = frozenset()  # sys.modules' names then
         self.loaders: dict[int, tuple[Any, Any]] = {}  # id of a `_Baseline` -> (it, the loader it wraps)
         self.peeking = False  # the hook is looking at the stack itself
+        self.found: dict[str, Any] = {}  # name -> the spec a real finder gave for it during the trace
         self.lasts: dict[Any, tuple[str, int] | None] = {}  # per thread: the contribution's last line
         self.origins: dict[int, tuple[str, int] | None] = {}  # id of a Thread -> the line that made it
         self.join_left = SETTLE_S  # locate pass: seconds left for running started threads to their end
@@ -407,6 +408,7 @@ class Tracer:
                 continue
             spec = finder.find_spec(name, path, target)
             if spec is not None:
+                self.found[name] = spec  # an import by any route (importlib.import_module raises no event)
                 if spec.loader is not None and hasattr(spec.loader, "exec_module"):
                     wrapper = _Baseline(spec.loader)
                     self.loaders[id(wrapper)] = (wrapper, spec.loader)
@@ -944,7 +946,8 @@ def _sys_modules_effects(tracer: Tracer, before: dict[str, Any]) -> list[dict[st
             continue
         module = sys.modules[name]
         spec = getattr(module, "__spec__", None)
-        if name not in tracer.imported or getattr(spec, "name", None) != name:
+        imported = name in tracer.imported or (name in tracer.found and spec is tracer.found[name])
+        if not imported or getattr(spec, "name", None) != name:
             out.append({"key": f"sysmod:{name}", "target": f"sys.modules[{name!r}]",
                         "detail": "inserted without an import"})
         elif getattr(module, "__file__", None) in tracer.files:

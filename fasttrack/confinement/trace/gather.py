@@ -99,6 +99,9 @@ def _target(key: str) -> str:
     if kind == "cbox":
         mod, holder, attr = rest.split(":", 2)
         return f"{mod}.{holder}.{attr} (its contents)"
+    if kind == "cobj":
+        mod, cls, holder, attr = rest.split(":", 3)
+        return f"{mod}.{cls}.{holder}.{attr}"
     if kind in ("cls", "obj"):
         mod, holder, attr = rest.split(":", 2)
         return f"{mod}.{holder}.{attr}"
@@ -122,6 +125,13 @@ def _setter(via: str) -> bool:
     last = via.rsplit(".", 1)[-1]
     camel = len(last) > 3 and last[:3] in ("set", "add") and last[3].isupper()
     return last.startswith(_SETTER_PREFIXES) or camel or last in ("manual_seed", "seed")
+
+
+def _lazy_private(event: dict[str, Any]) -> bool:
+    """A private module attribute that was None, set by a library function the contribution called: a lazy
+    cache filled on first use (`urllib.parse._typeprog`, compiled by `mimetypes.guess_type`)."""
+    key: str = event["key"]
+    return key.startswith("mod:") and key.rpartition(":")[2].startswith("_") and event.get("before") == "None"
 
 
 def _bookkeeping(key: str, via: str) -> bool:
@@ -158,7 +168,7 @@ def _effects(events: list[dict[str, Any]], plan: TracePlan, located: dict[str, t
             if first == _ABSORBED:
                 continue
             for path, line, via in [(*first, indirect.get(ev["key"], "")), *(also or {}).get(ev["key"], [])]:
-                if via and _bookkeeping(ev["key"], via) and not ev.get("own_value"):
+                if via and not ev.get("own_value") and (_bookkeeping(ev["key"], via) or _lazy_private(ev)):
                     continue  # a library function's own bookkeeping, not a patch by the PR
                 effects.append(Effect(kind=EffectKind.FOREIGN_STATE, target=_target(ev["key"]),
                                       detail=f"{what} (through {via})" if via else what,

@@ -476,7 +476,7 @@ THREAD_LOCAL = frozenset({"state:numpy.errstate", "state:signal.mask", "state:de
 
 def cheap(key: str) -> bool:
     """A key that costs a dictionary look-up or two to re-read (the locate pass reads it on every line)."""
-    return key.startswith(("mod:", "cls:", "sysmod:", "obj:", "kw:")) or key in CHEAP_STATE or (
+    return key.startswith(("mod:", "cls:", "sysmod:", "obj:", "cobj:", "kw:")) or key in CHEAP_STATE or (
         key.startswith("state:torch.") and not key.endswith("()") and key not in ("state:torch.ops",
                                                                                    "state:torch.library"))
 
@@ -633,6 +633,12 @@ def module_state(name: str, module: types.ModuleType) -> Snapshot:
                         box = _box(cvalue)  # a class's dispatch table changed in place
                         if box is not None:
                             out[f"cbox:{name}:{attr}:{cattr}"] = box
+                    elif not cattr.startswith("__") and type(cvalue).__module__ == name:
+                        # an instance of the module's own class held by a class (logging.Logger.manager):
+                        # its attributes by identity
+                        cstate = _instance_dict(cvalue)
+                        for iattr, ivalue in cstate or ():
+                            out[f"cobj:{name}:{attr}:{cattr}:{iattr}"] = ivalue
     return out
 
 
@@ -670,6 +676,13 @@ def value_of(key: str) -> Any:
         if kind == "kw":
             return _kwdefaults(value) if value is not MISSING else MISSING
         return value if kind == "mod" or value is MISSING else _box(value)
+    if kind == "cobj":
+        name, cls_name, holder, attr = rest.split(":", 3)
+        module = sys.modules.get(name)
+        cls = vars(module).get(cls_name, MISSING) if module is not None else MISSING
+        obj = cls.__dict__.get(holder, MISSING) if isinstance(cls, type) else MISSING
+        state = _instance_dict(obj) if obj is not MISSING else None
+        return dict(state).get(attr, MISSING) if state is not None else MISSING
     if kind == "obj":
         name, holder, attr = rest.split(":", 2)
         module = sys.modules.get(name)

@@ -170,7 +170,6 @@ TORCH23_OPEN: dict[str, str] = {
     "profiling_executor.py": "the JIT's profiling-executor switch has no snapshot key",
     "quantized_engine.py": "torch.backends.quantized.engine has no snapshot key",
     "autograd_fallback.py": "autograd's fallback mode has no snapshot key",
-    "mha_fastpath.py": "torch.backends.mha's fast-path switch has no snapshot key",
     "autocast_dtype.py": "autocast's dtype (only its on/off is a key) has no snapshot key",
     "sparse_invariants.py": "sparse-tensor invariant checking has no snapshot key",
 }

@@ -162,17 +162,87 @@ TORCH23: dict[str, str] = {
     "sparse_invariants.py": "import torch\ntorch.sparse.check_sparse_tensor_invariants.enable()  # <-\n",
 }
 TORCH23_OPEN: dict[str, str] = {
-    "rng_sum_collision.py": "the CPU generator's state is compared by its byte sum only",
-    "torch_function_mode.py": "torch's function-mode stack has no snapshot key",
-    "torch_dispatch_mode.py": "torch's dispatch-mode stack has no snapshot key",
-    "saved_tensors_hooks.py": "autograd's default saved-tensor hooks have no snapshot key",
-    "fill_uninitialized.py": "torch.utils.deterministic.fill_uninitialized_memory has no snapshot key",
-    "profiling_executor.py": "the JIT's profiling-executor switch has no snapshot key",
-    "quantized_engine.py": "torch.backends.quantized.engine has no snapshot key",
-    "autograd_fallback.py": "autograd's fallback mode has no snapshot key",
-    "autocast_dtype.py": "autocast's dtype (only its on/off is a key) has no snapshot key",
-    "sparse_invariants.py": "sparse-tensor invariant checking has no snapshot key",
+    "cuda_lazy_seed.py": "a CUDA seed queued before CUDA is initialised (torch.cuda._lazy_seed_tracker) is "
+                         "taken for torch.cuda's bookkeeping (manual_seed_all is no setter name); a key "
+                         "for the queue would also flag torch.manual_seed inside fork_rng(devices=[]) "
+                         "(torch_local), which on GPU leaks too",
 }
+
+# The rest of torch's process-wide (or main-thread) switches the trace keys (fasttrack/confinement/trace/
+# torch_state.py): one attack each, in the same trace as TORCH23.
+_T = "import torch\n"
+_C = "import torch\nC = torch._C\n"
+_FLIP = ("cublas_allow_fp16_accumulation", "mkldnn_deterministic", "nnpack_enabled", "miopen_immediate",
+         "math_sdp_allow_fp16_bf16_reduction", "backcompat_broadcast_warn", "backcompat_keepdim_warn",
+         "dtensor_allow_implicit_replication")
+_FLIP_IS = (("fwd_grad_enabled", "is_fwd_grad_enabled"), ("view_replay_enabled", "is_view_replay_enabled"),
+            ("multithreading_enabled", "is_multithreading_enabled"),
+            ("grad_layout_enforcement_enabled", "is_grad_layout_enforcement_enabled"),
+            ("only_lift_cpu_tensors", "only_lift_cpu_tensors"),
+            ("warn_on_accumulate_grad_stream_mismatch", "warn_on_accumulate_grad_stream_mismatch"),
+            ("override_stale_capture_stream", "override_stale_capture_stream"),
+            ("warnAlways", "get_warnAlways"),
+            ("sdp_use_fa3", "get_fa3_sdp_enabled"), ("sdp_use_overrideable", "get_overrideable_sdp_enabled"))
+_FLIP_JIT = (("llga_enabled", "llga_enabled"), ("onnx_log_enabled", "is_onnx_log_enabled"),
+             ("symbolic_shapes_test_mode", "symbolic_shapes_test_mode_enabled"),
+             ("te_generate_block_code", "get_te_generate_block_code"),
+             ("te_must_use_llvm_cpu", "get_te_must_use_llvm_cpu"),
+             ("texpr_dynamic_shape_enabled", "texpr_dynamic_shape_enabled"),
+             ("texpr_reductions_enabled", "texpr_reductions_enabled"),
+             ("tracer_state_warn", "get_tracer_state_warn"))
+TORCH23_MORE: dict[str, str] = {
+    **{f"flip_{n}.py": f"{_C}C._set_{n}(not C._get_{n}())  # <-\n" for n in _FLIP},
+    **{f"flip_{n}.py": f"{_C}C._set_{n}(not C._{g}())  # <-\n" for n, g in _FLIP_IS},
+    **{f"jit_flip_{n}.py": f"{_C}C._jit_set_{n}(not C._jit_{g}())  # <-\n" for n, g in _FLIP_JIT},
+    **{f"jit_{n}.py": f"{_C}C._jit_set_{n}(7)  # <-\n" for n in (
+        "te_cuda_pointwise_block_count", "te_cuda_pointwise_block_size", "te_cuda_pointwise_loop_levels",
+        "num_profiled_runs")},
+    "jit_texpr_fallback.py": f"{_C}C._jit_texpr_set_fallback_allowed("
+                             "not C._jit_texpr_fallback_allowed())  # <-\n",
+    "cudnn_depthwise_kernel.py": f"{_C}C._set_cudnn_depthwise_kernel('cudnn')  # <-\n",
+    "jit_fusion_group_inlining.py": f"{_C}C._debug_set_fusion_group_inlining("
+                                    "not C._debug_get_fusion_group_inlining())  # <-\n",
+    "jit_logging_option.py": f"{_C}C._jit_set_logging_option('evil')  # <-\n",
+    "jit_profiling_mode.py": f"{_C}C._jit_set_profiling_mode(False)  # <-\n",
+    "jit_fusion_strategy.py": f"{_T}torch.jit.set_fusion_strategy([('DYNAMIC', 3)])  # <-\n",
+    "jit_autocast_mode.py": f"{_C}C._jit_set_autocast_mode(False)  # <-\n",
+    "jit_emit_hooks.py": f"{_C}def h(*a):\n    pass\nC._jit_set_emit_hooks(h, h)  # <-\n",
+    **{f"fp32_precision_{b}_{o}.py": f"{_C}C._set_fp32_precision_setter('{b}', '{o}', '{v}')  # <-\n"
+       for b, v in (("mkldnn", "bf16"), ("cuda", "ieee")) for o in ("matmul", "conv", "rnn")},
+    "fp32_precision_generic.py": f"{_T}torch.backends.fp32_precision = 'tf32'  # <-\n",
+    "blas_backend.py": f"{_C}C._set_blas_preferred_backend(C._BlasBackend.Ck)  # <-\n",
+    # the backend is set before the build is found to lack it
+    "linalg_backend.py": f"{_C}try:\n    C._set_linalg_preferred_backend(C._LinalgBackend.Magma)  # <-\n"
+                         "except RuntimeError:\n    pass\n",
+    "rocm_fa_backend.py": f"{_C}C._set_rocm_fa_preferred_backend(C._ROCmFABackend.Ck)  # <-\n",
+    "sdp_priority.py": f"{_C}C._set_sdp_priority_order([2, 1, 0, 3, 4])  # <-\n",
+    "anomaly_check_nan.py": f"{_T}torch.set_anomaly_enabled(False, False)  # <-\n",
+    "profiler_left_on.py": f"{_T}P = torch.autograd.profiler.profile(use_kineto=False)\n"
+                           "P.__enter__()  # <-\n",
+    "autocast_cache.py": f"{_T}torch.set_autocast_cache_enabled(False)  # <-\n",
+    "autocast_cpu_dtype.py": f"{_T}torch.set_autocast_cpu_dtype(torch.float32)  # <-\n",
+    "autocast_gpu_dtype.py": f"{_T}torch.set_autocast_gpu_dtype(torch.bfloat16)  # <-\n",
+    "autocast_xpu_on.py": f"{_T}torch.set_autocast_enabled('xpu', True)  # <-\n",
+    "autocast_nesting.py": f"{_T}torch.autocast_increment_nesting()  # <-\n",
+    "dispatch_exclude.py": f"{_C}G = C._DisableTorchDispatch()  # <-\nG.__enter__()\n",
+    "dispatch_include.py": f"{_C}C._dispatch_tls_set_dispatch_key_included("
+                           "C.DispatchKey.Negative, True)  # <-\n",
+    "function_state.py": f"{_C}G = C.DisableTorchFunctionSubclass()\nG.__enter__()  # <-\n",
+    "function_state_all.py": f"{_C}G = C.DisableTorchFunction()\nG.__enter__()  # <-\n",
+    "functorch_allowed.py": f"{_C}C._functorch.set_inplace_requires_grad_allowed(True)  # <-\n"
+                            "C._functorch.set_single_level_autograd_function_allowed(True)  # <-\n",
+    # last (by name): every later torch call would make grad-tracking, then meta tensors
+    "zz_functorch_level.py": f"{_C}C._functorch._grad_increment_nesting()  # <-\n",
+    "zz_meta_in_tls.py": f"{_C}C._set_meta_in_tls_dispatch_include(True)  # <-\n",
+    "forward_ad_level.py": f"{_C}C._enter_dual_level()  # <-\n",
+    "thread_name.py": f"{_C}C._set_thread_name('evil')  # <-\n",
+    "mobile_allocator.py": f"{_C}C._set_default_mobile_cpu_allocator()  # <-\n",
+    "privateuse1_name.py": f"{_T}torch.utils.rename_privateuse1_backend('evil')  # <-\n",
+    "sm_carveout.py": f"{_C}C._set_sm_carveout_experimental(8)  # <-\n",
+    "graph_exec_group.py": f"{_C}C._set_graph_exec_group(3)  # <-\n",
+    "cuda_lazy_seed.py": f"{_T}torch.cuda.manual_seed_all(1234)  # <-\n",
+}
+TORCH23_ALL = {**TORCH23, **TORCH23_MORE}
 
 # The tracer's bookkeeping reached through sys.meta_path (as in hostile22's absorbed_poison): one trace each.
 ALONE23: dict[str, str] = {
@@ -235,6 +305,31 @@ HONEST23_TORCH: dict[str, str] = {
                              "with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):\n"
                              "    Z = torch.ones(2, requires_grad=True) * 2\n",
 }
+# torch's own scoped forms of the switches above: each puts back what it set (same trace as HONEST23_TORCH)
+HONEST23_TORCH_MORE: dict[str, str] = {
+    "torch_scoped_switches.py": "import torch\nx = torch.ones(3, requires_grad=True)\n"
+                                "with torch.no_grad(), torch.autocast('cpu'):\n    A = x * 2\n"
+                                "with torch.inference_mode():\n    B = torch.ones(2) + 1\n"
+                                "with torch.sparse.check_sparse_tensor_invariants():\n    C = torch.ones(2)\n"
+                                "with torch.backends.cudnn.flags(enabled=False):\n    D = torch.ones(2)\n"
+                                "with torch.autograd.detect_anomaly(check_nan=False):\n"
+                                "    E = (x * 3).sum()\n"
+                                "with torch.autograd.forward_ad.dual_level():\n    F = torch.ones(2)\n"
+                                "with torch._C.DisableTorchFunctionSubclass():\n"
+                                "    G = torch.ones(2) * 2\n"
+                                "with torch.jit.optimized_execution(False):\n    H = torch.ones(2)\n",
+    "torch_scoped_transforms.py": "import torch\nfrom torch.utils._python_dispatch import TorchDispatchMode\n"
+                                  "class D(TorchDispatchMode):\n"
+                                  "    def __torch_dispatch__(self, func, types, args=(), kwargs=None):\n"
+                                  "        return func(*args, **(kwargs or {}))\n"
+                                  "with D():\n    Y = torch.ones(2) + 1\n"
+                                  "G = torch.func.grad(lambda t: (t * t).sum())(torch.ones(3))\n"
+                                  "with torch.autograd.profiler.profile(use_kineto=False):\n"
+                                  "    P = torch.ones(2) * 2\n"
+                                  "E = torch.backends.mha.get_fastpath_enabled()\n"
+                                  "N = torch.get_num_threads()\nT = torch._C._get_thread_name()\n",
+}
+HONEST23_TORCH_ALL = {**HONEST23_TORCH, **HONEST23_TORCH_MORE}
 OPEN_FALSE_POSITIVES: dict[str, str] = {
     "mp_read.py": "multiprocessing.util.get_logger's own lazy setup (logger, atexit hook) is blamed on "
                   "the caller",
@@ -261,7 +356,7 @@ def traced23(tmp_path_factory: pytest.TempPathFactory) -> tuple[TraceFacts, list
 @pytest.fixture(scope="module")
 def torch_traced23(tmp_path_factory: pytest.TempPathFactory) -> tuple[TraceFacts, list[Finding]]:
     pytest.importorskip("torch")
-    ctx = _context(tmp_path_factory.mktemp("rt23t"), "evilt", TORCH23)
+    ctx = _context(tmp_path_factory.mktemp("rt23t"), "evilt", TORCH23_ALL)
     facts = gather_trace(ctx)
     return facts, _findings(ctx, facts)
 
@@ -277,16 +372,16 @@ def honest23(tmp_path_factory: pytest.TempPathFactory) -> tuple[TraceFacts, list
 @pytest.fixture(scope="module")
 def honest23_torch(tmp_path_factory: pytest.TempPathFactory) -> tuple[TraceFacts, list[Finding]]:
     pytest.importorskip("torch")
-    ctx = _context(tmp_path_factory.mktemp("h23t"), "honest23t", HONEST23_TORCH)
+    ctx = _context(tmp_path_factory.mktemp("h23t"), "honest23t", HONEST23_TORCH_ALL)
     facts = gather_trace(ctx)
     return facts, _findings(ctx, facts)
 
 
 def test_open_ids_are_attacks() -> None:
-    assert set(RUNTIME23_OPEN) <= set(RUNTIME23) and set(TORCH23_OPEN) <= set(TORCH23)
+    assert set(RUNTIME23_OPEN) <= set(RUNTIME23) and set(TORCH23_OPEN) <= set(TORCH23_ALL)
     assert set(ALONE23_OPEN) <= set(ALONE23)
-    assert set(OPEN_FALSE_POSITIVES) <= set(HONEST23) | set(HONEST23_TORCH)
-    assert all(marked_lines(text) for group in (RUNTIME23, TORCH23, ALONE23) for text in group.values())
+    assert set(OPEN_FALSE_POSITIVES) <= set(HONEST23) | set(HONEST23_TORCH_ALL)
+    assert all(marked_lines(text) for group in (RUNTIME23, TORCH23_ALL, ALONE23) for text in group.values())
 
 
 @pytest.mark.slow
@@ -299,11 +394,11 @@ def test_runtime23_effect_is_an_error_at_its_line(traced23: tuple[TraceFacts, li
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("module", _params(TORCH23, TORCH23_OPEN))
+@pytest.mark.parametrize("module", _params(TORCH23_ALL, TORCH23_OPEN))
 def test_torch23_effect_is_an_error_at_its_line(torch_traced23: tuple[TraceFacts, list[Finding]],
                                                 module: str) -> None:
     _, findings = torch_traced23
-    want = marked_lines(TORCH23[module])
+    want = marked_lines(TORCH23_ALL[module])
     assert set(want) <= _errors_at(findings, "evilt", module), _lines(findings, "evilt", module)
 
 
@@ -345,7 +440,7 @@ def test_honest23_twin_traces_clean(honest23: tuple[TraceFacts, list[Finding]], 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("module", _params(HONEST23_TORCH, OPEN_FALSE_POSITIVES))
+@pytest.mark.parametrize("module", _params(HONEST23_TORCH_ALL, OPEN_FALSE_POSITIVES))
 def test_honest23_torch_twin_traces_clean(honest23_torch: tuple[TraceFacts, list[Finding]],
                                           module: str) -> None:
     _, findings = honest23_torch

@@ -34,7 +34,7 @@ import weakref
 from collections.abc import Callable, Generator
 from typing import Any
 
-from . import snapshot, standins
+from . import snapshot, standins, torch_state
 
 # Audit events that leave the sandbox or reach native code: blocked (the hook raises) and reported.
 ESCAPES = ("socket.", "subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
@@ -1104,7 +1104,7 @@ def main(spec_path: str) -> None:
     tracer.preexisting = {id(v) for v in before.values()}
     tracer.base = dict(before)
     locate: list[str] = spec.get("locate", [])
-    tool = [sys.modules[__name__], snapshot, standins]
+    tool = [sys.modules[__name__], snapshot, torch_state, standins]
     sys.addaudithook(_guard(gen, _tool_ids(tool)))
     sys.addaudithook(tracer.hook)
     integrity = _integrity_baseline(tracer, tool)

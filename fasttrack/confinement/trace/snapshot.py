@@ -26,7 +26,9 @@ import types
 from collections.abc import Callable, Iterable
 from typing import Any
 
-MISSING: Any = type("Missing", (), {"__repr__": lambda self: "<missing>"})()
+from . import torch_state
+
+MISSING: Any = torch_state.MISSING  # one sentinel for both modules
 Snapshot = dict[str, Any]
 
 
@@ -141,44 +143,6 @@ def _faulthandler() -> Any:
     return f.is_enabled() if f is not None else False
 
 
-def _torch(attr: str) -> Callable[[], Any]:
-    """A torch switch read through a dotted path from `torch` (a call when it ends in `()`)."""
-
-    def get() -> Any:
-        obj: Any = sys.modules.get("torch")
-        if obj is None:
-            return MISSING
-        path = attr[:-2] if attr.endswith("()") else attr
-        for part in path.split("."):
-            obj = getattr(obj, part, MISSING)
-            if obj is MISSING:
-                return MISSING
-        if attr.endswith("()"):
-            try:
-                obj = obj()
-            except Exception as exc:  # a switch that cannot be read on this build
-                return f"<error {type(exc).__name__}>"
-        return repr(obj)
-
-    return get
-
-
-TORCH_SWITCHES = (
-    "backends.cuda.matmul.allow_tf32", "backends.cuda.matmul.allow_fp16_reduced_precision_reduction",
-    "backends.cuda.matmul.allow_bf16_reduced_precision_reduction", "backends.cudnn.allow_tf32",
-    "backends.cudnn.enabled", "backends.cudnn.benchmark", "backends.cudnn.deterministic",
-    "backends.mkldnn.enabled", "backends.opt_einsum.enabled", "backends.cuda.flash_sdp_enabled()",
-    "backends.cuda.mem_efficient_sdp_enabled()", "backends.cuda.math_sdp_enabled()",
-    "backends.cuda.cudnn_sdp_enabled()", "are_deterministic_algorithms_enabled()",
-    "is_deterministic_algorithms_warn_only_enabled()", "get_default_dtype()", "get_default_device()",
-    "get_float32_matmul_precision()", "get_num_threads()", "get_num_interop_threads()", "is_grad_enabled()",
-    "is_warn_always_enabled()", "_C._jit_texpr_fuser_enabled()", "_C._get_graph_executor_optimize()",
-    "_C._jit_can_fuse_on_cpu()",
-    "is_inference_mode_enabled()", "is_anomaly_enabled()", "_C._get_cudnn_allow_tf32()",
-    "_C._get_cublas_allow_tf32()", "_C._jit_get_inline_everything_mode()", "get_rng_state().sum().item()",
-)
-
-
 def _itimers() -> Any:
     """Which interval timers are armed (a pending alarm or ITIMER_VIRTUAL/PROF: their default action ends the
     process), and their intervals; the time left runs down, so only whether one is set is compared."""
@@ -204,24 +168,6 @@ def _path_importer_cache() -> Any:
                       tuple((str(e[0]), id(e[1])) for e in getattr(v, "_loaders", ()) if type(e) is tuple
                             and len(e) == 2))  # a FileFinder's loaders changed in place
                      for k, v in list(sys.path_importer_cache.items()))
-
-
-def _torch_call(get: Callable[[Any], Any]) -> Callable[[], Any]:
-    def read() -> Any:
-        t = sys.modules.get("torch")
-        if t is None:
-            return MISSING
-        try:
-            return repr(get(t))
-        except Exception as exc:
-            return f"<error {type(exc).__name__}>"
-
-    return read
-
-
-def _flush_denormal(t: Any) -> Any:
-    """torch.set_flush_denormal has no getter: a denormal double reads 0 when it is on (this thread)."""
-    return t.tensor([1e-323], dtype=t.float64).item() == 0.0
 
 
 def _numpy_errstate() -> Any:
@@ -431,7 +377,7 @@ STATE: dict[str, Callable[[], Any]] = {
     "faulthandler": _faulthandler,
     "torch.ops": _torch_ops,
     "torch.library": _torch_impls,
-    **{f"torch.{s}": _torch(s) for s in TORCH_SWITCHES},
+    **torch_state.STATE,
     "signal.itimers": _itimers,
     "signal.mask": _sigmask,
     "os.affinity": lambda: tuple(sorted(os.sched_getaffinity(0))),
@@ -441,8 +387,6 @@ STATE: dict[str, Callable[[], Any]] = {
     "sys.asyncgen_hooks": lambda: tuple(map(id, sys.get_asyncgen_hooks())),
     "sys.coroutine_origin_tracking_depth": sys.get_coroutine_origin_tracking_depth,
     "sys.path_importer_cache.finders": _path_importer_cache,
-    "torch.autocast": _torch_call(lambda t: [(d, t.is_autocast_enabled(d)) for d in ("cpu", "cuda")]),
-    "torch.flush_denormal": _torch_call(_flush_denormal),
     "numpy.errstate": _numpy_errstate,
     "numpy.printoptions": _numpy_printoptions,
     **{f"registry:{r}": _registry(r) for r in TORCH_REGISTRIES},
@@ -470,15 +414,14 @@ CHEAP_STATE = frozenset({"state:sys.path", "state:sys.meta_path", "state:sys.pat
 
 # Keys whose value is per thread (numpy's error state lives in a context variable): read in the main thread
 # only, where the contribution's modules are imported.
-THREAD_LOCAL = frozenset({"state:numpy.errstate", "state:signal.mask", "state:decimal.context",
-                          "state:torch.flush_denormal", "state:torch.autocast"})
+THREAD_LOCAL = frozenset({"state:numpy.errstate", "state:signal.mask", "state:decimal.context"}) | \
+    torch_state.THREAD_LOCAL
 
 
 def cheap(key: str) -> bool:
     """A key that costs a dictionary look-up or two to re-read (the locate pass reads it on every line)."""
-    return key.startswith(("mod:", "cls:", "sysmod:", "obj:", "cobj:", "kw:")) or key in CHEAP_STATE or (
-        key.startswith("state:torch.") and not key.endswith("()") and key not in ("state:torch.ops",
-                                                                                   "state:torch.library"))
+    return key.startswith(("mod:", "cls:", "sysmod:", "obj:", "cobj:", "kw:")) or key in CHEAP_STATE or \
+        key in torch_state.CHEAP
 
 
 def _config_modules() -> Iterable[tuple[str, Any]]:

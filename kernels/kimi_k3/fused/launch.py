@@ -247,6 +247,16 @@ def make_plan(cfg: K3LayerConfig, B: int, max_context: int, *, gpu: bool = True,
             gpu_tiles.update(QB_ST=4, F_ST=4)
         else:
             gpu_tiles.update(x_stages=3)
+        # Measured faster at exactly these batch sizes (docs/results/kimi_k3-r23b/, run 1: oracle-checked,
+        # bit-repeatable, faster than both repeats of the old plan): B1 16-row router CTAs + 4-stage
+        # moe_front (-2.1 / -2.7 us at 4k / 32k), B2 6-stage q_b (-2.2 us), B8 qkv_a BK 256 + 5 stages
+        # (-5.0 us)
+        if B == 1:
+            gpu_tiles.update(F_RBN=16, F_ST=4)
+        elif B == 2:
+            gpu_tiles.update(QB_ST=6)
+        elif B == 8:
+            gpu_tiles.update(A_BK=256, A_ST=5)
     plan = Plan(
         B=B,
         BB=bb,

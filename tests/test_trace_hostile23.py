@@ -128,32 +128,7 @@ RUNTIME23_OPEN: dict[str, str] = {
     "absorbed_by_import.py": "a change made while a foreign module's own import runs (an own __del__ it "
                              "triggers) is absorbed as that library's import-time work",
     "shutdown_del.py": "code run at interpreter shutdown (an own global's __del__) never runs in the trace",
-    "threading_atexit.py": "threading._register_atexit hooks are neither counted nor run by the trace",
-    "mp_after_fork.py": "multiprocessing.util's after-fork registry (private) is neither a key nor run",
-    "mp_finalize.py": "multiprocessing.util's finalizer registry (private) is neither a key nor run",
-    "siginterrupt.py": "signal.siginterrupt (SA_RESTART) has no snapshot key",
-    "faulthandler_later.py": "faulthandler's watchdog timer has no snapshot key",
-    "faulthandler_sigterm.py": "faulthandler.register's C signal handler is not what signal.getsignal shows",
-    "thread_stack_size.py": "threading.stack_size has no snapshot key",
-    "gc_freeze.py": "gc.freeze (gc.get_freeze_count) has no snapshot key",
-    "tracemalloc_start.py": "tracemalloc.is_tracing has no snapshot key",
-    "codecs_error_handler.py": "codecs.register_error (a built-in handler replaced): no key, no audit event",
-    "wakeup_fd.py": "signal.set_wakeup_fd has no snapshot key",
-    "stderr_dup2.py": "file descriptors 0-2 replaced under sys.std* (os.dup2) have no snapshot key",
-    "stdout_reconfigure.py": "a shared stream reconfigured in place keeps its identity and its __dict__",
-    "setsid_swallowed.py": "a call that fails only in the sandbox (os.setsid) is swallowed, never seen",
-    "numpy_seed.py": "numpy's global RandomState has no snapshot key",
-    "re_cache.py": "private module-level dicts (re._cache) are not boxed",
-    "encodings_cache.py": "private module-level dicts (encodings._cache) are not boxed",
-    "linecache_poison.py": "linecache.cache is excluded as bookkeeping: lying source lines in tracebacks",
-    "filefinder_loaders.py": "a path finder's loader list changed in place: the finder is the same object",
     "closure_cell.py": "a shared function's closure cell (cell_contents) is no snapshot value, not audited",
-    "logging_manager.py": "an instance held by a class (logging.Logger.manager) is compared by identity",
-    "copyreg_pickle.py": "a registry changed in its owner's setter (copyreg.pickle): bookkeeping",
-    "mimetypes_add.py": "a registry changed in its owner's setter (mimetypes.add_type): bookkeeping",
-    "asyncio_policy.py": "a global set by its owner's setter to an own class's instance: bookkeeping",
-    "logger_class_disguised.py": "an own class made by type() with another __module__ is not the PR's value",
-    "uuid_slots.py": "slot values of a module-level instance have no key; object.__setattr__ is not audited",
     "ctypes_pointer_index.py": "a write through a ctypes pointer's index is not audited (nor addressof)",
 }
 
@@ -286,7 +261,6 @@ ALONE23: dict[str, str] = {
                         "    if hasattr(t, 'exits') and hasattr(t, 'hook'):\n        t.exits.clear()\n",
 }
 ALONE23_OPEN: dict[str, str] = {
-    "base_poison.py": "the tracer's baseline (base) is reachable through sys.meta_path, not checked",
 }
 
 HONEST23: dict[str, str] = {
@@ -361,12 +335,8 @@ HONEST23_TORCH_MORE: dict[str, str] = {
 }
 HONEST23_TORCH_ALL = {**HONEST23_TORCH, **HONEST23_TORCH_MORE}
 OPEN_FALSE_POSITIVES: dict[str, str] = {
-    "own_cycle_import.py": "a stdlib package imported by importlib.import_module (a computed "
-                           "name) is taken for a sys.modules insertion",
     "mp_read.py": "multiprocessing.util.get_logger's own lazy setup (logger, atexit hook) is blamed on "
                   "the caller",
-    "mimetypes_use.py": "a lazy cache in another package (urllib.parse._typeprog, set by "
-                        "mimetypes.guess_type) is taken for the PR's patch",
 }
 
 

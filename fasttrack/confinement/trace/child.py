@@ -131,6 +131,7 @@ class Tracer:
         self.names_before: frozenset[str] = frozenset()  # sys.modules' names then
         self.loaders: dict[int, tuple[Any, Any]] = {}  # id of a `_Baseline` -> (it, the loader it wraps)
         self.peeking = False  # the hook is looking at the stack itself
+        self.found: dict[str, Any] = {}  # name -> the spec a real finder gave for it during the trace
         self.lasts: dict[Any, tuple[str, int] | None] = {}  # per thread: the contribution's last line
         self.origins: dict[int, tuple[str, int] | None] = {}  # id of a Thread -> the line that made it
         self.join_left = SETTLE_S  # locate pass: seconds left for running started threads to their end
@@ -407,6 +408,7 @@ class Tracer:
                 continue
             spec = finder.find_spec(name, path, target)
             if spec is not None:
+                self.found[name] = spec  # an import by any route (importlib.import_module raises no event)
                 if spec.loader is not None and hasattr(spec.loader, "exec_module"):
                     wrapper = _Baseline(spec.loader)
                     self.loaders[id(wrapper)] = (wrapper, spec.loader)
@@ -604,6 +606,24 @@ def _codecs_register(search: Any, _gate: Any = _gate, _register: Any = _CODECS_R
     _register(search)
 
 
+# Process-wide switches with no getter to snapshot: every call is recorded (at the contribution's line).
+_NO_GETTER = (("faulthandler", "register"), ("faulthandler", "dump_traceback_later"),
+              ("signal", "siginterrupt"), ("os", "setsid"), ("os", "setpgid"), ("os", "setpgrp"))
+
+
+def _recording(target: str, original: Any) -> Callable[..., Any]:
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        _gate("note", (target, args))
+        return original(*args, **kwargs)
+
+    return recorded
+
+
+def _on_note(tracer: Tracer, target: Any, args: Any = ()) -> None:
+    if tracer.active:
+        tracer.record("interpreter", str(target), _args(args if isinstance(args, tuple) else ()))
+
+
 def _on_thread_made(tracer: Tracer, thread: Any) -> None:
     if tracer.active and (where := tracer.here()) is not None:
         tracer.origins[id(thread)] = where  # the line that made it (and handed it its target)
@@ -650,7 +670,8 @@ def _on_fork_exec(tracer: Tracer, args: Any) -> None:
 
 _DEFERRED: dict[str, Callable[..., None]] = {
     "thread-init": _on_thread_made, "thread-start": _on_thread_start, "thread-started": _on_thread_started,
-    "exit": _on_exit, "raw-thread": _on_raw_thread, "codecs": _on_codecs, "fork-exec": _on_fork_exec}
+    "exit": _on_exit, "raw-thread": _on_raw_thread, "codecs": _on_codecs, "fork-exec": _on_fork_exec,
+    "note": _on_note}
 
 
 def _watch_deferred() -> None:
@@ -662,6 +683,11 @@ def _watch_deferred() -> None:
         subprocess._fork_exec = _fork_exec
     _thread.start_new_thread = _thread.start_new = _start_new_thread
     codecs.register = _codecs.register = _codecs_register
+    for module_name, attr in _NO_GETTER:
+        module = importlib.import_module(module_name)
+        original = getattr(module, attr, None)
+        if original is not None:
+            setattr(module, attr, _recording(f"{module_name}.{attr}", original))
     _WRAPPED.update({_thread_init.__code__: "threading.Thread.__init__",
                      _thread_start.__code__: "threading.Thread.start",
                      _atexit_register.__code__: "atexit.register",
@@ -920,7 +946,8 @@ def _sys_modules_effects(tracer: Tracer, before: dict[str, Any]) -> list[dict[st
             continue
         module = sys.modules[name]
         spec = getattr(module, "__spec__", None)
-        if name not in tracer.imported or getattr(spec, "name", None) != name:
+        imported = name in tracer.imported or (name in tracer.found and spec is tracer.found[name])
+        if not imported or getattr(spec, "name", None) != name:
             out.append({"key": f"sysmod:{name}", "target": f"sys.modules[{name!r}]",
                         "detail": "inserted without an import"})
         elif getattr(module, "__file__", None) in tracer.files:
@@ -940,7 +967,32 @@ def _made_by(tracer: Tracer, value: Any) -> bool:
     code = getattr(value, "__code__", None)
     if code is not None and getattr(code, "co_filename", None) in tracer.files:
         return True
-    return isinstance(value, type) and tracer.owned(str(value.__dict__.get("__module__", "")))
+    if not isinstance(value, type):
+        return False
+    if tracer.owned(str(value.__dict__.get("__module__", ""))):
+        return True
+    # a class made with type() under another module's name: its own functions' code says whose it is
+    return any(getattr(getattr(v, "__code__", None), "co_filename", None) in tracer.files
+               for v in list(value.__dict__.values()))
+
+
+def _own_entries(tracer: Tracer, key: str) -> bool:
+    """A registry diff (box:, cbox:) whose added or replaced entries hold the contribution's own values
+    (`copyreg.pickle(complex, own_reducer)`): not the owning library's bookkeeping."""
+    kind, _, rest = key.partition(":")
+    if kind == "box":
+        name, _, attr = rest.rpartition(":")
+        container = vars(sys.modules[name]).get(attr) if name in sys.modules else None
+    else:
+        name, holder, attr = rest.split(":", 2)
+        cls = vars(sys.modules[name]).get(holder) if name in sys.modules else None
+        container = cls.__dict__.get(attr) if isinstance(cls, type) else None
+    values: list[Any] = []
+    if isinstance(container, dict) and type(container) is dict:
+        values = list(container.values())
+    elif isinstance(container, (list, set)) and type(container) in (list, set):
+        values = list(container)
+    return any(_made_by(tracer, v) for v in values[:5000] if id(v) not in tracer.preexisting)
 
 
 def _submodule_binding(key: str, value: Any) -> bool:
@@ -1113,8 +1165,9 @@ def main(spec_path: str) -> None:
             if not key.startswith("state:") and key.split(":", 2)[1] not in sys.modules:
                 continue  # a module that left sys.modules (a failed import): its sys.modules key says so
             old = base.get(key, snapshot.MISSING)
+            own = _made_by(tracer, value) or (key.startswith(("box:", "cbox:")) and _own_entries(tracer, key))
             event: dict[str, Any] = {"kind": "state-diff", "key": key, "before": snapshot.describe(old),
-                                     "after": snapshot.describe(value), "own_value": _made_by(tracer, value)}
+                                     "after": snapshot.describe(value), "own_value": own}
             if isinstance(old, (tuple, frozenset)) and isinstance(value, (tuple, frozenset)):
                 event["added"] = sorted((v for v in value if v not in old), key=repr)[:50]
                 event["removed"] = sorted((v for v in old if v not in value), key=repr)[:50]

@@ -46,6 +46,10 @@ def _own_name(name: str, plan: TracePlan) -> bool:
     return any(name == p or name.startswith(p + ".") for p in plan.own_prefixes)
 
 
+# State keys read from a module that may not be loaded yet (MISSING until then).
+_LOADED_LATER = frozenset({"state:numpy.random.state", "state:multiprocessing.registries"})
+
+
 def _state_effect(event: dict[str, Any], plan: TracePlan) -> str | None:
     """What a state diff means, or None when it is the contribution's own business."""
     key: str = event["key"]
@@ -74,6 +78,8 @@ def _state_effect(event: dict[str, Any], plan: TracePlan) -> str | None:
         paths = {str(e[0]) for e in added if isinstance(e, list) and e}
         hijacked = sorted({str(e[0]) for e in removed if isinstance(e, list) and e and str(e[0]) in paths})
         return f"the finder of sys.path entries replaced: {', '.join(hijacked[:3])}" if hijacked else None
+    if key in _LOADED_LATER and event.get("before") == "<missing>":
+        return None  # the module it reads was imported meanwhile (numpy seeds its generator from entropy)
     if key == "state:threading.threads":
         return "a thread started at import is still running" if added else None
     return f"{event.get('before', '?')} -> {event.get('after', '?')}"
@@ -93,6 +99,9 @@ def _target(key: str) -> str:
     if kind == "cbox":
         mod, holder, attr = rest.split(":", 2)
         return f"{mod}.{holder}.{attr} (its contents)"
+    if kind == "cobj":
+        mod, cls, holder, attr = rest.split(":", 3)
+        return f"{mod}.{cls}.{holder}.{attr}"
     if kind in ("cls", "obj"):
         mod, holder, attr = rest.split(":", 2)
         return f"{mod}.{holder}.{attr}"
@@ -107,13 +116,22 @@ def _line(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
 
 
-_SETTER_PREFIXES = ("set_", "use_", "enable_", "disable_")
+_SETTER_PREFIXES = ("set_", "use_", "enable_", "disable_", "add_", "register")
 
 
 def _setter(via: str) -> bool:
-    """A public function that sets something (the last part of the dotted name the child reported)."""
+    """A public function that sets or registers something (the last part of the dotted name the child
+    reported): `set_x`, `setX` (`logging.setLoggerClass`), `add_x` (`mimetypes.add_type`), `register*`."""
     last = via.rsplit(".", 1)[-1]
-    return last.startswith(_SETTER_PREFIXES) or last in ("manual_seed", "seed")
+    camel = len(last) > 3 and last[:3] in ("set", "add") and last[3].isupper()
+    return last.startswith(_SETTER_PREFIXES) or camel or last in ("manual_seed", "seed")
+
+
+def _lazy_private(event: dict[str, Any]) -> bool:
+    """A private module attribute that was None, set by a library function the contribution called: a lazy
+    cache filled on first use (`urllib.parse._typeprog`, compiled by `mimetypes.guess_type`)."""
+    key: str = event["key"]
+    return key.startswith("mod:") and key.rpartition(":")[2].startswith("_") and event.get("before") == "None"
 
 
 def _bookkeeping(key: str, via: str) -> bool:
@@ -150,7 +168,7 @@ def _effects(events: list[dict[str, Any]], plan: TracePlan, located: dict[str, t
             if first == _ABSORBED:
                 continue
             for path, line, via in [(*first, indirect.get(ev["key"], "")), *(also or {}).get(ev["key"], [])]:
-                if via and _bookkeeping(ev["key"], via) and not ev.get("own_value"):
+                if via and not ev.get("own_value") and (_bookkeeping(ev["key"], via) or _lazy_private(ev)):
                     continue  # a library function's own bookkeeping, not a patch by the PR
                 effects.append(Effect(kind=EffectKind.FOREIGN_STATE, target=_target(ev["key"]),
                                       detail=f"{what} (through {via})" if via else what,

@@ -164,8 +164,10 @@ def _decimal(default: bool) -> Any:
 def _path_importer_cache() -> Any:
     """Which finder answers for each sys.path entry (by identity): a new entry is the import system's own
     bookkeeping, an entry whose finder was replaced is an import hijack (see gather)."""
-    return frozenset((k if isinstance(k, str) else repr(k), id(v)) for k, v in
-                     list(sys.path_importer_cache.items()))
+    return frozenset((k if isinstance(k, str) else repr(k), id(v),
+                      tuple((str(e[0]), id(e[1])) for e in getattr(v, "_loaders", ()) if type(e) is tuple
+                            and len(e) == 2))  # a FileFinder's loaders changed in place
+                     for k, v in list(sys.path_importer_cache.items()))
 
 
 def _numpy_errstate() -> Any:
@@ -235,6 +237,114 @@ def _torch_impls() -> Any:
     return frozenset(getattr(lib, "_impls", ())) | frozenset(getattr(lib, "_defs", ()))
 
 
+def _fds() -> Any:
+    """What file descriptors 0-2 are (`os.dup2` under sys.std* changes them and keeps the stream objects)."""
+    out: list[tuple[int, int | None, int | None, int | None]] = []
+    for fd in (0, 1, 2):
+        try:
+            st = os.fstat(fd)
+            out.append((fd, st.st_dev, st.st_ino, st.st_mode))
+        except OSError:
+            out.append((fd, None, None, None))
+    return tuple(out)
+
+
+def _streams() -> Any:
+    """How the shared std streams encode (`reconfigure` changes them in place)."""
+    out = []
+    for name in ("stdin", "stdout", "stderr"):
+        f = getattr(sys, name, None)
+        out.append((name, *(_plain(getattr(f, a, None)) for a in ("encoding", "errors", "line_buffering",
+                                                                  "write_through"))))
+    return tuple(out)
+
+
+def _numpy_random() -> Any:
+    r = sys.modules.get("numpy.random")
+    if r is None:
+        return MISSING
+    state = r.get_state()
+    return (state[0], hash(state[1].tobytes()), state[2], state[3], state[4])
+
+
+_ERROR_HANDLERS = ("strict", "ignore", "replace", "xmlcharrefreplace", "backslashreplace", "namereplace",
+                   "surrogateescape", "surrogatepass")
+
+
+def _codec_error_handlers() -> Any:
+    import codecs
+
+    return tuple(id(codecs.lookup_error(n)) for n in _ERROR_HANDLERS)
+
+
+def _wakeup_fd() -> Any:
+    if threading.current_thread() is not threading.main_thread():
+        return MISSING
+    old = signal.set_wakeup_fd(-1)
+    if old != -1:
+        signal.set_wakeup_fd(old)
+    return old
+
+
+def _tracemalloc() -> Any:
+    t = sys.modules.get("tracemalloc")
+    return t.is_tracing() if t is not None else False
+
+
+def _mp_registries() -> Any:
+    """multiprocessing.util's own hook tables (run in every forked worker, at its exit)."""
+    u = sys.modules.get("multiprocessing.util")
+    if u is None:
+        return MISSING
+    return (len(getattr(u, "_afterfork_registry", ())), len(getattr(u, "_finalizer_registry", ())))
+
+
+def _func(f: Any) -> Any:
+    return getattr(f, "__func__", f)  # a codec's bound method: made anew by each getregentry()
+
+
+def _codec_of(enc: Any, key: str, info: Any) -> bool:
+    """Whether `info` is what the encodings package's own search would give for `key` (its module's
+    getregentry(): the same encode and decode)."""
+    norm = enc.normalize_encoding(key)
+    alias = enc.aliases.aliases.get(norm) or enc.aliases.aliases.get(norm.replace(".", "_"))
+    for name in ([alias] if alias else []) + [norm]:
+        mod = sys.modules.get(f"encodings.{name}")
+        if mod is not None and callable(getattr(mod, "getregentry", None)):
+            try:
+                real = mod.getregentry()
+            except Exception:
+                return False
+            return all(_func(getattr(real, a, None)) is _func(getattr(info, a, MISSING))
+                       for a in ("encode", "decode"))
+    return False
+
+
+def _forged_caches() -> Any:
+    """Entries of the stdlib's lookup caches that are not what the library would have put there: a compiled
+    pattern under another pattern's key (re), a codec under another name (encodings), source lines for an
+    existing file that are not its own (linecache: no mtime, or another size)."""
+    out: list[str] = []
+    re_mod = sys.modules.get("re")
+    for k, v in list(getattr(re_mod, "_cache", {}).items()) if re_mod is not None else []:
+        if isinstance(k, tuple) and len(k) == 3 and (getattr(v, "pattern", MISSING) != k[1]):
+            out.append(f"re._cache[{k[1]!r}]")
+    enc: Any = sys.modules.get("encodings")
+    for k, v in list(getattr(enc, "_cache", {}).items()) if enc is not None else []:
+        if v is not None and isinstance(k, str) and not _codec_of(enc, k, v):
+            out.append(f"encodings._cache[{k!r}]")
+    lc = sys.modules.get("linecache")
+    for k, v in list(getattr(lc, "cache", {}).items())[:5000] if lc is not None else []:
+        if type(v) is tuple and len(v) == 4 and isinstance(v[3], str) and os.path.isfile(v[3]):
+            try:
+                forged = v[1] is None or os.stat(v[3]).st_size != v[0]
+            except OSError:
+                forged = False
+            if forged:
+                out.append(f"linecache.cache[{k!r}]")
+    return tuple(sorted(out))
+
+
 STATE: dict[str, Callable[[], Any]] = {
     "sys.path": lambda: tuple(sys.path),
     "sys.meta_path": lambda: tuple(map(id, sys.meta_path)),
@@ -280,6 +390,17 @@ STATE: dict[str, Callable[[], Any]] = {
     "numpy.errstate": _numpy_errstate,
     "numpy.printoptions": _numpy_printoptions,
     **{f"registry:{r}": _registry(r) for r in TORCH_REGISTRIES},
+    "threading.stack_size": lambda: threading.stack_size(),
+    "gc.freeze_count": gc.get_freeze_count,
+    "tracemalloc": _tracemalloc,
+    "os.std_fds": _fds,
+    "sys.std_streams": _streams,
+    "numpy.random.state": _numpy_random,
+    "codecs.error_handlers": _codec_error_handlers,
+    "signal.wakeup_fd": _wakeup_fd,
+    "threading.atexits": lambda: tuple(map(id, getattr(threading, "_threading_atexits", ()))),
+    "multiprocessing.registries": _mp_registries,
+    "caches.forged": _forged_caches,
 }
 
 
@@ -299,7 +420,7 @@ THREAD_LOCAL = frozenset({"state:numpy.errstate", "state:signal.mask", "state:de
 
 def cheap(key: str) -> bool:
     """A key that costs a dictionary look-up or two to re-read (the locate pass reads it on every line)."""
-    return key.startswith(("mod:", "cls:", "sysmod:", "obj:", "kw:")) or key in CHEAP_STATE or \
+    return key.startswith(("mod:", "cls:", "sysmod:", "obj:", "cobj:", "kw:")) or key in CHEAP_STATE or \
         key in torch_state.CHEAP
 
 
@@ -358,8 +479,9 @@ def _box(value: Any) -> Any:
         return None
 
 
-_BEHAVIOUR = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, type, staticmethod,
-              classmethod, property, functools.partial)
+# not classes: a table of classes made on demand (ctypes' pointer types) is a cache
+_BEHAVIOUR = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, staticmethod, classmethod,
+              functools.partial)
 
 
 def _behaviour_table(value: Any) -> bool:
@@ -392,10 +514,25 @@ def _instance_dict(value: Any) -> list[tuple[str, Any]] | None:
     try:
         state = object.__getattribute__(value, "__dict__")
     except (AttributeError, TypeError):
-        return None
+        return _slots(value)
     if type(state) is not dict or len(state) > MAX_INSTANCE_ATTRS:
         return None
-    return [(k, v) for k, v in state.items() if isinstance(k, str)]
+    return [(k, v) for k, v in state.items() if isinstance(k, str)] + (_slots(value) or [])
+
+
+def _slots(value: Any) -> list[tuple[str, Any]] | None:
+    """The slot values of an instance (a `uuid.UUID` has no __dict__): `object.__setattr__` past its guard."""
+    out: list[tuple[str, Any]] = []
+    for klass in type(value).__mro__:
+        names = klass.__dict__.get("__slots__", ())
+        for name in (names,) if isinstance(names, str) else names if isinstance(names, (tuple, list)) else ():
+            if isinstance(name, str) and name not in ("__dict__", "__weakref__") and \
+                    type(klass.__dict__.get(name)) is types.MemberDescriptorType:
+                try:
+                    out.append((name, klass.__dict__[name].__get__(value, type(value))))
+                except AttributeError:
+                    continue
+    return out or None
 
 
 def _kwdefaults(value: Any) -> Any:
@@ -439,6 +576,12 @@ def module_state(name: str, module: types.ModuleType) -> Snapshot:
                         box = _box(cvalue)  # a class's dispatch table changed in place
                         if box is not None:
                             out[f"cbox:{name}:{attr}:{cattr}"] = box
+                    elif not cattr.startswith("__") and type(cvalue).__module__ == name:
+                        # an instance of the module's own class held by a class (logging.Logger.manager):
+                        # its attributes by identity
+                        cstate = _instance_dict(cvalue)
+                        for iattr, ivalue in cstate or ():
+                            out[f"cobj:{name}:{attr}:{cattr}:{iattr}"] = ivalue
     return out
 
 
@@ -476,6 +619,13 @@ def value_of(key: str) -> Any:
         if kind == "kw":
             return _kwdefaults(value) if value is not MISSING else MISSING
         return value if kind == "mod" or value is MISSING else _box(value)
+    if kind == "cobj":
+        name, cls_name, holder, attr = rest.split(":", 3)
+        module = sys.modules.get(name)
+        cls = vars(module).get(cls_name, MISSING) if module is not None else MISSING
+        obj = cls.__dict__.get(holder, MISSING) if isinstance(cls, type) else MISSING
+        state = _instance_dict(obj) if obj is not MISSING else None
+        return dict(state).get(attr, MISSING) if state is not None else MISSING
     if kind == "obj":
         name, holder, attr = rest.split(":", 2)
         module = sys.modules.get(name)

@@ -110,11 +110,21 @@ def main(argv: list[str] | None = None) -> None:
 
 def _run(args: list[str], debug: bool) -> int:
     started: list[Warm] = []  # the trace child prestarted for `verify`, if any
+    collecting = gc.isenabled()
+    if args[:1] == ["verify"]:
+        # One run that allocates a large, long-lived heap (the import graph, the ASTs) and little cyclic
+        # garbage: the collector's passes over that heap were 0.4-0.5 s of a cold run's ~3.3 s of CPU (5
+        # full collections) for no memory back (peak RSS 83-84 MB either way, vLLM 0.33). Off during the
+        # command only (a caller running main() in its own process gets it back); run_verify as a library
+        # and the trace's child (a fresh interpreter) keep theirs.
+        gc.disable()
     try:
         return _dispatch(args, debug, started)
     finally:
         for warm in started:
             warm.close()  # a no-op once the run took it; kills it when the command stopped before
+        if collecting:
+            gc.enable()
 
 
 def _dispatch(args: list[str], debug: bool, started: list[Warm]) -> int:
@@ -124,11 +134,6 @@ def _dispatch(args: list[str], debug: bool, started: list[Warm]) -> int:
 
     try:
         if args[:1] == ["verify"]:
-            # One short-lived run that allocates a large, long-lived heap (the import graph, the ASTs) and
-            # little cyclic garbage: the collector's passes over that heap were 0.4-0.5 s of a cold run's
-            # ~3 s of CPU (5 full collections) for no memory back (peak RSS 84 MB either way, vLLM 0.33).
-            # Off for this process only; the library (run_verify) and the trace's child keep theirs.
-            gc.disable()
             # The effect trace's child imports the engine stack (a cold run's floor) while the command loads.
             from fasttrack.pipeline.prestart import prestart_for_verify_args
 

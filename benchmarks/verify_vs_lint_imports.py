@@ -119,7 +119,8 @@ def main() -> int:
             "fasttrack cold", "fasttrack warm", "fasttrack cold, copy", "fasttrack warm, copy",
             "fasttrack cold, no trace",
             "lint-imports cold", "radius cold", "radius warm",
-            "fasttrack cold cpu", "fasttrack warm cpu", "lint-imports cold cpu")}
+            "fasttrack cold cpu", "fasttrack warm cpu", "fasttrack cold, no trace cpu",
+            "lint-imports cold cpu")}
         verdict: dict[str, object] = {}
         in_place: list[bool] = []  # whether each cold run analysed the head checkout in place
         base_env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
@@ -188,6 +189,8 @@ def main() -> int:
         "fasttrack cold, no trace / lint-imports": med["fasttrack cold, no trace"] / med["lint-imports cold"],
         "radius cold / lint-imports cold": med["radius cold"] / med["lint-imports cold"],
         "(cpu) fasttrack cold / lint-imports": med["fasttrack cold cpu"] / med["lint-imports cold cpu"],
+        "(cpu) cold, no trace / lint-imports":
+            med["fasttrack cold, no trace cpu"] / med["lint-imports cold cpu"],
         "fasttrack warm / fasttrack cold": med["fasttrack warm"] / med["fasttrack cold"],
         "fasttrack warm / cold, copy": med["fasttrack warm, copy"] / med["fasttrack cold, copy"],
         "(cpu) fasttrack warm / cold": med["fasttrack warm cpu"] / med["fasttrack cold cpu"],

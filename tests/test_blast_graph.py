@@ -196,6 +196,67 @@ def test_function_level_imports(tmp_path: Path) -> None:
     assert s.function_level("missing.py", 1) is False
 
 
+# Lines inside lambdas and functions reached only through decorators, `;`, f-strings, default values, match
+# cases and class bodies: only the top-level statement holding a line is walked (speed), so the answers must
+# be the whole module's.
+_SCOPES_TRICKY = (
+    'x = dec(lambda: (1,\n'
+    '    2)); import os\n'
+    'def f(): pass\n'
+    '@dec(lambda:\n'
+    '    0)\n'
+    'def top():\n'
+    '    pass\n'
+    'x = f"""{\n'
+    '    (lambda: \n'
+    '      3)()\n'
+    '  }"""; import sys\n'
+    'class C:\n'
+    '    y = [lambda: i for i in range(3)]\n'
+    '    @staticmethod\n'
+    '    @other(lambda z:\n'
+    '        z)\n'
+    '    def g(self):\n'
+    '        import json\n'
+    'if True:\n'
+    '    import a; h = lambda: (\n'
+    '        4); import b\n'
+    'x = (lambda:\n'
+    '   f"{ (lambda: 5)() }"\n'
+    '   )\n'
+    'try:\n'
+    '    pass\n'
+    'except Exception:\n'
+    '    def q(\n'
+    '        a=lambda: 1,\n'
+    '    ):\n'
+    '        import c\n'
+    'match x:\n'
+    '    case 1:\n'
+    '        y = lambda: (\n'
+    '          1)\n'
+)
+
+
+def test_function_level_walks_only_the_statement_holding_the_line(tmp_path: Path) -> None:
+    import ast
+
+    (tmp_path / "t.py").write_text("".join(_SCOPES_TRICKY))
+    tree = ast.parse("".join(_SCOPES_TRICKY))
+    spans = []  # the spans of a walk of the whole module, as before
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            spans.append((node.body[0].lineno, node.end_lineno or node.lineno))
+        elif isinstance(node, ast.Lambda):
+            spans.append((node.body.lineno, node.body.end_lineno or node.body.lineno))
+    s = SourceScopes(tmp_path)
+    lines = "".join(_SCOPES_TRICKY).splitlines()
+    indented = [n for n, raw in enumerate(lines, 1) if raw[:1] in (" ", "\t")]
+    got = [s.function_level("t.py", n) for n in indented]
+    assert got == [any(a <= n <= b for a, b in spans) for n in indented]
+    assert got.count(True) == 12 and got.count(False) == 12  # both kinds of line are there
+
+
 def test_find_imports_of_a_module_grimp_cannot_see(tree: Path) -> None:
     (tree / "vllm/models/alpha/rel_user.py").write_text("def f():\n    from .nsdir import hidden\n")
     g = build_module_graph(tree, "vllm", exclude_type_checking=True)

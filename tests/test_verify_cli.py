@@ -107,6 +107,29 @@ def test_exit_0_for_a_confined_change(engine: GitRepo, monkeypatch: MP,
     assert out.rstrip().splitlines()[-1].startswith("PASS: kimi_k3")
 
 
+def test_the_collector_is_off_during_verify_and_restored_after(engine: GitRepo, monkeypatch: MP,
+                                                              capsys: Cap) -> None:
+    """The CLI turns automatic garbage collection off for a verify run (speed) and back on when it ends, so
+    an in-process caller keeps its own; a state it found off stays off; other commands leave it alone."""
+    import gc
+
+    seen: list[bool] = []
+    real = judge_mod.judge
+    monkeypatch.setattr(judge_mod, "judge", lambda *a, **k: (seen.append(gc.isenabled()), real(*a, **k))[1])
+    engine.commit({f"{K3}/model.py": "class K3:\n    fast = True\n"})
+    assert gc.isenabled()
+    code, _, _ = main(monkeypatch, capsys, *range_args(engine))
+    assert code in (0, 1) and seen == [False] and gc.isenabled()
+    gc.disable()
+    try:
+        main(monkeypatch, capsys, *range_args(engine))
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    main(monkeypatch, capsys, "rules")
+    assert gc.isenabled()
+
+
 def test_exit_1_for_a_forbidden_change_with_the_fix(engine: GitRepo, monkeypatch: MP,
                                                     capsys: Cap) -> None:
     engine.commit({f"{K3}/model.py": "class K3:\n    fast = True\n",

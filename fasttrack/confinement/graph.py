@@ -502,7 +502,7 @@ class SourceScopes:
         self.root = root
         self._lines: dict[str, list[str]] = {}
         self._trees: dict[str, ast.Module | None] = {}
-        self._func_spans: dict[str, list[tuple[int, int]]] = {}
+        self._func_spans: dict[tuple[str, int], list[tuple[int, int]]] = {}  # (file, top-level statement)
 
     def _text_lines(self, relpath: str) -> list[str]:
         if relpath not in self._lines:
@@ -521,19 +521,34 @@ class SourceScopes:
                 self._trees[relpath] = None
         return self._trees[relpath]
 
-    def _spans(self, relpath: str) -> list[tuple[int, int]]:
-        if relpath not in self._func_spans:
-            tree = self.tree(relpath)
-            spans: list[tuple[int, int]] = []
-            if tree is not None:
-                for node in ast.walk(tree):
-                    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                        first = node.body[0].lineno if node.body else node.lineno
-                        spans.append((first, node.end_lineno or node.lineno))
-                    elif isinstance(node, ast.Lambda):
-                        spans.append((node.body.lineno, node.body.end_lineno or node.body.lineno))
-            self._func_spans[relpath] = spans
-        return self._func_spans[relpath]
+    def _spans(self, relpath: str, line: int) -> list[tuple[int, int]]:
+        """The body spans of the functions and lambdas inside the module's top-level statements whose text
+        holds `line` (a node lies within the text of the top-level statement it belongs to, decorators
+        included): every span that can hold `line`, without walking the rest of a big module."""
+        tree = self.tree(relpath)
+        if tree is None:
+            return []
+        spans: list[tuple[int, int]] = []
+        for i, stmt in enumerate(tree.body):
+            first = min([stmt.lineno, *(d.lineno for d in getattr(stmt, "decorator_list", ()))])
+            if not first <= line <= (stmt.end_lineno or stmt.lineno):
+                continue
+            key = (relpath, i)
+            if key not in self._func_spans:
+                self._func_spans[key] = self._walk_spans(stmt)
+            spans.extend(self._func_spans[key])
+        return spans
+
+    @staticmethod
+    def _walk_spans(top: ast.AST) -> list[tuple[int, int]]:
+        spans: list[tuple[int, int]] = []
+        for node in ast.walk(top):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                first = node.body[0].lineno if node.body else node.lineno
+                spans.append((first, node.end_lineno or node.lineno))
+            elif isinstance(node, ast.Lambda):
+                spans.append((node.body.lineno, node.body.end_lineno or node.body.lineno))
+        return spans
 
     def function_level(self, relpath: str, line: int) -> bool:
         lines = self._text_lines(relpath)
@@ -542,7 +557,7 @@ class SourceScopes:
         raw = lines[line - 1]
         if raw[:1] not in (" ", "\t"):
             return False
-        return any(a <= line <= b for a, b in self._spans(relpath))
+        return any(a <= line <= b for a, b in self._spans(relpath, line))
 
     def find_imports_of(self, module: str, files: Mapping[str, str], package: str) -> list[FoundImport]:
         """Head modules whose source imports `module`, a module grimp's graph does not have.

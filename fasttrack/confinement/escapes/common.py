@@ -102,7 +102,21 @@ _THREAD_MAKERS = ("threading.Thread", "threading.Timer", "concurrent.futures.*Ex
 _THREAD_STARTS = frozenset({"start", "submit", "map", "run", "apply_async", "map_async", "imap",
                             "imap_unordered", "starmap", "starmap_async", "apply"})
 # Objects of the stdlib whose attributes are process- (or thread-) wide state: writes are FT146.
-_STATE_OBJECTS = ("decimal.context",)
+_STATE_OBJECTS = ("decimal.context", "threading.current_thread()", "threading.main_thread()",
+                  "asyncio.get_event_loop()", "asyncio.get_running_loop()", "asyncio.get_event_loop_policy()",
+                  "multiprocessing.current_process()")
+# Calls returning a process-wide (or thread-wide) singleton: the object they return is shared state, so an
+# attribute or item written on it (`threading.current_thread().name = ...`, a loop's
+# `slow_callback_duration`) is FT146. Each is named `<call>()` (the policy's `*().method` patterns).
+_SINGLETON_CALLS = {
+    "threading.current_thread": "threading.current_thread()", "threading.currentThread":
+    "threading.current_thread()", "threading.main_thread": "threading.main_thread()",
+    "asyncio.get_event_loop": "asyncio.get_event_loop()", "asyncio.events.get_event_loop":
+    "asyncio.get_event_loop()", "asyncio.get_running_loop": "asyncio.get_running_loop()",
+    "asyncio.events.get_running_loop": "asyncio.get_running_loop()",
+    "asyncio.get_event_loop_policy": "asyncio.get_event_loop_policy()",
+    "multiprocessing.current_process": "multiprocessing.current_process()",
+}
 # Attributes that lead from any object to objects it does not own (its bases, every subclass, the
 # globals of a function's module, the interpreter's builtins): what is reached through them is foreign.
 _REACH_ATTRS = frozenset({

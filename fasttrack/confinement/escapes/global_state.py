@@ -34,6 +34,11 @@ _IN_MEMORY = frozenset({f"{_OF_FOREIGN}io.BytesIO>", f"{_OF_FOREIGN}io.StringIO>
                         f"{_OF_FOREIGN}_io.BytesIO>", f"{_OF_FOREIGN}_io.StringIO>"})
 
 
+# Context managers that call a method of the object they wrap when the block ends.
+_CLOSERS = {"contextlib.closing": "close", "contextlib.aclosing": "aclose"}
+# Calls that map a file into memory, writable (the file changes with the tensor) when `shared` is true.
+_SHARED_MAPPINGS = ("torch.from_file", "torch.*Storage.from_file", "torch.storage.*Storage.from_file")
+
 # `os.open` flags that neither create, truncate nor write
 _READ_FLAGS = frozenset({"O_RDONLY", "O_CLOEXEC", "O_NONBLOCK", "O_NOFOLLOW", "O_DIRECTORY", "O_NOCTTY",
                          "O_BINARY", "O_NOATIME", "O_PATH", "O_LARGEFILE", "O_NOINHERIT"})
@@ -235,6 +240,24 @@ class GlobalStateChecks(CheckBase):
         switches, signals, subprocesses, native libraries, ...) is FT146 unless `allowed_global_calls`
         lists it, or it is a `scoped_global_calls` context manager used as a `with` item."""
         s = self.settings
+        if q in _CLOSERS and node.args and not isinstance(node.args[0], ast.Starred):
+            # `contextlib.closing(obj)` calls `obj.close()` when its block ends: judged as that call (on
+            # `sys.stdout`, a shared stream, it closes the process's stdout)
+            method = ast.Attribute(value=node.args[0], attr=_CLOSERS[q], ctx=ast.Load())
+            close = ast.copy_location(ast.Call(func=method, args=[], keywords=[]), node)
+            self._kept.append(close)
+            self._check_call(close, scope, import_time)
+            return True
+        if _matches(q, _SHARED_MAPPINGS):
+            shared = _arg(node, 1, "shared")
+            hidden = any(isinstance(a, ast.Starred) for a in node.args[:2]) or \
+                any(k.arg is None for k in node.keywords)
+            if hidden or (shared is not None and not (isinstance(shared, ast.Constant) and
+                                                      shared.value in (False, None, 0))):
+                self.report(GLOBAL_STATE, node, f"calls `{q}` with `shared` not provably False: the file is "
+                            "mapped writable (MAP_SHARED), so a write to the tensor writes the file (model "
+                            "code may not write files; map it with `shared=False`)", target=q)
+            return True
         opener = next((v for k, v in s.file_openers.items() if _matches(q, (k,))), None)
         if opener is not None:
             pos, default = opener

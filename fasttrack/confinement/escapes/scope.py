@@ -20,6 +20,7 @@ from fasttrack.confinement.escapes.common import (
     _EVERYTHING_CALLS,
     _LEAVES,
     _REACH_ATTRS,
+    _SINGLETON_CALLS,
     _THREAD_MAKERS,
     ENGINE_PARAM,
     Escape,
@@ -1972,6 +1973,8 @@ class Resolver:
             return base  # type(<module or class>) is as foreign as the thing itself
         if q == "decimal.getcontext":
             return _Ref("import", "decimal.context")  # the thread's current context, shared by everyone
+        if q in _SINGLETON_CALLS:
+            return _Ref("import", _SINGLETON_CALLS[q])  # the process's (thread's) one object: shared state
         if _matches(q, _THREAD_MAKERS):
             return _THREAD_REF
         if q == "sys.modules.get" and first is not None:

@@ -12,6 +12,7 @@ from fasttrack.confinement.escapes.common import (
     _MOCK_PATCH,
     _MODULE_MUTATORS,
     _MUTATORS,
+    _OPERATOR_INPLACE,
     DYNAMIC_CODE,
     ENVIRONMENT,
     GLOBAL_STATE,
@@ -223,6 +224,14 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
         if q in _ITEM_WRITERS:
             self._check_item_writer(node, q, scope, import_time)
             return
+        if q in _OPERATOR_INPLACE and len(node.args) == 2 and not any(
+                isinstance(a, ast.Starred) for a in node.args):
+            # `operator.iadd(sys.path, x)` is `sys.path += x`: judged as the call `sys.path.__iadd__(x)`
+            method = ast.Attribute(value=node.args[0], attr=_OPERATOR_INPLACE[q], ctx=ast.Load())
+            fake = ast.copy_location(ast.Call(func=method, args=[node.args[1]], keywords=[]), node)
+            self._kept.append(fake)
+            self._check_call(fake, scope, import_time)
+            return
         if q in ("builtins.exec", "builtins.eval", "builtins.compile"):
             self._check_dynamic_code(node, q, scope)
             return
@@ -243,8 +252,10 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
             self.report(ENVIRONMENT, node, f"calls `{q}` {when}: changes process-wide state that every "
                         "model sees", severity=self._env_severity(import_time), target=q)
             return
-        if receiver and (method in _MUTATORS or (mutating_method(method) and self._engine_state(receiver))) \
-                and self._check_mutator(node, receiver, method, import_time, scope):
+        if receiver and (method in _MUTATORS or (mutating_method(method) and (
+                self._engine_state(receiver) or self._classify(receiver) is not None or
+                _unbound_receiver(receiver)))) and \
+                self._check_mutator(node, receiver, method, import_time, scope):
             return
         if self._check_torch_library(node, q, receiver, method, scope):
             return
@@ -313,6 +324,13 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
         fake = ast.Call(func=node.args[0], args=list(node.args[1:]), keywords=list(node.keywords))
         ast.copy_location(fake, node)
         self._check_call(fake, scope, import_time)
+
+
+def _unbound_receiver(receiver: str) -> bool:
+    """A class a method is looked up on (`list.__iadd__(xs, ...)`, `OrderedDict.move_to_end(d, k)`): the
+    method mutates its first argument (judged by `_check_mutator`)."""
+    last = receiver.rsplit(".", 1)[-1]
+    return receiver.startswith("builtins.") or (last[:1].isupper() and not last.isupper())
 
 
 # builtins that call their first argument with the elements of the others, or a `key=` with the elements

@@ -49,7 +49,13 @@ _OBJECT_MUTATORS = _MODULE_MUTATORS | frozenset({
     "__ixor__", "__delattr__", "sort", "reverse", "appendleft", "extendleft", "rotate", "move_to_end",
     "difference_update", "intersection_update", "symmetric_difference_update", "put", "put_nowait",
     "set", "reset",
-})
+}) | frozenset(f"__i{op}__" for op in ("add", "sub", "mul", "matmul", "truediv", "floordiv", "mod", "pow",
+                                        "lshift", "rshift", "and", "xor", "or", "concat"))
+# The operator module's in-place functions: `operator.iadd(a, b)` is `a += b`, judged as `a.__iadd__(b)`.
+_OPERATOR_INPLACE = {f"operator.{p}{op}{s}": f"__i{'add' if op == 'concat' else op}__"
+                     for op in ("add", "sub", "mul", "matmul", "truediv", "floordiv", "mod", "pow", "lshift",
+                                "rshift", "and", "xor", "or", "concat")
+                     for p, s in (("i", ""), ("__i", "__"))}
 
 
 

@@ -13,10 +13,13 @@ from fasttrack.confinement.escapes.common import (
     _THREAD_STARTS,
     _WRITERS,
     GLOBAL_STATE,
+    MONKEYPATCH,
     SETATTR,
     _arg,
     _dotted_literal,
     _matches,
+    mutating_method,
+    state_like_receiver,
 )
 from fasttrack.confinement.escapes.scope import (
     _BOUND,
@@ -185,11 +188,31 @@ class GlobalStateChecks(CheckBase):
                             f"`{to.removeprefix('builtins.')}`: it changes process-wide state when that "
                             "code calls it later (at exit, in a thread, per element)", target=r.qualname)
                 continue
+            if r is not None and r.origin == "import" and self._handed_on_mutator(r.qualname, v):
+                continue
             if r is not None and r.origin == "import" and r.qualname in _WRITERS - {"builtins.vars"}:
                 to = callee.qualname if callee is not None and callee.qualname else "a call"
                 self.report(SETATTR, v, f"passes `{r.qualname.removeprefix('builtins.')}` as a value to "
                             f"`{to.removeprefix('builtins.')}`: what it writes to cannot be checked",
                             target=r.qualname)
+
+    def _handed_on_mutator(self, q: str, value: ast.expr) -> bool:
+        """`map(sys.path.append, xs)`, `atexit.register(sys.path.append, p)`, `weakref.finalize(o,
+        os.environ.update, d)`: a mutating method bound to foreign state, handed on as a value, writes that
+        state when whatever it was given calls it (per element, at exit, in a thread): judged as the write
+        itself, wherever it is passed. (An unbound method, `map(list.append, ...)`, writes its arguments.)"""
+        receiver, _, method = q.rpartition(".")
+        if not receiver or not mutating_method(method) or self.is_own(receiver) or \
+                receiver.startswith("builtins.") or receiver.rsplit(".", 1)[-1][:1].isupper():
+            return False
+        code = self._classify(receiver)
+        if code is None and not self._engine_state(receiver) and not state_like_receiver(
+                receiver, self.settings.hidden_import_roots, self.module_imports):
+            return False
+        # (when it runs is not known: judged as at import time, an error)
+        self._report_write(value, receiver, "hands on", code or MONKEYPATCH, True,
+                           f"`.{method}` passed as a value: it mutates the object when called later")
+        return True
 
     def _deferred_state_call(self, q: str) -> bool:
         """A function (snake_case last part: not a constant or a class) that changes process-wide state,

@@ -8,6 +8,7 @@ import builtins
 import fnmatch
 import functools
 import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -166,6 +167,33 @@ def mutating_method(name: str) -> bool:
     or torch's in-place convention (`zero_`, `copy_`, `fill_`: a trailing underscore, not a dunder)."""
     return name in _MUTATORS or name in _OBJECT_MUTATORS or (
         name.endswith("_") and not name.endswith("__") and name.strip("_") != "")
+
+
+# Modules other modules import and so carry as an attribute (`inspect.os`, `torch.os`, `tempfile._os`): a
+# dotted name through one of them is that module's (`inspect.os.putenv` is `os.putenv`). The first set
+# re-roots under any foreign package, the second only under a stdlib module (torch.signal is torch's own).
+_CARRIED_ANYWHERE = frozenset({"os", "sys", "builtins", "_os", "_sys", "posix", "importlib"})
+_CARRIED_BY_STDLIB = frozenset({"subprocess", "signal", "ctypes", "gc", "threading", "shutil", "socket",
+                                "atexit", "warnings", "_thread", "_warnings", "multiprocessing", "site"})
+_STDLIB = frozenset(sys.stdlib_module_names)
+# Callables that are other names of one another (`importlib.__import__` is `__import__`).
+_SAME_CALLABLE = {"importlib.__import__": "builtins.__import__",
+                  "importlib._bootstrap.__import__": "builtins.__import__"}
+
+
+def carried_module(name: str) -> str:
+    """`name` re-rooted at a module it reaches as another module's attribute (see `_CARRIED_ANYWHERE`)."""
+    if name in _SAME_CALLABLE:
+        return _SAME_CALLABLE[name]
+    parts = name.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        p = parts[i]
+        if p in _CARRIED_ANYWHERE or (p in _CARRIED_BY_STDLIB and parts[0] in _STDLIB):
+            if p == "importlib" and parts[0] == "importlib":
+                continue
+            top = p.lstrip("_") if p in ("_os", "_sys") else p
+            return _canonical_module(".".join([top, *parts[i + 1:]]))
+    return name
 
 
 def _canonical_module(name: str) -> str:

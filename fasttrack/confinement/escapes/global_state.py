@@ -145,6 +145,26 @@ class GlobalStateChecks(CheckBase):
                 return True
         return False
 
+    def _constant_mode(self, mode: ast.expr, scope: _Scope) -> str | None:
+        """A file mode that is provably one of some literals (`'r' if c else 'rb'`): a writing one of them
+        when there is one (judged as that), else one of the reads; None when it is computed."""
+        modes = self.constant_strings(mode, scope)
+        if modes is None:
+            return None
+        return next((m for m in sorted(modes) if _writes(m)), min(modes))
+
+    def _opens_memory(self, node: ast.Call, scope: _Scope) -> bool:
+        """`gzip.GzipFile(fileobj=io.BytesIO(), mode='wb')`, `zipfile.ZipFile(io.BytesIO(), 'w')`: an opener
+        whose file is an in-memory buffer made here, with no file name beside it, writes no file."""
+        if not self._in_memory(node, scope) or any(k.arg is None for k in node.keywords) or \
+                any(isinstance(a, ast.Starred) for a in node.args):
+            return False
+        path = _arg(node, 0, "filename", "file", "name")
+        if path is None or (isinstance(path, ast.Constant) and path.value is None):
+            return True
+        r = self.resolve(path, scope)
+        return r is not None and r.qualname in _IN_MEMORY
+
     def _check_open_method(self, node: ast.Call, scope: _Scope) -> None:
         """`pathlib.Path(p).open('w')`, `path.open(mode='a')`: a method `open` on an object the scan does not
         resolve to an import (that is judged by `file_openers`), given a writing mode."""
@@ -157,7 +177,7 @@ class GlobalStateChecks(CheckBase):
         path_like = receiver is not None and receiver.qualname.startswith(f"{_OF_FOREIGN}pathlib.")
         keyword = next((k.value for k in node.keywords if k.arg == "mode"), None)
         if keyword is not None:
-            lit = _dotted_literal(keyword)
+            lit = self._constant_mode(keyword, scope)
         elif any(isinstance(a, ast.Starred) for a in node.args[:2]) or \
                 any(k.arg is None for k in node.keywords):
             lit = None  # `p.open(*('w',))`, `p.open(**kw)`: a hidden mode fails closed
@@ -202,9 +222,10 @@ class GlobalStateChecks(CheckBase):
         state when whatever it was given calls it (per element, at exit, in a thread): judged as the write
         itself, wherever it is passed. (An unbound method, `map(list.append, ...)`, writes its arguments.)"""
         receiver, _, method = q.rpartition(".")
-        if not receiver or not mutating_method(method) or self.is_own(receiver) or \
-                receiver.startswith("builtins.") or receiver.rsplit(".", 1)[-1][:1].isupper():
-            return False
+        if not receiver or not mutating_method(method) or self.is_own(receiver) or receiver == "builtins" \
+                or receiver.startswith("builtins.") or receiver in self.module_imports or \
+                receiver.rsplit(".", 1)[-1][:1].isupper():
+            return False  # (a module's function, `defaultdict(set)`; an unbound method: its argument's)
         code = self._classify(receiver)
         if code is None and not self._engine_state(receiver) and not state_like_receiver(
                 receiver, self.settings.hidden_import_roots, self.module_imports):
@@ -287,8 +308,9 @@ class GlobalStateChecks(CheckBase):
             mode = _arg(node, pos, "mode", "flag")
             hidden = any(isinstance(a, ast.Starred) for a in node.args[:pos + 1]) or \
                 any(k.arg is None for k in node.keywords)  # `open(*args)`, `open(p, **kw)`: fail closed
-            lit = None if mode is None and hidden else default if mode is None else _dotted_literal(mode)
-            if lit is None or _writes(lit):
+            lit = None if mode is None and hidden else default if mode is None else \
+                self._constant_mode(mode, scope)
+            if (lit is None or _writes(lit)) and not self._opens_memory(node, scope):
                 self.report(GLOBAL_STATE, node, f"opens a file for writing (`{q.removeprefix('builtins.')}`, "
                             f"mode {lit or '<computed>'!r}): model code may not write files (a `.pth` in "
                             "site-packages or a module file changes every process)", target=q)

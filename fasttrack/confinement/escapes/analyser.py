@@ -14,6 +14,7 @@ from fasttrack.confinement.escapes.common import (
     _MODULE_MUTATORS,
     _MUTATORS,
     _OPERATOR_INPLACE,
+    _STDLIB,
     DYNAMIC_CODE,
     ENVIRONMENT,
     GLOBAL_STATE,
@@ -305,7 +306,7 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
             self.report(GLOBAL_STATE, node, f"calls an attribute of `{receiver}` chosen by a computed name "
                         "(`getattr(m, <computed>)(...)`): what it calls cannot be checked", target=q)
             return
-        if _computed_part(receiver) and not self.is_own(receiver):
+        if self._computed_module_part(receiver):
             self.report(GLOBAL_STATE, node, f"calls `.{method}()` on `{receiver}`, reached through a name "
                         "the scan cannot fold (`getattr(sys, <computed>)`, a module loaded by a computed "
                         "name): what it changes cannot be checked", target=q)
@@ -376,6 +377,16 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
         self._check_registration(node, q, registered=None,
                                  first_arg_local=self._first_arg_local(node, scope), scope=scope)
 
+    def _computed_module_part(self, receiver: str) -> bool:
+        """`sys.*` (`getattr(sys, <computed>)`): an attribute chosen by a computed name of a module (imported
+        as one, or a stdlib module), which may be any of its state. (A module loaded by a computed name is
+        FT126 where it is loaded.)"""
+        parts = receiver.split(".")
+        if "*" not in parts[1:] or self.is_own(receiver):
+            return False
+        head = ".".join(parts[:parts.index("*", 1)])
+        return head in self.module_imports or head.split(".")[0] in _STDLIB
+
     def _check_engine_instance_call(self, node: ast.Call, callee: _Ref | None, scope: _Scope) -> None:
         """A hook registered on an engine-instance parameter (`layer.register_forward_pre_hook(f)`, also the
         unbound `nn.Module.register_forward_hook(layer, f)`), or its namespace updated with behaviour
@@ -438,11 +449,6 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
         fake = ast.Call(func=node.args[0], args=list(node.args[1:]), keywords=list(node.keywords))
         ast.copy_location(fake, node)
         self._check_call(fake, scope, import_time)
-
-
-def _computed_part(receiver: str) -> bool:
-    """`sys.*` (`getattr(sys, <computed>)`), `*` or `sys.modules[*]` (a module loaded by a computed name)."""
-    return receiver in ("*", "sys.modules[*]") or "*" in receiver.split(".")
 
 
 def _unbound_receiver(receiver: str) -> bool:

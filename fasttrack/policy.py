@@ -312,6 +312,10 @@ class EscapesSpec(Strict):
         "torch.Generator.seed", "torch.Generator.set_state", "random.Random.__init__",
         "random.Random.__setstate__", "numpy.random.RandomState.__init__",
         "numpy.random.RandomState.__setstate__",
+        # hostile review 23: context managers that swap process-wide state while their block runs (every
+        # other thread sees it: the stdio streams, the working directory), process-wide caches cleared
+        "contextlib.redirect_*", "contextlib.chdir", "re.purge", "re._compile.cache_clear", "fnmatch._purge",
+        "linecache.clearcache", "linecache.checkcache", "sys._clear_*", "typing._cleanups*",
     ])
     # Library calls that write a file to the destination they are given (FT146 unless every argument is an
     # in-memory buffer made here: `io.BytesIO()`/`io.StringIO()`); fnmatch over the dotted name. The last

@@ -675,14 +675,6 @@ ATTACKS: dict[str, str] = {
 }
 
 OPEN: dict[str, str] = {
-    "match-class-narrowing": "a class pattern `case L():` does not narrow the subject to an engine instance",
-    "match-class-keyword-attr": "a keyword sub-pattern of an engine class pattern binds no engine attribute",
-    "global-augassign-container": "`global c; c += [engine]` in a function does not taint the module global",
-    "unbound-list-iadd": "`list.__iadd__(sys.path, ...)` is not read as a mutation of its first argument",
-    "unbound-list-map": "`map(sys.path.append, ...)` runs an engine container's mutator with no call site",
-    "setattr-dunder-call": "`setattr.__call__(...)` is not read as `setattr(...)`",
-    "setattr-eval-name": "`eval('setattr')(engine, ...)` is only FT127's lenient warning, not an error",
-    "setattr-dunder-builtins-dict": "`__builtins__['setattr'](...)` is not resolved to the builtin",
     "classbody-for-target": "a `for` target in a class body becomes a class attribute the resolver does not "
                             "see",
     "classbody-import": "an `import` in a class body becomes a class attribute the resolver does not see",
@@ -697,13 +689,6 @@ OPEN: dict[str, str] = {
     "deco-wraps-wrapped": "`functools.wraps(engine_fn)` makes `g.__wrapped__` the engine function",
     "wraps-onto-engine": "`functools.wraps(g)(engine_fn)` writes `__name__`/`__dict__` onto the engine "
                          "function",
-    "import-importlib-dunder-import": "`importlib.__import__(...)` with a fromlist is not read as "
-                                      "`__import__`",
-    "os-via-inspect": "`inspect.os` (a stdlib module's own `import os`) reaches the os module",
-    "os-via-dunder-import-concat": "`__import__('o' + 's')`: a computed module name is not failed closed",
-    "redirect-stderr-with": "`contextlib.redirect_stderr` swaps the process-wide `sys.stderr`",
-    "contextlib-chdir": "`contextlib.chdir` changes the process working directory",
-    "contextlib-closing-stdout": "`contextlib.closing(sys.stdout)` closes the process stdout on exit",
     "asyncio-sleep-result": "`await asyncio.sleep(0, engine)` hands the result argument back",
     "asyncio-run-result": "`asyncio.run(asyncio.sleep(0, engine))` hands the result argument back",
     "future-set-result": "a `Future` filled by `set_result(engine)` hands it back from `result()`",
@@ -722,15 +707,6 @@ OPEN: dict[str, str] = {
     "enum-members-map": "`E.__members__[k].value` is the member's value",
     "enum-iterate": "iterating an own Enum yields members whose `.value` is the engine class",
     "enum-lookup-by-name": "`E['A'].value` is the member's value",
-    "atexit-path-append": "`atexit.register(sys.path.append, ...)` runs an engine mutator at exit",
-    "weakref-finalize-path-append": "`weakref.finalize(o, sys.path.append, ...)` runs an engine mutator",
-    "path-via-getattr-chr": "`getattr(sys, chr(112) + 'ath')`: a computed attribute of `sys` is not failed "
-                            "closed",
-    "operator-iadd-path": "`operator.iadd(sys.path, ...)` extends the engine list in place",
-    "operator-ior-environ": "`operator.ior(os.environ, ...)` updates the environment in place",
-    "torch-c-getattr-concat": "`getattr(getattr(torch, '_' + 'C'), ...)` reaches a torch._C toggle",
-    "file-torch-from-file-shared": "`torch.from_file(path, shared=True)` maps the file writable",
-    "except-star-group": "`except* E as eg`: `eg.exceptions[i].args` carries what was raised",
     "sum-of-lists": "`sum([[engine]], [])` is a list of the engine objects",
     "list-repeat": "`[engine] * n` is a list of the engine objects",
     "dict-or-merge": "`{} | {'k': engine}` is a dict of the engine objects",
@@ -739,30 +715,6 @@ OPEN: dict[str, str] = {
     "vars-no-arg-in-function": "`vars()['c']` in a function is the local bound to an engine class",
     "collections-counter": "iterating a `Counter([engine])` yields its keys",
     "instance-vars-item": "`vars(own_instance)['c']` is the attribute bound to an engine class",
-    "thread-rename-current": "`threading.current_thread()` is the engine's thread object",
-    "thread-main-daemon": "`threading.main_thread()` is the engine's thread object",
-    "asyncio-slow-callback": "an attribute write on the engine's event loop (`get_event_loop()`)",
-    "re-cache-clear": "`re.purge()` clears the process-wide regex cache",
-    "torch-parametrize-engine-instance": "`register_parametrization(engine_layer, ...)` rewrites its weight",
-    "file-torch-storage-from-file": "`UntypedStorage.from_file(path, shared=True)` maps the file writable",
-    "own-new-returns-engine": "an own `__new__` that returns an engine class makes `H()` the engine class",
-    "own-property-lambda": "`property(lambda s: engine)` is read as an own attribute",
-    "own-metaclass-prepare": "an own metaclass `__prepare__` namespace seeds class attributes with engine "
-                             "classes",
-    "own-metaclass-call": "an own metaclass `__call__` makes `K()` return the engine class",
-    "own-property-setter-param": "`K().p = engine` hands the engine class to an own setter that writes it",
-    "own-setitem-param": "`K()[k] = engine` hands it to an own `__setitem__` that writes it",
-    "own-setattr-param": "`K().x = engine` hands it to an own `__setattr__` that writes it",
-    "own-iadd-param": "`k += engine` hands it to an own `__iadd__` that writes it",
-    "own-eq-param": "`K() == engine` hands it to an own `__eq__` that writes it",
-    "own-contains-param": "`engine in K()` hands it to an own `__contains__` that writes it",
-    "own-exit-exception": "an exception raised in `with K():` reaches an own `__exit__` writing its args",
-    "own-descriptor-set-param": "`K().d = engine` hands it to an own descriptor's `__set__` that writes it",
-    "own-call-param": "`K()(engine)` hands it to an own `__call__` that writes through its parameter",
-    "own-init-param-stored": "`K(engine).v` is the engine class an own `__init__` stored",
-    "singledispatch-register-engine": "a `@f.register(L)` implementation receives L instances",
-    "singledispatchmethod-register": "a `singledispatchmethod` `register(L)` implementation receives L "
-                                     "instances",
 }
 
 
@@ -957,16 +909,12 @@ HONEST: dict[str, str] = {
 }
 
 OPEN_FALSE_POSITIVES: dict[str, str] = {
-    "gzip-into-memory": "`gzip.GzipFile(fileobj=BytesIO(), mode='wb')` compresses into memory, no file is "
-                        "opened",
     "classattr-copy-of-modules": "a class attribute bound to `dict(sys.modules)` (a copy) is read as "
                                  "sys.modules",
     "classattr-copy-of-path": "a class attribute bound to `list(sys.path)` (a copy) is read as sys.path",
     "self-copy-of-environ": "`self.env = dict(os.environ)` (a copy) is read as os.environ in another method",
     "copy-copy-of-path": "`copy.copy(sys.path)` is a new list, not sys.path (identity holds for classes)",
     "slice-copy-of-path": "`sys.path[:]` is a new list, not sys.path",
-    "torch-own-library-folded-namespace": "`'kimi' + '_k3'` folds to the own namespace; FT fails it closed",
-    "file-open-mode-ternary-read": "a conditional of two read modes is read-only; the mode is failed closed",
 }
 
 
@@ -1082,9 +1030,7 @@ CROSS_OPEN: dict[str, str] = {
     "other-module-setitem-dunder": "`K()[k] = engine` hands it to another module's writing `__setitem__`",
     "other-module-new-returns-engine": "another module's `__new__` returns the engine class",
     "other-module-list-repeat": "another module's `[engine] * 2`",
-    "other-module-current-thread": "another module's `threading.current_thread()` (the engine's thread)",
     "other-module-redirect-stdout": "a helper returns `redirect_stdout(...)`; entering it swaps sys.stdout",
-    "other-module-singledispatch-register": "`@f.register(Engine)` on another module's dispatcher types x",
     "other-module-classbody-import": "a class-body `import sys` of another module reached as `K.sys`",
 }
 

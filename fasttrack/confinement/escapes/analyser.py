@@ -4,6 +4,7 @@ binding pass collected; `find_escapes`/`analyse_source` are the pure entry point
 from __future__ import annotations
 
 import ast
+import functools
 
 from fasttrack.confinement.escapes.common import (
     _FILE_WRITE_METHODS,
@@ -12,6 +13,8 @@ from fasttrack.confinement.escapes.common import (
     _MOCK_PATCH,
     _MODULE_MUTATORS,
     _MUTATORS,
+    _OPERATOR_INPLACE,
+    _STDLIB,
     DYNAMIC_CODE,
     ENVIRONMENT,
     GLOBAL_STATE,
@@ -35,6 +38,7 @@ from fasttrack.confinement.escapes.monkeypatch import MonkeypatchChecks
 from fasttrack.confinement.escapes.registries import RegistryChecks
 from fasttrack.confinement.escapes.scope import (
     _BOUND,
+    _INSTANCE,
     CrossModules,
     Metaclasses,
     Signatures,
@@ -64,6 +68,7 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
                 self._check_aug_name(node, scope, import_time)
         self._link_class_keywords()
         self._link_class_getitem()
+        self._link_protocols()
         self._check_helper_calls()
         self._check_import_time_thread_calls()
 
@@ -83,6 +88,104 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
             self.own_calls += [(call, scope, k) for k in keys]
             if import_time:
                 self.import_time_calls.add(id(call))
+
+    def _own_instance_class(self, node: ast.expr, scope: _Scope) -> str | None:
+        """The own class (of this file) `node` is an instance of, or None."""
+        r = self.resolve(node, scope)
+        if r is None or r.origin != "local" or not r.qualname.startswith(_INSTANCE):
+            return None
+        cls = r.qualname[len(_INSTANCE):-1]
+        return cls if cls in self.classes else None
+
+    def _link_dunder(self, at: ast.AST, scope: _Scope, import_time: bool, cls: str | None, names: list[str],
+                     args: list[ast.expr], keywords: list[ast.keyword] | None = None) -> None:
+        """Operator syntax on an instance of an own class runs its dunder (the first of `names` it defines)
+        with these arguments: an own call at `at`, so a dunder writing through its parameter is judged like
+        any helper (FT120) where the engine object is handed to it."""
+        if cls is None:
+            return
+        keys = next((k for n in names if (k := self._method_keys(cls, [n]))), [])
+        if not keys:
+            return
+        call = ast.copy_location(ast.Call(func=ast.Name(id=f"<{names[0]}>", ctx=ast.Load()), args=args,
+                                          keywords=keywords or []), at)
+        self._kept.append(call)
+        self.own_calls += [(call, scope, k) for k in keys]
+        if import_time:
+            self.import_time_calls.add(id(call))
+
+    def _link_protocols(self) -> None:
+        """The implicit calls of operator syntax on instances of own classes: `o[k] = v` runs
+        `__setitem__(k, v)`, `o.a = v` `__setattr__('a', v)` (and an own descriptor's `__set__(o, v)`, a
+        property's setter), `o += v` `__iadd__(v)`, `a == b` `__eq__` (either side), `v in o`
+        `__contains__(v)`, `a + b` `__add__`/`__radd__`, `o(v)` `__call__(v)`, `with o:` `__enter__()` and
+        `__exit__(t, e, tb)` (e: any exception this file raises, fail closed, linked at each raise). Each is
+        linked as an own call, so a dunder that writes through its parameter makes handing it an engine
+        object the write (FT120)."""
+        for node, scope, import_time in self.protocol_sites:
+            link = functools.partial(self._link_dunder, node, scope, import_time)
+            if isinstance(node, ast.Compare):
+                operands = [node.left, *node.comparators]
+                for a, op, b in zip(operands, node.ops, operands[1:], strict=False):
+                    if isinstance(op, ast.In | ast.NotIn):
+                        link(self._own_instance_class(b, scope), ["__contains__"], [a])
+                    elif type(op) in _COMPARE_DUNDERS:
+                        forward, reflected = _COMPARE_DUNDERS[type(op)]
+                        link(self._own_instance_class(a, scope), forward, [b])
+                        link(self._own_instance_class(b, scope), reflected, [a])
+            elif isinstance(node, ast.BinOp | ast.AugAssign):
+                name = _BINOP_NAMES.get(type(node.op))
+                if name is None:
+                    continue
+                left, right = (node.left, node.right) if isinstance(node, ast.BinOp) else \
+                    (node.target, node.value)
+                names = [f"__{name}__"] if isinstance(node, ast.BinOp) else [f"__i{name}__", f"__{name}__"]
+                link(self._own_instance_class(left, scope), names, [right])
+                link(self._own_instance_class(right, scope), [f"__r{name}__"], [left])
+            elif isinstance(node, ast.With | ast.AsyncWith):
+                enter, leave = ("__enter__", "__exit__") if isinstance(node, ast.With) else \
+                    ("__aenter__", "__aexit__")
+                for item in node.items:
+                    cls = self._own_instance_class(item.context_expr, scope)
+                    if cls is None:
+                        continue
+                    link(cls, [enter], [])
+                    for exc, exc_scope in self.raised:  # (at the raise: what it carries is handed over)
+                        self._link_dunder(exc, exc_scope, import_time, cls, [leave],
+                                          [ast.Constant(None), self._raised_parts(exc, exc_scope),
+                                           ast.Constant(None)])
+        for node, scope, import_time in self.candidates:
+            link = functools.partial(self._link_dunder, node, scope, import_time)
+            if isinstance(node, ast.Call) and not isinstance(node.func, ast.Attribute):
+                link(self._own_instance_class(node.func, scope), ["__call__"], list(node.args),
+                     list(node.keywords))
+            elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store | ast.Del):
+                values = self._stored_values(node) if isinstance(node.ctx, ast.Store) else []
+                cls = self._own_instance_class(node.value, scope)
+                if isinstance(node.ctx, ast.Del):
+                    link(cls, ["__delitem__"], [node.slice])
+                for v in values or ([] if isinstance(node.ctx, ast.Del) else [ast.Constant(None)]):
+                    link(cls, ["__setitem__"], [node.slice, v])
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                values = self._stored_values(node) or []
+                cls = self._own_instance_class(node.value, scope)
+                if cls is None and isinstance(node.value, ast.Name) and node.value.id == "self":
+                    cls = self._enclosing_class(scope)  # `self.a = v` in a method runs its `__setattr__`
+                for v in values:
+                    link(cls, ["__setattr__"], [ast.Constant(node.attr), v])
+                    if cls is not None:  # a property's setter (any own def of that name takes `v`)
+                        link(cls, [node.attr], [v])
+                    for held, hscope, setter in self.attr_stores.get(node.attr, []):
+                        if setter is None:  # a class body's `d = D()`: D's `__set__(o, v)`
+                            link(self._own_instance_class(held, hscope), ["__set__"], [node.value, v])
+
+    def _raised_parts(self, exc: ast.expr, scope: _Scope) -> ast.expr:
+        """A tuple of what a raised exception carries (what an `__exit__` is handed as `e`, `e.args`)."""
+        parts = [a.value if isinstance(a, ast.Starred) else a for a in exc.args] + \
+            [k.value for k in exc.keywords] if isinstance(exc, ast.Call) else [exc]
+        tup = ast.Tuple(elts=parts, ctx=ast.Load())
+        self._kept.append(tup)
+        return tup
 
     def _link_class_keywords(self) -> None:
         """A class statement's keywords are arguments of implicit calls: its own bases'
@@ -203,6 +306,11 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
             self.report(GLOBAL_STATE, node, f"calls an attribute of `{receiver}` chosen by a computed name "
                         "(`getattr(m, <computed>)(...)`): what it calls cannot be checked", target=q)
             return
+        if self._computed_module_part(receiver):
+            self.report(GLOBAL_STATE, node, f"calls `.{method}()` on `{receiver}`, reached through a name "
+                        "the scan cannot fold (`getattr(sys, <computed>)`, a module loaded by a computed "
+                        "name): what it changes cannot be checked", target=q)
+            return
         if q in ("torch.load", "torch.serialization.load"):
             safe = _arg(node, 99, "weights_only")
             hidden = any(k.arg is None for k in node.keywords)  # `**kw` may say weights_only=False
@@ -222,6 +330,14 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
             return
         if q in _ITEM_WRITERS:
             self._check_item_writer(node, q, scope, import_time)
+            return
+        if q in _OPERATOR_INPLACE and len(node.args) == 2 and not any(
+                isinstance(a, ast.Starred) for a in node.args):
+            # `operator.iadd(sys.path, x)` is `sys.path += x`: judged as the call `sys.path.__iadd__(x)`
+            dunder = ast.Attribute(value=node.args[0], attr=_OPERATOR_INPLACE[q], ctx=ast.Load())
+            fake = ast.copy_location(ast.Call(func=dunder, args=[node.args[1]], keywords=[]), node)
+            self._kept.append(fake)
+            self._check_call(fake, scope, import_time)
             return
         if q in ("builtins.exec", "builtins.eval", "builtins.compile"):
             self._check_dynamic_code(node, q, scope)
@@ -243,8 +359,10 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
             self.report(ENVIRONMENT, node, f"calls `{q}` {when}: changes process-wide state that every "
                         "model sees", severity=self._env_severity(import_time), target=q)
             return
-        if receiver and (method in _MUTATORS or (mutating_method(method) and self._engine_state(receiver))) \
-                and self._check_mutator(node, receiver, method, import_time, scope):
+        if receiver and (method in _MUTATORS or (mutating_method(method) and (
+                self._engine_state(receiver) or self._state_object(receiver) or
+                _unbound_receiver(receiver)))) and \
+                self._check_mutator(node, receiver, method, import_time, scope):
             return
         if self._check_torch_library(node, q, receiver, method, scope):
             return
@@ -259,10 +377,28 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
         self._check_registration(node, q, registered=None,
                                  first_arg_local=self._first_arg_local(node, scope), scope=scope)
 
+    def _computed_module_part(self, receiver: str) -> bool:
+        """`sys.*` (`getattr(sys, <computed>)`): an attribute chosen by a computed name of a module (imported
+        as one, or a stdlib module), which may be any of its state. (A module loaded by a computed name is
+        FT126 where it is loaded.)"""
+        parts = receiver.split(".")
+        if "*" not in parts[1:] or self.is_own(receiver):
+            return False
+        head = ".".join(parts[:parts.index("*", 1)])
+        return head in self.module_imports or head.split(".")[0] in _STDLIB
+
     def _check_engine_instance_call(self, node: ast.Call, callee: _Ref | None, scope: _Scope) -> None:
         """A hook registered on an engine-instance parameter (`layer.register_forward_pre_hook(f)`, also the
         unbound `nn.Module.register_forward_hook(layer, f)`), or its namespace updated with behaviour
         (`layer.__dict__.update(forward=f)`): the engine's own instance changes for every caller."""
+        if callee is not None and callee.origin == "import" and _matches(callee.qualname, _MODULE_REWRITERS):
+            first = _arg(node, 0, "module")
+            cls = self.engine_instance_of(first, scope) if first is not None else None
+            if cls is not None:
+                self.report(MONKEYPATCH, node, f"calls `{callee.qualname}` on an instance of the engine's "
+                            f"`{cls}` the function was given: it rewrites that module in place (its "
+                            "parameters, forward or class), an object the engine owns", target=f"{cls}.*")
+                return
         if callee is None or not isinstance(node.func, ast.Attribute):
             return
         method = node.func.attr
@@ -314,6 +450,31 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
         ast.copy_location(fake, node)
         self._check_call(fake, scope, import_time)
 
+
+def _unbound_receiver(receiver: str) -> bool:
+    """A class a method is looked up on (`list.__iadd__(xs, ...)`, `OrderedDict.move_to_end(d, k)`): the
+    method mutates its first argument (judged by `_check_mutator`)."""
+    last = receiver.rsplit(".", 1)[-1]
+    return receiver.startswith("builtins.") or (last[:1].isupper() and not last.isupper())
+
+
+# torch functions that rewrite the module they are given in place (its parameters, class or forward)
+_MODULE_REWRITERS = ("torch.nn.utils.parametrize.*", "torch.nn.utils.parametrizations.*",
+                     "torch.nn.utils.weight_norm", "torch.nn.utils.spectral_norm",
+                     "torch.nn.utils.remove_*_norm", "torch.nn.utils.prune.*", "torch.nn.utils.*.weight_norm",
+                     "torch.nn.utils.*.spectral_norm", "torch.ao.quantization.*", "torch.quantization.*")
+
+# comparison operators: the dunder of the left operand, and the reflected one of the right
+_COMPARE_DUNDERS: dict[type[ast.cmpop], tuple[list[str], list[str]]] = {
+    ast.Eq: (["__eq__"], ["__eq__"]), ast.NotEq: (["__ne__", "__eq__"], ["__ne__", "__eq__"]),
+    ast.Lt: (["__lt__"], ["__gt__"]), ast.LtE: (["__le__"], ["__ge__"]), ast.Gt: (["__gt__"], ["__lt__"]),
+    ast.GtE: (["__ge__"], ["__le__"]),
+}
+_BINOP_NAMES: dict[type[ast.operator], str] = {
+    ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.MatMult: "matmul", ast.Div: "truediv",
+    ast.FloorDiv: "floordiv", ast.Mod: "mod", ast.Pow: "pow", ast.LShift: "lshift", ast.RShift: "rshift",
+    ast.BitOr: "or", ast.BitXor: "xor", ast.BitAnd: "and",
+}
 
 # builtins that call their first argument with the elements of the others, or a `key=` with the elements
 _CALLBACK_FIRST = frozenset({"builtins.map", "builtins.filter", "functools.reduce", "itertools.starmap",

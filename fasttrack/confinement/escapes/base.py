@@ -60,6 +60,12 @@ class CheckBase(Resolver):
             return GLOBAL_STATE
         return None
 
+    def _state_object(self, receiver: str) -> bool:
+        """A receiver that is process state the classifier knows (`sys.path`, `os.environ`, a singleton),
+        not a module whose functions are called (`builtins.set()`, `os.remove()`)."""
+        return receiver != "builtins" and receiver not in self.module_imports and \
+            self._classify(receiver) is not None
+
     def _env_severity(self, import_time: bool) -> EscapeSeverity:
         return "error" if import_time else "warning"
 

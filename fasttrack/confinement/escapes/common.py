@@ -8,6 +8,7 @@ import builtins
 import fnmatch
 import functools
 import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -49,7 +50,13 @@ _OBJECT_MUTATORS = _MODULE_MUTATORS | frozenset({
     "__ixor__", "__delattr__", "sort", "reverse", "appendleft", "extendleft", "rotate", "move_to_end",
     "difference_update", "intersection_update", "symmetric_difference_update", "put", "put_nowait",
     "set", "reset",
-})
+}) | frozenset(f"__i{op}__" for op in ("add", "sub", "mul", "matmul", "truediv", "floordiv", "mod", "pow",
+                                        "lshift", "rshift", "and", "xor", "or", "concat"))
+# The operator module's in-place functions: `operator.iadd(a, b)` is `a += b`, judged as `a.__iadd__(b)`.
+_OPERATOR_INPLACE = {f"operator.{p}{op}{s}": f"__i{'add' if op == 'concat' else op}__"
+                     for op in ("add", "sub", "mul", "matmul", "truediv", "floordiv", "mod", "pow", "lshift",
+                                "rshift", "and", "xor", "or", "concat")
+                     for p, s in (("i", ""), ("__i", "__"))}
 
 
 
@@ -102,7 +109,21 @@ _THREAD_MAKERS = ("threading.Thread", "threading.Timer", "concurrent.futures.*Ex
 _THREAD_STARTS = frozenset({"start", "submit", "map", "run", "apply_async", "map_async", "imap",
                             "imap_unordered", "starmap", "starmap_async", "apply"})
 # Objects of the stdlib whose attributes are process- (or thread-) wide state: writes are FT146.
-_STATE_OBJECTS = ("decimal.context",)
+_STATE_OBJECTS = ("decimal.context", "threading.current_thread()", "threading.main_thread()",
+                  "asyncio.get_event_loop()", "asyncio.get_running_loop()", "asyncio.get_event_loop_policy()",
+                  "multiprocessing.current_process()")
+# Calls returning a process-wide (or thread-wide) singleton: the object they return is shared state, so an
+# attribute or item written on it (`threading.current_thread().name = ...`, a loop's
+# `slow_callback_duration`) is FT146. Each is named `<call>()` (the policy's `*().method` patterns).
+_SINGLETON_CALLS = {
+    "threading.current_thread": "threading.current_thread()", "threading.currentThread":
+    "threading.current_thread()", "threading.main_thread": "threading.main_thread()",
+    "asyncio.get_event_loop": "asyncio.get_event_loop()", "asyncio.events.get_event_loop":
+    "asyncio.get_event_loop()", "asyncio.get_running_loop": "asyncio.get_running_loop()",
+    "asyncio.events.get_running_loop": "asyncio.get_running_loop()",
+    "asyncio.get_event_loop_policy": "asyncio.get_event_loop_policy()",
+    "multiprocessing.current_process": "multiprocessing.current_process()",
+}
 # Attributes that lead from any object to objects it does not own (its bases, every subclass, the
 # globals of a function's module, the interpreter's builtins): what is reached through them is foreign.
 _REACH_ATTRS = frozenset({
@@ -146,6 +167,33 @@ def mutating_method(name: str) -> bool:
     or torch's in-place convention (`zero_`, `copy_`, `fill_`: a trailing underscore, not a dunder)."""
     return name in _MUTATORS or name in _OBJECT_MUTATORS or (
         name.endswith("_") and not name.endswith("__") and name.strip("_") != "")
+
+
+# Modules other modules import and so carry as an attribute (`inspect.os`, `torch.os`, `tempfile._os`): a
+# dotted name through one of them is that module's (`inspect.os.putenv` is `os.putenv`). The first set
+# re-roots under any foreign package, the second only under a stdlib module (torch.signal is torch's own).
+_CARRIED_ANYWHERE = frozenset({"os", "sys", "builtins", "_os", "_sys", "posix", "importlib"})
+_CARRIED_BY_STDLIB = frozenset({"subprocess", "signal", "ctypes", "gc", "threading", "shutil", "socket",
+                                "atexit", "warnings", "_thread", "_warnings", "multiprocessing", "site"})
+_STDLIB = frozenset(sys.stdlib_module_names)
+# Callables that are other names of one another (`importlib.__import__` is `__import__`).
+_SAME_CALLABLE = {"importlib.__import__": "builtins.__import__",
+                  "importlib._bootstrap.__import__": "builtins.__import__"}
+
+
+def carried_module(name: str) -> str:
+    """`name` re-rooted at a module it reaches as another module's attribute (see `_CARRIED_ANYWHERE`)."""
+    if name in _SAME_CALLABLE:
+        return _SAME_CALLABLE[name]
+    parts = name.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        p = parts[i]
+        if p in _CARRIED_ANYWHERE or (p in _CARRIED_BY_STDLIB and parts[0] in _STDLIB):
+            if p == "importlib" and parts[0] == "importlib":
+                continue
+            top = p.lstrip("_") if p in ("_os", "_sys") else p
+            return _canonical_module(".".join([top, *parts[i + 1:]]))
+    return name
 
 
 def _canonical_module(name: str) -> str:

@@ -31,11 +31,11 @@ class DynamicCodeChecks(CheckBase):
     def _check_importlib(self, node: ast.Call, q: str, scope: _Scope) -> bool:
         if q in ("importlib.import_module", "builtins.__import__"):
             if self._is_relative_load(node):
-                loaded = self._loaded_module(node, q)
+                loaded = self._loaded_module(node, q, scope)
                 if loaded is None or self.is_own(loaded) or not self.own_packages:
                     return True
             else:
-                loaded = self._loaded_module(node, q)
+                loaded = self._loaded_module(node, q, scope)
             fn = "__import__" if q.endswith("__import__") else "importlib.import_module"
             if loaded in (None, "*"):
                 self.report(IMPORTLIB, node, f"`{fn}` with a computed name: what it loads (and patches "

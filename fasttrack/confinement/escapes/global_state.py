@@ -13,10 +13,13 @@ from fasttrack.confinement.escapes.common import (
     _THREAD_STARTS,
     _WRITERS,
     GLOBAL_STATE,
+    MONKEYPATCH,
     SETATTR,
     _arg,
     _dotted_literal,
     _matches,
+    mutating_method,
+    state_like_receiver,
 )
 from fasttrack.confinement.escapes.scope import (
     _BOUND,
@@ -33,6 +36,11 @@ _MODE_TEXT = frozenset("rwaxbtcnU+")
 _IN_MEMORY = frozenset({f"{_OF_FOREIGN}io.BytesIO>", f"{_OF_FOREIGN}io.StringIO>",
                         f"{_OF_FOREIGN}_io.BytesIO>", f"{_OF_FOREIGN}_io.StringIO>"})
 
+
+# Context managers that call a method of the object they wrap when the block ends.
+_CLOSERS = {"contextlib.closing": "close", "contextlib.aclosing": "aclose"}
+# Calls that map a file into memory, writable (the file changes with the tensor) when `shared` is true.
+_SHARED_MAPPINGS = ("torch.from_file", "torch.*Storage.from_file", "torch.storage.*Storage.from_file")
 
 # `os.open` flags that neither create, truncate nor write
 _READ_FLAGS = frozenset({"O_RDONLY", "O_CLOEXEC", "O_NONBLOCK", "O_NOFOLLOW", "O_DIRECTORY", "O_NOCTTY",
@@ -137,6 +145,26 @@ class GlobalStateChecks(CheckBase):
                 return True
         return False
 
+    def _constant_mode(self, mode: ast.expr, scope: _Scope) -> str | None:
+        """A file mode that is provably one of some literals (`'r' if c else 'rb'`): a writing one of them
+        when there is one (judged as that), else one of the reads; None when it is computed."""
+        modes = self.constant_strings(mode, scope)
+        if modes is None:
+            return None
+        return next((m for m in sorted(modes) if _writes(m)), min(modes))
+
+    def _opens_memory(self, node: ast.Call, scope: _Scope) -> bool:
+        """`gzip.GzipFile(fileobj=io.BytesIO(), mode='wb')`, `zipfile.ZipFile(io.BytesIO(), 'w')`: an opener
+        whose file is an in-memory buffer made here, with no file name beside it, writes no file."""
+        if not self._in_memory(node, scope) or any(k.arg is None for k in node.keywords) or \
+                any(isinstance(a, ast.Starred) for a in node.args):
+            return False
+        path = _arg(node, 0, "filename", "file", "name")
+        if path is None or (isinstance(path, ast.Constant) and path.value is None):
+            return True
+        r = self.resolve(path, scope)
+        return r is not None and r.qualname in _IN_MEMORY
+
     def _check_open_method(self, node: ast.Call, scope: _Scope) -> None:
         """`pathlib.Path(p).open('w')`, `path.open(mode='a')`: a method `open` on an object the scan does not
         resolve to an import (that is judged by `file_openers`), given a writing mode."""
@@ -149,7 +177,7 @@ class GlobalStateChecks(CheckBase):
         path_like = receiver is not None and receiver.qualname.startswith(f"{_OF_FOREIGN}pathlib.")
         keyword = next((k.value for k in node.keywords if k.arg == "mode"), None)
         if keyword is not None:
-            lit = _dotted_literal(keyword)
+            lit = self._constant_mode(keyword, scope)
         elif any(isinstance(a, ast.Starred) for a in node.args[:2]) or \
                 any(k.arg is None for k in node.keywords):
             lit = None  # `p.open(*('w',))`, `p.open(**kw)`: a hidden mode fails closed
@@ -180,11 +208,32 @@ class GlobalStateChecks(CheckBase):
                             f"`{to.removeprefix('builtins.')}`: it changes process-wide state when that "
                             "code calls it later (at exit, in a thread, per element)", target=r.qualname)
                 continue
+            if r is not None and r.origin == "import" and self._handed_on_mutator(r.qualname, v):
+                continue
             if r is not None and r.origin == "import" and r.qualname in _WRITERS - {"builtins.vars"}:
                 to = callee.qualname if callee is not None and callee.qualname else "a call"
                 self.report(SETATTR, v, f"passes `{r.qualname.removeprefix('builtins.')}` as a value to "
                             f"`{to.removeprefix('builtins.')}`: what it writes to cannot be checked",
                             target=r.qualname)
+
+    def _handed_on_mutator(self, q: str, value: ast.expr) -> bool:
+        """`map(sys.path.append, xs)`, `atexit.register(sys.path.append, p)`, `weakref.finalize(o,
+        os.environ.update, d)`: a mutating method bound to foreign state, handed on as a value, writes that
+        state when whatever it was given calls it (per element, at exit, in a thread): judged as the write
+        itself, wherever it is passed. (An unbound method, `map(list.append, ...)`, writes its arguments.)"""
+        receiver, _, method = q.rpartition(".")
+        if not receiver or not mutating_method(method) or self.is_own(receiver) or receiver == "builtins" \
+                or receiver.startswith("builtins.") or receiver in self.module_imports or \
+                receiver.rsplit(".", 1)[-1][:1].isupper():
+            return False  # (a module's function, `defaultdict(set)`; an unbound method: its argument's)
+        code = self._classify(receiver)
+        if code is None and not self._engine_state(receiver) and not state_like_receiver(
+                receiver, self.settings.hidden_import_roots, self.module_imports):
+            return False
+        # (when it runs is not known: judged as at import time, an error)
+        self._report_write(value, receiver, "hands on", code or MONKEYPATCH, True,
+                           f"`.{method}` passed as a value: it mutates the object when called later")
+        return True
 
     def _deferred_state_call(self, q: str) -> bool:
         """A function (snake_case last part: not a constant or a class) that changes process-wide state,
@@ -235,14 +284,33 @@ class GlobalStateChecks(CheckBase):
         switches, signals, subprocesses, native libraries, ...) is FT146 unless `allowed_global_calls`
         lists it, or it is a `scoped_global_calls` context manager used as a `with` item."""
         s = self.settings
+        if q in _CLOSERS and node.args and not isinstance(node.args[0], ast.Starred):
+            # `contextlib.closing(obj)` calls `obj.close()` when its block ends: judged as that call (on
+            # `sys.stdout`, a shared stream, it closes the process's stdout)
+            method = ast.Attribute(value=node.args[0], attr=_CLOSERS[q], ctx=ast.Load())
+            close = ast.copy_location(ast.Call(func=method, args=[], keywords=[]), node)
+            self._kept.append(close)
+            self._check_call(close, scope, import_time)
+            return True
+        if _matches(q, _SHARED_MAPPINGS):
+            shared = _arg(node, 1, "shared")
+            hidden = any(isinstance(a, ast.Starred) for a in node.args[:2]) or \
+                any(k.arg is None for k in node.keywords)
+            if hidden or (shared is not None and not (isinstance(shared, ast.Constant) and
+                                                      shared.value in (False, None, 0))):
+                self.report(GLOBAL_STATE, node, f"calls `{q}` with `shared` not provably False: the file is "
+                            "mapped writable (MAP_SHARED), so a write to the tensor writes the file (model "
+                            "code may not write files; map it with `shared=False`)", target=q)
+            return True
         opener = next((v for k, v in s.file_openers.items() if _matches(q, (k,))), None)
         if opener is not None:
             pos, default = opener
             mode = _arg(node, pos, "mode", "flag")
             hidden = any(isinstance(a, ast.Starred) for a in node.args[:pos + 1]) or \
                 any(k.arg is None for k in node.keywords)  # `open(*args)`, `open(p, **kw)`: fail closed
-            lit = None if mode is None and hidden else default if mode is None else _dotted_literal(mode)
-            if lit is None or _writes(lit):
+            lit = None if mode is None and hidden else default if mode is None else \
+                self._constant_mode(mode, scope)
+            if (lit is None or _writes(lit)) and not self._opens_memory(node, scope):
                 self.report(GLOBAL_STATE, node, f"opens a file for writing (`{q.removeprefix('builtins.')}`, "
                             f"mode {lit or '<computed>'!r}): model code may not write files (a `.pth` in "
                             "site-packages or a module file changes every process)", target=q)

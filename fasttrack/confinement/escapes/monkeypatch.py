@@ -205,9 +205,14 @@ class MonkeypatchChecks(CheckBase):
         or partial made here) stored on an object an engine instance holds. Which of the sub-object's
         attributes are behaviour is not known, so a callable stored there is judged as behaviour (fail
         closed); data stores (`layer.quant_method.scale = 2`) stay the caller's business."""
-        if not isinstance(node.value, ast.Attribute) or node.value.attr.startswith("__"):
+        if isinstance(node.value, ast.Name):  # `case L(quant_method=q): q.apply = f`
+            cls = self.matched_sub_object(node.value, scope)
+            held = node.value.id
+        elif not isinstance(node.value, ast.Attribute) or node.value.attr.startswith("__"):
             return False
-        cls = self.engine_instance_of(node.value.value, scope)
+        else:
+            cls = self.engine_instance_of(node.value.value, scope)
+            held = node.value.attr
         values = self._stored_values(node)
         if cls is None or not values:
             return False
@@ -219,9 +224,9 @@ class MonkeypatchChecks(CheckBase):
             builtin = r is not None and r.origin == "import" and r.qualname.startswith("builtins.") and \
                 r.qualname[len("builtins."):][:1].islower()
             if isinstance(v, ast.Lambda) or made or own_fn or builtin:
-                self.report(MONKEYPATCH, node, f"{verb} a callable to `{node.value.attr}.{node.attr}` of an "
+                self.report(MONKEYPATCH, node, f"{verb} a callable to `{held}.{node.attr}` of an "
                             f"instance of the engine's `{cls}` the function was given: new behaviour on an "
-                            "object the engine owns", target=f"{cls}.{node.value.attr}.{node.attr}")
+                            "object the engine owns", target=f"{cls}.{held}.{node.attr}")
                 return True
         return False
 

@@ -20,6 +20,7 @@ from fasttrack.confinement.escapes.common import (
     _EVERYTHING_CALLS,
     _LEAVES,
     _REACH_ATTRS,
+    _SINGLETON_CALLS,
     _THREAD_MAKERS,
     ENGINE_PARAM,
     Escape,
@@ -33,6 +34,7 @@ from fasttrack.confinement.escapes.common import (
     _matches,
     _namespace_of,
     _string_prefix,
+    carried_module,
 )
 from fasttrack.confinement.escapes.flow import ENTRY, reaching
 from fasttrack.confinement.escapes.sends import SendSite, send_sites
@@ -309,6 +311,9 @@ class Resolver:
         self._found: set[tuple[str, int, int, str]] = set()
         self._stack: list[tuple[ast.AST, _Scope, bool]] = []
         self.candidates: list[tuple[ast.AST, _Scope, bool]] = []
+        # operator syntax that runs an own class's dunders implicitly (`a == b`, `a in b`, `a + b`, `a += b`,
+        # `with a:`): linked to those dunders as own calls (analyser.py `_link_protocols`)
+        self.protocol_sites: list[tuple[ast.AST, _Scope, bool]] = []
         self._binders = self._make_binders()
         self.functions: dict[str, list[_Function]] = {}
         self.method_keys: set[str] = set()  # keys of functions defined in a class body
@@ -671,9 +676,19 @@ class Resolver:
             elif not isinstance(node.target, ast.Name):
                 self._push([node.target], scope, import_time)
         elif isinstance(node, ast.AugAssign):
+            self.protocol_sites.append((node, scope, import_time))
             if isinstance(node.target, ast.Name):
                 self.candidates.append((node, scope, import_time))  # judged before the rebinding counts
-                self._bind_name(scope, node.target.id, _LOCAL, node.target)
+                binding: _Binding = _LOCAL
+                if isinstance(node.value, ast.List | ast.Tuple | ast.Set | ast.Dict | ast.ListComp |
+                              ast.SetComp | ast.DictComp | ast.GeneratorExp):
+                    # `c += [E]` (also through `global c`), `d |= {"k": E}`: c now holds what it held and
+                    # the elements added
+                    grown = ast.List(elts=[ast.Starred(value=ast.Name(id=node.target.id, ctx=ast.Load()),
+                                                       ctx=ast.Load()),
+                                           ast.Starred(value=node.value, ctx=ast.Load())], ctx=ast.Load())
+                    binding = _Alias(ast.copy_location(grown, node), scope)
+                self._bind_name(scope, node.target.id, binding, node.target)
             else:
                 self._push([node.target], scope, import_time)
             self._push([node.value], scope, import_time)
@@ -693,6 +708,7 @@ class Resolver:
 
     def _b_with(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
         assert isinstance(node, ast.With | ast.AsyncWith)
+        self.protocol_sites.append((node, scope, import_time))
         for item in node.items:
             self.with_items.add(id(item.context_expr))
             if item.optional_vars is not None:
@@ -927,11 +943,28 @@ class Resolver:
         for exc, scope in self.raised:
             parts = [a.value if isinstance(a, ast.Starred) else a for a in exc.args] + \
                 [k.value for k in exc.keywords] if isinstance(exc, ast.Call) else [exc]
-            for part in parts:
+            while parts:
+                part = parts.pop()
                 t = self.tainted(self.resolve(part, scope))
                 if t is not None:
                     return t
+                if isinstance(part, ast.List | ast.Tuple | ast.Set):
+                    parts += part.elts  # an ExceptionGroup's exceptions (`except*` hands them out)
+                elif isinstance(part, ast.Call) and self._makes_exception(part, scope):
+                    parts += [a.value if isinstance(a, ast.Starred) else a for a in part.args]
+                    parts += [k.value for k in part.keywords]
         return None
+
+    def _makes_exception(self, call: ast.Call, scope: _Scope) -> bool:
+        """`ValueError(x)`, an own exception class: an exception nested in a raised one (a group's member,
+        a cause) carries its arguments too."""
+        r = self.resolve(call.func, scope)
+        if r is None:
+            return False
+        if r.origin == "own":
+            return r.qualname in self.classes
+        return r.qualname.startswith("builtins.") and r.qualname.endswith(
+            ("Error", "Exception", "Group", "Warning", "Exit", "Interrupt", "Iteration"))
 
     def _b_raise(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
         assert isinstance(node, ast.Raise)
@@ -971,7 +1004,60 @@ class Resolver:
             ast.Match: self._b_match_statement, ast.Raise: self._b_raise,
             ast.MatchStar: self._b_match, ast.MatchMapping: self._b_match, ast.If: self._b_if,
             ast.Call: self._b_candidate, ast.Attribute: self._b_candidate, ast.Subscript: self._b_candidate,
+            ast.Compare: self._b_operator, ast.BinOp: self._b_operator,
         }
+
+    def _b_operator(self, node: ast.AST, scope: _Scope, import_time: bool) -> None:
+        self.protocol_sites.append((node, scope, import_time))
+        self._push_children(node, scope, import_time)
+
+    def constant_strings(self, node: ast.expr | None, scope: _Scope, depth: int = 0) -> frozenset[str] | None:
+        """The strings `node` provably evaluates to (a set: `'r' if c else 'rb'` is either), folding literal
+        concatenation (`'kimi' + '_k3'`), f-strings of such parts, conditionals (both branches) and names
+        every binding of which is such an expression; None when any part is not provably constant."""
+        if node is None or depth > 8:
+            return None
+        if isinstance(node, ast.Constant):
+            return frozenset({node.value}) if isinstance(node.value, str) else None
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            left = self.constant_strings(node.left, scope, depth + 1)
+            right = self.constant_strings(node.right, scope, depth + 1) if left is not None else None
+            if left is None or right is None or len(left) * len(right) > 16:
+                return None
+            return frozenset(a + b for a in left for b in right)
+        if isinstance(node, ast.IfExp):
+            body = self.constant_strings(node.body, scope, depth + 1)
+            orelse = self.constant_strings(node.orelse, scope, depth + 1) if body is not None else None
+            return body | orelse if body is not None and orelse is not None else None
+        if isinstance(node, ast.JoinedStr):
+            got: frozenset[str] = frozenset({""})
+            for part in node.values:
+                if isinstance(part, ast.FormattedValue) and (part.conversion != -1 or part.format_spec):
+                    return None
+                piece = self.constant_strings(part.value if isinstance(part, ast.FormattedValue) else part,
+                                              scope, depth + 1)
+                if piece is None or len(got) * len(piece) > 16:
+                    return None
+                got = frozenset(a + b for a in got for b in piece)
+            return got
+        if isinstance(node, ast.Name):
+            bindings = self._lookup(node.id, scope)
+            if not bindings or not all(isinstance(b, _Alias) for b in bindings):
+                return None
+            found: set[str] = set()
+            for b in bindings:
+                assert isinstance(b, _Alias)
+                one = self.constant_strings(b.value, b.scope, depth + 1)
+                if one is None:
+                    return None
+                found |= one
+            return frozenset(found)
+        return None
+
+    def constant_string(self, node: ast.expr | None, scope: _Scope) -> str | None:
+        """The one string `node` provably evaluates to (see `constant_strings`), else None."""
+        got = self.constant_strings(node, scope)
+        return next(iter(got)) if got is not None and len(got) == 1 else None
 
     def _lookup(self, name: str, scope: _Scope) -> list[_Binding] | None:
         s: _Scope | None = scope
@@ -1002,6 +1088,11 @@ class Resolver:
         self._resolving.add(key)
         try:
             ref = self._cross_ref(self._resolve(node, scope))
+            if ref is not None and ref.origin == "import" and not ref.elements and \
+                    not self.is_own(ref.qualname):
+                carried = carried_module(ref.qualname)  # `inspect.os.putenv` is `os.putenv`
+                if carried != ref.qualname:
+                    ref = _Ref("import", carried)
         finally:
             self._resolving.discard(key)
         self._memo[key] = (node, ref)
@@ -1417,7 +1508,15 @@ class Resolver:
         if home is None:
             return None
         node, outer = home
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            got = self._dispatched_class(node, obj.id, outer, roots)
+            if got is not None:
+                return got
         for sub in ast.walk(node):
+            if isinstance(sub, ast.Match):
+                got = self._matched_class(sub, obj.id, outer, roots, subject_only=True)
+                if got is not None:
+                    return got
             if isinstance(sub, ast.AnnAssign) and isinstance(sub.target, ast.Name) and \
                     sub.target.id == obj.id:
                 got = self._engine_annotation(sub.annotation, outer, types=roots)
@@ -1436,6 +1535,56 @@ class Resolver:
                 continue
             if got is not None:
                 return got
+        return None
+
+    def _dispatched_class(self, fn: ast.FunctionDef | ast.AsyncFunctionDef, name: str, outer: _Scope,
+                          roots: list[str]) -> str | None:
+        """`@f.register(L) def _(x)` (functools.singledispatch / singledispatchmethod): the implementation's
+        first dispatched parameter is an instance of L whenever it runs."""
+        params = [a.arg for a in [*fn.args.posonlyargs, *fn.args.args] if a.arg not in ("self", "cls")]
+        if not params or params[0] != name:
+            return None
+        for d in fn.decorator_list:
+            if isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute) and d.func.attr == "register" \
+                    and d.args:
+                got = self._engine_annotation(d.args[0], outer, types=roots)
+                if got is not None:
+                    return got
+        return None
+
+    def matched_sub_object(self, obj: ast.expr, scope: _Scope) -> str | None:
+        """The engine class whose instance holds `obj`, a name captured by a sub-pattern of a class pattern
+        (`case L(quant_method=q)`: q is an object of an L instance), or None."""
+        if not isinstance(obj, ast.Name) or not self.model_code:
+            return None
+        home = self._scope_node(obj.id, scope)
+        if home is None:
+            return None
+        roots = [f"{r}.*" for r in self.settings.hidden_import_roots]
+        for sub in ast.walk(home[0]):
+            got = self._matched_class(sub, obj.id, home[1], roots, subject_only=False) \
+                if isinstance(sub, ast.Match) else None
+            if got is not None:
+                return got
+        return None
+
+    def _matched_class(self, match: ast.Match, name: str, outer: _Scope, roots: list[str],
+                       subject_only: bool) -> str | None:
+        """`match x: case L(): ...`: inside the case, x is an instance of the engine's L (fail closed: any
+        class pattern of the case, however nested); with `subject_only` False, a name captured by one of
+        its sub-patterns (`case L(quant_method=q)`: an object that instance holds)."""
+        subject = subject_only and isinstance(match.subject, ast.Name) and match.subject.id == name
+        for case in match.cases:
+            for p in ast.walk(case.pattern):
+                if not isinstance(p, ast.MatchClass):
+                    continue
+                inner = [*p.patterns, *p.kwd_patterns]
+                captured = not subject_only and any(isinstance(q, ast.MatchAs | ast.MatchStar) and
+                                                    q.name == name for sub in inner for q in ast.walk(sub))
+                if subject or captured:
+                    got = self._engine_annotation(p.cls, outer, types=roots)
+                    if got is not None:
+                        return got
         return None
 
     def _scope_node(self, name: str, scope: _Scope) -> tuple[ast.AST, _Scope] | None:
@@ -1658,6 +1807,9 @@ class Resolver:
                     got = self._descriptor_result(node.attr) or self._metaclass_dunder(base.qualname)
                     if got is not None:
                         return got
+            if node.attr == "__call__" and base.origin == "import" and base.qualname.startswith("builtins.") \
+                    and base.qualname.rpartition(".")[2][:1].islower():
+                return base  # `setattr.__call__` is `setattr`
             return _Ref(base.origin, f"{base.qualname}.{node.attr}")
         if isinstance(node, ast.Subscript):
             base = self.resolve(node.value, scope)
@@ -1670,6 +1822,9 @@ class Resolver:
                     return member  # globals()["m"], vars(sys.modules[__name__])["m"]
             if key == "__builtins__" and base.qualname.endswith("__dict__"):
                 return _Ref("import", "builtins")
+            if base.origin == "import" and base.qualname == "builtins":
+                # `__builtins__` is the builtins module's dict outside `__main__`: `__builtins__['setattr']`
+                return _Ref("import", f"builtins.{key}" if key is not None else "builtins.*")
             if key is not None and base.origin == "import" and base.qualname.endswith(".__dict__"):
                 return _Ref("import", f"{base.qualname.removesuffix('.__dict__')}.{key}")
             if base.origin == "import" and base.qualname == "sys.modules":
@@ -1778,9 +1933,13 @@ class Resolver:
         if callee is not None and callee.origin == "own" and callee.qualname in self.classes:
             if self._is_thread_class(callee.qualname):
                 return _THREAD_REF
+            made = self._made_instead(callee.qualname, node, scope)
+            if made is not None:
+                return made
             fields = self._record_fields(callee.qualname, node, scope)
             if not fields and self._container_class(callee.qualname):  # `class D(dict)`: D(x=E)["x"]
                 fields = self._container([*node.args, *(k.value for k in node.keywords)], scope).elements
+            fields = (*fields, *self._init_stored_fields(callee.qualname, node, scope))
             return _Ref("local", f"{_INSTANCE}{callee.qualname}>", fields)
         if callee is not None and callee.origin == "own":
             return self._own_return(node, callee.qualname, scope)
@@ -1895,7 +2054,7 @@ class Resolver:
                 or _matches(receiver, ["vllm.*", "torch.*", "transformers.*"])):
             return _Ref("import", f"{receiver}[*]")
         if q in ("importlib.import_module", "builtins.__import__"):
-            loaded = self._loaded_module(node, q)
+            loaded = self._loaded_module(node, q, scope)
             # a relative load we cannot place is the file's own package; a placed one is judged by name
             return _Ref("own", "<relative>") if loaded is None else _Ref("import", loaded)
         if q in ("builtins.getattr", "builtins.vars", "builtins.type") and first is not None:
@@ -1913,13 +2072,22 @@ class Resolver:
             return _Ref("import", f"{q.rpartition('.')[0]}.{attr if attr else '*'}")
         if q == "builtins.getattr" and first is not None:
             base = self.resolve(first, scope)
-            attr = _dotted_literal(_arg(node, 1))
+            attr = self.constant_string(_arg(node, 1), scope)  # (`'_' + 'C'` is `'_C'`)
             if base is None or base.origin == "local":
                 return _LOCAL_REF
             member = self._this_module_member(base, attr) if attr else None
             if member is not None:
                 return member
             return _Ref(base.origin, f"{base.qualname}.{attr if attr else '*'}")
+        if q == "builtins.eval" and first is not None and len(node.args) == 1 and not node.keywords:
+            text = self.constant_string(first, scope)
+            try:
+                expr = ast.parse(text.strip(), mode="eval").body if text is not None else None
+            except (SyntaxError, ValueError, RecursionError):
+                expr = None
+            if expr is not None:  # `eval('setattr')` is what the expression `setattr` is here
+                self._kept.append(expr)
+                return self.resolve(expr, scope) or _LOCAL_REF
         if q == "typing.cast" and len(node.args) >= 2:
             return self.resolve(node.args[1], scope) or _LOCAL_REF  # cast returns its value unchanged
         if q == "weakref.proxy" and first is not None:
@@ -1972,6 +2140,8 @@ class Resolver:
             return base  # type(<module or class>) is as foreign as the thing itself
         if q == "decimal.getcontext":
             return _Ref("import", "decimal.context")  # the thread's current context, shared by everyone
+        if q in _SINGLETON_CALLS:
+            return _Ref("import", _SINGLETON_CALLS[q])  # the process's (thread's) one object: shared state
         if _matches(q, _THREAD_MAKERS):
             return _THREAD_REF
         if q == "sys.modules.get" and first is not None:
@@ -2141,6 +2311,52 @@ class Resolver:
             self._dunders[memo] = self._dunder_result_uncached(cls, names)
         return self._dunders[memo]
 
+    def _own_metaclasses(self, cls: str) -> list[str]:
+        """The own metaclasses (of this file) `class cls(metaclass=M)` names, through its own bases."""
+        out: list[str] = []
+        for c in self._own_bases(cls):
+            for node, outer in self.classes.get(c, []):
+                for kw in node.keywords:
+                    m = self.resolve(kw.value, outer) if kw.arg == "metaclass" else None
+                    if m is not None and m.origin == "own" and m.qualname in self.classes:
+                        out.append(m.qualname)
+        return out
+
+    def _made_instead(self, cls: str, node: ast.Call, scope: _Scope) -> _Ref | None:
+        """`H()` where an own `__new__` of H, or an own metaclass's `__call__`, returns a foreign object (or
+        hands back a foreign argument): that object, not an instance of H."""
+        keys = self._method_keys(cls, ["__new__"])
+        for m in self._own_metaclasses(cls):
+            keys += self._method_keys(m, ["__call__"])
+        for key in keys:
+            t = self.tainted(self._own_return(node, key, scope))
+            if t is not None:
+                return t
+        return None
+
+    def _init_stored_fields(self, cls: str, node: ast.Call, scope: _Scope) -> tuple[_Ref, ...]:
+        """`K(E).v` where an own `__init__` (or `__post_init__`, `__new__`) stores its parameter as
+        `self.v = param`: the instance's attribute v is the foreign argument handed to it."""
+        out: list[_Ref] = []
+        for key in self._method_keys(cls, ["__init__", "__new__", "__post_init__"]):
+            for fn in self.functions.get(key, []):
+                args = self._call_arguments(node, fn)
+                for sub in ast.walk(fn.node):
+                    if not isinstance(sub, ast.Assign):
+                        continue
+                    for t in sub.targets:
+                        if not (isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and
+                                t.value.id in ("self", "cls")):
+                            continue
+                        r = self.resolve(sub.value, fn.scope)
+                        if r is None or r.origin != "param" or not r.qualname.startswith(key + _SEP):
+                            continue
+                        for a in args.get(r.qualname.rpartition(_SEP)[2], []):
+                            held = self.tainted(self.resolve(a, scope))
+                            if held is not None:
+                                out.append(_Ref("local", f"<field {t.attr}>", (held,)))
+        return tuple(out)
+
     def _metaclass_dunder(self, cls: str) -> _Ref | None:
         """What an own metaclass's `__getattr__`/`__getattribute__` returns, for an attribute of a class
         made with it (`class H(metaclass=M)`: `H.x` is what M hands out)."""
@@ -2148,8 +2364,10 @@ class Resolver:
             for kw in node.keywords:
                 m = self.resolve(kw.value, outer) if kw.arg == "metaclass" else None
                 if m is not None and m.origin == "own" and m.qualname in self.classes:
+                    # (`__prepare__` returns the namespace the class body starts from: its items are
+                    # class attributes)
                     got = self._dunder_result(_Ref("local", f"{_INSTANCE}{m.qualname}>"),
-                                              ["__getattr__", "__getattribute__"])
+                                              ["__getattr__", "__getattribute__", "__prepare__"])
                     if got is not None:
                         return got
         return None
@@ -2276,6 +2494,26 @@ class Resolver:
         for value, scope, setter in self.attr_stores.get(attr, []):
             if setter is None:
                 t = self._dunder_result(self.resolve(value, scope), ["__get__"])
+                if t is not None:
+                    return t
+                t = self._property_result(value, scope)
+                if t is not None:
+                    return t
+        return None
+
+    def _property_result(self, value: ast.expr, scope: _Scope) -> _Ref | None:
+        """`p = property(lambda s: E)` (also `property(fget=f)`, `functools.cached_property(f)`): what its
+        getter returns, when that is a foreign object."""
+        if not isinstance(value, ast.Call):
+            return None
+        maker = self.resolve(value.func, scope)
+        if maker is None or maker.qualname not in ("builtins.property", "functools.cached_property"):
+            return None
+        getter = _arg(value, 0, "fget", "func")
+        key = self._function_key_of(getter, scope) if getter is not None else None
+        for fn in self.functions.get(key or "", []):
+            for ret in fn.returns():
+                t = self.tainted(self.resolve(ret, fn.scope))
                 if t is not None:
                     return t
         return None
@@ -2456,17 +2694,18 @@ class Resolver:
         prefix = _string_prefix(first) if first is not None else None
         return bool(prefix) and prefix is not None and prefix.startswith(".")
 
-    def _loaded_module(self, node: ast.Call, q: str) -> str | None:
-        """The module an import_module/__import__ call loads ('x.*' when only a prefix is literal)."""
+    def _loaded_module(self, node: ast.Call, q: str, scope: _Scope | None = None) -> str | None:
+        """The module an import_module/__import__ call loads ('x.*' when only a prefix up to a dot is
+        literal; '*', any module, when not even that: `'o' + name` may be `os`)."""
         first = _arg(node, 0, "name")
         if first is None:
             return None
-        lit = _dotted_literal(first)
+        lit = self.constant_string(first, scope) if scope is not None else _dotted_literal(first)
         prefix = _string_prefix(first)
         if lit is not None:
             name = lit
-        elif prefix:
-            name = prefix.rstrip(".") + ".*" if not prefix.endswith(".") else prefix + "*"
+        elif prefix and "." in prefix:
+            name = prefix.rpartition(".")[0] + ".*"
         else:
             return "*"
         if name.startswith("."):

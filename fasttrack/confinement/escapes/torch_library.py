@@ -125,8 +125,12 @@ class TorchLibraryChecks(CheckBase):
     def _check_torch_library(self, node: ast.Call, q: str, receiver: str, method: str,
                              scope: _Scope) -> bool:
         if q == "torch.library.Library":
-            ns = _dotted_literal(_arg(node, 0, "ns"))
-            kind = _dotted_literal(_arg(node, 1, "kind")) or "?"
+            given = _arg(node, 0, "ns")
+            ns = _dotted_literal(given)
+            folded = self.constant_string(given, scope)
+            if ns is None and folded in self.own_ops:
+                ns = folded  # `'kimi' + '_k3'` folds to the own namespace (any other fold stays closed)
+            kind = self.constant_string(_arg(node, 1, "kind"), scope) or "?"
             if ns is None:
                 self.report(TORCH_LIBRARY, node, "creates a torch.library.Library whose namespace is not a "
                             "literal, so it cannot be checked", target=q)

@@ -683,20 +683,6 @@ OPEN: dict[str, str] = {
     "setattr-dunder-call": "`setattr.__call__(...)` is not read as `setattr(...)`",
     "setattr-eval-name": "`eval('setattr')(engine, ...)` is only FT127's lenient warning, not an error",
     "setattr-dunder-builtins-dict": "`__builtins__['setattr'](...)` is not resolved to the builtin",
-    "classbody-for-target": "a `for` target in a class body becomes a class attribute the resolver does not "
-                            "see",
-    "classbody-import": "an `import` in a class body becomes a class attribute the resolver does not see",
-    "classbody-from-import": "a `from ... import` in a class body binds an engine class as a class attribute",
-    "classbody-dict-of-class": "`K.__dict__['c']` of an own class attribute bound to an engine class",
-    "classbody-vars-of-class": "`vars(K)['c']` of an own class attribute bound to an engine class",
-    "deftime-module-annassign": "a module-level annotation is evaluated: a call in it is not scanned",
-    "deftime-class-annotation": "a class-body annotation is evaluated at class creation: a call in it is not "
-                                "scanned",
-    "deco-sys-path-append": "a bound engine mutator used as a decorator (`@sys.path.append`) is a call",
-    "deco-vars-setdefault": "`@vars(engine_module).setdefault` writes the function into the module's dict",
-    "deco-wraps-wrapped": "`functools.wraps(engine_fn)` makes `g.__wrapped__` the engine function",
-    "wraps-onto-engine": "`functools.wraps(g)(engine_fn)` writes `__name__`/`__dict__` onto the engine "
-                         "function",
     "import-importlib-dunder-import": "`importlib.__import__(...)` with a fromlist is not read as "
                                       "`__import__`",
     "os-via-inspect": "`inspect.os` (a stdlib module's own `import os`) reaches the os module",
@@ -704,24 +690,6 @@ OPEN: dict[str, str] = {
     "redirect-stderr-with": "`contextlib.redirect_stderr` swaps the process-wide `sys.stderr`",
     "contextlib-chdir": "`contextlib.chdir` changes the process working directory",
     "contextlib-closing-stdout": "`contextlib.closing(sys.stdout)` closes the process stdout on exit",
-    "asyncio-sleep-result": "`await asyncio.sleep(0, engine)` hands the result argument back",
-    "asyncio-run-result": "`asyncio.run(asyncio.sleep(0, engine))` hands the result argument back",
-    "future-set-result": "a `Future` filled by `set_result(engine)` hands it back from `result()`",
-    "stopiteration-value": "a generator's `return engine` reaches `StopIteration.value`",
-    "yield-from-return": "`c = yield from inner()` is bound to inner's return value",
-    "asyncio-gather": "`await asyncio.gather(own_coro())` returns the coroutines' results",
-    "async-anext": "`await anext(agen())` returns what the async generator yields",
-    "asyncio-create-task": "`await asyncio.create_task(own_coro())` returns the coroutine's result",
-    "executor-map": "`executor.map(fn, [engine])` yields fn's results over the engine objects",
-    "typing-newtype-supertype": "`NewType('N', L).__supertype__` is the engine class",
-    "typing-get-args": "`typing.get_args(Optional[L])[0]` is the engine class",
-    "typing-typevar-bound-attr": "`TypeVar(bound=L).__bound__` is the engine class",
-    "dataclass-fields-default": "`dataclasses.fields(R)[i].default` is the field's default (an engine class)",
-    "dataclass-dunder-fields": "`R.__dataclass_fields__[k].default` is the field's default",
-    "make-dataclass-default": "`make_dataclass(..., field(default=engine))` instances carry the engine class",
-    "enum-members-map": "`E.__members__[k].value` is the member's value",
-    "enum-iterate": "iterating an own Enum yields members whose `.value` is the engine class",
-    "enum-lookup-by-name": "`E['A'].value` is the member's value",
     "atexit-path-append": "`atexit.register(sys.path.append, ...)` runs an engine mutator at exit",
     "weakref-finalize-path-append": "`weakref.finalize(o, sys.path.append, ...)` runs an engine mutator",
     "path-via-getattr-chr": "`getattr(sys, chr(112) + 'ath')`: a computed attribute of `sys` is not failed "
@@ -730,15 +698,6 @@ OPEN: dict[str, str] = {
     "operator-ior-environ": "`operator.ior(os.environ, ...)` updates the environment in place",
     "torch-c-getattr-concat": "`getattr(getattr(torch, '_' + 'C'), ...)` reaches a torch._C toggle",
     "file-torch-from-file-shared": "`torch.from_file(path, shared=True)` maps the file writable",
-    "except-star-group": "`except* E as eg`: `eg.exceptions[i].args` carries what was raised",
-    "sum-of-lists": "`sum([[engine]], [])` is a list of the engine objects",
-    "list-repeat": "`[engine] * n` is a list of the engine objects",
-    "dict-or-merge": "`{} | {'k': engine}` is a dict of the engine objects",
-    "random-choice": "`random.choice([engine])` returns an element",
-    "locals-item-in-function": "`locals()['c']` in a function is the local bound to an engine class",
-    "vars-no-arg-in-function": "`vars()['c']` in a function is the local bound to an engine class",
-    "collections-counter": "iterating a `Counter([engine])` yields its keys",
-    "instance-vars-item": "`vars(own_instance)['c']` is the attribute bound to an engine class",
     "thread-rename-current": "`threading.current_thread()` is the engine's thread object",
     "thread-main-daemon": "`threading.main_thread()` is the engine's thread object",
     "asyncio-slow-callback": "an attribute write on the engine's event loop (`get_event_loop()`)",
@@ -959,12 +918,6 @@ HONEST: dict[str, str] = {
 OPEN_FALSE_POSITIVES: dict[str, str] = {
     "gzip-into-memory": "`gzip.GzipFile(fileobj=BytesIO(), mode='wb')` compresses into memory, no file is "
                         "opened",
-    "classattr-copy-of-modules": "a class attribute bound to `dict(sys.modules)` (a copy) is read as "
-                                 "sys.modules",
-    "classattr-copy-of-path": "a class attribute bound to `list(sys.path)` (a copy) is read as sys.path",
-    "self-copy-of-environ": "`self.env = dict(os.environ)` (a copy) is read as os.environ in another method",
-    "copy-copy-of-path": "`copy.copy(sys.path)` is a new list, not sys.path (identity holds for classes)",
-    "slice-copy-of-path": "`sys.path[:]` is a new list, not sys.path",
     "torch-own-library-folded-namespace": "`'kimi' + '_k3'` folds to the own namespace; FT fails it closed",
     "file-open-mode-ternary-read": "a conditional of two read modes is read-only; the mode is failed closed",
 }
@@ -1067,25 +1020,12 @@ CROSS: dict[str, tuple[dict[str, str], str]] = {
                                       "from .mid import K\nK.sys.path.append('/tmp')  # <-\n"),
 }
 CROSS_OPEN: dict[str, str] = {
-    "other-module-classbody-for-target": "a class-body `for` target of another own module is an engine class",
-    "other-module-stopiteration-value": "another module's generator `return engine` reaches "
-                                        "`StopIteration.value`",
-    "other-module-newtype": "another module's `NewType('N', engine).__supertype__`",
-    "other-module-enum-iterated": "iterating another module's Enum yields members valued by an engine class",
     "other-module-unbound-setitem-helper": "a helper's `dict.__setitem__(param, ...)` handed sys.modules",
-    "other-module-dataclass-fields": "another module's dataclass field default read through "
-                                     "`__dataclass_fields__`",
-    "other-module-type-annotation": "a `type[Engine]` alias from another own module does not type the "
-                                    "parameter",
-    "other-module-asyncio-sleep": "another module's `asyncio.sleep(0, engine)` awaited here",
-    "other-module-decorator-path-append": "a bound `sys.path.append` from another module used as a decorator",
     "other-module-setitem-dunder": "`K()[k] = engine` hands it to another module's writing `__setitem__`",
     "other-module-new-returns-engine": "another module's `__new__` returns the engine class",
-    "other-module-list-repeat": "another module's `[engine] * 2`",
     "other-module-current-thread": "another module's `threading.current_thread()` (the engine's thread)",
     "other-module-redirect-stdout": "a helper returns `redirect_stdout(...)`; entering it swaps sys.stdout",
     "other-module-singledispatch-register": "`@f.register(Engine)` on another module's dispatcher types x",
-    "other-module-classbody-import": "a class-body `import sys` of another module reached as `K.sys`",
 }
 
 

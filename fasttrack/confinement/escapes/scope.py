@@ -254,7 +254,7 @@ _FRESH_RESULTS = frozenset({f"builtins.{n}" for n in (
     "operator.contains", "operator.eq", "operator.ne", "operator.truth", "operator.not_"})
 _FRESH_FAMILIES = ("inspect.is*", "inspect.getsource*", "inspect.getfile", "os.path.*", "math.*", "re.*",
                    "logging.*", "string.*", "struct.*", "time.*",
-                   "pathlib.*", "os.fspath", "shlex.*", "hashlib.*", "base64.*", "uuid.*")
+                   "pathlib.*", "os.fspath", "shlex.*", "hashlib.*", "base64.*", "uuid.*", "subprocess.*")
 _STDLIB_ROOTS = frozenset(sys.stdlib_module_names)
 
 
@@ -1951,9 +1951,14 @@ class Resolver:
         if callee is not None and callee.origin == "local" and callee.qualname == _NAMESPACE and \
                 callee.elements and self.tainted(callee) is not None:
             return callee  # `make_dataclass(..., field(default=E))()`: an instance of what it was handed
-        if callee is not None and callee.origin == "local" and not callee.qualname.startswith(_INSTANCE):
-            # a method of an object made here by a foreign callable (`loop.run_until_complete(c)`,
-            # `executor.map(f, [E])`): what it is handed may come back (fail closed)
+        recv = self.resolve(node.func.value, scope) if isinstance(node.func, ast.Attribute) and \
+            callee is not None and callee.origin == "local" else None
+        made_by = recv.qualname[len(_OF_FOREIGN):-1] if recv is not None and \
+            recv.qualname.startswith(_OF_FOREIGN) else ""
+        if recv is not None and (recv == _THREAD_REF or _stdlib(made_by)):
+            # a method of an object a stdlib callable made here (`loop.run_until_complete(c)`,
+            # `executor.map(f, [E])`): what it is handed may come back (fail closed); a tensor's methods
+            # (`x.to(torch.float32)`) make new tensors
             handed = self._handed(node, scope)
             if handed is not None:
                 return handed

@@ -553,7 +553,6 @@ CROSS: dict[str, tuple[dict[str, str], str]] = {
         "from .mid import w\nw('/tmp/x', 'w')\n"),
 }
 CROSS_OPEN: dict[str, str] = {
-    "other-module-typevar-bound": "a TypeVar / Optional alias of an engine class from another own module",
 }
 
 

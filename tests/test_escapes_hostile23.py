@@ -675,46 +675,6 @@ ATTACKS: dict[str, str] = {
 }
 
 OPEN: dict[str, str] = {
-    "classbody-for-target": "a `for` target in a class body becomes a class attribute the resolver does not "
-                            "see",
-    "classbody-import": "an `import` in a class body becomes a class attribute the resolver does not see",
-    "classbody-from-import": "a `from ... import` in a class body binds an engine class as a class attribute",
-    "classbody-dict-of-class": "`K.__dict__['c']` of an own class attribute bound to an engine class",
-    "classbody-vars-of-class": "`vars(K)['c']` of an own class attribute bound to an engine class",
-    "deftime-module-annassign": "a module-level annotation is evaluated: a call in it is not scanned",
-    "deftime-class-annotation": "a class-body annotation is evaluated at class creation: a call in it is not "
-                                "scanned",
-    "deco-sys-path-append": "a bound engine mutator used as a decorator (`@sys.path.append`) is a call",
-    "deco-vars-setdefault": "`@vars(engine_module).setdefault` writes the function into the module's dict",
-    "deco-wraps-wrapped": "`functools.wraps(engine_fn)` makes `g.__wrapped__` the engine function",
-    "wraps-onto-engine": "`functools.wraps(g)(engine_fn)` writes `__name__`/`__dict__` onto the engine "
-                         "function",
-    "asyncio-sleep-result": "`await asyncio.sleep(0, engine)` hands the result argument back",
-    "asyncio-run-result": "`asyncio.run(asyncio.sleep(0, engine))` hands the result argument back",
-    "future-set-result": "a `Future` filled by `set_result(engine)` hands it back from `result()`",
-    "stopiteration-value": "a generator's `return engine` reaches `StopIteration.value`",
-    "yield-from-return": "`c = yield from inner()` is bound to inner's return value",
-    "asyncio-gather": "`await asyncio.gather(own_coro())` returns the coroutines' results",
-    "async-anext": "`await anext(agen())` returns what the async generator yields",
-    "asyncio-create-task": "`await asyncio.create_task(own_coro())` returns the coroutine's result",
-    "executor-map": "`executor.map(fn, [engine])` yields fn's results over the engine objects",
-    "typing-newtype-supertype": "`NewType('N', L).__supertype__` is the engine class",
-    "typing-get-args": "`typing.get_args(Optional[L])[0]` is the engine class",
-    "typing-typevar-bound-attr": "`TypeVar(bound=L).__bound__` is the engine class",
-    "dataclass-fields-default": "`dataclasses.fields(R)[i].default` is the field's default (an engine class)",
-    "dataclass-dunder-fields": "`R.__dataclass_fields__[k].default` is the field's default",
-    "make-dataclass-default": "`make_dataclass(..., field(default=engine))` instances carry the engine class",
-    "enum-members-map": "`E.__members__[k].value` is the member's value",
-    "enum-iterate": "iterating an own Enum yields members whose `.value` is the engine class",
-    "enum-lookup-by-name": "`E['A'].value` is the member's value",
-    "sum-of-lists": "`sum([[engine]], [])` is a list of the engine objects",
-    "list-repeat": "`[engine] * n` is a list of the engine objects",
-    "dict-or-merge": "`{} | {'k': engine}` is a dict of the engine objects",
-    "random-choice": "`random.choice([engine])` returns an element",
-    "locals-item-in-function": "`locals()['c']` in a function is the local bound to an engine class",
-    "vars-no-arg-in-function": "`vars()['c']` in a function is the local bound to an engine class",
-    "collections-counter": "iterating a `Counter([engine])` yields its keys",
-    "instance-vars-item": "`vars(own_instance)['c']` is the attribute bound to an engine class",
 }
 
 
@@ -909,12 +869,6 @@ HONEST: dict[str, str] = {
 }
 
 OPEN_FALSE_POSITIVES: dict[str, str] = {
-    "classattr-copy-of-modules": "a class attribute bound to `dict(sys.modules)` (a copy) is read as "
-                                 "sys.modules",
-    "classattr-copy-of-path": "a class attribute bound to `list(sys.path)` (a copy) is read as sys.path",
-    "self-copy-of-environ": "`self.env = dict(os.environ)` (a copy) is read as os.environ in another method",
-    "copy-copy-of-path": "`copy.copy(sys.path)` is a new list, not sys.path (identity holds for classes)",
-    "slice-copy-of-path": "`sys.path[:]` is a new list, not sys.path",
 }
 
 
@@ -1015,23 +969,10 @@ CROSS: dict[str, tuple[dict[str, str], str]] = {
                                       "from .mid import K\nK.sys.path.append('/tmp')  # <-\n"),
 }
 CROSS_OPEN: dict[str, str] = {
-    "other-module-classbody-for-target": "a class-body `for` target of another own module is an engine class",
-    "other-module-stopiteration-value": "another module's generator `return engine` reaches "
-                                        "`StopIteration.value`",
-    "other-module-newtype": "another module's `NewType('N', engine).__supertype__`",
-    "other-module-enum-iterated": "iterating another module's Enum yields members valued by an engine class",
     "other-module-unbound-setitem-helper": "a helper's `dict.__setitem__(param, ...)` handed sys.modules",
-    "other-module-dataclass-fields": "another module's dataclass field default read through "
-                                     "`__dataclass_fields__`",
-    "other-module-type-annotation": "a `type[Engine]` alias from another own module does not type the "
-                                    "parameter",
-    "other-module-asyncio-sleep": "another module's `asyncio.sleep(0, engine)` awaited here",
-    "other-module-decorator-path-append": "a bound `sys.path.append` from another module used as a decorator",
     "other-module-setitem-dunder": "`K()[k] = engine` hands it to another module's writing `__setitem__`",
     "other-module-new-returns-engine": "another module's `__new__` returns the engine class",
-    "other-module-list-repeat": "another module's `[engine] * 2`",
     "other-module-redirect-stdout": "a helper returns `redirect_stdout(...)`; entering it swaps sys.stdout",
-    "other-module-classbody-import": "a class-body `import sys` of another module reached as `K.sys`",
 }
 
 

@@ -253,6 +253,10 @@ REGISTRY_CARRIED = [("FT126", "vllm/model_executor/models/registry.py", 1138),
                     ("FT146", "vllm/model_executor/models/registry.py", 1081),
                     # json.dump into the atomic_writer's handle (a file writer, hesc22s's family)
                     ("FT146", "vllm/model_executor/models/registry.py", 1084),
+                    # methods called on `getattr(transformers, architecture, None)`: an attribute of a module
+                    # fetched by a computed name, which the scan cannot fold (sfix23b's fail-closed rule)
+                    ("FT146", "vllm/model_executor/models/registry.py", 1329),
+                    ("FT146", "vllm/model_executor/models/registry.py", 1330),
                     # tempfile.TemporaryDirectory() (a file creator, hfix21a's file-writer family)
                     ("FT146", "vllm/model_executor/models/registry.py", 1598),
                     ("FT146", "vllm/model_executor/models/registry.py", 1608),

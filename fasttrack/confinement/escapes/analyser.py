@@ -290,6 +290,15 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
                 (callee.origin == "own" or self.is_own(callee.qualname)) and \
                 self._is_metaclass_call(node, callee.qualname, scope):
             self._check_dynamic_class(node, callee.qualname, scope, metaclass=True)  # `class Reg(type)` here
+        if isinstance(node.func, ast.Call) and node.args:
+            wraps = self.resolve(node.func.func, scope)
+            t = self.tainted(self.resolve(node.args[0], scope)) if wraps is not None and \
+                wraps.qualname == "functools.wraps" else None
+            if t is not None:  # `functools.wraps(g)(target)` is `update_wrapper(target, g)`
+                self.report(SETATTR, node, f"`functools.wraps(...)(...)` writes `__name__`, `__doc__`, "
+                            f"`__wrapped__`, ... onto `{t.qualname}`, which the contribution does not own",
+                            target=t.qualname)
+                return
         made = self._made_method(callee)
         if made is not None and not any(e.line == node.lineno and e.col == node.col_offset and
                                         e.code == GLOBAL_STATE for e in self.facts.escapes) and \

@@ -13,7 +13,7 @@ so a write through it is an error."""
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from fasttrack.confinement.escapes.scope import (
     _GENERATOR,
@@ -275,6 +275,28 @@ class OwnModuleSummary:
                     isinstance(v, ast.Name) and v.id == first[0].arg for v in fn.returns()):
                 return True
         return False
+
+    def engine_annotation(self, qualname: str, here: str | None, types: Sequence[str] | None) -> str | None:
+        """The engine type another module's own name `qualname` names as an annotation (`Cls =
+        type[Engine]`, `T = TypeVar("T", bound=Engine)`), read by that module's resolver; None otherwise."""
+        split = self._split(qualname)
+        if split is None or split[0] == here:
+            return None
+        r = self._resolver(split[0])
+        key = ("annotation", qualname)
+        if r is None or key in self._busy:
+            return None
+        expr: ast.expr = ast.Name(id=split[1][0], ctx=ast.Load())
+        for attr in split[1][1:]:
+            expr = ast.Attribute(value=expr, attr=attr, ctx=ast.Load())
+        r._kept.append(expr)
+        self._busy.add(key)
+        try:
+            return r._engine_annotation(expr, r.module_scope, types=types)
+        except RecursionError:
+            return None
+        finally:
+            self._busy.discard(key)
 
     def callback_arguments(self, qualname: str, node: ast.Call, arg: ast.expr,
                            caller: tuple[Resolver, _Scope] | None = None) -> list[Passed]:

@@ -9,6 +9,7 @@ findings list (`report`) the checkers write to."""
 from __future__ import annotations
 
 import ast
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
@@ -101,6 +102,7 @@ class _Scope:
     name: str = ""  # a class scope: the class's dotted name (`<module>.<Class>`)
     # a class scope: the defs its body makes static later (`name = staticmethod(name)`), no `self` bound
     statics: set[str] = field(default_factory=set)
+    noted: set[str] = field(default_factory=set)  # a class scope: names recorded as class attributes
 
     def bind(self, name: str, binding: _Binding, site: int | None = None) -> None:
         self.bindings.setdefault(name, []).append(binding)
@@ -126,6 +128,14 @@ class _Function:
             elif isinstance(n, ast.YieldFrom):
                 out.append(ast.Starred(value=n.value, ctx=ast.Load()))
         return out
+
+    def stop_values(self) -> list[ast.expr]:
+        """What a generator's or coroutine's `return v` hands to the `StopIteration` (`.value`) that ends it,
+        and to a `yield from` of it; [] for a plain function."""
+        if isinstance(self.node, ast.Lambda) or not (
+                isinstance(self.node, ast.AsyncFunctionDef) or self.is_generator()):
+            return []
+        return [n.value for n in self._body_nodes() if isinstance(n, ast.Return) and n.value is not None]
 
     def is_generator(self) -> bool:
         """Its body yields (calling it makes a generator that `.send()` resumes)."""
@@ -165,11 +175,13 @@ _CONTAINER_MAKERS = frozenset({
     "builtins.list", "builtins.dict", "builtins.set", "collections.deque", "collections.OrderedDict",
     "collections.defaultdict", "collections.ChainMap", "queue.Queue", "queue.LifoQueue", "queue.SimpleQueue",
     "queue.PriorityQueue", "asyncio.Queue", "contextvars.ContextVar", "weakref.WeakValueDictionary",
-    "weakref.WeakKeyDictionary", "weakref.WeakSet"})
+    "weakref.WeakKeyDictionary", "weakref.WeakSet", "concurrent.futures.Future", "asyncio.Future",
+    "asyncio.futures.Future"})
 _NAMESPACE_CALLS = frozenset({"types.SimpleNamespace", "argparse.Namespace"})
 # methods putting their arguments into the receiver (a container, a queue, a context variable)
 _FILLERS = frozenset({"append", "extend", "insert", "add", "update", "setdefault", "__setitem__", "put",
-                      "put_nowait", "appendleft", "extendleft", "set", "push"})
+                      "put_nowait", "appendleft", "extendleft", "set", "push", "set_result",
+                      "set_exception"})
 # unbound attribute lookups: `object.__getattribute__(o, "x")` is `getattr(o, "x")`
 _GETATTRIBUTE_CALLS = frozenset({"builtins.object.__getattribute__", "builtins.type.__getattribute__",
                                  "types.ModuleType.__getattribute__", "builtins.object.__getattr__"})
@@ -178,6 +190,12 @@ _COPY = "<shallow copy>"  # a local ref: `copy.copy(x)`, whose `elements` are wh
 _CLASS_OWN_DUNDERS = frozenset({"__dict__", "__name__", "__qualname__", "__module__", "__doc__", "__bases__",
                                 "__mro__", "__class__", "__subclasses__", "__base__", "__annotations__",
                                 "__slots__", "__weakref__", "__init_subclass__", "mro"})
+# an own class's attributes that hand out its class attributes as records (dataclass fields, enum members)
+_CLASS_REFLECTION = frozenset({"__dataclass_fields__", "__members__", "_member_map_", "_value2member_map_",
+                               "__attrs_attrs__", "model_fields", "__fields__", "_field_defaults"})
+# calls reading an own class's fields (dataclasses, attrs, pydantic)
+_FIELDS_CALLS = frozenset({"dataclasses.fields", "attr.fields", "attrs.fields", "attr.fields_dict",
+                           "attrs.fields_dict"})
 _BOUND = "<bound "  # + a foreign function's dotted name + ">": a method of it bound to a local object
 # callables registering a callback (at this position) called later with the arguments after it
 _DEFERRED_CALLERS = {"weakref.finalize": 1, "atexit.register": 0}
@@ -215,6 +233,45 @@ _Handler = Callable[[ast.AST, "_Scope", bool], None]
 Signatures = Callable[[str, str], "tuple[str, ...] | None"]
 # a class -> it derives from `type` (True), it does not (False), not known (None): EngineSignatures.metaclass
 Metaclasses = Callable[[str], "bool | None"]
+
+
+# the engine's process-wide containers (and any object's namespace dict): a copy of one (`copy.copy`, a slice)
+# is a new container of the same items, not the shared one (a copy of an engine class or module is the
+# object itself: `copy.copy` returns a class unchanged)
+_SHARED_CONTAINERS = frozenset({
+    "sys.path", "sys.modules", "sys.meta_path", "sys.path_hooks", "sys.path_importer_cache", "sys.argv",
+    "sys.warnoptions", "sys.orig_argv", "os.environ", "os.environb", "sys.stdlib_module_names",
+    "sys.builtin_module_names"})
+
+
+# stdlib callables whose result is a fresh object of their own whatever they are handed (a bool, a number,
+# a string, None): the fail-closed hand-back rule of `_resolve_call` leaves them out
+_FRESH_RESULTS = frozenset({f"builtins.{n}" for n in (
+    "isinstance", "issubclass", "hasattr", "callable", "len", "id", "hash", "repr", "str", "ascii", "format",
+    "print", "bool", "int", "float", "complex", "bytes", "bytearray", "ord", "chr", "bin", "hex", "oct",
+    "round", "divmod", "dir", "any", "all", "range", "slice", "memoryview", "object", "open", "input",
+    "setattr", "delattr", "exec", "compile", "breakpoint", "help")} | {
+    "dataclasses.is_dataclass", "warnings.warn", "copy.deepcopy", "typing.get_type_hints",
+    "textwrap.dedent", "textwrap.indent", "json.dumps", "pickle.dumps", "operator.is_", "operator.is_not",
+    "operator.contains", "operator.eq", "operator.ne", "operator.truth", "operator.not_"})
+_FRESH_FAMILIES = ("inspect.is*", "inspect.getsource*", "inspect.getfile", "os.path.*", "math.*", "re.*",
+                   "logging.*", "string.*", "struct.*", "time.*",
+                   "pathlib.*", "os.fspath", "shlex.*", "hashlib.*", "base64.*", "uuid.*", "subprocess.*")
+_STDLIB_ROOTS = frozenset(sys.stdlib_module_names)
+
+
+def _stdlib(qualname: str) -> bool:
+    """A callable of the standard library (or a builtin)."""
+    return qualname.split(".", 1)[0] in _STDLIB_ROOTS
+
+
+def _shared_container(qualname: str) -> bool:
+    return qualname in _SHARED_CONTAINERS or qualname.endswith(".__dict__")
+
+
+def _copy_of_container(ref: _Ref) -> _Ref:
+    """A new local container holding the items of the shared container `ref`."""
+    return _Ref("local", "<container>", (_Ref("import", f"{ref.qualname}[*]"),))
 
 
 def _is_namespace(node: ast.expr) -> bool:
@@ -262,6 +319,10 @@ class CrossModules(Protocol):
     def dunder_result(self, cls: str, names: tuple[str, ...], here: str | None) -> _Ref | None:
         """The foreign object a dunder (the first of `names` defined) of another module's own class `cls`
         returns for an instance, or None."""
+
+    def engine_annotation(self, qualname: str, here: str | None, types: Sequence[str] | None) -> str | None:
+        """The engine type the own name `qualname` of another module names when used as an annotation (an
+        alias `Cls = type[Engine]`, a TypeVar bound to one), or None."""
 
     def callback_arguments(self, qualname: str, node: ast.Call, arg: ast.expr,
                            caller: tuple[Resolver, _Scope] | None = None) -> list[Passed]:
@@ -491,6 +552,13 @@ class Resolver:
         """Bind `name` in the scope it belongs to; the binding's site counts only in its own scope."""
         for home in self._homes(scope, name):
             home.bind(name, binding, id(site) if site is not None and home is scope else None)
+            if home.kind == "class" and name not in home.noted:
+                # every binding of a class body is a class attribute (an assignment, a `for` or `with`
+                # target, an `import`, a walrus, a match capture): `K.name` is what the name is there
+                home.noted.add(name)
+                ref = ast.Name(id=name, ctx=ast.Load())
+                self._kept.append(ref)
+                self.attr_stores.setdefault(name, []).append((ref, home, None))
 
     def _bind_loop_target(self, target: ast.expr, iterable: ast.expr, scope: _Scope,
                           import_time: bool) -> None:
@@ -562,7 +630,7 @@ class Resolver:
             self._bind_name(scope, node.name, _Own(f"{self.module or '<file>'}.{node.name}"), node)
             if node.decorator_list:
                 self.candidates.append((node, scope, import_time))
-                self._bind_decorated(node, scope)
+                self._bind_decorated(node, scope, import_time)
         child = _Scope("function", scope)
         self.scopes[node] = child
         self._bind_args(node, child, scope, self._function_key(node, scope))
@@ -572,12 +640,15 @@ class Resolver:
                     *_annotations(node)], scope, import_time)
 
     def _bind_decorated(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef,
-                        scope: _Scope) -> None:
+                        scope: _Scope, import_time: bool) -> None:
         """A decorated def or class binds its name to what the decorators return (`@swap` returning an
-        engine class makes the name that class): also bound to `d1(d2(<the def>))`, kept alive."""
+        engine class makes the name that class): also bound to `d1(d2(<the def>))`, kept alive. Each
+        decorator is a call made where the def is (`@sys.path.append` appends the function): judged as one,
+        at the decorator's line."""
         value: ast.expr = ast.Constant(None)  # the def itself: own, nothing foreign
         for d in reversed(node.decorator_list):
-            value = ast.Call(func=d, args=[value], keywords=[])
+            value = ast.copy_location(ast.Call(func=d, args=[value], keywords=[]), d)
+            self.candidates.append((value, scope, import_time))
         self._kept.append(value)
         self._bind_name(scope, node.name, _Alias(value, scope), node)
 
@@ -586,7 +657,7 @@ class Resolver:
         self._bind_name(scope, node.name, _Own(f"{self.module or '<file>'}.{node.name}"), node)
         if node.decorator_list:
             self.candidates.append((node, scope, import_time))
-            self._bind_decorated(node, scope)
+            self._bind_decorated(node, scope, import_time)
         child = _Scope("class", scope, name=f"{self.module or '<file>'}.{node.name}")
         child.statics = self._rebound_static(node, scope)
         self.scopes[node] = child
@@ -670,6 +741,10 @@ class Resolver:
                         (node.value, scope, None))
             self._push([node.value], scope, import_time)
         elif isinstance(node, ast.AnnAssign):
+            if scope.kind in ("module", "class"):
+                # a module's or class body's annotation is evaluated there (and by get_type_hints, even
+                # under `from __future__ import annotations`): what it calls is judged
+                self._push([node.annotation], scope, import_time)
             if node.value is not None:
                 self._bind_target(node.target, scope, node.value, import_time)
                 self._push([node.value], scope, import_time)
@@ -953,6 +1028,14 @@ class Resolver:
                 elif isinstance(part, ast.Call) and self._makes_exception(part, scope):
                     parts += [a.value if isinstance(a, ast.Starred) else a for a in part.args]
                     parts += [k.value for k in part.keywords]
+        # a generator's (or coroutine's) `return v` raises StopIteration(v) when it ends: any of this file's
+        # may be the one caught (fail closed)
+        for fns in self.functions.values():
+            for fn in fns:
+                for value in fn.stop_values():
+                    t = self.tainted(self.resolve(value, fn.scope))
+                    if t is not None:
+                        return t
         return None
 
     def _makes_exception(self, call: ast.Call, scope: _Scope) -> bool:
@@ -1652,6 +1735,10 @@ class Resolver:
                 return ref.qualname
             if isinstance(ann, ast.Name):  # an alias the file binds: `M = Optional[L]`, `T = TypeVar(...)`
                 for b in self._lookup(ann.id, scope) or []:
+                    if isinstance(b, _Import) and self.cross is not None and self.is_own(b.qualname):
+                        hit = self.cross.engine_annotation(b.qualname, self.module, types)
+                        if hit is not None:
+                            return hit  # `from .mid import Cls` where mid binds `Cls = type[Engine]`
                     if isinstance(b, _Alias):
                         hit = self._engine_annotation(b.value, b.scope, depth + 1, types)
                         if hit is not None:
@@ -1668,9 +1755,12 @@ class Resolver:
                 f = self.resolve(setter, scope)
                 if f is None or not f.qualname.endswith(("setattr", "__setattr__")):
                     continue
-            t = self.tainted(self.resolve(value, scope))
+            r = self.resolve(value, scope)
+            t = self.tainted(r)
             if t is not None:
-                return t
+                # a local container holding engine objects (`K.p = list(sys.path)`: a copy) stays the
+                # container: its items are the engine's, writes to it are its own
+                return r if r is not None and r is not t and r.origin == "local" else t
         return None
 
     def tainted(self, ref: _Ref | None) -> _Ref | None:
@@ -1689,6 +1779,9 @@ class Resolver:
         if self.foreign(ref):
             return _Ref("import", f"{ref.qualname}[*]")
         got = self._dunder_result(ref, _ITERATION_DUNDERS)
+        if got is not None:
+            return got
+        got = self._reflected(ref)  # `for m in E`: an own Enum's members
         if got is not None:
             return got
         if ref.elements:
@@ -1736,6 +1829,9 @@ class Resolver:
                 if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
                     return _Ref("own", "<own class>")
                 return self._class_of_local(base)
+            if node.attr == "__dict__" and base.origin == "local" and not (
+                    isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+                return self._local_namespace(None)  # obj.__dict__ of a local object: what stores put in it
             if base.origin == "local" and base.qualname == _COPY and base.elements:
                 shared = base.elements[0]  # the copy's attributes are the original's objects
                 if shared.origin == "param":
@@ -1789,6 +1885,10 @@ class Resolver:
                     return self._defaults(base.qualname)
                 if node.attr in ("__annotations__", "__signature__", "__type_params__"):
                     return self._annotations_and_defaults(base.qualname)
+            if base.origin == "own" and base.qualname in self.classes and node.attr in _CLASS_REFLECTION:
+                got = self._class_namespace(base.qualname)  # R.__dataclass_fields__, E.__members__
+                if got is not None:
+                    return got
             if base.origin == "own" and (base.qualname in self.classes or
                                          base.qualname.rpartition(".")[0] in self.classes):
                 # a class attribute holding an engine object (also of a nested class: `H.Inner.t`)
@@ -1816,6 +1916,12 @@ class Resolver:
             if base is None:
                 return None
             key = _dotted_literal(node.slice)
+            ns = _namespace_of(node.value)
+            owner = self.resolve(ns, scope) if key is not None and ns is not None else None
+            if key is not None and owner is not None and (owner.origin == "local" or (
+                    owner.origin == "own" and owner.qualname in self.classes)):
+                # vars(k)["c"] of a local object, K.__dict__["c"] of an own class: what `k.c = v` put there
+                return self._local_namespace(key)
             if key is not None and base.qualname == f"{self._this_module()}.__dict__":
                 member = self._this_module_member(_Ref(base.origin, self._this_module()), key)
                 if member is not None:
@@ -1835,10 +1941,16 @@ class Resolver:
                 return _Ref("import", "sys.modules[*]")
             if base.origin == "param":
                 return base
+            if isinstance(node.slice, ast.Slice) and isinstance(node.ctx, ast.Load) and \
+                    _shared_container(base.qualname) and self.foreign(base):
+                return _copy_of_container(base)  # sys.path[:]: a new list of sys.path's items
             dunders = ["__class_getitem__"] if base.origin == "own" else ["__getitem__", "__missing__"]
             got = self._dunder_result(base, dunders)
             if got is not None:
                 return got
+            got = self._reflected(base) if isinstance(node.ctx, ast.Load) else None
+            if got is not None:
+                return got  # `E["A"]`: an own Enum's member by name
             if base.origin == "local":
                 if base.elements:
                     return base.elements[0]
@@ -1851,6 +1963,18 @@ class Resolver:
             sent = (self.tainted(self.resolve(v, sc)) for v, sc in self._sent_values())
             found = next((t for t in sent if t is not None), None)
             return found or self._handed_on_sends(False) or _LOCAL_REF
+        if isinstance(node, ast.YieldFrom):
+            # `v = yield from g`: g's return value (an own generator's `return`), or what g holds or hands
+            # out, or what a `.send()` here passes (fail closed: any of them)
+            source = self.resolve(node.value, scope)
+            for key in self._callee_keys(node.value, scope) if isinstance(node.value, ast.Call) else []:
+                for fn in self.functions.get(key, []):
+                    for value in fn.stop_values():
+                        t = self.tainted(self.resolve(value, fn.scope))
+                        if t is not None:
+                            return t
+            sent = (self.tainted(self.resolve(v, sc)) for v, sc in self._sent_values())
+            return self.tainted(source) or next((t for t in sent if t is not None), None) or _LOCAL_REF
         if isinstance(node, ast.Await):  # `await c`: what the coroutine returns (an own `__await__`'s)
             awaited = self.resolve(node.value, scope)
             return self._dunder_result(awaited, ["__await__"]) or awaited
@@ -1862,6 +1986,13 @@ class Resolver:
                 got = self._dunder_result(self.resolve(o, scope), _OPERATOR_DUNDERS)
                 if got is not None:
                     return got
+            # `[E] * 2`, `[E] + xs`, `{} | {"k": E}`: a new container of a container operand's objects (an
+            # operator on an engine object itself makes a new value: `layer.weight * 2`)
+            holders = [r for o in operands if (r := self.resolve(o, scope)) is not None
+                       and r.origin == "local" and r.qualname == "<container>" and r.elements
+                       and self.tainted(r) is not None]
+            if holders:
+                return _Ref("local", "<container>", tuple(e for r in holders for e in r.elements))
             return _LOCAL_REF
         if isinstance(node, ast.List | ast.Tuple | ast.Set):
             return self._container(node.elts, scope)
@@ -1954,6 +2085,11 @@ class Resolver:
                 default = self.tainted(self.resolve(node.args[1], scope))
                 if default is not None:
                     return default  # `{}.setdefault(k, E)`, `d.get(k, E)`: the default it hands back
+        if callee is not None and callee.origin == "local" and isinstance(node.func, ast.Attribute):
+            base = self.resolve(node.func.value, scope)
+            if base is not None and base.qualname == "<container>" and base.elements and \
+                    self.tainted(base) is not None:
+                return base  # a container holding engine objects: any method may hand one back (fail closed)
         if isinstance(node.func, ast.Attribute) and node.func.attr in ("_replace", "_make"):
             # a namedtuple's `_replace(a=E)` / `N._make([E])`: a record holding the receiver's and the
             # arguments' objects (as attributes and items)
@@ -1971,6 +2107,20 @@ class Resolver:
             if target is not None:  # methodcaller("mro")(Engine) is Engine.mro()
                 return _Ref("import", f"{target.qualname}.{callee.qualname[len(_METHODCALLER):-1]}()")
             return _LOCAL_REF
+        if callee is not None and callee.origin == "local" and callee.qualname == _NAMESPACE and \
+                callee.elements and self.tainted(callee) is not None:
+            return callee  # `make_dataclass(..., field(default=E))()`: an instance of what it was handed
+        recv = self.resolve(node.func.value, scope) if isinstance(node.func, ast.Attribute) and \
+            callee is not None and callee.origin == "local" else None
+        made_by = recv.qualname[len(_OF_FOREIGN):-1] if recv is not None and \
+            recv.qualname.startswith(_OF_FOREIGN) else ""
+        if recv is not None and (recv == _THREAD_REF or _stdlib(made_by)):
+            # a method of an object a stdlib callable made here (`loop.run_until_complete(c)`,
+            # `executor.map(f, [E])`): what it is handed may come back (fail closed); a tensor's methods
+            # (`x.to(torch.float32)`) make new tensors
+            handed = self._handed(node, scope)
+            if handed is not None:
+                return handed
         if callee is None or callee.origin != "import":
             return _LOCAL_REF
         q = callee.qualname
@@ -2003,6 +2153,8 @@ class Resolver:
                 return got  # an own `__copy__` returning an engine object
             same = self.tainted(self.resolve(first, scope))
             last = same.qualname.rpartition(".")[2] if same is not None else ""
+            if same is not None and _shared_container(same.qualname):
+                return _copy_of_container(same)  # copy.copy(sys.path): a new list of sys.path's items
             if same is not None and not same.elements and not any(c in same.qualname for c in "([<~") and \
                     not last.isupper():  # (an ALL_CAPS module constant is an object: copied)
                 return same  # a copy of a class or function is the object itself
@@ -2016,6 +2168,13 @@ class Resolver:
                 # partial(partial(f, a), b) is partial(f, a, b)
                 return _Ref("local", _PARTIAL, (*func.elements, *held.elements))
             return _Ref("local", _PARTIAL, (func, *held.elements))
+        if q in _FIELDS_CALLS and first is not None:
+            f = self.resolve(first, scope)
+            cls = f.qualname if f is not None and f.origin == "own" else \
+                f.qualname[len(_INSTANCE):-1] if f is not None and f.qualname.startswith(_INSTANCE) else None
+            got = self._class_namespace(cls) if cls is not None else None
+            if got is not None:
+                return got  # dataclasses.fields(R)[0].default: a class attribute's value
         if q in _INTROSPECTION_CALLS and first is not None:
             f = self.resolve(first, scope)
             if f is not None and f.origin == "own" and f.qualname in self.functions:
@@ -2104,7 +2263,7 @@ class Resolver:
         if q == "builtins.vars" and first is not None:
             base = self.resolve(first, scope)
             if base is None or base.origin == "local":
-                return _LOCAL_REF
+                return self._local_namespace(None) if base is not None else _LOCAL_REF
             return _Ref(base.origin, f"{base.qualname}.__dict__")
         if q == "logging.getLogger" or q.endswith((".init_logger", ".get_logger")):
             # (vLLM's `init_logger(name)` and transformers' `get_logger(name)` are `getLogger(name)`)
@@ -2124,6 +2283,12 @@ class Resolver:
             base = self.tainted(self.resolve(first, scope))
             if base is not None:
                 return _Ref("import", f"<module of {base.qualname}>")
+        if q in ("builtins.vars", "builtins.locals") and not node.args and self._function_scope(scope):
+            # a function's own names (`locals()["c"]`): a container of what they are bound to
+            home = self._function_scope(scope)
+            assert home is not None
+            names = [self._resolve_name(n, home) for n in sorted(home.bindings)]
+            return self._container_of([r for r in names if r is not None])
         if q == "builtins.globals" or (q in ("builtins.vars", "builtins.locals") and not node.args):
             # (a function's vars()/locals() is a snapshot, but judged as the module's: fail closed)
             return _Ref("own", f"{self.module or '<this module>'}.__dict__")
@@ -2147,9 +2312,78 @@ class Resolver:
         if q == "sys.modules.get" and first is not None:
             key = _dotted_literal(first)
             return _Ref("import", key) if key else _Ref("import", "sys.modules[*]")
+        if _stdlib(q) and q not in _FRESH_RESULTS and not _matches(q, _FRESH_FAMILIES):
+            # a stdlib callable handed an engine object may hand it back (`asyncio.sleep(0, E)`,
+            # `random.choice([E])`, `sum([[E]], [])`, `asyncio.gather(c)`): its result holds what it was
+            # given unless it is known to make a fresh object of its own (fail closed)
+            handed = self._handed(node, scope)
+            if handed is not None:
+                return handed
         if self.foreign(callee) and not q.startswith("builtins."):
             return _Ref("local", f"{_OF_FOREIGN}{q}>")  # `Engine()`: local, but its class is the engine's
         return _LOCAL_REF
+
+    @staticmethod
+    def _function_scope(scope: _Scope) -> _Scope | None:
+        """The function scope a (comprehension inside a) function body runs in, or None."""
+        s: _Scope | None = scope
+        while s is not None and s.kind == "comprehension":
+            s = s.parent
+        return s if s is not None and s.kind == "function" else None
+
+    def _container_of(self, refs: Sequence[_Ref]) -> _Ref:
+        """A local container of the foreign objects (and parameters) `refs` are or hold."""
+        held: list[_Ref] = []
+        for r in refs:
+            t = self.tainted(r)
+            if t is not None:
+                held.append(t)
+            elif r.origin == "param":
+                held.append(r)
+        return _Ref("local", "<container>", tuple(held)) if held else _LOCAL_REF
+
+    def _local_namespace(self, key: str | None) -> _Ref:
+        """`vars(obj)` / `obj.__dict__` of a local object: what stores of this file put in attributes
+        (receiver-insensitive, like `_stored_attr`): under `key`, or under any name when it is None."""
+        if key is not None:
+            return self._stored_attr(key) or _LOCAL_REF
+        stored = [r for name in sorted(self.attr_stores)
+                  for value, sc, setter in self.attr_stores[name] if setter is None
+                  if (r := self.resolve(value, sc)) is not None]
+        return self._container_of(stored)
+
+    def _handed(self, node: ast.Call, scope: _Scope) -> _Ref | None:
+        """A container of the engine objects a call is handed (as arguments, or held by them), or None."""
+        values = [a.value if isinstance(a, ast.Starred) else a for a in node.args]
+        held = self._container([*values, *(k.value for k in node.keywords)], scope)
+        if self.tainted(held) is None:
+            return None
+        # its items, its attributes (`NewType("N", E).__supertype__`, `field(default=E).default`) and
+        # what calling it makes may be any of them
+        return _Ref("local", _NAMESPACE, tuple(self._flat_elements(held)))
+
+    def _reflected(self, ref: _Ref) -> _Ref | None:
+        """`_class_namespace` of an own class `ref` is, of this file or of another own module."""
+        if ref.origin == "own" and ref.qualname in self.classes:
+            return self._class_namespace(ref.qualname)
+        if ref.origin == "import" and not ref.elements and self.cross is not None and \
+                self.is_own(ref.qualname):
+            got = self.cross.member(f"{ref.qualname}.__members__", self.module)  # its reflection
+            return got if got is not None and got.origin == "local" else None
+        return None
+
+    def _class_namespace(self, cls: str) -> _Ref | None:
+        """What the reflection of the own class `cls` hands out (its dataclass fields, its enum members,
+        `K[name]`, iterating it): a record whose attributes and items are its class attributes' foreign
+        objects, or None when it holds none."""
+        refs: list[_Ref] = []
+        for c_node, _ in self.classes.get(cls, []):
+            body = self.scopes.get(c_node)
+            if body is None:
+                continue
+            refs += [r for n in sorted(body.bindings) if (r := self._resolve_name(n, body)) is not None]
+        held = self._container_of(refs)
+        return _Ref("local", _NAMESPACE, held.elements) if held.elements else None
 
     def _class_of_local(self, base: _Ref | None) -> _Ref:
         """`type(x)` / `x.__class__` of a local object: the foreign class (or what the foreign callable)

@@ -121,8 +121,13 @@ _SETTER_PREFIXES = ("set_", "use_", "enable_", "disable_", "add_", "register")
 
 def _setter(via: str) -> bool:
     """A public function that sets or registers something (the last part of the dotted name the child
-    reported): `set_x`, `setX` (`logging.setLoggerClass`), `add_x` (`mimetypes.add_type`), `register*`."""
-    last = via.rsplit(".", 1)[-1]
+    reported): `set_x`, `setX` (`logging.setLoggerClass`), `add_x` (`mimetypes.add_type`), `register*`. A
+    method of a class (`torch.nn.Module.register_forward_pre_hook` on the contribution's own module, which
+    counts its handles in a class attribute) is not one: it sets something on its instance; the process-wide
+    form is a module's function (`torch.nn.modules.module.register_module_forward_pre_hook`)."""
+    owner, _, last = via.rpartition(".")
+    if owner.rpartition(".")[2][:1].isupper():
+        return False
     camel = len(last) > 3 and last[:3] in ("set", "add") and last[3].isupper()
     return last.startswith(_SETTER_PREFIXES) or camel or last in ("manual_seed", "seed")
 

@@ -115,7 +115,7 @@ _stack.enter_context(torch.no_grad())  # <-
     ("getattr-computed-call", """
 import torch
 getattr(torch, "set_default" + "_device")("cuda")  # <-
-""", "FT146"),
+""", "FT123"),  # the constant name is folded (hostile review 23): torch.set_default_device, a global switch
     # stdlib process-wide state the families had no entry for
     ("copyreg", """
 import copyreg

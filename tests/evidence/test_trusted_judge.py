@@ -163,16 +163,19 @@ def toy(tmp_path: Path, make_repo: MakeRepo) -> Toy:
 
 
 def errors_of(v: Verdict) -> dict[str, list[str]]:
+    """The verdict's errors by code, less FT212 (the toy manifest declares no `[trace]` entry points: that
+    rule has its own fixtures in tests/test_rule_pairs.py; these tests are about who judges)."""
     out: dict[str, list[str]] = {}
     for f in v.findings:
-        if f.severity.value == "error":
+        if f.severity.value == "error" and f.code != "FT212":
             out.setdefault(f.code, []).append(f"{f.path}: {f.message}")
     return out
 
 
 def test_the_honest_toy_passes_on_main(toy: Toy) -> None:
     v = toy.verify()
-    assert errors_of(v) == {} and v.verdict == "pass"
+    # its only error is FT212 (the toy declares no [trace] entry points): a fail for that alone
+    assert errors_of(v) == {} and {f.code for f in v.findings if f.severity.value == "error"} == {"FT212"}
     ctx = build_context(VerifyOptions(repo=toy.path, contribution=toy.path / "kernels" / "demo",
                                       cwd=toy.path))
     assert ctx.judge_source is not None and ctx.judge_source.commit == toy.repo.head()

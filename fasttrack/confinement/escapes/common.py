@@ -191,6 +191,8 @@ def carried_module(name: str) -> str:
         if p in _CARRIED_ANYWHERE or (p in _CARRIED_BY_STDLIB and parts[0] in _STDLIB):
             if p == "importlib" and parts[0] == "importlib":
                 continue
+            if parts[i - 1].lstrip("_") == p.lstrip("_"):
+                continue  # the module's own attribute of its name (`signal.signal`, `socket.socket`)
             top = p.lstrip("_") if p in ("_os", "_sys") else p
             return _canonical_module(".".join([top, *parts[i + 1:]]))
     return name

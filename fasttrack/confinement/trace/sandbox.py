@@ -432,24 +432,31 @@ def persist_scan(box: Path) -> dict[str, tuple[int, int, int]]:
 
 def _scan_dir(path: str, depth: int, skip: str, seen: dict[str, tuple[int, int, int]],
               budget: list[int]) -> None:
-    try:
-        entries = list(os.scandir(path))
-    except OSError:
-        return
-    for e in entries:
-        if budget[0] <= 0:
-            return
-        budget[0] -= 1
-        full = e.path
-        if full == skip or full.startswith(skip + os.sep):
-            continue
-        try:
-            st = e.stat(follow_symlinks=False)
-        except OSError:
-            continue
-        seen[full] = (st.st_mtime_ns, st.st_size, st.st_ino)
-        if depth > 1 and e.is_dir(follow_symlinks=False):
-            _scan_dir(full, depth - 1, skip, seen, budget)
+    """Breadth first, so that a place's shallow entries are always within the budget (a deep tree under
+    /tmp, a checkout's .venv, cannot use it up before a file written at the top of a temp dir is seen)."""
+    level = [path]
+    while level and depth >= 1:
+        below: list[str] = []
+        for d in level:
+            try:
+                entries = list(os.scandir(d))
+            except OSError:
+                continue
+            for e in entries:
+                if budget[0] <= 0:
+                    return
+                budget[0] -= 1
+                full = e.path
+                if full == skip or full.startswith(skip + os.sep):
+                    continue
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                seen[full] = (st.st_mtime_ns, st.st_size, st.st_ino)
+                if depth > 1 and e.is_dir(follow_symlinks=False):
+                    below.append(full)
+        level, depth = below, depth - 1
 
 
 def written_events(before: dict[str, tuple[int, int, int]],

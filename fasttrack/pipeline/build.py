@@ -79,6 +79,7 @@ def build_context(opts: VerifyOptions, *, warm: Warm | None = None) -> Context:
         if not traced:
             return _facts_with_radius(ctx, start_radius)
         from fasttrack.confinement.trace.gather import prepare_trace, run_prepared
+        from fasttrack.facts.gather import gather_facts
 
         # Planned, keyed and looked up here, before the graph build starts.
         prepared = prepare_trace(ctx, cache_dir=cache_dir)
@@ -101,7 +102,7 @@ def build_context(opts: VerifyOptions, *, warm: Warm | None = None) -> Context:
     try:
         # Still waiting for the child (it imports the engine stack): the radius and the facts the rules read,
         # none of which depends on the trace, and the rules imported, so only judging is left once it answers.
-        facts = _facts_with_radius(ctx, start_radius)
+        facts = gather_facts(_facts_with_radius(ctx, start_radius))
     except BaseException:
         cancel.set()  # the verdict will not be written: stop the child rather than wait for it
         raise
@@ -109,12 +110,19 @@ def build_context(opts: VerifyOptions, *, warm: Warm | None = None) -> Context:
 
 
 def _facts_with_radius(ctx: Context, start_radius: RadiusStart) -> Context:
-    """The Context's facts with its blast radius: the radius is started (grimp's scan runs in its thread),
-    the facts gathered and the rules imported beside the scan (none reads the radius), then the radius
-    finished."""
+    """The Context with its blast radius, its facts gathered: the radius is started (grimp's scan runs in its
+    thread), the facts gathered and the rules imported beside the scan (none reads the radius), then the
+    radius finished. The facts are left in the returned Context's memo (`gather.GATHERED`), where the judge
+    finds them; a Context derived from it gathers its own."""
+    from fasttrack.facts.gather import GATHERED
+
     finish_radius = start_radius()
     facts = _facts_beside(ctx)
-    return _carry_memo(dataclasses.replace(facts, blast_radius=finish_radius()), facts)
+    radius = finish_radius()
+    gathered = _carry_memo(dataclasses.replace(facts, blast_radius=radius), facts)
+    judged = _carry_memo(dataclasses.replace(ctx, blast_radius=radius), gathered)
+    judged._memo[GATHERED] = gathered
+    return judged
 
 
 def _carry_memo(new: Context, old: Context) -> Context:

@@ -109,7 +109,8 @@ def build_range_context(opts: VerifyOptions,
     looked up or its build started; `start_blast_radius`) and returns the function that finishes it."""
     if opts.base is None:
         raise InputError("--head needs --base", field="--base", fix="pass --base REV (the PR's merge base)")
-    policy_path = resolve_policy_path(opts, root_of(cwd))
+    # The checkout's top level is looked up only when the policy is not given (one git run less).
+    policy_path = opts.policy if opts.policy is not None else resolve_policy_path(opts, root_of(cwd))
     policy = load_policy(policy_path)
     model_arg = check_model(opts.model)
     top = check_repo(opts.repo or cwd)

@@ -244,8 +244,6 @@ def start_module_graph_build(root: Path, package: str, *, exclude_type_checking:
     pkg_dir = (root / package.replace(".", "/")).resolve()
     if not (pkg_dir / "__init__.py").is_file():
         raise GraphBuildError(f"{package.replace('.', '/')}/__init__.py is missing from the tree at {root}")
-    if files is None:
-        files = {m: r for r in iter_package_files(root, package) if (m := module_name(r)) is not None}
     top = package.split(".")[0]
     with _SYS_PATH_LOCK:
         if top in sys.modules:
@@ -273,11 +271,14 @@ def start_module_graph_build(root: Path, package: str, *, exclude_type_checking:
                 sys.path.remove(entry)
             importlib.invalidate_caches()
     started = time.perf_counter() - t0
-    tree_files = dict(files)
+    given = dict(files) if files is not None else None
 
     def finish() -> tuple[ModuleGraph, float]:
         t1 = time.perf_counter()
-        named = collect_string_names(root, tree_files, package)  # beside the scan, if it still runs
+        # Listed and searched beside the scan, if it still runs.
+        tree_files = given if given is not None else {
+            m: r for r in iter_package_files(root, package) if (m := module_name(r)) is not None}
+        named = collect_string_names(root, tree_files, package)
         t2 = time.perf_counter()
         try:
             (module_set, edges), scan_seconds = pending()

@@ -2,9 +2,12 @@
 
 The cache key is a digest over the sorted (module path, content hash) pairs of the package's ``.py``
 files, the grimp version and the graph options, so a copy of the same tree in another directory, or the
-same tree with new mtimes, hits the cache, and any edit misses it. A cached graph is a JSON file of edges with
-their line numbers and line contents under ``~/.cache/fasttrack/graphs/`` (``$FASTTRACK_CACHE_DIR/graphs``
-when that is set).
+same tree with new mtimes, hits the cache, and any edit misses it. A cached graph is a marshal file of edges
+with their line numbers and line contents under ``~/.cache/fasttrack/graphs/``
+(``$FASTTRACK_CACHE_DIR/graphs`` when that is set).
+
+A build is two steps (`start_module_graph`): the first finds the files and starts grimp's Rust scan in a
+thread, so the caller's Python work runs beside it; the second waits for it and assembles the graph.
 
 Queries run on :class:`ModuleGraph`, a small adjacency built from either source, so a warm run never needs
 grimp at all.

@@ -320,6 +320,13 @@ class CrossModules(Protocol):
         """The foreign object a dunder (the first of `names` defined) of another module's own class `cls`
         returns for an instance, or None."""
 
+    def instance_class(self, qualname: str, here: str | None) -> str | None:
+        """The own class another module's own name `qualname` holds an instance of (`k = K()`), or None."""
+
+    def returned_maker(self, qualname: str, here: str | None) -> str | None:
+        """The foreign callable whose result (or the foreign object) another module's own function
+        `qualname` returns (`def quiet(): return contextlib.redirect_stdout(...)`), or None."""
+
     def engine_annotation(self, qualname: str, here: str | None, types: Sequence[str] | None) -> str | None:
         """The engine type the own name `qualname` of another module names when used as an annotation (an
         alias `Cls = type[Engine]`, a TypeVar bound to one), or None."""
@@ -2900,6 +2907,20 @@ class Resolver:
         if at is None or len(node.args) <= at:
             return None
         return node.args[at], list(node.args[at + 1:])
+
+    def returned_maker(self, key: str) -> str | None:
+        """The foreign callable whose result the own function `key` returns (`return
+        contextlib.redirect_stdout(buf)`: what the object it hands out is), or the foreign object it
+        returns; None when all it returns is the contribution's own."""
+        for fn in self.functions.get(key, []):
+            for value in fn.returns():
+                r = self.resolve(value, fn.scope)
+                if r is not None and r.qualname.startswith(_OF_FOREIGN):
+                    return r.qualname[len(_OF_FOREIGN):-1]
+                t = self.tainted(r)
+                if t is not None:
+                    return t.qualname
+        return None
 
     def _own_return(self, node: ast.Call, key: str, scope: _Scope) -> _Ref:
         """What a call to an own function returns: a foreign object it returns (or the foreign argument

@@ -44,7 +44,8 @@ CROSS: dict[str, tuple[dict[str, str], str]] = {
                                                "        v.forward = None\n"},
                                     "from .layers import AttentionImpl\nfrom .mid import K\n"
                                     "K().a = AttentionImpl  # <-\n"),
-    "other-module-call-dunder": ({"mid.py": "class K:\n    def __call__(self, v):\n        v.forward = None\n"},
+    "other-module-call-dunder": ({"mid.py": "class K:\n    def __call__(self, v):\n"
+                                            "        v.forward = None\n"},
                                  "from .layers import AttentionImpl\nfrom .mid import K\n"
                                  "K()(AttentionImpl)  # <-\n"),
     "other-module-iadd-dunder": ({"mid.py": "class K:\n    def __iadd__(self, v):\n        v.forward = None\n"
@@ -52,7 +53,8 @@ CROSS: dict[str, tuple[dict[str, str], str]] = {
                                  "from .layers import AttentionImpl\nfrom .mid import K\nk = K()\n"
                                  "k += AttentionImpl  # <-\n"),
     "other-module-unbound-list-append-helper": ({"mid.py": "def add(p, x):\n    list.append(p, x)\n"},
-                                                "import sys\nfrom .mid import add\nadd(sys.path, '/tmp')  # <-\n"),
+                                                "import sys\nfrom .mid import add\n"
+                                                "add(sys.path, '/tmp')  # <-\n"),
     "other-module-returns-engine-cm": ({"mid.py": "import torch\ndef grad():\n    return torch.no_grad()\n"},
                                        "from .mid import grad\ngrad().__enter__()  # <-\n"),
 }
@@ -101,8 +103,9 @@ def test_cross_module_honest_twin(tmp_path: Path, policy: Policy, monkeypatch: p
 ATTACKS: dict[str, str] = {
 "unbound-setitem-param-helper": "import sys\ndef put(d, k, v):\n    dict.__setitem__(d, k, v)\n"
                                 "put(sys.modules, 'x', None)  # <-\n",
-"own-function-returns-redirect": "import io\ndef quiet():\n    return contextlib.redirect_stdout(io.StringIO())"
-                                 "  # <-\nquiet().__enter__()  # <-\n",
+"own-function-returns-redirect": "import io\ndef quiet():\n"
+                                 "    return contextlib.redirect_stdout(io.StringIO())  # <-\n"
+                                 "quiet().__enter__()  # <-\n",
 }
 OPEN: dict[str, str] = {}
 
@@ -127,10 +130,11 @@ def test_attack_is_an_error_at_its_line(src: str, engine: EngineSignatures) -> N
 
 
 HONEST: dict[str, str] = {
-"unbound-setitem-own": "def put(d, k, v):\n    dict.__setitem__(d, k, v)\nput({}, 'x', None)\n",
+"unbound-setitem-own": "def put(d, k, v):\n    dict.__setitem__(d, k, v)\n"
+                       "put({}, 'x', None)\n",
 "own-function-returns-own-cm": "class CM:\n    def __enter__(self):\n        return self\n"
-                               "    def __exit__(self, *a):\n        return False\ndef mk():\n    return CM()\n"
-                               "mk().__enter__()\n",
+                               "    def __exit__(self, *a):\n        return False\n"
+                               "def mk():\n    return CM()\nmk().__enter__()\n",
 }
 
 

@@ -32,8 +32,8 @@ from fasttrack.confinement.escapes import (
     module_name_for,
     state_like_receiver,
 )
-from fasttrack.confinement.escapes.cross_module import ModuleReader, OwnModuleSummary
 from fasttrack.confinement.escapes.common import ON_INSTANCE
+from fasttrack.confinement.escapes.cross_module import ModuleReader, OwnModuleSummary
 from fasttrack.confinement.harness_reach import Reach, find_reach, new_reach
 from fasttrack.confinement.source_text import SourceProblem, decode_python_source, read_python_source
 from fasttrack.context import Context

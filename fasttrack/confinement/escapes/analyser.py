@@ -110,8 +110,9 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
         module's method writers (`ON_INSTANCE`: positions as a call on an instance fills them)."""
         if isinstance(node.func, ast.Attribute):
             cls = self._own_instance_class(node.func.value, scope)
-            held = self.resolve(node.func.value, scope) if cls is None and self.cross is not None else None
-            if held is not None and held.origin == "import" and self.is_own(held.qualname):
+            held = self.resolve(node.func.value, scope) if cls is None else None
+            if held is not None and held.origin == "import" and self.is_own(held.qualname) and \
+                    self.cross is not None:
                 cls = self.cross.instance_class(held.qualname, self.module)  # its `k = K()`
             if cls is not None and cls not in self.classes:
                 self._record_foreign_call(node, f"{cls}.{node.func.attr}{ON_INSTANCE}", scope)

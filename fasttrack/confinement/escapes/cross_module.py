@@ -180,7 +180,8 @@ class OwnModuleSummary:
         # a generator of that module: what `.send()` hands it is judged where it is sent (monkeypatch.py)
         return _Ref("local", f"{_GENERATOR}{qualname}>") if generator else None
 
-    def _returned(self, r: Resolver, target: str, node: ast.Call, scope: _Scope, caller: Resolver) -> _Ref | None:
+    def _returned(self, r: Resolver, target: str, node: ast.Call, scope: _Scope,
+                  caller: Resolver) -> _Ref | None:
         """The foreign object the own function `target` of module `r` returns for the call `node` of the
         caller's (one it returns, or a foreign argument of the caller's it hands back), or None."""
         for fn in r.functions.get(target, []):

@@ -87,7 +87,8 @@ class MonkeypatchChecks(CheckBase):
                 continue
             if key in self.method_keys:  # called on an instance (bound), and called on its class
                 self.facts.param_writers[key + ON_INSTANCE] = written
-                written = frozenset(r for fn in fns for n in names for r in self._param_refs(fn, n, _on_class(fn)))
+                written = frozenset(r for fn in fns for n in names
+                                    for r in self._param_refs(fn, n, _on_class(fn)))
             self.facts.param_writers[key] = written
 
     def _check_callbacks(self) -> None:

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from fasttrack.confinement.engine_signatures import EngineSignatures
+from fasttrack.confinement.trace.gather import gather_trace
+from fasttrack.findings import Finding
 from fasttrack.policy import Policy, load_policy
 from tests.escape_marks import marked_lines
 from tests.test_escapes import POLICY
@@ -19,6 +21,8 @@ from tests.test_escapes_hostile20 import _cross_errors
 from tests.test_escapes_hostile21 import _errors_by_file
 from tests.test_escapes_hostile22 import shipped_error_lines
 from tests.test_escapes_hostile_flow import ENGINE, marked, scan
+from tests.test_trace import _context, _findings
+from tests.test_trace_hostile22 import _errors_at
 
 # -- across own modules: another module's class whose methods write through their parameters -------------
 _PUT = "class K:\n    def put(self, v):\n        v.forward = None\n"
@@ -100,14 +104,48 @@ def test_cross_module_honest_twin(tmp_path: Path, policy: Policy, monkeypatch: p
 
 
 # -- one file (the head of tests/test_escapes_hostile_flow.py binds L and AttentionImpl, engine classes) ---
+_OWN_PUT = "class Own:\n    def put(self, v):\n        self.forward = v\n"
 ATTACKS: dict[str, str] = {
 "unbound-setitem-param-helper": "import sys\ndef put(d, k, v):\n    dict.__setitem__(d, k, v)\n"
                                 "put(sys.modules, 'x', None)  # <-\n",
+# -- the setter-rule narrowing: a method's self/cls is the contribution's own only when Python binds it ----
+"unbound-method-self-engine": _OWN_PUT + "Own.put(AttentionImpl, None)  # <-\n",
+"unbound-method-self-keyword": _OWN_PUT + "Own.put(self=AttentionImpl, v=None)  # <-\n",
+"method-get-engine": _OWN_PUT + "Own.put.__get__(AttentionImpl)(None)  # <-\n",
+"methodtype-engine": "import types\n" + _OWN_PUT + "types.MethodType(Own.put, AttentionImpl)(None)  # <-\n",
+"partial-method-engine": _OWN_PUT + "functools.partial(Own.put, AttentionImpl)(None)  # <-\n",
+"vars-method-engine": _OWN_PUT + "vars(Own)['put'](AttentionImpl, None)  # <-\n",
+"class-of-instance-method-engine": _OWN_PUT + "o = Own()\no.__class__.put(AttentionImpl, None)  # <-\n",
+"type-of-instance-method-engine": _OWN_PUT + "type(Own()).put(AttentionImpl, None)  # <-\n",
+"method-as-map-callback": _OWN_PUT + "list(map(Own.put, [AttentionImpl], [None]))  # <-\n",
+"classmethod-func-engine": "class Own:\n    @classmethod\n    def put(cls, v):\n        cls.forward = v\n"
+                           "Own.put.__func__(AttentionImpl, None)  # <-\n",
+"self-table-append-engine": "class Own:\n    def add(self, v):\n        self.table.append(v)\n"
+                            "Own.add(L, None)  # <-\n",
+"setattr-self-engine": "class Own:\n    def put(self, v):\n        setattr(self, 'forward', v)\n"
+                       "Own.put(AttentionImpl, None)  # <-\n",
+"staticmethod-by-helper-decorator": "def deco(f):\n    return staticmethod(f)\nclass Own:\n"
+                                    "    @deco\n    def put(o):\n        o.forward = None\n"
+                                    "Own.put(AttentionImpl)  # <-\n",
+"staticmethod-through-module-alias": "import builtins as bi\nclass Own:\n    @bi.staticmethod\n"
+                                     "    def put(o):\n        o.forward = None\n"
+                                     "Own.put(AttentionImpl)  # <-\n",
+"super-method-func-engine": _OWN_PUT + "class Sub(Own):\n    pass\n"
+                            "super(Sub, Sub()).put.__func__(AttentionImpl, None)  # <-\n",
+"method-name-alias-engine": _OWN_PUT + "put = Own.put\nput(AttentionImpl, None)  # <-\n",
+"engine-classmethod-register-local": "AttentionImpl.register_impl(object())  # <-\n",
 "own-function-returns-redirect": "import io\ndef quiet():\n"
                                  "    return contextlib.redirect_stdout(io.StringIO())  # <-\n"
                                  "quiet().__enter__()  # <-\n",
 }
-OPEN: dict[str, str] = {}
+OPEN: dict[str, str] = {
+    "super-method-func-engine": "`super(...).m` is not resolved to the own method (its `__func__` hands "
+                                "self)",
+    "method-name-alias-engine": "a name bound to `Own.put` may be a bound method too: not taken for an "
+                                "unbound call",
+    "engine-classmethod-register-local": "an engine class's `register_*` with a local first argument reads "
+                                         "as a hook on an own instance (unbound call): classmethod not known",
+}
 
 
 @pytest.fixture(scope="module")
@@ -130,6 +168,16 @@ def test_attack_is_an_error_at_its_line(src: str, engine: EngineSignatures) -> N
 
 
 HONEST: dict[str, str] = {
+"own-methods-bound-by-python": _OWN_PUT + "o = Own()\no.put(1)\nOwn.put(o, 1)\nOwn().put(AttentionImpl)\n"
+                                "class Sub(Own):\n    pass\nSub.put(Sub(), 2)\nOwn.put.__get__(o)(1)\n"
+                                "functools.partial(Own.put, o)(1)\nvars(Own)['put'](o, 1)\n"
+                                "type(o).put(o, AttentionImpl)\nlist(map(Own.put, [o], [AttentionImpl]))\n",
+"own-classmethod-and-static": "class Own:\n    @classmethod\n    def put(cls, v):\n        cls.forward = v\n"
+                              "    @staticmethod\n    def s(o):\n        o.x = 1\nOwn.put(1)\n"
+                              "class Sub(Own):\n    pass\nSub.put(AttentionImpl)\nOwn.put.__func__(Sub, 1)\n"
+                              "Own.s(Own())\n",
+"torch-module-hook-unbound": "import torch\nm = torch.nn.Linear(1, 1)\n"
+                             "torch.nn.Module.register_forward_pre_hook(m, print)\n",
 "unbound-setitem-own": "def put(d, k, v):\n    dict.__setitem__(d, k, v)\n"
                        "put({}, 'x', None)\n",
 "own-function-returns-own-cm": "class CM:\n    def __enter__(self):\n        return self\n"
@@ -141,3 +189,34 @@ HONEST: dict[str, str] = {
 @pytest.mark.parametrize("src", list(HONEST.values()), ids=list(HONEST))
 def test_honest_twin_is_clean(src: str, engine: EngineSignatures) -> None:
     assert shipped_error_lines(scan(src, engine)) == []
+
+
+# -- the trace's side of the narrowing (gather._setter): a class's method is spared only for what it
+#    changes in a class (its instances' bookkeeping), not for a module's shared state ---------------------
+TRACE_ATTACKS: dict[str, str] = {
+    "mimetypes_unbound_add.py": "import mimetypes\nmimetypes.init()\n"
+                                "mimetypes.MimeTypes.add_type(mimetypes._db, 'text/x-evil', '.evil')  # <-\n",
+    "mimetypes_db_add.py": "import mimetypes\nmimetypes.init()\n"
+                           "mimetypes._db.add_type('text/x-evil2', '.evil2')  # <-\n",
+}
+TRACE_HONEST: dict[str, str] = {
+    "own_mimetypes.py": "import mimetypes\nm = mimetypes.MimeTypes()\nm.add_type('text/x-own', '.own')\n",
+}
+
+
+@pytest.fixture(scope="module")
+def traced24(tmp_path_factory: pytest.TempPathFactory) -> list[Finding]:
+    ctx = _context(tmp_path_factory.mktemp("t24"), "evil24", {**TRACE_ATTACKS, **TRACE_HONEST})
+    return _findings(ctx, gather_trace(ctx))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("module", list(TRACE_ATTACKS))
+def test_trace_class_method_setter_is_an_error(traced24: list[Finding], module: str) -> None:
+    assert set(marked_lines(TRACE_ATTACKS[module])) <= _errors_at(traced24, "evil24", module)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("module", list(TRACE_HONEST))
+def test_trace_own_instance_setter_is_clean(traced24: list[Finding], module: str) -> None:
+    assert _errors_at(traced24, "evil24", module) == set()

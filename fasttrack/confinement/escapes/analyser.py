@@ -34,6 +34,7 @@ from fasttrack.confinement.escapes.common import (
     mutating_method,
 )
 from fasttrack.confinement.escapes.dynamic_code import DynamicCodeChecks, runs_source_text
+from fasttrack.confinement.escapes.explicit_self import ExplicitSelfChecks
 from fasttrack.confinement.escapes.global_state import GlobalStateChecks
 from fasttrack.confinement.escapes.monkeypatch import MonkeypatchChecks
 from fasttrack.confinement.escapes.registries import RegistryChecks
@@ -51,7 +52,7 @@ from fasttrack.policy import EscapesSpec
 
 
 class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibraryChecks,
-               DynamicCodeChecks):
+               DynamicCodeChecks, ExplicitSelfChecks):
     """Every checker over one file; `check` dispatches each collected node."""
 
     def check(self) -> None:
@@ -70,7 +71,9 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
         self._link_class_keywords()
         self._link_class_getitem()
         self._link_protocols()
+        self._record_self_writes()
         self._check_helper_calls()
+        self._check_explicit_self()
         self._check_import_time_thread_calls()
 
     def _link_class_getitem(self) -> None:

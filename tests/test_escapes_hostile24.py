@@ -134,6 +134,12 @@ ATTACKS: dict[str, str] = {
                             "super(Sub, Sub()).put.__func__(AttentionImpl, None)  # <-\n",
 "method-name-alias-engine": _OWN_PUT + "put = Own.put\nput(AttentionImpl, None)  # <-\n",
 "engine-classmethod-register-local": "AttentionImpl.register_impl(object())  # <-\n",
+# -- a computed-name setattr on an engine object's copy, read back (the own-instance exception keeps these)
+"computed-setattr-on-self-read-back": "class Own:\n    def __init__(self, name):\n"
+                                      "        setattr(self, name, AttentionImpl)\n"
+                                      "    def f(self):\n        self.t.forward = None  # <-\n",
+"computed-setattr-on-copy-read-back": "def f(cfg: L, name):\n    q = copy.copy(cfg)\n"
+                                      "    setattr(q, name, AttentionImpl)\n    q.t.forward = None  # <-\n",
 "own-function-returns-redirect": "import io\ndef quiet():\n"
                                  "    return contextlib.redirect_stdout(io.StringIO())  # <-\n"
                                  "quiet().__enter__()  # <-\n",
@@ -168,6 +174,16 @@ def test_attack_is_an_error_at_its_line(src: str, engine: EngineSignatures) -> N
 
 
 HONEST: dict[str, str] = {
+"computed-setattr-on-engine-copy": "def remap(quant_config, attr):\n"
+                                   "    patterns = list(getattr(quant_config, attr))\n    extra = ['x']\n"
+                                   "    q = copy.copy(quant_config)\n    setattr(q, attr, patterns + extra)\n"
+                                   "    return q\n"
+                                   "class Layer:\n    def __init__(self):\n        self.skip = False\n"
+                                   "class Model:\n    def __init__(self, quant_config):\n"
+                                   "        self.q = remap(quant_config, 'ignore')\n"
+                                   "        self.layer = Layer()\n"
+                                   "    def set_skip(self, v):\n        self.layer.skip = v\n"
+                                   "        self.spec_step_idx = v\n",
 "own-methods-bound-by-python": _OWN_PUT + "o = Own()\no.put(1)\nOwn.put(o, 1)\nOwn().put(AttentionImpl)\n"
                                 "class Sub(Own):\n    pass\nSub.put(Sub(), 2)\nOwn.put.__get__(o)(1)\n"
                                 "functools.partial(Own.put, o)(1)\nvars(Own)['put'](o, 1)\n"

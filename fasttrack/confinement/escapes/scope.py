@@ -1752,15 +1752,21 @@ class Resolver:
                             return hit
         return None
 
-    def _stored_attr(self, attr: str) -> _Ref | None:
+    def _stored_attr(self, attr: str, own_typed: bool = False) -> _Ref | None:
         """The foreign object some store of this file put in an attribute named `attr`, if any: `x.<attr> =
         value`, a class body's `<attr> = value`, `setattr(x, "<attr>", value)`, `x.__dict__["<attr>"] =
         value` (and `.update`), or one of those under a computed name. Flow- and receiver-insensitive: an
-        attribute that at some point held an engine object is that object (fail closed)."""
+        attribute that at some point held an engine object is that object (fail closed). One exception
+        (`own_typed`: the attribute is read on an instance of an own class, `_own_typed`): a
+        `setattr(obj, <computed>, v)` on an engine object or a copy of one (hy_v4's
+        `setattr(copy.copy(quant_config), exclusion_attr, ...)`) cannot have set it, the two objects'
+        classes differ."""
         for value, scope, setter in [*self.attr_stores.get(attr, []), *self.attr_stores.get("*", [])]:
             if setter is not None:
                 f = self.resolve(setter, scope)
                 if f is None or not f.qualname.endswith(("setattr", "__setattr__")):
+                    continue
+                if own_typed and self._engine_typed_receiver(value, scope):
                     continue
             r = self.resolve(value, scope)
             t = self.tainted(r)
@@ -1769,6 +1775,37 @@ class Resolver:
                 # container: its items are the engine's, writes to it are its own
                 return r if r is not None and r is not t and r.origin == "local" else t
         return None
+
+    def _engine_typed_receiver(self, value: ast.expr, scope: _Scope) -> bool:
+        """`value` is what a `setattr(obj, name, value)` stores, and `obj` is an engine object or a copy of
+        one (a foreign class's instance, never an own class's)."""
+        call = self._parent(value)
+        if not isinstance(call, ast.Call) or not call.args or isinstance(call.args[0], ast.Starred):
+            return False
+        r = self.resolve(call.args[0], scope)
+        return self.foreign(r) or (r is not None and r.qualname == _COPY and self.tainted(r) is not None)
+
+    def _own_typed(self, expr: ast.expr, scope: _Scope, depth: int = 0) -> bool:
+        """`expr` is an instance of an own class: a method's bound `self` (unrebound), an own instance, or
+        `x.a` of one whose every store of `a` in this file is an own instance (`self.model = Model(...)`)."""
+        if depth > 4:
+            return False
+        if isinstance(expr, ast.Name):
+            key = self._enclosing_function(scope)
+            for fn in self.functions.get(key or "", []):
+                first = [*fn.node.args.posonlyargs, *fn.node.args.args][:1]
+                if first and first[0].arg == expr.id and expr.id not in fn.positional and \
+                        fn.scope is scope and scope.bindings.get(expr.id) == [_LOCAL]:
+                    return True
+        r = self.resolve(expr, scope)
+        if r is not None and r.origin == "local" and r.qualname.startswith(_INSTANCE):
+            return True
+        if isinstance(expr, ast.Attribute) and self._own_typed(expr.value, scope, depth + 1):
+            stores = self.attr_stores.get(expr.attr, [])
+            return bool(stores) and all(
+                setter is None and (v := self.resolve(value, sc)) is not None and
+                v.qualname.startswith(_INSTANCE) for value, sc, setter in stores)
+        return False
 
     def tainted(self, ref: _Ref | None) -> _Ref | None:
         """The foreign object `ref` is or holds (a container's foreign element), or None."""
@@ -1852,7 +1889,7 @@ class Resolver:
                 if node.attr in ("args", "keywords"):
                     return _Ref("local", "<container>", base.elements[1:])  # partial(f, Engine).args[0]
             if base.origin == "local":
-                stored = self._stored_attr(node.attr)
+                stored = self._stored_attr(node.attr, self._own_typed(node.value, scope))
                 if stored is not None:
                     return stored
                 made = any(setter is None and self._made_container(v, sc)

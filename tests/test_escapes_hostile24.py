@@ -104,6 +104,61 @@ def test_cross_module_honest_twin(tmp_path: Path, policy: Policy, monkeypatch: p
 
 
 # -- one file (the head of tests/test_escapes_hostile_flow.py binds L and AttentionImpl, engine classes) ---
+_NAMES_READ_BACK = textwrap.dedent("""\
+    _NAMES = ('a', 't')
+    class Own:
+        def __init__(self):
+            name = None
+            for n in _NAMES:
+                name = n
+            setattr(self, name, AttentionImpl)
+        def f(self):
+            self.t.forward = None  # <-
+    """)
+_NAMES_GROWN = textwrap.dedent("""\
+    _NAMES = ['a']
+    _NAMES.append('t')
+    class Own:
+        def __init__(self):
+            for n in _NAMES:
+                setattr(self, n, AttentionImpl)
+        def f(self):
+            self.t.forward = None  # <-
+    """)
+# hy_v4 nvidia/mtp.py's shape: a setattr on a copy of the quant config by a name from a tuple of literals
+_NAMES_TUPLE = textwrap.dedent("""\
+    import torch
+    _ATTRS = ('ignored_layers', 'exclude_modules')
+    def remap(quant_config):
+        name = None
+        patterns = None
+        for a in _ATTRS:
+            value = getattr(quant_config, a, None)
+            if value:
+                name = a
+                patterns = list(value)
+                break
+        if name is None:
+            return quant_config
+        q = copy.copy(quant_config)
+        setattr(q, name, patterns + ['x'])
+        return q
+    class Block:
+        def __init__(self):
+            self.skip = False
+    class Layer(torch.nn.Module):
+        def __init__(self, quant_config):
+            super().__init__()
+            self.block = Block()
+    class Model(torch.nn.Module):
+        def __init__(self, quant_config):
+            super().__init__()
+            self.quant_config = remap(quant_config)
+            self.layers = torch.nn.ModuleDict({'0': Layer(quant_config=self.quant_config)})
+        def f(self):
+            for layer in self.layers.values():
+                layer.block.skip = True
+    """)
 _OWN_PUT = "class Own:\n    def put(self, v):\n        self.forward = v\n"
 ATTACKS: dict[str, str] = {
 "unbound-setitem-param-helper": "import sys\ndef put(d, k, v):\n    dict.__setitem__(d, k, v)\n"
@@ -140,6 +195,8 @@ ATTACKS: dict[str, str] = {
                                       "    def f(self):\n        self.t.forward = None  # <-\n",
 "computed-setattr-on-copy-read-back": "def f(cfg: L, name):\n    q = copy.copy(cfg)\n"
                                       "    setattr(q, name, AttentionImpl)\n    q.t.forward = None  # <-\n",
+"computed-setattr-names-tuple-read-back": _NAMES_READ_BACK,
+"computed-setattr-names-list-grown": _NAMES_GROWN,
 "own-function-returns-redirect": "import io\ndef quiet():\n"
                                  "    return contextlib.redirect_stdout(io.StringIO())  # <-\n"
                                  "quiet().__enter__()  # <-\n",
@@ -174,6 +231,7 @@ def test_attack_is_an_error_at_its_line(src: str, engine: EngineSignatures) -> N
 
 
 HONEST: dict[str, str] = {
+"computed-setattr-names-tuple": _NAMES_TUPLE,
 "computed-setattr-on-engine-copy": "def remap(quant_config, attr):\n"
                                    "    patterns = list(getattr(quant_config, attr))\n    extra = ['x']\n"
                                    "    q = copy.copy(quant_config)\n    setattr(q, attr, patterns + extra)\n"

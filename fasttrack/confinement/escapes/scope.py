@@ -1144,6 +1144,59 @@ class Resolver:
             return frozenset(found)
         return None
 
+    def attribute_names(self, node: ast.expr | None, scope: _Scope, depth: int = 0) -> frozenset[str] | None:
+        """The names a `setattr(obj, name, v)` may set: `constant_strings` of `name`, where a binding to None
+        sets nothing (setattr raises on it) and a loop variable over a tuple of literal strings (or a name
+        bound only to one: `for a in _ATTRS`) is each of them; None when not provably constant."""
+        if node is None or depth > 8:
+            return None
+        if isinstance(node, ast.Constant) and node.value is None:
+            return frozenset()
+        if not isinstance(node, ast.Name):
+            return self.constant_strings(node, scope, depth)
+        bindings = self._lookup(node.id, scope)
+        if not bindings:
+            return None
+        found: set[str] = set()
+        for b in bindings:
+            if isinstance(b, _Alias):
+                one = self.attribute_names(b.value, b.scope, depth + 1)
+            elif isinstance(b, _Elem):
+                one = self._literal_tuple(b.value, b.scope, depth + 1)
+            else:
+                return None
+            if one is None:
+                return None
+            found |= one
+        return frozenset(found)
+
+    def _literal_tuple(self, node: ast.expr, scope: _Scope, depth: int) -> frozenset[str] | None:
+        """The strings of a tuple of literal strings, or of a name every binding of which is one (a tuple
+        cannot grow: a list could be appended to)."""
+        if depth > 8:
+            return None
+        if isinstance(node, ast.Name):
+            bindings = self._lookup(node.id, scope)
+            if not bindings or not all(isinstance(b, _Alias) for b in bindings):
+                return None
+            found: set[str] = set()
+            for b in bindings:
+                assert isinstance(b, _Alias)
+                one = self._literal_tuple(b.value, b.scope, depth + 1)
+                if one is None:
+                    return None
+                found |= one
+            return frozenset(found)
+        if not isinstance(node, ast.Tuple) or any(isinstance(e, ast.Starred) for e in node.elts):
+            return None
+        out: set[str] = set()
+        for e in node.elts:
+            one = self.constant_strings(e, scope, depth + 1)
+            if one is None:
+                return None
+            out |= one
+        return frozenset(out)
+
     def constant_string(self, node: ast.expr | None, scope: _Scope) -> str | None:
         """The one string `node` provably evaluates to (see `constant_strings`), else None."""
         got = self.constant_strings(node, scope)
@@ -1768,6 +1821,11 @@ class Resolver:
                     continue
                 if own_typed and self._engine_typed_receiver(value, scope):
                     continue
+                call = self._parent(value)
+                names = self.attribute_names(call.args[1], scope) if isinstance(call, ast.Call) and \
+                    len(call.args) == 3 and not any(isinstance(a, ast.Starred) for a in call.args) else None
+                if names is not None and attr not in names:
+                    continue  # `setattr(q, name, v)` where name is provably one of a few other literals
             r = self.resolve(value, scope)
             t = self.tainted(r)
             if t is not None:

@@ -204,8 +204,6 @@ ATTACKS: dict[str, str] = {
 OPEN: dict[str, str] = {
     "super-method-func-engine": "`super(...).m` is not resolved to the own method (its `__func__` hands "
                                 "self)",
-    "method-name-alias-engine": "a name bound to `Own.put` may be a bound method too: not taken for an "
-                                "unbound call",
     "engine-classmethod-register-local": "an engine class's `register_*` with a local first argument reads "
                                          "as a hook on an own instance (unbound call): classmethod not known",
 }
@@ -242,7 +240,8 @@ HONEST: dict[str, str] = {
                                    "        self.layer = Layer()\n"
                                    "    def set_skip(self, v):\n        self.layer.skip = v\n"
                                    "        self.spec_step_idx = v\n",
-"own-methods-bound-by-python": _OWN_PUT + "o = Own()\no.put(1)\nOwn.put(o, 1)\nOwn().put(AttentionImpl)\n"
+"own-methods-bound-by-python": _OWN_PUT + "o = Own()\no.put(1)\nbound = o.put\nbound(AttentionImpl)\n"
+                                "Own.put(o, 1)\nOwn().put(AttentionImpl)\n"
                                 "class Sub(Own):\n    pass\nSub.put(Sub(), 2)\nOwn.put.__get__(o)(1)\n"
                                 "functools.partial(Own.put, o)(1)\nvars(Own)['put'](o, 1)\n"
                                 "type(o).put(o, AttentionImpl)\nlist(map(Own.put, [o], [AttentionImpl]))\n",

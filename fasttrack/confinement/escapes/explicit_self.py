@@ -1,10 +1,11 @@
 """A method's `self`/`cls` handed in by the caller (FT120): the resolver takes a method's first parameter for
 the contribution's own object (an instance or subclass of its class), which it is when Python binds it.
 A call can fill it instead: `Own.put(Engine, f)` (a plain method called on its class), `Own.put.__get__(
-Engine)`, `types.MethodType(Own.put, Engine)`, `functools.partial(Own.put, Engine)`, `map(Own.put,
-[Engine])`, `Own.cm.__func__(Engine)` (a classmethod's function). A write through the first parameter
-(`self.forward = f`, `self.t[k] = v`, `setattr(self, ...)`, `self.t.append(...)`) is recorded as a write
-through the pseudo-parameter `SELF`, and a call handing a foreign object there is the write."""
+Engine)`, `types.MethodType(Own.put, Engine)`, `functools.partial(Own.put, Engine)`, `put = Own.put;
+put(Engine)`, `map(Own.put, [Engine])`, `Own.cm.__func__(Engine)` (a classmethod's function). A write
+through the first parameter (`self.forward = f`, `self.t[k] = v`, `setattr(self, ...)`,
+`self.t.append(...)`) is recorded as a write through the pseudo-parameter `SELF`, and a call handing a
+foreign object there is the write."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import ast
 
 from fasttrack.confinement.escapes.base import CheckBase
 from fasttrack.confinement.escapes.common import MONKEYPATCH, mutating_method
-from fasttrack.confinement.escapes.scope import _LOCAL, _Function, _Scope
+from fasttrack.confinement.escapes.scope import _LOCAL, _Alias, _Function, _Scope
 
 SELF = "<self>"  # the pseudo-parameter name of a method's first parameter in `param_writes`
 _SETTERS = frozenset({"builtins.setattr", "builtins.delattr", "builtins.object.__setattr__",
@@ -105,9 +106,14 @@ class ExplicitSelfChecks(CheckBase):
         argument is `self`. (Through an instance, or a name bound to either, Python binds it.)"""
         if isinstance(call.func, ast.Subscript):
             return True
-        if not isinstance(call.func, ast.Attribute):
-            return False
-        base = self.resolve(call.func.value, scope)
+        if isinstance(call.func, ast.Name):  # `put = Own.put; put(E, v)`: every binding names it on a class
+            bindings = self._lookup(call.func.id, scope) or []
+            return bool(bindings) and all(isinstance(b, _Alias) and isinstance(b.value, ast.Attribute) and
+                                          self._on_a_class(b.value.value, b.scope) for b in bindings)
+        return isinstance(call.func, ast.Attribute) and self._on_a_class(call.func.value, scope)
+
+    def _on_a_class(self, expr: ast.expr, scope: _Scope) -> bool:
+        base = self.resolve(expr, scope)
         return base is not None and ((base.origin == "own" and base.qualname in self.classes) or
                                      base.origin == "classof")
 

@@ -56,9 +56,10 @@ BOOTSTRAP = ("import sys; sys.path.insert(0, sys.argv[1]); import _fasttrack_tra
 class TraceFailure(Exception):
     """The trace could not run to its end; the message says why, `fix` what to do."""
 
-    def __init__(self, message: str, fix: str) -> None:
+    def __init__(self, message: str, fix: str, events: list[dict[str, Any]] | None = None) -> None:
         super().__init__(message)
         self.fix = fix
+        self.events = events or []  # an authenticated report's events (the tracer's objects were changed)
 
 
 # Run by /bin/sh inside the new mount namespace: every mount read-only (/proc and /sys aside), then the
@@ -356,7 +357,7 @@ def run_child(plan: TracePlan, *, locate: list[str] | None = None, timeout: floa
             raise TraceFailure("code under trace changed the tracer's own objects (its report cannot be "
                                f"trusted): {', '.join(map(str, tampered[:5]))}",
                                "do not reach or change the tracer, the builtins or the import system's "
-                               "finders at import")
+                               "finders at import", events=events)
         if scan:
             events[-1:-1] = written_events(before, persist_scan(box))
         return Pass(events=events, isolation=isolation_of(child.prefix), copied=copied)

@@ -168,6 +168,9 @@ def resolve_commit(repo: Path, rev: str, option: str) -> Revision:
     commit; a tree or a blob is refused). `WORKTREE` is allowed: the working tree."""
     if rev == WORKTREE or not rev or rev.startswith("-") or any(c in rev for c in "\0\n"):
         return resolve_revision(repo, rev, option)
+    fast = _commit_and_tree(repo, rev)
+    if fast is not None:
+        return Revision(name=rev, oid=fast[0], tree=fast[1])
     proc = run_git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False)
     if proc.returncode != 0:
         obj = run_git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{object}}", check=False)
@@ -179,6 +182,24 @@ def resolve_commit(repo: Path, rev: str, option: str) -> Revision:
                          fix="pass a commit (a sha, branch or tag of the PR)")
     resolved = resolve_revision(repo, rev, option)
     return Revision(name=rev, oid=_decode(proc.stdout).strip(), tree=resolved.tree)
+
+
+_OID = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
+
+
+def _commit_and_tree(repo: Path, rev: str) -> tuple[str, str] | None:
+    """`rev^{commit}` and `rev^{tree}` from one `rev-parse` (the three `--verify` runs of the path below each
+    cost a git start): only when it prints exactly two object ids of one length and nothing else, else None
+    (a name that is no commit, a range such as `a..b`, anything odd), and the careful path decides and
+    words the error."""
+    proc = run_git(repo, "rev-parse", f"{rev}^{{commit}}", f"{rev}^{{tree}}", check=False)
+    if proc.returncode != 0:
+        return None
+    lines = _decode(proc.stdout).split("\n")
+    if len(lines) != 3 or lines[2] != "" or not all(_OID.match(x) for x in lines[:2]) \
+            or len(lines[0]) != len(lines[1]):
+        return None
+    return lines[0], lines[1]
 
 
 def merge_base(repo: Path, base: str, head: str) -> str | None:

@@ -39,7 +39,7 @@ import fnmatch
 import heapq
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,8 +51,8 @@ from fasttrack.confinement.graph import (
     ModuleGraph,
     SourceScopes,
     default_graph_cache_dir,
-    load_module_graph,
     module_name,
+    start_module_graph,
 )
 from fasttrack.confinement.import_effects import import_effect
 from fasttrack.confinement.model_units import RegistryError, UnitIndex, architectures_through, read_registry
@@ -115,34 +115,73 @@ def compute_blast_radius(policy: Policy, head_dir: Path, changes: tuple[Change, 
     the caller has one that names head_dir's content (``git-tree:<sha>`` for a tree materialised from git),
     keys the graph cache instead of hashing every file.
     """
+    return start_blast_radius(policy, head_dir, changes, model, cache_dir=cache_dir, tree_id=tree_id)()
+
+
+def start_blast_radius(policy: Policy, head_dir: Path, changes: tuple[Change, ...],
+                       model: str | None, *, cache_dir: Path | object | None = _DEFAULT,
+                       tree_id: str | None = None) -> Callable[[], BlastRadius]:
+    """`compute_blast_radius` in two steps, so that the caller's own work runs while grimp scans: this call
+    looks the graph up and, on a miss, starts its build (`graph.start_module_graph`); calling the result
+    finishes the build, walks it and returns the radius (never raises, as `compute_blast_radius`). Its
+    `seconds` are the radius's own time: the graph's (`GraphLoad.seconds`: the lookup, the build's steps
+    and the scan's wall time) and the walk's, not the caller's work in between."""
     t0 = time.perf_counter()
     graphs = default_graph_cache_dir() if cache_dir is _DEFAULT else cache_dir
     assert graphs is None or isinstance(graphs, Path)
     try:
-        radius = _compute(policy, head_dir, changes, model, graphs, tree_id)
-    except (GraphBuildError, RegistryError, OSError) as exc:
-        radius = BlastRadius(computed=False, note=f"blast radius not computed: {exc}")
-    except Exception as exc:  # fail closed with the reason, never crash the verdict
-        radius = BlastRadius(computed=False,
-                             note=f"blast radius not computed: internal error {type(exc).__name__}: {exc}")
-    return radius.model_copy(update={"seconds": round(time.perf_counter() - t0, 3)})
+        pending = _start(policy, head_dir, changes, model, graphs, tree_id)
+    except Exception as exc:
+        failed = _failed(exc)
+        pending = lambda: (failed, None)  # noqa: E731
+    started = time.perf_counter() - t0
+
+    def finish() -> BlastRadius:
+        t1 = time.perf_counter()
+        try:
+            radius, own = pending()
+        except Exception as exc:
+            radius, own = _failed(exc), None
+        seconds = own if own is not None else started + (time.perf_counter() - t1)
+        return radius.model_copy(update={"seconds": round(seconds, 3)})
+
+    return finish
 
 
-def _compute(policy: Policy, head_dir: Path, changes: tuple[Change, ...], model: str | None,
-             cache_dir: Path | None, tree_id: str | None) -> BlastRadius:
+def _failed(exc: Exception) -> BlastRadius:
+    if isinstance(exc, GraphBuildError | RegistryError | OSError):
+        return BlastRadius(computed=False, note=f"blast radius not computed: {exc}")
+    # fail closed with the reason, never crash the verdict
+    return BlastRadius(computed=False,
+                       note=f"blast radius not computed: internal error {type(exc).__name__}: {exc}")
+
+
+def _start(policy: Policy, head_dir: Path, changes: tuple[Change, ...], model: str | None,
+           cache_dir: Path | None,
+           tree_id: str | None) -> Callable[[], tuple[BlastRadius, float | None]]:
+    """The radius's first step (the graph looked up or its build started) and the rest as a function, which
+    returns the radius and its own seconds (the graph's and the walk's; None without a graph)."""
     spec = policy.blast_radius
     present, removed = changed_module_paths(changes, spec.root_package)
     if not present and not removed:
-        return BlastRadius(computed=True,
+        done = BlastRadius(computed=True,
                            note=f"no Python module under {spec.root_package.replace('.', '/')}/ changed")
+        return lambda: (done, None)
     if not head_dir.is_dir():
         raise GraphBuildError(f"the head tree {head_dir} does not exist")
-    load = load_module_graph(head_dir, spec.root_package,
-                             exclude_type_checking=spec.exclude_type_checking_imports,
-                             cache_dir=cache_dir, tree_id=tree_id)
-    walk = _Walk(policy, head_dir, model, load.graph, present, removed, cache_dir)
-    walk.run()
-    return walk.radius(changes, load)
+    graph_of = start_module_graph(head_dir, spec.root_package,
+                                  exclude_type_checking=spec.exclude_type_checking_imports,
+                                  cache_dir=cache_dir, tree_id=tree_id)
+
+    def rest() -> tuple[BlastRadius, float | None]:
+        load = graph_of()
+        t0 = time.perf_counter()
+        walk = _Walk(policy, head_dir, model, load.graph, present, removed, cache_dir)
+        walk.run()
+        radius = walk.radius(changes, load)
+        return radius, load.seconds + (time.perf_counter() - t0)
+
+    return rest
 
 
 class _Walk:

@@ -2,9 +2,12 @@
 
 The cache key is a digest over the sorted (module path, content hash) pairs of the package's ``.py``
 files, the grimp version and the graph options, so a copy of the same tree in another directory, or the
-same tree with new mtimes, hits the cache, and any edit misses it. A cached graph is a JSON file of edges with
-their line numbers and line contents under ``~/.cache/fasttrack/graphs/`` (``$FASTTRACK_CACHE_DIR/graphs``
-when that is set).
+same tree with new mtimes, hits the cache, and any edit misses it. A cached graph is a marshal file of edges
+with their line numbers and line contents under ``~/.cache/fasttrack/graphs/``
+(``$FASTTRACK_CACHE_DIR/graphs`` when that is set).
+
+A build is two steps (`start_module_graph`): the first finds the files and starts grimp's Rust scan in a
+thread, so the caller's Python work runs beside it; the second waits for it and assembles the graph.
 
 Queries run on :class:`ModuleGraph`, a small adjacency built from either source, so a warm run never needs
 grimp at all.
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -25,9 +29,9 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -181,7 +185,36 @@ def tree_key(root: Path, package: str, *, exclude_type_checking: bool) -> tuple[
     return h.hexdigest(), files, count
 
 
+@functools.cache
 def _grimp_version() -> str:
+    """The installed grimp's version, for the cache key, read without importing grimp (a warm run never
+    does) or `importlib.metadata` (~25 ms of imports): the `Version:` of the one `grimp-*.dist-info` beside
+    the package `import grimp` would load; `importlib.metadata` when there is not exactly one."""
+    try:
+        spec = importlib.util.find_spec("grimp")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.origin:
+        return _grimp_version_from_metadata()
+    site = Path(spec.origin).parent.parent
+    try:
+        infos = [e.path for e in os.scandir(site)
+                 if e.name.startswith("grimp-") and e.name.endswith(".dist-info")]
+        if len(infos) == 1:
+            with open(os.path.join(infos[0], "METADATA"), encoding="utf-8") as fh:
+                for line in fh:
+                    if line.startswith("Version:"):
+                        return line[len("Version:"):].strip()
+                    if not line.strip():
+                        break  # the headers end at the first blank line
+    except OSError:
+        pass
+    return _grimp_version_from_metadata()
+
+
+def _grimp_version_from_metadata() -> str:
+    from importlib import metadata
+
     try:
         return metadata.version("grimp")
     except metadata.PackageNotFoundError:
@@ -194,6 +227,19 @@ def _grimp_version() -> str:
 def build_module_graph(root: Path, package: str, *, exclude_type_checking: bool,
                        files: dict[str, str] | None = None) -> ModuleGraph:
     """Build the graph with grimp from the tree at `root` (put first on sys.path; nothing is imported)."""
+    build = start_module_graph_build(root, package, exclude_type_checking=exclude_type_checking, files=files)
+    return build()[0]
+
+
+def start_module_graph_build(root: Path, package: str, *, exclude_type_checking: bool,
+                             files: dict[str, str] | None = None) -> Callable[[], tuple[ModuleGraph, float]]:
+    """`build_module_graph` in two steps: this call finds the package's files (grimp's `_find_packages`,
+    with `root` first on sys.path) and starts grimp's Rust scan of their imports in a thread (the scan
+    releases the GIL: the caller's Python work runs beside it); calling the result reads the files' string
+    references (still beside the scan), waits for the scan and assembles the graph. It returns the graph and
+    the build's own seconds (this call, the scan's wall time, and the assembly after it: what the build took
+    whatever the caller did meanwhile). GraphBuildError from either step."""
+    t0 = time.perf_counter()
     try:
         import grimp
     except ImportError as exc:  # pragma: no cover - grimp is a dependency
@@ -201,8 +247,6 @@ def build_module_graph(root: Path, package: str, *, exclude_type_checking: bool,
     pkg_dir = (root / package.replace(".", "/")).resolve()
     if not (pkg_dir / "__init__.py").is_file():
         raise GraphBuildError(f"{package.replace('.', '/')}/__init__.py is missing from the tree at {root}")
-    if files is None:
-        files = {m: r for r in iter_package_files(root, package) if (m := module_name(r)) is not None}
     top = package.split(".")[0]
     with _SYS_PATH_LOCK:
         if top in sys.modules:
@@ -217,51 +261,86 @@ def build_module_graph(root: Path, package: str, *, exclude_type_checking: bool,
             if origin is None or pkg_dir not in origin.parents:
                 raise GraphBuildError(f"package {package!r} resolves to {origin}, not to the tree at {root}")
             try:
-                scanned = _scan_direct(grimp, package, exclude_type_checking)
-                if scanned is None:
-                    scanned = _scan_public(grimp, package, exclude_type_checking)
+                # The package's files are found here, with the tree on sys.path; the scan that follows reads
+                # the files found (it needs no sys.path) and runs in a thread.
+                pending = _scan_direct(grimp, package, exclude_type_checking)
+                if pending is None:
+                    public = _scan_public(grimp, package, exclude_type_checking)
+                    pending = lambda: (public, 0.0)  # noqa: E731
             except Exception as exc:  # grimp reports syntax errors and odd layouts with its own exceptions
-                raise GraphBuildError(f"grimp could not build the graph of {package}: "
-                                      f"{type(exc).__name__}: {exc}") from None
+                raise _grimp_failed(package, exc) from None
         finally:
             with contextlib.suppress(ValueError):
                 sys.path.remove(entry)
             importlib.invalidate_caches()
-    module_set, edges = scanned
-    importers_of: dict[str, dict[str, tuple[ImportSite, ...]]] = {}
-    for (importer, imported), found in edges.items():
-        # Most edges have one import statement (18,829 of vLLM's 19,421): nothing to sort.
-        importers_of.setdefault(imported, {})[importer] = (
-            tuple(found) if len(found) == 1 else tuple(sorted(found, key=lambda s: s.line)))
-    modules = frozenset(module_set)
-    namers = find_string_references(root, files, package, modules)
-    return ModuleGraph(package=package, files=dict(files), importers_of=importers_of, modules=modules,
-                       namers_of=namers)
+    started = time.perf_counter() - t0
+    given = dict(files) if files is not None else None
+
+    def finish() -> tuple[ModuleGraph, float]:
+        t1 = time.perf_counter()
+        # Listed and searched beside the scan, if it still runs.
+        tree_files = given if given is not None else {
+            m: r for r in iter_package_files(root, package) if (m := module_name(r)) is not None}
+        named = collect_string_names(root, tree_files, package)
+        t2 = time.perf_counter()
+        try:
+            (module_set, edges), scan_seconds = pending()
+        except Exception as exc:  # the scan's own exception, raised in its thread
+            raise _grimp_failed(package, exc) from None
+        t3 = time.perf_counter()
+        # Most edges have one import statement (18,829 of vLLM's 19,421): nothing to sort or deduplicate.
+        importers_of = {imported: {importer: tuple(found) if len(found) == 1
+                                   else tuple(sorted(set(found), key=_site_line))
+                                   for importer, found in row.items()}
+                        for imported, row in edges.items()}
+        modules = frozenset(module_set)
+        graph = ModuleGraph(package=package, files=tree_files, importers_of=importers_of, modules=modules,
+                            namers_of=resolve_string_names(named, package, modules))
+        # The build's own time: finding the files, the scan (wall), the string search when the scan was
+        # already done by then, the assembly.
+        own = started + max(scan_seconds, t2 - t1) + (time.perf_counter() - t3)
+        return graph, own
+
+    return finish
 
 
-# What a scan gives: the graph's modules, and (importer, imported) -> the import statements' sites.
-_Scanned = tuple[set[str], dict[tuple[str, str], set[ImportSite]]]
+def _grimp_failed(package: str, exc: Exception) -> GraphBuildError:
+    return GraphBuildError(f"grimp could not build the graph of {package}: {type(exc).__name__}: {exc}")
+
+
+# What a scan gives: the graph's modules, and imported -> importer -> the import statements' sites (a list,
+# duplicates possible: `start_module_graph_build` deduplicates and sorts them).
+_Scanned = tuple[set[str], dict[str, dict[str, list[ImportSite]]]]
+
+
+def _site_line(site: ImportSite) -> int:
+    return site.line
 
 
 def _scan_public(grimp: Any, package: str, exclude_type_checking: bool) -> _Scanned:
     """grimp's public API: `build_graph`, then the details of every import read back from its graph."""
     g = grimp.build_graph(package, cache_dir=None, exclude_type_checking_imports=exclude_type_checking)
-    edges: dict[tuple[str, str], set[ImportSite]] = {}
+    edges: dict[str, dict[str, list[ImportSite]]] = {}
     for importer in g.modules:
         for imported in g.find_modules_directly_imported_by(importer):
             details = g.get_import_details(importer=importer, imported=imported)
-            edges[(importer, imported)] = {ImportSite(int(d["line_number"]), str(d["line_contents"]))
-                                           for d in details}
+            edges.setdefault(imported, {})[importer] = [
+                ImportSite(int(d["line_number"]), str(d["line_contents"])) for d in details]
     return set(g.modules), edges
 
 
-def _scan_direct(grimp: Any, package: str, exclude_type_checking: bool) -> _Scanned | None:
+def _scan_direct(grimp: Any, package: str,
+                 exclude_type_checking: bool) -> Callable[[], tuple[_Scanned, float]] | None:
     """The same modules and imports as `_scan_public`, from the two steps `build_graph` runs before it
     assembles its graph (find the package's files, scan their imports: grimp's Rust scanner), without that
     graph: `build_graph` adds every module and import to it one call at a time, and reading the details back
     costs one call per edge (about 0.25 s of CPU on vLLM's tree, a tenth of a cold verify). Those steps are
     grimp's own (`grimp.application.usecases`), private: None when this grimp has not got them as 3.20 has
-    them (then the public path runs). `tests/test_blast_graph.py` checks that both give the same graph."""
+    them (then the public path runs). `tests/test_blast_graph.py` checks that both give the same graph.
+
+    The files are found now; the scan runs in a thread of its own (grimp's Rust scanner holds no GIL while it
+    parses: the caller's Python runs beside it), and the result waits for it and returns the scan with the
+    scan's wall seconds (its exception, if it raised)."""
     if not _GRIMP_DIRECT.match(str(getattr(grimp, "__version__", ""))):
         return None
     from grimp.application import usecases as uc
@@ -269,18 +348,42 @@ def _scan_direct(grimp: Any, package: str, exclude_type_checking: bool) -> _Scan
 
     fs = settings.FILE_SYSTEM
     found = uc._find_packages(file_system=fs, package_names=[package])
-    by_module = uc._scan_packages(found_packages=found, file_system=fs.convert_to_basic(),
-                                  include_external_packages=False,
-                                  exclude_type_checking_imports=exclude_type_checking, cache_dir=None)
-    modules: set[str] = {ns for f in found for ns in f.namespace_packages}
-    edges: dict[tuple[str, str], set[ImportSite]] = {}
-    for module, direct in by_module.items():
-        modules.add(module.name)
-        for d in direct:
-            modules.add(d.imported.name)
-            edges.setdefault((d.importer.name, d.imported.name), set()).add(
-                ImportSite(int(d.line_number), str(d.line_contents)))
-    return modules, edges
+    basic = fs.convert_to_basic()
+
+    def scan() -> tuple[Any, float]:
+        t0 = time.perf_counter()
+        by_module = uc._scan_packages(found_packages=found, file_system=basic,
+                                      include_external_packages=False,
+                                      exclude_type_checking_imports=exclude_type_checking, cache_dir=None)
+        return by_module, time.perf_counter() - t0
+
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fasttrack-grimp")
+    future = pool.submit(scan)
+    pool.shutdown(wait=False)
+
+    def result() -> tuple[_Scanned, float]:
+        by_module, seconds = future.result()
+        modules: set[str] = {ns for f in found for ns in f.namespace_packages}
+        add = modules.add
+        edges: dict[str, dict[str, list[ImportSite]]] = {}
+        site = ImportSite
+        for module, direct in by_module.items():
+            add(module.name)
+            for d in direct:
+                imported = d.imported.name
+                importer = d.importer.name
+                at = site(int(d.line_number), str(d.line_contents))
+                row = edges.get(imported)
+                if row is None:
+                    add(imported)
+                    edges[imported] = {importer: [at]}
+                elif (sites := row.get(importer)) is None:
+                    row[importer] = [at]
+                else:
+                    sites.append(at)
+        return (modules, edges), seconds
+
+    return result
 
 
 # The grimp versions whose private build steps `_scan_direct` was checked against (the others: public API).
@@ -297,9 +400,22 @@ def find_string_references(root: Path, files: Mapping[str, str], package: str,
     or `"pkg.a.b.Cls"` (the longest prefix that is a module). Read as bytes with one pattern (only files
     holding a quoted `pkg.` are searched), never parsed: a module name in a string is there to be loaded
     (`import_module`, `__import__`, `sys.modules.get`, a table of module names); a name in a comment or
-    docstring is kept too (fail closed: a false edge is named in the radius, a missed one is not)."""
+    docstring is kept too (fail closed: a false edge is named in the radius, a missed one is not).
+    Two steps (`collect_string_names`, which needs no graph, then `resolve_string_names`), so the graph
+    build reads the files while grimp's scan runs."""
+    return resolve_string_names(collect_string_names(root, files, package), package, modules)
+
+
+# namer -> the dotted names it quotes that start with the package, each with its line and the line's text
+_Named = list[tuple[str, list[tuple[str, int, str]]]]
+
+
+def collect_string_names(root: Path, files: Mapping[str, str], package: str) -> _Named:
+    """The first step of `find_string_references`: every quoted dotted name under `package` in each file,
+    with its line (the modules they name are decided once the graph's modules are known)."""
     prefix = package.encode() + b"."
-    out: dict[str, dict[str, tuple[ImportSite, ...]]] = {}
+    prefix_str = package + "."
+    out: _Named = []
     base = os.fsencode(root) + b"/"
     for namer, rel in sorted(files.items()):
         try:
@@ -310,21 +426,37 @@ def find_string_references(root: Path, files: Mapping[str, str], package: str,
         if not _quoted_at(raw, prefix):
             continue
         lines: list[bytes] | None = None
+        found: list[tuple[str, int, str]] = []
+        line, at = 1, 0  # the line number of offset `at` (matches come in order: counted incrementally)
         for m in _STRING_NAME.finditer(raw):
             name = m.group(1).decode()
-            if not name.startswith(package + "."):
+            if not name.startswith(prefix_str):
                 continue
+            if lines is None:
+                lines = raw.splitlines()
+            line += raw.count(b"\n", at, m.start())
+            at = m.start()
+            text = lines[line - 1].decode("utf-8", "replace").strip() if line <= len(lines) else ""
+            found.append((name, line, text[:200]))
+        if found:
+            out.append((namer, found))
+    return out
+
+
+def resolve_string_names(named: _Named, package: str,
+                         modules: frozenset[str]) -> dict[str, dict[str, tuple[ImportSite, ...]]]:
+    """The second step of `find_string_references`: each quoted name's longest prefix that is a module of
+    the graph (not the package itself, not the namer), named -> namer -> sites."""
+    out: dict[str, dict[str, tuple[ImportSite, ...]]] = {}
+    for namer, found in named:
+        for name, line, text in found:
             while name and name not in modules:
                 name = name.rpartition(".")[0]
             if not name or name in (package, namer):
                 continue
-            if lines is None:
-                lines = raw.splitlines()
-            line = raw.count(b"\n", 0, m.start()) + 1
-            text = lines[line - 1].decode("utf-8", "replace").strip() if line <= len(lines) else ""
             sites = out.setdefault(name, {}).get(namer, ())
             if all(s.line != line for s in sites):
-                out[name][namer] = (*sites, ImportSite(line, text[:200]))
+                out[name][namer] = (*sites, ImportSite(line, text))
     return out
 
 
@@ -360,8 +492,10 @@ def _to_bytes(graph: ModuleGraph, key: str) -> bytes:
     """The cache file's bytes (the shape described above, checked by `_from_bytes`)."""
     def rows(edges: dict[str, dict[str, tuple[ImportSite, ...]]]) -> tuple[
             tuple[str, str, tuple[tuple[int, str], ...]], ...]:
-        return tuple((src, dst, tuple((s.line, s.contents) for s in sites))
-                     for dst, srcs in sorted(edges.items()) for src, sites in sorted(srcs.items()))
+        # In the graph's order, not sorted (~7 ms): a graph built by grimp has its scan's order, which no
+        # reader depends on (the walk sorts what it reports).
+        return tuple((src, dst, tuple((s.line, s.contents) for s in sites)) for dst, srcs in edges.items()
+                     for src, sites in srcs.items())
 
     return marshal.dumps((GRAPH_FORMAT, key, graph.package, tuple(sorted(graph.modules)), dict(graph.files),
                           rows(graph.importers_of), rows(graph.namers_of)))
@@ -459,6 +593,15 @@ def load_module_graph(root: Path, package: str, *, exclude_type_checking: bool, 
     already names the tree's content (a git tree sha, for a tree materialised from it), which saves reading
     the files on a warm run. `cache_dir=None` disables the cache (always build, never write).
     """
+    return start_module_graph(root, package, exclude_type_checking=exclude_type_checking, cache_dir=cache_dir,
+                              tree_id=tree_id)()
+
+
+def start_module_graph(root: Path, package: str, *, exclude_type_checking: bool, cache_dir: Path | None,
+                       tree_id: str | None = None) -> Callable[[], GraphLoad]:
+    """`load_module_graph` in two steps: the cache is looked up now and, on a miss, the build started
+    (`start_module_graph_build`: grimp's scan runs in a thread); calling the result waits for the build,
+    writes the cache and returns the load. A GraphBuildError is raised by either step."""
     t0 = time.perf_counter()
     files: dict[str, str] | None = None
     count = 0
@@ -470,11 +613,20 @@ def load_module_graph(root: Path, package: str, *, exclude_type_checking: bool, 
     if cache_file is not None:
         cached = _read_cache(cache_file, key)
         if cached is not None:
-            return GraphLoad(cached, key, True, time.perf_counter() - t0, count, cache_file)
-    graph = build_module_graph(root, package, exclude_type_checking=exclude_type_checking, files=files)
-    if cache_file is not None:
-        _write_cache(cache_file, graph, key)
-    return GraphLoad(graph, key, False, time.perf_counter() - t0, count or len(graph.files), cache_file)
+            load = GraphLoad(cached, key, True, time.perf_counter() - t0, count, cache_file)
+            return lambda: load
+    keyed = time.perf_counter() - t0
+    build = start_module_graph_build(root, package, exclude_type_checking=exclude_type_checking, files=files)
+
+    def finish() -> GraphLoad:
+        graph, own = build()
+        t1 = time.perf_counter()
+        if cache_file is not None:
+            _write_cache(cache_file, graph, key)
+        seconds = keyed + own + (time.perf_counter() - t1)
+        return GraphLoad(graph, key, False, seconds, count or len(graph.files), cache_file)
+
+    return finish
 
 
 # ----------------------------------------------------------------------------------------- source scopes

@@ -125,10 +125,20 @@ def _policy_relpath(ctx: Context) -> str | None:
         return None
 
 
+# The Context's memo key under which the verify pipeline leaves the facts it gathered for exactly that Context
+# (`pipeline.build`: gathered while grimp scans). A Context derived with `dataclasses.replace` starts with an
+# empty memo, so its facts are gathered again: they are never a copy's stale ones.
+GATHERED = "facts:gathered"
+
+
 def gather_facts(ctx: Context) -> Facts:
-    """The Context's facts: every read the rules depend on, done now (a Facts is returned as it is)."""
+    """The Context's facts: every read the rules depend on, done now (a Facts is returned as it is, and so
+    are the facts already gathered for this very Context, `GATHERED`)."""
     if isinstance(ctx, Facts):
         return ctx
+    gathered = ctx._memo.get(GATHERED)
+    if isinstance(gathered, Facts):
+        return gathered
     from fasttrack.evidence import analysis as an
     from fasttrack.evidence import yardstick_facts as yf
     from fasttrack.evidence.digest import contribution_digest

@@ -10,10 +10,12 @@ ready. It is used only when the plan's pre-imports begin with exactly that stack
 is killed and a child started with its plan runs, as without the prestart. Until it is handed its plan it has
 run nothing but those imports, in the same sandbox, interpreter, environment and limits.
 
-While the child runs, this process builds the import graph, then gathers the facts (`fasttrack.facts`) and
-imports the rules, so that once the trace answers only judging is left; on that path the Context returned is
-already the Facts (with the trace). The rules and the renderers are imported only here and in the judge,
-after the prestart (numpy only where evidence is analysed).
+The import graph's build is started (`start_blast_radius`: grimp's Rust scan runs in a thread of its own,
+holding no GIL), then this process gathers the facts (`fasttrack.facts`) and imports the rules beside the
+scan, then finishes the radius; none of the facts reads the radius. So, traced or not, the Context returned
+is already the Facts (with the radius and the trace), and once the trace answers only judging is left. The
+rules and the renderers are imported only here and in the judge, after the prestart (numpy only where
+evidence is analysed).
 """
 
 from __future__ import annotations
@@ -34,6 +36,10 @@ if TYPE_CHECKING:
     from fasttrack.confinement.trace.sandbox import Warm
     from fasttrack.verdict import BlastRadius
 
+    # How a mode's loader hands back the radius: a function that starts it (the graph looked up or its build
+    # started) and returns the function that finishes it.
+    RadiusStart = Callable[[], Callable[[], BlastRadius]]
+
 
 def trace_enabled(opts: VerifyOptions) -> bool:
     return trace_wanted(opts.trace)
@@ -41,14 +47,13 @@ def trace_enabled(opts: VerifyOptions) -> bool:
 
 # The mode's loaders are imported when called, after the prestart: the child imports the engine stack
 # meanwhile.
-def build_range_context(opts: VerifyOptions, cwd: Path) -> tuple[Context, Callable[[], BlastRadius]]:
+def build_range_context(opts: VerifyOptions, cwd: Path) -> tuple[Context, RadiusStart]:
     from fasttrack.pipeline.range_mode import build_range_context as build
 
     return build(opts, cwd)
 
 
-def build_contribution_context(opts: VerifyOptions,
-                               cwd: Path) -> tuple[Context, Callable[[], BlastRadius]]:
+def build_contribution_context(opts: VerifyOptions, cwd: Path) -> tuple[Context, RadiusStart]:
     from fasttrack.pipeline.contribution_mode import build_contribution_context as build
 
     return build(opts, cwd)
@@ -68,15 +73,15 @@ def build_context(opts: VerifyOptions, *, warm: Warm | None = None) -> Context:
         warm = prestart_trace(cache_dir)
     try:
         if opts.base is not None or opts.head is not None:
-            ctx, blast = build_range_context(opts, cwd)
+            ctx, start_radius = build_range_context(opts, cwd)
         else:
-            ctx, blast = build_contribution_context(opts, cwd)
+            ctx, start_radius = build_contribution_context(opts, cwd)
         if not traced:
-            return dataclasses.replace(ctx, blast_radius=blast())
+            return _facts_with_radius(ctx, start_radius)
         from fasttrack.confinement.trace.gather import prepare_trace, run_prepared
+        from fasttrack.facts.gather import gather_facts
 
-        # Planned, keyed and looked up here, before the graph build (grimp holds the GIL: Python work in a
-        # thread beside it slows both).
+        # Planned, keyed and looked up here, before the graph build starts.
         prepared = prepare_trace(ctx, cache_dir=cache_dir)
     except BaseException:
         if warm is not None:
@@ -85,7 +90,7 @@ def build_context(opts: VerifyOptions, *, warm: Warm | None = None) -> Context:
     if prepared.plan is None:
         if warm is not None:
             warm.close()
-        return dataclasses.replace(ctx, blast_radius=blast(), trace=prepared.hit)
+        return _facts_with_radius(dataclasses.replace(ctx, trace=prepared.hit), start_radius)
 
     # The effect trace runs the PR's code (sandboxed): it is a fact gathered here, before any rule runs. Its
     # subprocess runs while this process builds the import graph (neither reads the other's result: the
@@ -95,21 +100,39 @@ def build_context(opts: VerifyOptions, *, warm: Warm | None = None) -> Context:
     trace = pool.submit(run_prepared, prepared, cancel=cancel, warm=warm)
     pool.shutdown(wait=False)
     try:
-        radius = blast()
-        # Still waiting for the child (it imports the engine stack): gather the facts the rules read, none of
-        # which depends on the trace, and import the rules, so that only judging is left once it answers.
-        facts = _facts_beside(dataclasses.replace(ctx, blast_radius=radius))
+        # Still waiting for the child (it imports the engine stack): the radius and the facts the rules read,
+        # none of which depends on the trace, and the rules imported, so only judging is left once it answers.
+        facts = gather_facts(_facts_with_radius(ctx, start_radius))
     except BaseException:
         cancel.set()  # the verdict will not be written: stop the child rather than wait for it
         raise
-    traced_facts = dataclasses.replace(facts, trace=trace.result())
-    traced_facts._memo.update(facts._memo)  # the values computed once per run carry over
-    return traced_facts
+    return _carry_memo(dataclasses.replace(facts, trace=trace.result()), facts)
+
+
+def _facts_with_radius(ctx: Context, start_radius: RadiusStart) -> Context:
+    """The Context with its blast radius, its facts gathered: the radius is started (grimp's scan runs in its
+    thread), the facts gathered and the rules imported beside the scan (none reads the radius), then the
+    radius finished. The facts are left in the returned Context's memo (`gather.GATHERED`), where the judge
+    finds them; a Context derived from it gathers its own."""
+    from fasttrack.facts.gather import GATHERED
+
+    finish_radius = start_radius()
+    facts = _facts_beside(ctx)
+    radius = finish_radius()
+    gathered = _carry_memo(dataclasses.replace(facts, blast_radius=radius), facts)
+    judged = _carry_memo(dataclasses.replace(ctx, blast_radius=radius), gathered)
+    judged._memo[GATHERED] = gathered
+    return judged
+
+
+def _carry_memo(new: Context, old: Context) -> Context:
+    new._memo.update(old._memo)  # the values computed once per run carry over
+    return new
 
 
 def _facts_beside(ctx: Context) -> Context:
     """The Context's facts (`fasttrack.facts.gather`) and the rules imported: the work a verify run does
-    after the trace, done while the trace's child still runs."""
+    besides the radius and the trace, done while they run."""
     from fasttrack.facts.gather import gather_facts
     from fasttrack.rules import all_rules
 

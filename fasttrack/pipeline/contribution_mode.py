@@ -33,8 +33,9 @@ from fasttrack.verdict import BlastRadius, ChangeStatus
 
 
 def build_contribution_context(opts: VerifyOptions,
-                                cwd: Path) -> tuple[Context, Callable[[], BlastRadius]]:
-    """The contribution's Context without its blast radius, and the function that computes the radius."""
+                                cwd: Path) -> tuple[Context, Callable[[], Callable[[], BlastRadius]]]:
+    """The contribution's Context without its blast radius, and the function that starts the radius (the
+    overlay laid, the graph looked up or its build started) and returns the function that finishes it."""
     if opts.repo is not None and not opts.repo.is_dir():
         raise InputError("not a directory", path=opts.repo, field="--repo",
                          fix="pass the checkout that holds the contribution")
@@ -107,21 +108,22 @@ def build_contribution_context(opts: VerifyOptions,
         evidence_dir = root / "evidence" / manifest.contribution.name
     evidence_dir, evidence = load_evidence_dir(evidence_dir)
 
-    def blast() -> BlastRadius:
+    def blast() -> Callable[[], BlastRadius]:
         if engine is None:
-            return BlastRadius(computed=False, note=(
+            missing = BlastRadius(computed=False, note=(
                 f"contribution mode: no {policy.engine} {policy.engine_version} source tree to lay the "
                 f"contribution over: fetch it with `python -m fasttrack.engine_tree {policy.engine_version}` "
                 f"(it lands in {cache_root() / f'{policy.engine}-{policy.engine_version}'}), or pass "
                 f"--engine-tree DIR, or set {ENGINE_TREE_ENV})"))
-        from fasttrack.confinement.blast_radius import compute_blast_radius
+            return lambda: missing
+        from fasttrack.confinement.blast_radius import start_blast_radius
 
         overlay = overlay_tree(engine, sources)
         engine_changes = tuple(Change(status=c.status, path=engine_paths[c.path], old_mode=c.old_mode,
                                       new_mode=c.new_mode, binary=c.binary, symlink_target=c.symlink_target,
                                       hunks=c.hunks, added_lines=c.added_lines, removed_lines=c.removed_lines)
                                for c in change_set)
-        return compute_blast_radius(policy, overlay, engine_changes, model)
+        return start_blast_radius(policy, overlay, engine_changes, model)
 
     ctx = Context(
         policy=policy, policy_path=policy_path, mode="contribution", head_dir=root, changes=change_set,

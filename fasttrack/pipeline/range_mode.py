@@ -103,11 +103,14 @@ def _head_dir_async(top: Path, head: Revision) -> Callable[[], Path]:
     return wait
 
 
-def build_range_context(opts: VerifyOptions, cwd: Path) -> tuple[Context, Callable[[], BlastRadius]]:
-    """The range's Context without its blast radius, and the function that computes the radius."""
+def build_range_context(opts: VerifyOptions,
+                        cwd: Path) -> tuple[Context, Callable[[], Callable[[], BlastRadius]]]:
+    """The range's Context without its blast radius, and the function that starts the radius (the graph
+    looked up or its build started; `start_blast_radius`) and returns the function that finishes it."""
     if opts.base is None:
         raise InputError("--head needs --base", field="--base", fix="pass --base REV (the PR's merge base)")
-    policy_path = resolve_policy_path(opts, root_of(cwd))
+    # The checkout's top level is looked up only when the policy is not given (one git run less).
+    policy_path = opts.policy if opts.policy is not None else resolve_policy_path(opts, root_of(cwd))
     policy = load_policy(policy_path)
     model_arg = check_model(opts.model)
     top = check_repo(opts.repo or cwd)
@@ -159,7 +162,7 @@ def build_range_context(opts: VerifyOptions, cwd: Path) -> tuple[Context, Callab
         evidence_dir = None
     evidence_dir, evidence = load_evidence_dir(evidence_dir)
 
-    from fasttrack.confinement.blast_radius import compute_blast_radius
+    from fasttrack.confinement.blast_radius import start_blast_radius
 
     # A tree materialised from git is named by its tree sha: the graph cache is keyed by it without reading
     # every file. The working tree (WORKTREE) may hold ignored files grimp would see: it is hashed.
@@ -173,5 +176,5 @@ def build_range_context(opts: VerifyOptions, cwd: Path) -> tuple[Context, Callab
         known_models=known, base_texts=base_texts, real_paths=real_paths, new_models=new_models,
         unregistered_dirs=unregistered,
     )
-    return ctx, lambda: compute_blast_radius(policy, head_dir, changes, model, tree_id=tree_id)
+    return ctx, lambda: start_blast_radius(policy, head_dir, changes, model, tree_id=tree_id)
 

@@ -118,7 +118,6 @@ def _run(args: list[str], debug: bool) -> int:
         # command only (a caller running main() in its own process gets it back); run_verify as a library
         # and the trace's child (a fresh interpreter) keep theirs.
         gc.disable()
-        _no_pydantic_plugins()
     try:
         return _dispatch(args, debug, started)
     finally:
@@ -126,24 +125,6 @@ def _run(args: list[str], debug: bool) -> int:
             warm.close()  # a no-op once the run took it; kills it when the command stopped before
         if collecting:
             gc.enable()
-
-
-def _no_pydantic_plugins() -> None:
-    """pydantic looks for plugins (the `pydantic` entry points of every installed distribution) when it
-    builds its first model, through `importlib.metadata`, whose import alone (email, zipfile, csv) is ~25 ms
-    of a verify run's CPU. fasttrack's models use no plugin, and its verdict is not to depend on code the
-    environment installs to watch every validation: for the verify command this process's pydantic is told
-    there is none, as `PYDANTIC_DISABLE_PLUGINS=__all__` would, without the import (its plugin loader's one
-    function, `get_plugins`, answers none). Nothing is changed once pydantic has loaded its loader, nor in a
-    child process (the effect trace's child imports the engine's own pydantic, untouched)."""
-    name = "pydantic.plugin._loader"
-    if name in sys.modules:
-        return
-    import types
-
-    loader = types.ModuleType(name, "fasttrack: no pydantic plugins in the verify command's process")
-    loader.get_plugins = lambda: ()  # type: ignore[attr-defined]
-    sys.modules[name] = loader
 
 
 def _dispatch(args: list[str], debug: bool, started: list[Warm]) -> int:

@@ -361,9 +361,16 @@ class EscapesSpec(Strict):
         "threading.get_ident", "threading.get_native_id", "threading.main_thread", "threading.active_count",
         "shutil.which", "shutil.disk_usage", "shutil.get_terminal_size", "gc.collect", "gc.isenabled",
         "gc.is_tracked", "signal.getsignal", "signal.Signals", "signal.strsignal", "signal.valid_signals",
-        "ctypes.sizeof", "ctypes.c_*", "ctypes.POINTER", "ctypes.pointer", "ctypes.byref", "ctypes.addressof",
-        "ctypes.Structure", "ctypes.Union", "ctypes.alignment", "ctypes.util.find_library",
-        "ctypes.get_errno", "ctypes.cast", "ctypes.string_at",
+        # ctypes: values and their sizes only. Pointers (`pointer`, `POINTER`, `cast`, `addressof`) and a
+        # type's `from_address` / `from_buffer` reach any memory of the process with no audit event (a
+        # write through a pointer's index edits an interned string): FT146, not granted to model code.
+        "ctypes.sizeof", "ctypes.byref", "ctypes.Structure", "ctypes.Union", "ctypes.alignment",
+        "ctypes.util.find_library", "ctypes.get_errno", "ctypes.string_at",
+        *(f"ctypes.c_{t}" for t in (
+            "bool", "byte", "char", "char_p", "double", "float", "int", "int8", "int16", "int32", "int64",
+            "long", "longdouble", "longlong", "short", "size_t", "ssize_t", "ubyte", "uint", "uint8",
+            "uint16",
+            "uint32", "uint64", "ulong", "ulonglong", "ushort", "void_p", "wchar", "wchar_p")),
         "sysconfig.get_*", "multiprocessing.get_*", "site.get*",
         "torch.compiler.is_*", "torch.compiler.disable", "torch.compiler.assume_constant_result",
         "torch.compiler.cudagraph_mark_step_begin", "triton.runtime.driver.active.*get_*",

@@ -287,6 +287,7 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
         self._check_other_module_method(node, scope)
         self._check_writer_values(node, scope)
         self._check_manual_enter(node, scope)
+        self._check_native_memory(node)
         self._check_methodcaller(node, scope)
         self._check_thread_start(node, scope, import_time)
         callee = self.resolve(node.func, scope)

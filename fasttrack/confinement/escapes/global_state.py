@@ -47,6 +47,9 @@ _READ_FLAGS = frozenset({"O_RDONLY", "O_CLOEXEC", "O_NONBLOCK", "O_NOFOLLOW", "O
                          "O_BINARY", "O_NOATIME", "O_PATH", "O_LARGEFILE", "O_NOINHERIT"})
 
 
+_NATIVE_MEMORY_METHODS = frozenset({"from_address"})
+
+
 def _writes(mode: str) -> bool:
     return any(c in _WRITE_MODE for c in mode)
 
@@ -96,6 +99,20 @@ class GlobalStateChecks(CheckBase):
                             f"(line {getattr(start, 'lineno', '?')}): it outlives the import and runs "
                             "beside the engine (start it from the model's code at run time)",
                             target="<thread>.start")
+
+    def _check_native_memory(self, node: ast.Call) -> None:
+        """`T.from_address(n)` on any receiver (a ctypes type, an array type `(c_char * 4)`, the model's own
+        `Structure` subclass): an object over memory at an address the code chose, which reaches any object
+        of the process with no audit event the trace could see. The name is ctypes' own: fail closed on it,
+        whatever the scan can tell of the receiver."""
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else None
+        if isinstance(node.func, ast.Name) and node.func.id == "getattr" and len(node.args) >= 2 and \
+                isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str):
+            name = node.args[1].value  # `getattr(T, 'from_address')`
+        if name in _NATIVE_MEMORY_METHODS:
+            self.report(GLOBAL_STATE, node, f"reaches `.{name}(...)`: a ctypes object over memory at an "
+                        "address the code chose reaches any object of the process (model code may not use "
+                        "raw memory; keep data in tensors or own objects)", target=name)
 
     def _check_manual_enter(self, node: ast.Call, scope: _Scope) -> None:
         """`torch.no_grad().__enter__()` or `stack.enter_context(cm)` outside a `with`: a scoped switch

@@ -35,6 +35,7 @@ from fasttrack.confinement.escapes.common import (
 from fasttrack.confinement.escapes.dynamic_code import DynamicCodeChecks, runs_source_text
 from fasttrack.confinement.escapes.global_state import GlobalStateChecks
 from fasttrack.confinement.escapes.monkeypatch import MonkeypatchChecks
+from fasttrack.confinement.escapes.named import NamedResolution
 from fasttrack.confinement.escapes.registries import RegistryChecks
 from fasttrack.confinement.escapes.scope import (
     _BOUND,
@@ -46,10 +47,12 @@ from fasttrack.confinement.escapes.scope import (
     _Scope,
 )
 from fasttrack.confinement.escapes.torch_library import TorchLibraryChecks
+from fasttrack.confinement.escapes.transformers import StdlibEffectChecks
 from fasttrack.policy import EscapesSpec
 
 
-class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibraryChecks,
+class Analyser(StdlibEffectChecks, NamedResolution, MonkeypatchChecks, GlobalStateChecks, RegistryChecks,
+               TorchLibraryChecks,
                DynamicCodeChecks):
     """Every checker over one file; `check` dispatches each collected node."""
 
@@ -260,6 +263,7 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
         self._check_thread_start(node, scope, import_time)
         callee = self.resolve(node.func, scope)
         self._check_source_runners(node, callee)
+        self._check_stdlib_effects(node, callee, scope, import_time)
         if isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Call):
             sup = self.resolve(node.func.value.func, scope)
             if sup is not None and sup.qualname == "builtins.super":

@@ -21,7 +21,7 @@ from fasttrack.confinement.escapes.common import (
 from fasttrack.confinement.escapes.dynamic_code import DynamicCodeChecks
 from fasttrack.confinement.escapes.fds import made_fd
 from fasttrack.confinement.escapes.global_state import GlobalStateChecks
-from fasttrack.confinement.escapes.scope import _BOUND, _OF_FOREIGN, _Ref, _Scope
+from fasttrack.confinement.escapes.scope import _BOUND, _OF_FOREIGN, _PARTIAL, _Ref, _Scope
 from fasttrack.confinement.escapes.stdlib_effects import (
     CODE_RUNNERS,
     DOCTEST_RUNNERS,
@@ -102,28 +102,57 @@ class StdlibEffectChecks(GlobalStateChecks, DynamicCodeChecks):
                 return made, t, True
         return None
 
-    def _check_transformer(self, node: ast.Call, name: str | None, scope: _Scope) -> None:
-        found = self._transformer_of(node.func, scope)
+    def _targets(self, node: ast.Call, scope: _Scope) -> tuple[str, Transformer, list[ast.expr | str]] | None:
+        """The transformer `node` applies and the arguments it mutates (a node, or the dotted name of a
+        foreign object a partial bound): called directly, as the decorator a factory made, through
+        `functools.partial(T, ...)` (the partial's arguments first), or over the elements of an iterable by
+        `map(T, xs)`."""
+        func = node.func
+        if isinstance(func, ast.Call) and func.args and \
+                callable_name(self.resolve(func.func, scope)) == "functools.partial":
+            inner = ast.copy_location(ast.Call(func=func.args[0], args=[*func.args[1:], *node.args],
+                                               keywords=[*func.keywords, *node.keywords]), node)
+            self._kept.append(inner)  # `partial(dataclass, frozen=True)(C)` is `dataclass(C, frozen=True)`
+            return self._targets(inner, scope)
+        callee = self.resolve(func, scope)
+        if callee is not None and callee.origin == "local" and callee.qualname == _PARTIAL and \
+                callee.elements and callable_name(callee.elements[0]) in TRANSFORMERS:
+            what = callable_name(callee.elements[0]) or ""
+            bound: list[ast.expr | str] = [t.qualname for t in callee.elements[1:] if self.foreign(t)]
+            return what, TRANSFORMERS[what], bound + list(node.args[:1])
+        if callable_name(callee) == "builtins.map" and len(node.args) >= 2:
+            found = self._transformer_of(node.args[0], scope)
+            if found is not None and (found[2] or found[1].positions):
+                elems = [ast.copy_location(ast.Subscript(value=a, slice=ast.Constant(0), ctx=ast.Load()), a)
+                         for a in node.args[1:2]]
+                self._kept.extend(elems)  # `map(dataclass, [C])`: each element of the iterable
+                return found[0], found[1], list(elems)
+            return None
+        found = self._transformer_of(func, scope)
         if found is None:
-            return
+            return None
         what, t, applied = found
         if applied:
-            targets = [_arg(node, 0)]
-        elif t.positions:
-            pos = next((p for p in t.positions if isinstance(p, int)), 0)
-            targets = [_arg(node, pos, *(p for p in t.positions if isinstance(p, str)))]
-        else:
-            return  # the factory itself (`dataclass_transform()`): the decorator it makes is judged
+            return what, t, [a for a in [_arg(node, 0)] if a is not None]
+        if not t.positions:
+            return None  # the factory itself (`dataclass_transform()`): the decorator it makes is judged
+        pos = next((p for p in t.positions if isinstance(p, int)), 0)
+        target = _arg(node, pos, *(p for p in t.positions if isinstance(p, str)))
+        return what, t, [target] if target is not None else []
+
+    def _check_transformer(self, node: ast.Call, name: str | None, scope: _Scope) -> None:
+        found = self._targets(node, scope)
+        if found is None:
+            return
+        what, t, targets = found
         for target in targets:
-            if target is None:
-                continue
-            owner = self._not_owned(target, scope)
+            owner = target if isinstance(target, str) else self._not_owned(target, scope)
             if owner is not None:
                 self.report(MONKEYPATCH, node, f"applies `{what}` to `{owner}`, which the contribution does "
                             f"not own: it {t.what}, rewriting the object in place for every user of it",
                             target=owner)
                 return
-            ref = self.resolve(target, scope)
+            ref = self.resolve(target, scope) if not isinstance(target, str) else None
             if ref is not None and ref.origin == "param":
                 self._record_param_write(ref, node)  # a helper transforming what it is given
 

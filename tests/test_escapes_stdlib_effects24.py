@@ -33,6 +33,8 @@ ATTACKS: dict[str, str] = {
     "timeit-repeat-literal": "import timeit\ntimeit.repeat('import sys; sys.path.clear()', number=1)  # <-\n",
     "doctest-testmod": "import doctest\ndoctest.testmod()  # <-\n",
     "doctest-foreign-object": "import doctest, json\ndoctest.run_docstring_examples(json.dumps, {})  # <-\n",
+    "timeit-param-stmt": "import timeit\ndef bench(stmt):\n    return timeit.timeit(stmt, number=1)  # <-\n",
+    "shared-codec-info": "import codecs\ncodecs.lookup('utf-8').encode = print  # <-\n",
     "table-softkwlist": "import keyword\nkeyword.softkwlist.extend(['x'])  # <-\n",
     "table-uses-netloc": "import urllib.parse\nurllib.parse.uses_netloc.append('evil')  # <-\n",
     "setter-gettext-install": "import gettext\ngettext.install('x')  # <-\n",
@@ -66,6 +68,11 @@ HONEST: dict[str, str] = {
     "own-helper-transforms-own": "import dataclasses\ndef mk(c):\n    return dataclasses.dataclass(c)\n"
                                  "class A:\n    x: int = 0\nmk(A)\n",
     "own-timeit-literal": "import timeit\nT = timeit.timeit('1 + 1', number=1)\n",
+    "own-timeit-callables": "import timeit, codecs\nclass Own:\n    def __call__(self):\n        pass\n"
+                            "    def m(self):\n        pass\ndef step(n):\n    pass\n"
+                            "T = timeit.timeit(functools.partial(step, 1), number=1)\n"
+                            "T2 = timeit.timeit(Own(), number=1)\nT3 = timeit.Timer(Own().m).timeit(1)\n"
+                            "N = codecs.lookup('utf-8').name\n",
     "own-doctest": "import doctest\ndef f():\n    '''\n    >>> 1 + 1\n    2\n    '''\n"
                    "doctest.run_docstring_examples(f, {})\n",
     "own-hints-by-key": "import typing\nclass Own:\n    pass\nclass K:\n    a: 'Own'\n"

@@ -77,8 +77,10 @@ class NamedResolution(Resolver):
         if name == "typing.get_args" and node.args and isinstance(node.args[0], ast.Subscript):
             sl = node.args[0].slice  # get_args(X[a, b]) is (a, b): what a and b are
             return self._container(sl.elts if isinstance(sl, ast.Tuple) else [sl], scope)
-        if name in SHARED_RESULTS and callee.origin == "import" and not node.args and not node.keywords:
-            return _Ref("import", SHARED_RESULTS[name])
+        if name in SHARED_RESULTS and callee.origin == "import":
+            result, bare = SHARED_RESULTS[name]
+            if not bare or not (node.args or node.keywords):
+                return _Ref("import", result)
         return None
 
     # -- annotations ---------------------------------------------------------------------------------------

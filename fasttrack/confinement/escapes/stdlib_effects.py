@@ -122,13 +122,14 @@ MODULE_STATE_SETTERS: dict[str, str] = {
     "readline.*": "the process's line editor state (history, completer, key bindings)",
 }
 
-# calls returning a module's shared object (a cache, a class): name -> what the result is
-SHARED_RESULTS: dict[str, str] = {
-    "sysconfig.get_config_vars": "sysconfig._CONFIG_VARS",
-    "distutils.sysconfig.get_config_vars": "distutils.sysconfig._config_vars",
-    "logging.getLoggerClass": "logging.Logger",
-    "logging.getLogRecordFactory": "logging.LogRecord",
-    "codecs.lookup": "codecs._cache[*]",
+# calls returning a module's shared object (a cache, a class): name -> (what the result is, whether only
+# when called without arguments: `get_config_vars('A')` is a new list of values)
+SHARED_RESULTS: dict[str, tuple[str, bool]] = {
+    "sysconfig.get_config_vars": ("sysconfig._CONFIG_VARS", True),
+    "distutils.sysconfig.get_config_vars": ("distutils.sysconfig._config_vars", True),
+    "logging.getLoggerClass": ("logging.Logger", False),
+    "logging.getLogRecordFactory": ("logging.LogRecord", False),
+    "codecs.lookup": ("codecs._cache[*]", False),
 }
 
 # calls making a descriptor of the caller's own (the result, or each element of it)

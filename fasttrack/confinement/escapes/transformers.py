@@ -21,7 +21,7 @@ from fasttrack.confinement.escapes.common import (
 from fasttrack.confinement.escapes.dynamic_code import DynamicCodeChecks
 from fasttrack.confinement.escapes.fds import made_fd
 from fasttrack.confinement.escapes.global_state import GlobalStateChecks
-from fasttrack.confinement.escapes.scope import _BOUND, _OF_FOREIGN, _PARTIAL, _Ref, _Scope
+from fasttrack.confinement.escapes.scope import _BOUND, _INSTANCE, _OF_FOREIGN, _PARTIAL, _Ref, _Scope
 from fasttrack.confinement.escapes.stdlib_effects import (
     CODE_RUNNERS,
     DOCTEST_RUNNERS,
@@ -186,12 +186,26 @@ class StdlibEffectChecks(GlobalStateChecks, DynamicCodeChecks):
             arg = _arg(node, int(pos), str(kw))
             if arg is None:
                 continue
-            ref = self.resolve(arg, scope)
-            if isinstance(arg, ast.Lambda) or (ref is not None and ref.origin in ("own", "param") and
-                                               not isinstance(arg, ast.Constant)) or (
-                    isinstance(arg, ast.Constant) and not isinstance(arg.value, str)):
-                continue  # a callable (own function, lambda) is called, not compiled
+            if not isinstance(arg, ast.Constant | ast.JoinedStr | ast.BinOp) and \
+                    self._callable_argument(arg, scope):
+                continue  # a callable (own function, lambda, bound method, partial) is called, not compiled
+            if isinstance(arg, ast.Constant) and not isinstance(arg.value, str):
+                continue  # `setup=None`, a number: no code
             self._run_as_exec(node, arg, f"{name}`'s `{kw}", scope)
+
+    def _callable_argument(self, arg: ast.expr, scope: _Scope) -> bool:
+        """An argument that is a callable rather than code text: a lambda, an own function or class (or an
+        instance of one), a bound method, a partial, a foreign callable. A parameter or an unresolved
+        value may be text: fail closed."""
+        if isinstance(arg, ast.Lambda):
+            return True
+        ref = self.resolve(arg, scope)
+        if ref is None:
+            return False
+        if ref.origin == "own" or (ref.origin == "import" and not self.is_own(ref.qualname)):
+            return True
+        return ref.origin == "local" and (ref.qualname == _PARTIAL or
+                                          ref.qualname.startswith((_BOUND, _INSTANCE)))
 
     def _run_as_exec(self, node: ast.Call, text: ast.expr, what: str, scope: _Scope) -> None:
         """Judge `text` run as code at `node` like `exec(text)`: a literal is scanned, anything else fails

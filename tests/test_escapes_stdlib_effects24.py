@@ -47,6 +47,10 @@ ATTACKS: dict[str, str] = {
     "forwardref-foreign-namespace": "import typing, vllm.v1.attention.backend as bm\n"
                                     "typing.ForwardRef('AttentionImpl')._evaluate(vars(bm), None, "
                                     "frozenset()).forward = None  # <-\n",
+    "eval-type-named-ref": "import typing\nr = typing.ForwardRef('AttentionImpl')\n"
+                           "typing._eval_type(r, globals(), None).forward = None  # <-\n",
+    "evaluate-named-ref": "import typing\nr = typing.ForwardRef('AttentionImpl')\n"
+                          "r._evaluate(globals(), None, frozenset()).forward = None  # <-\n",
     "hints-inherited-from-engine": "import typing\nclass K(AttentionImpl):\n    pass\n"
                                    "typing.get_type_hints(K)['impl'].forward = None  # <-\n",
     "hints-computed-key": "import typing, os\nclass K:\n    a: 'int'\n    b: 'AttentionImpl'\n"
@@ -78,6 +82,9 @@ HONEST: dict[str, str] = {
     "own-hints-by-key": "import typing\nclass Own:\n    pass\nclass K:\n    a: 'Own'\n"
                         "    b: 'AttentionImpl'\nH = typing.get_type_hints(K)\nH['a'].z = 1\n"
                         "N = H['b'].__name__\n",
+    "own-named-forward-ref": "import typing\nclass Own:\n    pass\nr = typing.ForwardRef('Own')\n"
+                             "typing._eval_type(r, globals(), None).y = 1\n"
+                             "r._evaluate(globals(), None, frozenset()).z = 2\n",
     "own-entry-point-own-target": "import importlib.metadata as md\n"
                                   "md.EntryPoint('x', 'vllm.models.kimi_k3.nvidia.model:f', 'g').load()."
                                   "y = 1\n",

@@ -15,8 +15,10 @@ from fasttrack.confinement.escapes.scope import (
     _BOUND,
     _INSTANCE,
     _LOCAL_REF,
+    _OF_FOREIGN,
     KEYED,
     Resolver,
+    _Alias,
     _Ref,
     _Scope,
 )
@@ -160,14 +162,27 @@ class NamedResolution(Resolver):
                         *(("globalns", "globals") if isinstance(ns_pos, int) else (ns_pos,)))
         if not self._this_namespace(globalns, scope):
             return _ANY_MODULE
-        text: str | None = None
+        if ref_node is not None and name == "typing._eval_type":
+            ref = self.resolve(ref_node, scope)
+            if ref is not None and not any(ref.qualname == f"{_OF_FOREIGN}{f}>" for f in _FORWARD_REFS) and \
+                    not (ref.origin == "local" and not ref.qualname):
+                return ref  # `_eval_type(T)` of a type that is no ForwardRef: T itself
+        return self._text_named(self._forward_text(ref_node, scope, 0))
+
+    def _forward_text(self, ref_node: ast.expr | None, scope: _Scope, depth: int) -> str | None:
+        """The literal a ForwardRef was made with: `ForwardRef('X')` here, or a name every binding of which
+        is one made with that same literal; None when it cannot be read (fail closed)."""
         if isinstance(ref_node, ast.Call):
             maker = self.resolve(ref_node.func, scope)
             if maker is not None and maker.qualname in _FORWARD_REFS:
-                text = self.constant_string(_arg(ref_node, 0, "arg"), scope)
-        elif ref_node is not None and name == "typing._eval_type":
-            return self.resolve(ref_node, scope) or _LOCAL_REF  # `_eval_type(T)` of a non-ref: T itself
-        return self._text_named(text)
+                return self.constant_string(_arg(ref_node, 0, "arg"), scope)
+            return None
+        if not isinstance(ref_node, ast.Name) or depth > 4:
+            return None
+        bindings = self._lookup(ref_node.id, scope) or []
+        texts = {self._forward_text(b.value, b.scope, depth + 1) if isinstance(b, _Alias) else None
+                 for b in bindings}
+        return texts.pop() if len(texts) == 1 else None
 
     # -- names ---------------------------------------------------------------------------------------------
     def _named_object(self, dotted: str | None) -> _Ref:

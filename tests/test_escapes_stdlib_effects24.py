@@ -62,6 +62,12 @@ ATTACKS: dict[str, str] = {
     "fd-handed-in": "import os\ndef f(fd):\n    os.close(fd)  # <-\n",
     "fd-rebound-to-stdout": "import os\nr, w = os.pipe()\nw = 1\nos.write(w, b'x')  # <-\n",
     "stdin-buffer": "import sys\nsys.stdin.buffer.read()  # <-\n",
+    "stdin-open-fd-zero": "E = open(0).read()  # <-\n",
+    "stdin-open-dev-path": "import io\nE = io.open('/dev/stdin').read()  # <-\n",
+    "stdin-os-open-proc-fd": "import os\nfd = os.open('/proc/self/fd/0', os.O_RDONLY)  # <-\n"
+                             "E = os.read(fd, 1)  # <-\n",
+    "stdin-dup": "import os\nE = os.read(os.dup(0), 1)  # <-\n",
+    "stdin-fdopen-fileno": "import os, sys\nE = os.fdopen(sys.stdin.fileno()).read()  # <-\n",
     "stdin-read-handed-fd": "import os\ndef f(fd):\n    return os.read(fd, 1)  # <-\n",
 }
 

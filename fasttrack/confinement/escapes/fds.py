@@ -10,7 +10,7 @@ import ast
 
 from fasttrack.confinement.escapes.common import _arg
 from fasttrack.confinement.escapes.scope import Resolver, _Alias, _Elem, _Scope
-from fasttrack.confinement.escapes.stdlib_effects import FD_CALLS, FD_MAKERS
+from fasttrack.confinement.escapes.stdlib_effects import FD_CALLS, FD_MAKERS, SHARED_STREAM_PATHS
 
 
 def on_own_fd(resolver: Resolver, node: ast.Call, q: str, scope: _Scope) -> bool:
@@ -30,7 +30,12 @@ def _made_fd(resolver: Resolver, expr: ast.expr, scope: _Scope, depth: int) -> b
         return False
     if isinstance(expr, ast.Call):
         maker = resolver.resolve(expr.func, scope)
-        return maker is not None and maker.origin == "import" and maker.qualname in FD_MAKERS
+        if maker is None or maker.origin != "import" or maker.qualname not in FD_MAKERS:
+            return False
+        first = _arg(expr, 0, "fd", "path")
+        if maker.qualname == "os.dup":  # a copy of a descriptor is as shared as the original
+            return first is not None and _made_fd(resolver, first, scope, depth + 1)
+        return maker.qualname != "os.open" or not shared_stream(resolver, first, scope)
     if isinstance(expr, ast.Subscript):  # `p = os.pipe(); os.write(p[1], ...)`
         return _made_fd(resolver, expr.value, scope, depth + 1)
     if not isinstance(expr, ast.Name):
@@ -45,3 +50,16 @@ def _made_fd(resolver: Resolver, expr: ast.expr, scope: _Scope, depth: int) -> b
         else:
             return False
     return True
+
+
+def shared_stream(resolver: Resolver, first: ast.expr | None, scope: _Scope) -> bool:
+    """An opener's first argument naming one of the process's shared streams: a descriptor number, the
+    descriptor of `sys.stdin`/`stdout`/`stderr`, or a path such as `/dev/stdin` or `/proc/self/fd/0`."""
+    if isinstance(first, ast.Constant) and isinstance(first.value, int) and not isinstance(first.value, bool):
+        return True
+    if isinstance(first, ast.Call):
+        f = resolver.resolve(first.func, scope)
+        return f is not None and f.qualname.startswith(("sys.std", "sys.__std")) and \
+            f.qualname.endswith(".fileno")
+    path = resolver.constant_string(first, scope) if first is not None else None
+    return path is not None and path.startswith(SHARED_STREAM_PATHS)

@@ -144,3 +144,9 @@ STDIN_READERS = ("builtins.input", "getpass.getpass", "sys.stdin.*read*", "sys._
                  "sys.stdin.buffer.*", "sys.__stdin__.buffer.*", "sys.stdin.__next__", "sys.stdin.detach")
 # reads of a descriptor they are handed first: of one the contribution did not make (0: stdin), fail closed
 FD_READS = frozenset({"os.read", "os.readv", "os.pread", "os.preadv", "os.eventfd_read"})
+# openers taking a path or a descriptor first, and the paths that are the process's shared streams and
+# terminal: `open(0)`, `open('/dev/stdin')`, `os.open('/proc/self/fd/0', ...)` are stdin
+FD_OPENERS = frozenset({"builtins.open", "io.open", "_io.open", "os.fdopen", "io.FileIO", "_io.FileIO",
+                        "codecs.open", "os.open"})
+SHARED_STREAM_PATHS = ("/dev/stdin", "/dev/stdout", "/dev/stderr", "/dev/tty", "/dev/console", "/dev/fd/",
+                       "/dev/pts/", "/proc/self/fd/", "/proc/thread-self/fd/")

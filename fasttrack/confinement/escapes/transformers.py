@@ -19,12 +19,13 @@ from fasttrack.confinement.escapes.common import (
     _matches,
 )
 from fasttrack.confinement.escapes.dynamic_code import DynamicCodeChecks
-from fasttrack.confinement.escapes.fds import made_fd
+from fasttrack.confinement.escapes.fds import made_fd, shared_stream
 from fasttrack.confinement.escapes.global_state import GlobalStateChecks
 from fasttrack.confinement.escapes.scope import _BOUND, _INSTANCE, _OF_FOREIGN, _PARTIAL, _Ref, _Scope
 from fasttrack.confinement.escapes.stdlib_effects import (
     CODE_RUNNERS,
     DOCTEST_RUNNERS,
+    FD_OPENERS,
     FD_READS,
     MODULE_STATE_SETTERS,
     MODULE_TABLES,
@@ -70,7 +71,8 @@ class StdlibEffectChecks(GlobalStateChecks, DynamicCodeChecks):
                 self.report(GLOBAL_STATE, node, f"calls `{name}`, which writes an archive file (to its "
                             "target, or beside its source): model code may not write files", target=name)
         if _matches(name, STDIN_READERS) or (name in FD_READS and not made_fd(self, _arg(node, 0, "fd"),
-                                                                              scope)):
+                                                                              scope)) or (
+                name in FD_OPENERS and shared_stream(self, _arg(node, 0, "file", "fd", "path"), scope)):
             self.report(GLOBAL_STATE, node, f"calls `{name}` on the process's stdin (or a descriptor the "
                         "contribution did not make): it consumes input the engine shares", target=name)
         receiver, _, method = name.rpartition(".")

@@ -274,3 +274,17 @@ def test_honest22_twin_traces_clean(tmp_path: Path) -> None:
     facts = gather_trace(ctx)
     found = _findings(ctx, facts)
     assert facts.status.value == "ok" and found == [], (facts.reason, found)
+
+
+def test_sandbox_detect_flags_is_a_static_error() -> None:
+    """`sandbox_detect_flags.py` is inherent to tracing (code that tells it is traced and then does nothing
+    cannot be seen patching): the static scan is the barrier, and reports its patch as an error."""
+    import textwrap
+
+    from fasttrack.confinement.escapes import find_escapes
+    from tests.escape_marks import error_lines
+
+    src = RUNTIME22["sandbox_detect_flags.py"]
+    found = find_escapes(textwrap.dedent(src), "vllm/models/kimi_k3/evil.py", {"vllm.models.kimi_k3"},
+                         own_op_namespaces={"kimi_k3"})
+    assert set(marked_lines(src)) <= set(error_lines(found)), [(e.line, e.severity, e.code) for e in found]

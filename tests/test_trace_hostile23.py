@@ -125,10 +125,6 @@ RUNTIME23: dict[str, str] = {
                                "p[off] = b'?'  # <-\n",
 }
 RUNTIME23_OPEN: dict[str, str] = {
-    "absorbed_by_import.py": "a change made while a foreign module's own import runs (an own __del__ it "
-                             "triggers) is absorbed as that library's import-time work",
-    "shutdown_del.py": "code run at interpreter shutdown (an own global's __del__) never runs in the trace",
-    "closure_cell.py": "a shared function's closure cell (cell_contents) is no snapshot value, not audited",
     "ctypes_pointer_index.py": "a write through a ctypes pointer's index is not audited (nor addressof)",
 }
 
@@ -161,12 +157,7 @@ TORCH23: dict[str, str] = {
     "autocast_dtype.py": "import torch\ntorch.set_autocast_dtype('cpu', torch.float16)  # <-\n",
     "sparse_invariants.py": "import torch\ntorch.sparse.check_sparse_tensor_invariants.enable()  # <-\n",
 }
-TORCH23_OPEN: dict[str, str] = {
-    "cuda_lazy_seed.py": "a CUDA seed queued before CUDA is initialised (torch.cuda._lazy_seed_tracker) is "
-                         "taken for torch.cuda's bookkeeping (manual_seed_all is no setter name); a key "
-                         "for the queue would also flag torch.manual_seed inside fork_rng(devices=[]) "
-                         "(torch_local), which on GPU leaks too",
-}
+TORCH23_OPEN: dict[str, str] = {}
 
 # The rest of torch's process-wide (or main-thread) switches the trace keys (fasttrack/confinement/trace/
 # torch_state.py): one attack each, in the same trace as TORCH23.
@@ -334,10 +325,7 @@ HONEST23_TORCH_MORE: dict[str, str] = {
                                   "N = torch.get_num_threads()\nT = torch._C._get_thread_name()\n",
 }
 HONEST23_TORCH_ALL = {**HONEST23_TORCH, **HONEST23_TORCH_MORE}
-OPEN_FALSE_POSITIVES: dict[str, str] = {
-    "mp_read.py": "multiprocessing.util.get_logger's own lazy setup (logger, atexit hook) is blamed on "
-                  "the caller",
-}
+OPEN_FALSE_POSITIVES: dict[str, str] = {}
 
 
 def _lines(findings: list[Finding], package: str, module: str) -> list[tuple[str, int | None, str]]:
@@ -449,3 +437,19 @@ def test_honest23_torch_twin_traces_clean(honest23_torch: tuple[TraceFacts, list
                                           module: str) -> None:
     _, findings = honest23_torch
     assert _lines(findings, "honest23t", module) == []
+
+
+@pytest.mark.xfail(strict=True, reason="the static scan does not report ctypes pointers (no rule in "
+                   "fasttrack/confinement/escapes/ for ctypes.pointer/POINTER or a pointer's index)")
+def test_ctypes_pointer_index_is_a_static_error() -> None:
+    """`ctypes_pointer_index.py` is inherent to tracing in-process (a write through a pointer's index is
+    plain memory, no audit event): the static scan must be the barrier for it in shipping code."""
+    import textwrap
+
+    from fasttrack.confinement.escapes import find_escapes
+    from tests.escape_marks import error_lines
+
+    src = RUNTIME23["ctypes_pointer_index.py"]
+    found = find_escapes(textwrap.dedent(src), "vllm/models/kimi_k3/evil.py", {"vllm.models.kimi_k3"},
+                         own_op_namespaces={"kimi_k3"})
+    assert set(marked_lines(src)) <= set(error_lines(found)), [(e.line, e.severity, e.code) for e in found]

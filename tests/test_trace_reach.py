@@ -123,6 +123,67 @@ REACH_ALONE["globals"] = {
                          "saved = list(g['_RECORDERS'])\ng['_RECORDERS'].clear()\n"
                          "vllm.evil_switch = True  # <-\n"
                          "g['_RECORDERS'].extend(saved)\n",
+    # the same through the stand-ins' recording function itself
+    "record_fn_swap.py": "import sys, vllm\n"
+                         "g = type(sys.modules['vllm']).__setattr__.__globals__\n"
+                         "real = g.get('_record')\ng['_record'] = lambda *a, **k: None\n"
+                         "vllm.evil_switch2 = True  # <-\n"
+                         "g['_record'] = real\n",
+    # the child's own globals through a wrapper it installed: the gates' event name, the hook's tables
+    "gate_name_swap.py": "import threading, vllm\n"
+                         "g = threading.Thread.start.__globals__\n"
+                         "real = g.get('GATE')\ng['GATE'] = 'cpython.nothing'\n"
+                         "vllm.evil_switch3 = True  # <-\n"
+                         "g['GATE'] = real\n",
+    "escapes_swap.py": "import os, threading\n"
+                       "g = threading.Thread.start.__globals__\n"
+                       "real = g.get('ESCAPES')\ng['ESCAPES'] = ()\n"
+                       "try:\n    os.system('true')  # <-\nexcept PermissionError:\n    pass\n"
+                       "g['ESCAPES'] = real\n",
+    # a method of the tracer's class, replaced for a moment (a class's attribute write raises no audit event)
+    "method_swap.py": "import threading, vllm\n"
+                      "T = threading.Thread.start.__globals__.get('Tracer')\n"
+                      "real = T.__dict__.get('record') if T is not None else None\n"
+                      "if T is not None:\n    T.record = lambda *a, **k: None\n"
+                      "vllm.evil_switch4 = True  # <-\n"
+                      "if T is not None:\n    T.record = real\n",
+    # the tracer's table of deferred work: a finalizer it would not run, registered while the entry is gone
+    "deferred_swap.py": "import json, threading, weakref\n"
+                        "d = threading.Thread.start.__globals__.get('_DEFERRED', {})\n"
+                        "real = d.get('exit')\nd['exit'] = lambda *a, **k: None\n"
+                        "class Keep:\n    pass\nKEEP = Keep()\n"
+                        "def later():\n    json.dumps = repr  # <-\n"
+                        "weakref.finalize(KEEP, later)\n"
+                        "if real is not None:\n    d['exit'] = real\n",
+    # the tool's modules left sys.modules: a fresh import of one is a copy, not the live one
+    "sysmodules_swap.py": "import sys, importlib, vllm\n"
+                          "name = type(sys.modules['vllm']).__module__\n"
+                          "m = sys.modules.get(name)\n"
+                          "if m is None:\n    try:\n        m = importlib.import_module(name)\n"
+                          "    except ImportError:\n        m = None\n"
+                          "saved = list(getattr(m, '_RECORDERS', []))\n"
+                          "getattr(m, '_RECORDERS', []).clear()\n"
+                          "vllm.evil_switch5 = True  # <-\n"
+                          "getattr(m, '_RECORDERS', []).extend(saved)\n",
+    # a builtin the recording path would call (whether a stand-in's name registers), swapped for a moment
+    "builtin_swap.py": "import builtins, vllm\n"
+                       "real = builtins.any\nbuiltins.any = lambda *a, **k: False\n"
+                       "vllm.register_evil('x')  # <-\n"
+                       "builtins.any = real\n",
+    # a stand-in class's own method swapped for a moment (no audit event at all: in-process tracing cannot see
+    # it; the static scan reports both writes, `test_class_swap_is_a_static_error`)
+    "class_swap.py": "import sys, vllm\n"
+                     "T = type(sys.modules['vllm'])\n"
+                     "real = T.__dict__['__setattr__']\n"
+                     "type.__setattr__(T, '__setattr__', type(sys).__setattr__)  # <-\n"
+                     "vllm.evil_switch7 = True  # <-\n"
+                     "type.__setattr__(T, '__setattr__', real)  # <-\n",
+    # gc: the globals of a gate through its referents (an audited walk: reported before it is handed over)
+    "gc_swap.py": "import gc, sys, vllm\n"
+                  "f = type(sys.modules['vllm']).__setattr__\n"
+                  "gs = [r for r in gc.get_referents(f) if isinstance(r, dict)]  # <-\n"
+                  "for g in gs:\n    g.get('_RECORDERS', []).clear()\n"
+                  "vllm.evil_switch6 = True  # <-\n",
 }
 # code of the contribution the tracer itself calls while it takes its last snapshot (the names of loggers it
 # sorts and compares: a new logger is no effect) puts a liar into the snapshot's table of getters after the
@@ -147,9 +208,9 @@ REACH_ALONE["liar"] = {
                       "warnings.simplefilter('ignore', UserWarning)  # <-\n",
 }
 REACH_OPEN: dict[str, str] = {
-    "recorders_swap.py": "the tool's module globals are reachable through any gate's __globals__ (a dict,"
-                         " changed without an audit event); a change put back before the end escapes the"
-                         " integrity check",
+    "class_swap.py": "a method of the tracer's own class (a stand-in's __setattr__) swapped with"
+                     " type.__setattr__ and put back raises no audit event: in-process, nothing runs to see"
+                     " it (the static scan reports the writes)",
 }
 
 
@@ -199,3 +260,18 @@ def test_sandbox_paths_do_not_name_the_trace() -> None:
         assert not [p for p in seen if "fasttrack" in p.lower() or "trace" in p.lower()], seen
     finally:
         _cleanup(box)
+
+
+def test_class_swap_is_a_static_error() -> None:
+    """`class_swap.py` is inherent to tracing in-process (a class's attribute write raises no audit event, and
+    nothing of the tracer runs between the swap and its undoing): the static scan is the barrier, and reports
+    each of its writes as an error in shipping code."""
+    import textwrap
+
+    from fasttrack.confinement.escapes import find_escapes
+    from tests.escape_marks import error_lines
+
+    src = REACH_ALONE["globals"]["class_swap.py"]
+    found = find_escapes(textwrap.dedent(src), "vllm/models/kimi_k3/evil.py", {"vllm.models.kimi_k3"},
+                         own_op_namespaces={"kimi_k3"})
+    assert set(marked_lines(src)) <= set(error_lines(found)), [(e.line, e.severity, e.code) for e in found]

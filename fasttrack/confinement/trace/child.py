@@ -13,6 +13,7 @@ from __future__ import annotations
 import _codecs
 import _hashlib
 import _json
+import _lsprof
 import _posixsubprocess
 import _thread
 import atexit
@@ -23,6 +24,7 @@ import functools
 import gc
 import importlib
 import json
+import operator
 import os
 import subprocess
 import sys
@@ -85,6 +87,8 @@ _THREAD_START = threading.Thread.start
 _ATEXIT_REGISTER = atexit.register
 _FINALIZE_INIT = weakref.finalize.__init__
 _START_NEW = _thread.start_new_thread
+_PROFILER = _lsprof.Profiler
+_PROFILE_KEY = "state:sys.getprofile"
 _CODECS_REGISTER = _codecs.register
 _MAIN = threading.main_thread()
 MISSING_SENTINEL: Any = object()
@@ -99,12 +103,13 @@ _BOOTSTRAP_INNER = threading.Thread._bootstrap_inner.__code__  # type: ignore[at
 GATE = "cpython._gate"
 
 
-def _gate(op: str, args: tuple[Any, ...], _audit: Any = sys.audit, _list: Any = list) -> Any:
+def _gate(op: str, args: tuple[Any, ...], _audit: Any = sys.audit, _list: Any = list,
+          _event: str = GATE) -> Any:
     """Ask the tracer (through its audit hook) to do `op`; what it answers, else None (no hook yet).
     Dependencies are positional defaults (a tuple: not changeable in place, and `__defaults__` cannot be
     set: the guard refuses writes to the tracer's own functions)."""
     box = _list()
-    _audit(GATE, op, args, box)
+    _audit(_event, op, args, box)
     return box[0] if box else None
 
 
@@ -153,6 +158,28 @@ class Tracer:
         self.sending = False  # a line is being written
         self.raw_threads: list[tuple[tuple[str, int] | None, Any]] = []  # (line, lock released at its end)
         self.chan: Callable[[tuple[bool, bytes]], Any] = lambda request: None  # `_channel`'s send
+        self.tampered: list[str] = []  # the tracer's own objects found changed (and put back) during the pass
+        self.own_exit = False  # an `atexit` hook of the contribution's making was registered
+        self.verify: Callable[[], list[str]] = list  # `_verifier`'s check, once the baseline is taken
+
+    def checkpoint(self) -> None:
+        """Compare the tracer's own objects with their baseline now (after code under trace ran)."""
+        changed = self.verify()
+        if changed:
+            self.tamper(changed)
+
+    def tamper(self, names: list[str]) -> None:
+        """The tracer's own objects were changed (and have been put back): an error at the contribution's
+        innermost line on the stack (the line whose event found it), and the pass cannot be trusted."""
+        self.tampered.extend(names)
+        busy, self.busy = self.busy, True
+        try:
+            path, line, _ = self.where()
+            self.send({"kind": "introspection", "target": "the tracer's own objects",
+                       "detail": "changed while traced (put back): " + ", ".join(sorted(set(names))[:6]),
+                       "path": path, "line": line})
+        finally:
+            self.busy = busy
 
     # ------------------------------------------------------------------------------------ reporting
     def send(self, event: dict[str, Any]) -> None:
@@ -239,7 +266,7 @@ class Tracer:
         """`sys._getframe` called by the contribution, or by a helper that hands the frame back to it
         (`inspect.currentframe`, `inspect.stack`, `traceback.walk_stack`, ...); not logging's own
         `findCaller`, which keeps the frame to itself."""
-        frame = sys._getframe(2)  # this, the hook, then the caller of sys._getframe
+        frame = sys._getframe(3)  # this, the hook's body, the hook, then the caller of sys._getframe
         if frame is None:
             return False
         if frame.f_code.co_filename in self.files:
@@ -249,7 +276,7 @@ class Tracer:
         return False
 
     def direct_caller_is_contribution(self) -> bool:
-        frame = sys._getframe(2)
+        frame = sys._getframe(3)  # this, the hook's body, the hook (`_hook`), then the caller
         return frame is not None and frame.f_code.co_filename in self.files
 
     # ------------------------------------------------------------------------------------- the hook
@@ -323,7 +350,7 @@ class Tracer:
             self.imported.add(str(args[0]))
             return
         if event.startswith(INTERPRETER):
-            if event == "sys.settrace" and sys._getframe(1).f_code is _BOOTSTRAP_INNER and \
+            if event == "sys.settrace" and sys._getframe(2).f_code is _BOOTSTRAP_INNER and \
                     getattr(threading, "_trace_hook", None) is _trace_global:
                 return  # a thread starting under the locate pass's own tracer (threading.settrace)
             if event == "os.putenv" and len(args) == 2 and os.environb.get(args[0]) == args[1]:
@@ -419,16 +446,37 @@ class Tracer:
     def exec_wrapped(self, loader: Any, module: types.ModuleType) -> None:
         """A wrapped loader's `exec_module`: run the real loader, then snapshot the module it made."""
         outer = self.depth == 0 and self.active
+        profiler = None
         if outer:
-            self.import_started()
+            if not self.spec.get("locate"):
+                # whether any code of the contribution runs from the "pre" snapshot to the end of the import
+                # (an own __del__ the import or the snapshot itself triggers, `absorbed_by_import.py`): then
+                # what changes meanwhile is not the library's own work. A C profiler (no Python call per
+                # event); the locate pass traces those frames anyway.
+                busy, self.busy = self.busy, True
+                try:
+                    profiler = _PROFILER()
+                    profiler.enable(False, False)
+                finally:
+                    self.busy = busy
+            self.import_started(profiling=profiler is not None)
         self.depth += 1
         try:
             loader.exec_module(module)
         finally:
             self.depth -= 1
+            ran = False
+            if profiler is not None:
+                busy, self.busy = self.busy, True
+                try:
+                    profiler.disable()
+                    ran = any(getattr(e.code, "co_filename", None) in self.files for e in profiler.getstats())
+                finally:
+                    self.busy = busy
+            self.checkpoint()  # code under trace may have run inside that import (an own __del__)
             self.baseline(module.__name__, module)
             if outer:
-                self.import_finished()
+                self.import_finished(contribution_ran=ran)
 
     def baseline(self, name: str, module: types.ModuleType) -> None:
         busy, self.busy = self.busy, True
@@ -437,8 +485,9 @@ class Tracer:
         finally:
             self.busy = busy
 
-    def import_started(self) -> None:
-        """A foreign import begins at top level: what changed since the baseline is the PR's so far."""
+    def import_started(self, profiling: bool = False) -> None:
+        """A foreign import begins at top level: what changed since the baseline is the PR's so far
+        (`profiling`: the tracer's own profiler is on, which the "pre" snapshot does not count)."""
         if self.watch:
             self.check(indirect=self.calling if self.in_foreign else "")
             return
@@ -447,13 +496,18 @@ class Tracer:
         busy, self.busy = self.busy, True
         try:
             self.pre = snapshot.take(self.skip)
+            if profiling and _PROFILE_KEY in self.base:
+                self.pre[_PROFILE_KEY] = self.base[_PROFILE_KEY]
             for key in snapshot.diff(self.base, self.pre):
+                if key.startswith("state:") and _unreadable(self.pre.get(key)):
+                    continue  # its getter failed on the module being imported (`logging.root`, half made)
                 self.pending.setdefault(key, self.base.get(key, snapshot.MISSING))
         finally:
             self.busy = busy
 
-    def import_finished(self) -> None:
-        """What the foreign import changed is that library's own doing: it becomes the baseline."""
+    def import_finished(self, contribution_ran: bool = False) -> None:
+        """What the foreign import changed is that library's own doing: it becomes the baseline (unless code
+        of the contribution ran inside it: then it is the PR's, as if changed before the import)."""
         if self.watch:
             self.check(absorb=True)
             return
@@ -462,8 +516,13 @@ class Tracer:
         busy, self.busy = self.busy, True
         try:
             post = snapshot.take(self.skip)
+            known: set[str] = set()
+            if contribution_ran:  # the modules there before this import (not the one it makes)
+                known = {k.split(":", 2)[1] for k in self.base if not k.startswith("state:")}
             for key in snapshot.diff(self.pre, post):
-                if key not in self.pending:
+                if contribution_ran and (key.startswith("state:") or key.split(":", 2)[1] in known):
+                    self.pending.setdefault(key, self.pre.get(key, snapshot.MISSING))
+                elif key not in self.pending:
                     self.base[key] = post.get(key, snapshot.MISSING)
             for key, value in post.items():
                 self.base.setdefault(key, value)
@@ -536,7 +595,10 @@ class Tracer:
                     continue  # re-read on new lines and when a foreign call starts and returns
                 if key in snapshot.THREAD_LOCAL and _CURRENT() is not _MAIN:
                     continue
-                now = snapshot.value_of(key)
+                try:
+                    now = snapshot.value_of(key)
+                except Exception:
+                    continue  # unreadable now (its module half imported, `logging.root`): read again later
                 base = self.watch[key]
                 if not snapshot.same(key, base, now):
                     if absorb:
@@ -557,9 +619,14 @@ class Tracer:
             self.busy = False
 
 
+# The wrappers below are gates installed into shared state: what they call is a positional default or (for
+# one that takes `*args`) a constant of its code (`standins.with_constants`), never a global: the module's
+# globals are reachable through any of them (`__globals__`) and changeable without an audit event.
 def _thread_init(thread: threading.Thread, *args: Any, **kwargs: Any) -> None:
-    _THREAD_INIT(thread, *args, **kwargs)
-    _gate("thread-init", (thread,))
+    init: Any = "_ft:init"
+    gate: Any = "_ft:gate"
+    init(thread, *args, **kwargs)
+    gate("thread-init", (thread,))
 
 
 def _thread_start(thread: threading.Thread, _gate: Any = _gate, _start: Any = _THREAD_START) -> None:
@@ -569,18 +636,32 @@ def _thread_start(thread: threading.Thread, _gate: Any = _gate, _start: Any = _T
 
 
 def _atexit_register(func: Any, *args: Any, **kwargs: Any) -> Any:
-    _gate("exit", (sys._getframe(1).f_code.co_filename, lambda: func(*args, **kwargs)))
-    return _ATEXIT_REGISTER(func, *args, **kwargs)
+    gate: Any = "_ft:gate"
+    frame: Any = "_ft:frame"
+    register: Any = "_ft:register"
+    gate("exit", (frame(1).f_code.co_filename, lambda: func(*args, **kwargs), func))
+    return register(func, *args, **kwargs)
 
 
 def _finalize_init(self: Any, obj: Any, func: Any, /, *args: Any, **kwargs: Any) -> None:
-    _FINALIZE_INIT(self, obj, func, *args, **kwargs)
-    _gate("exit", (sys._getframe(1).f_code.co_filename, self))
+    init: Any = "_ft:init"
+    gate: Any = "_ft:gate"
+    frame: Any = "_ft:frame"
+    init(self, obj, func, *args, **kwargs)
+    gate("exit", (frame(1).f_code.co_filename, self))
 
 
 def _fork_exec(*args: Any, **kwargs: Any) -> Any:  # no audit event: a process would start unseen
-    _gate("fork-exec", (args[:1],))
-    raise Sandboxed("fasttrack trace: _posixsubprocess.fork_exec is not allowed")
+    gate: Any = "_ft:gate"
+    error: Any = "_ft:error"
+    gate("fork-exec", (args[:1],))
+    raise error("fasttrack trace: _posixsubprocess.fork_exec is not allowed")
+
+
+standins.with_constants(_thread_init, init=_THREAD_INIT, gate=_gate)
+standins.with_constants(_atexit_register, gate=_gate, frame=sys._getframe, register=_ATEXIT_REGISTER)
+standins.with_constants(_finalize_init, init=_FINALIZE_INIT, gate=_gate, frame=sys._getframe)
+standins.with_constants(_fork_exec, gate=_gate, error=Sandboxed)
 
 
 def _start_new_thread(function: Any, args: Any = (), kwargs: Any = None, _gate: Any = _gate,
@@ -613,10 +694,13 @@ _NO_GETTER = (("faulthandler", "register"), ("faulthandler", "dump_traceback_lat
 
 def _recording(target: str, original: Any) -> Callable[..., Any]:
     def recorded(*args: Any, **kwargs: Any) -> Any:
-        _gate("note", (target, args))
-        return original(*args, **kwargs)
+        gate: Any = "_ft:gate"
+        call: Any = "_ft:call"
+        name: Any = "_ft:target"
+        gate("note", (name, args))
+        return call(*args, **kwargs)
 
-    return recorded
+    return standins.with_constants(recorded, gate=_gate, call=original, target=target)  # type: ignore[no-any-return]
 
 
 def _on_note(tracer: Tracer, target: Any, args: Any = ()) -> None:
@@ -643,10 +727,12 @@ def _on_thread_started(tracer: Tracer, thread: Any) -> None:
         tracer.join_left -= time.monotonic() - began
 
 
-def _on_exit(tracer: Tracer, filename: Any, hook: Any = None) -> None:
+def _on_exit(tracer: Tracer, filename: Any, hook: Any = None, func: Any = None) -> None:
     # registered by the contribution's own line, not by a library it called
     if tracer.active and filename in tracer.files and callable(hook):
         tracer.exits.append((tracer.here(), hook))
+    if tracer.active and func is not None and _made_by(tracer, func):
+        tracer.own_exit = True  # an exit hook of the contribution's making, whoever registered it
 
 
 def _on_raw_thread(tracer: Tracer, finished: Any) -> None:
@@ -726,6 +812,47 @@ def _settle(tracer: Tracer, before: set[int]) -> None:
             hook()
         tracer.check()
     tracer.check()
+
+
+def _shutdown(tracer: Tracer) -> None:
+    """What the engine's interpreter runs when it tears the contribution's modules down: the `__del__` of an
+    object of the contribution's own class held by one of its module globals (`KEEP = _K()`), which the trace
+    (it ends with os._exit) would never reach. Each is called now, with the tracer active, and what it
+    changes is blamed on the line that binds the global (the locate pass does not trace into it)."""
+    me = _CURRENT()
+    for name, module in list(sys.modules.items()):
+        path = tracer.files.get(str(getattr(module, "__file__", None)))
+        if path is None or not tracer.owned(name):
+            continue
+        for attr, value in list(vars(module).items()):
+            finalizer: Any = getattr(type(value), "__del__", None)
+            code = getattr(finalizer, "__code__", None)
+            if code is None or getattr(code, "co_filename", None) not in tracer.files:
+                continue
+            tracer.lasts[me] = (path, _binding_line(str(module.__file__), attr))
+            tracer.active = False
+            sys.settrace(None)
+            tracer.active = True
+            with contextlib.suppress(BaseException):  # a failing __del__'s effects still count
+                finalizer(value)
+            tracer.check()
+
+
+def _binding_line(file: str, name: str) -> int:
+    """The first top-level statement of a module's source that binds `name` (0: none found)."""
+    import ast
+
+    try:
+        with open(file, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return 0
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, (ast.AnnAssign, ast.AugAssign)) else []
+        if any(isinstance(n, ast.Name) and n.id == name for t in targets for n in ast.walk(t)):
+            return node.lineno
+    return 0
 
 
 class _Baseline:
@@ -841,6 +968,45 @@ def _guard(gen: Any, tool_ids: frozenset[int], _exc: Any = Sandboxed, _id: Any =
     return guard
 
 
+# Frequent events whose handling reads only the child's own module, classes and instance, `snapshot`'s
+# globals (`describe`) and the builtins: checked against those only (`_watchlist(light=True)`). The rest
+# (the gates above all, whose work takes snapshots) against everything.
+_LIGHT_EVENTS = frozenset({"sys._getframe", "open", "import", "compile", "exec", "marshal.loads",
+                           "object.__setattr__", "object.__delattr__", "os.listdir", "os.scandir"})
+
+
+def _hook(tracer: Tracer, verify: tuple[Callable[[], list[str]], Callable[[], list[str]]]
+          ) -> Callable[[str, tuple[Any, ...]], None]:
+    """The tracer's audit hook (referenced by nothing but the interpreter). Events it does nothing with
+    (`id()`, attribute reads other than a frame's) return at once; before any other, the tracer's own objects
+    (its modules' globals, classes and tables, the builtins: reachable through any gate's `__globals__` and
+    changeable without an audit event) are compared with their baseline, put back and reported if changed,
+    so the tracer never acts on a swapped global (tests/test_trace_reach.py, `recorders_swap.py` and its
+    variants). Its own decisions use only what is bound here."""
+
+    def hook(event: str, args: tuple[Any, ...], _body: Any = tracer.hook, _verify: Any = verify[0],
+             _light: Any = verify[1], _light_events: frozenset[str] = _LIGHT_EVENTS,
+             _tamper: Any = tracer.tamper, _fast: frozenset[str] = frozenset({"builtins.id"}),
+             _attr: str = "object.__getattr__", _frames: tuple[str, ...] = FRAME_ATTRS,
+             _gate_event: str = GATE,
+             _len: Any = len, _type: Any = type, _tuple: Any = tuple) -> None:
+        if event in _fast or (event == _attr and not (_len(args) > 1 and args[1] in _frames)):
+            return
+        if not (event == _gate_event and _len(args) == 3 and args[0] == "trace"):  # the locate pass's line
+            # tracer: checked at every other event (what it re-reads after a swap is blamed on a later line)
+            changed = _light() if event in _light_events else _verify()
+            if changed:
+                _tamper(changed)
+        _body(event, args)
+
+    # CPython runs audit hooks with tracing and profiling off unless the hook says `__cantrace__`: what the
+    # tracer does inside it includes running a foreign module's import (`exec_wrapped`), during which code of
+    # the contribution can run (an own __del__ it triggers, `absorbed_by_import.py`): the tracer's profiler
+    # (pass 1) and the locate pass's line tracer must see it.
+    hook.__cantrace__ = True  # type: ignore[attr-defined]
+    return hook
+
+
 def _tool_ids(modules: list[types.ModuleType]) -> frozenset[int]:
     """The ids of the tracer's own functions (module-level, methods, static and class methods)."""
     out: set[int] = set()
@@ -860,7 +1026,8 @@ def _tool_ids(modules: list[types.ModuleType]) -> frozenset[int]:
 
 # Attributes of the tracer that stay the same objects for the whole pass (their contents may change).
 _FIXED = ("spec", "fd", "files", "own_prefixes", "writable", "finder", "chan", "baselines", "watch", "blame",
-          "absorbed", "pending", "base", "more", "indirect", "lasts", "origins", "exits", "raw_threads")
+          "absorbed", "pending", "base", "more", "indirect", "lasts", "origins", "exits", "raw_threads",
+          "tampered")
 
 
 def _integrity_baseline(tracer: Tracer, modules: list[types.ModuleType]) -> tuple[Any, ...]:
@@ -895,6 +1062,123 @@ def _tampered(baseline: tuple[Any, ...], _missing: Any = MISSING_SENTINEL, _len:
         if k in methods:
             out.append(f"tracer.{k} (shadows its method)")
     return out
+
+
+def _watchlist(baseline: tuple[Any, ...], modules: list[types.ModuleType]) -> tuple[Any, ...]:
+    """What `_verifier` compares at every event the tracer acts on: `_integrity_baseline`'s namespaces (with
+    the class each class namespace belongs to, to put it back), the contents of the tool modules' own
+    containers (`_DEFERRED`, `snapshot.STATE`, ...) and the closure cells of its functions (a registry
+    getter's `where`), each as (name, live object, kind, owner, keys, values)."""
+    watched, _methods, tracer = baseline
+    owners: dict[str, type] = {}  # the name `_integrity_baseline` gives a class's namespace -> the class
+    functions: list[tuple[str, Any]] = []
+    containers: list[tuple[str, Any]] = []
+    for mod in modules:
+        for attr, value in list(vars(mod).items()):
+            if isinstance(value, type) and value.__dict__.get("__module__") == mod.__name__:
+                owners[f"{mod.__name__}.{value.__qualname__}"] = value
+                functions += [(f"{mod.__name__}.{attr}.{k}", getattr(v, "__func__", v))
+                              for k, v in list(value.__dict__.items())]
+            elif type(value) in (dict, list, set) and attr not in _CHANGING:
+                containers.append((f"{mod.__name__}.{attr}", value))
+                if type(value) is dict:
+                    functions += [(f"{mod.__name__}.{attr}[{k!r}]", v) for k, v in list(value.items())]
+            functions.append((f"{mod.__name__}.{attr}", value))
+    out: list[tuple[Any, ...]] = []
+    for name, live, exact, items in watched:
+        kind = "tracer" if live is vars(tracer) else "class" if type(live) is types.MappingProxyType else \
+            "dict" if exact else "open"
+        out.append((name, live, kind, owners.get(name), tuple(k for k, _ in items),
+                    tuple(v for _, v in items)))
+    seen = {id(live) for _, live, _, _ in watched}
+    for name, live in containers:
+        if id(live) in seen:
+            continue  # a module's `__builtins__` (the builtins, watched above)
+        seen.add(id(live))
+        items = tuple(live.items()) if type(live) is dict else tuple((None, v) for v in live)
+        out.append((name, live, type(live).__name__, None, tuple(k for k, _ in items),
+                    tuple(v for _, v in items)))
+    cells: list[tuple[Any, Any]] = []
+    for _name, fn in functions:
+        for cell in getattr(fn, "__closure__", None) or () if isinstance(fn, types.FunctionType) else ():
+            with contextlib.suppress(ValueError):
+                cells.append((cell, cell.cell_contents))
+    out.append(("closure cells", tuple(c for c, _ in cells), "cells", None, (), tuple(v for _, v in cells)))
+    out.append(("tracer", vars(tracer), "shadow", None, (), frozenset(_methods)))
+    return tuple(out)
+
+
+# Containers of the tool's modules that it fills as it runs (not compared by `_verifier`).
+_CHANGING = frozenset({"_WRAPPED"})
+
+
+def _verifier(watch: tuple[Any, ...], _is: Any = operator.is_, _all: Any = all, _map: Any = map,
+              _len: Any = len, _zip: Any = zip, _getter: Any = operator.attrgetter("cell_contents"),
+              _set_attr: Any = setattr, _type_set: Any = type.__setattr__, _type_del: Any = type.__delattr__,
+              _missing: Any = MISSING_SENTINEL, _list: Any = list, _set: Any = set,
+              _suppress: Any = contextlib.suppress) -> Callable[[], list[str]]:
+    """A check of `_watchlist` that is cheap when nothing changed (identity compares in C): what changed is
+    put back at once, before the tracer acts on it, and named (the caller reports it: an error). The check
+    and everything it uses are bound here: it reads no global and no builtin at run time."""
+
+    def changed(_watch: Any = watch) -> list[str]:
+        out: list[str] = []
+        for name, live, kind, owner, keys, values in _watch:
+            if kind == "cells":
+                if _all(_map(_is, _map(_getter, live), values)):
+                    continue
+                for cell, v in _zip(live, values):
+                    if _getter(cell) is not v:
+                        out.append(name)
+                        cell.cell_contents = v
+                continue
+            if kind == "shadow":
+                if values.isdisjoint(live):
+                    continue
+                for k in [k for k in values if k in live]:
+                    out.append(f"tracer.{k} (shadows its method)")
+                    del live[k]
+                continue
+            if kind in ("list", "set"):
+                if _len(live) == _len(values) and (_all(_map(_is, live, values)) if kind == "list"
+                                                   else live == _set(values)):
+                    continue
+                out.append(name)
+                if kind == "list":
+                    live[:] = values
+                else:
+                    live.clear()
+                    live.update(values)
+                continue
+            if kind != "tracer" and _len(live) == _len(keys) and _all(_map(_is, live.values(), values)) and \
+                    _all(_map(_is, live.keys(), keys)):
+                continue
+            exact = kind in ("dict", "class")
+            for k, v in _zip(keys, values):
+                if live.get(k, _missing) is not v:
+                    out.append(f"{name}.{k}")
+                    if kind == "class":
+                        with _suppress(Exception):
+                            _type_set(owner, k, v)
+                    else:
+                        live[k] = v
+            if exact and _len(live) != _len(keys):
+                extra = [k for k in _list(live) if k not in keys]
+                for k in extra:
+                    out.append(f"{name}.{k} (added)")
+                    if kind == "class":
+                        with _suppress(Exception):
+                            _type_del(owner, k)
+                    else:
+                        del live[k]
+        return out
+
+    return changed
+
+
+def _unreadable(value: Any) -> bool:
+    """What `snapshot.take` stores for a getter that raised."""
+    return type(value) is str and value.startswith("<error ")
 
 
 def _finds(finder: Any, name: str) -> bool:
@@ -993,6 +1277,18 @@ def _own_entries(tracer: Tracer, key: str) -> bool:
     elif isinstance(container, (list, set)) and type(container) in (list, set):
         values = list(container)
     return any(_made_by(tracer, v) for v in values[:5000] if id(v) not in tracer.preexisting)
+
+
+def _replaced_function(key: str, before: snapshot.Snapshot, after: snapshot.Snapshot) -> bool:
+    """A closure-cell key (`cell:`, `ccell:`) of a function that was itself replaced (or added, or removed):
+    its `mod:`/`cls:` key speaks for it (a cell key is for cells changed in place)."""
+    if key.startswith("cell:"):
+        holder = "mod:" + key[len("cell:"):]
+    elif key.startswith("ccell:"):
+        holder = "cls:" + key[len("ccell:"):]
+    else:
+        return False
+    return before.get(holder, snapshot.MISSING) is not after.get(holder, snapshot.MISSING)
 
 
 def _submodule_binding(key: str, value: Any) -> bool:
@@ -1105,9 +1401,14 @@ def main(spec_path: str) -> None:
     tracer.base = dict(before)
     locate: list[str] = spec.get("locate", [])
     tool = [sys.modules[__name__], snapshot, torch_state, standins]
-    sys.addaudithook(_guard(gen, _tool_ids(tool)))
-    sys.addaudithook(tracer.hook)
     integrity = _integrity_baseline(tracer, tool)
+    watch = _watchlist(integrity, tool)
+    tracer.verify = full = _verifier(watch)
+    # the light check: the builtins, the tracer, this module's globals, classes and tables, snapshot's globals
+    light = _verifier(tuple(e for e in watch if e[0] in ("builtins", "tracer", __name__, snapshot.__name__)
+                            or e[0].startswith(f"{__name__}.")))
+    sys.addaudithook(_guard(gen, _tool_ids(tool)))
+    sys.addaudithook(_hook(tracer, (full, light)))
     tampered = _tampered
     del tool
     for name in [n for n in sys.modules if n.startswith("_fasttrack_trace")]:
@@ -1140,8 +1441,11 @@ def main(spec_path: str) -> None:
         sys.settrace(_trace_global)  # a module may have cleared it
         tracer.active = True
     calls = _call_entries(spec.get("calls") or {}, spec["contribution_files"])
+    tracer.checkpoint()
     _settle(tracer, threads_before)
+    _shutdown(tracer)
     changed = tampered(integrity)
+    tracer.checkpoint()
     tracer.active = False
     sys.settrace(None)
     threading.settrace(None)
@@ -1160,12 +1464,14 @@ def main(spec_path: str) -> None:
         base.update(tracer.pending)
         for key in sorted(set(snapshot.diff(base, after)) | set(tracer.pending)):
             value = after.get(key, snapshot.MISSING)
-            if _submodule_binding(key, value) or key.endswith(":__warningregistry__"):
+            if _submodule_binding(key, value) or key.endswith(":__warningregistry__") or \
+                    _replaced_function(key, base, after):
                 continue
             if not key.startswith("state:") and key.split(":", 2)[1] not in sys.modules:
                 continue  # a module that left sys.modules (a failed import): its sys.modules key says so
             old = base.get(key, snapshot.MISSING)
             own = _made_by(tracer, value) or (key.startswith(("box:", "cbox:")) and _own_entries(tracer, key))
+            own = own or (key == "state:atexit.callbacks" and tracer.own_exit)
             event: dict[str, Any] = {"kind": "state-diff", "key": key, "before": snapshot.describe(old),
                                      "after": snapshot.describe(value), "own_value": own}
             if isinstance(old, (tuple, frozenset)) and isinstance(value, (tuple, frozenset)):
@@ -1175,6 +1481,8 @@ def main(spec_path: str) -> None:
         for ev in _sys_modules_effects(tracer, before_modules):
             tracer.send({"kind": "state-diff", **ev})
     changed += tampered(integrity)
+    tracer.checkpoint()
+    changed += tracer.tampered
     final(chan, {"kind": "done", "seconds": round(time.monotonic() - started, 3),
                  "tampered": sorted(set(changed)), "preimport_failed": failed_pre,
                  "missing": sorted(missing.missing),

@@ -93,6 +93,12 @@ def _target(key: str) -> str:
     if kind == "kw":
         mod, _, attr = rest.rpartition(":")
         return f"{mod}.{attr}.__kwdefaults__"
+    if kind == "cell":
+        mod, _, attr = rest.rpartition(":")
+        return f"{mod}.{attr} (a closure cell)"
+    if kind == "ccell":
+        mod, holder, attr = rest.split(":", 2)
+        return f"{mod}.{holder}.{attr} (a closure cell)"
     if kind == "box":
         mod, _, attr = rest.rpartition(":")
         return f"{mod}.{attr} (its contents)"
@@ -119,17 +125,20 @@ def _line(value: object) -> int | None:
 _SETTER_PREFIXES = ("set_", "use_", "enable_", "disable_", "add_", "register")
 
 
-def _setter(via: str) -> bool:
+def _setter(via: str, key: str = "") -> bool:
     """A public function that sets or registers something (the last part of the dotted name the child
     reported): `set_x`, `setX` (`logging.setLoggerClass`), `add_x` (`mimetypes.add_type`), `register*`. A
     method of a class (`torch.nn.Module.register_forward_pre_hook` on the contribution's own module, which
-    counts its handles in a class attribute) is not one: it sets something on its instance; the process-wide
-    form is a module's function (`torch.nn.modules.module.register_module_forward_pre_hook`)."""
+    counts its handles in a class attribute) is not one for what it changes in a class (`cls:`/`cbox:` keys):
+    it sets something on its instance; the process-wide form is a module's function
+    (`torch.nn.modules.module.register_module_forward_pre_hook`). What such a method changes in a module's
+    state (`mimetypes.MimeTypes.add_type` on the module's shared `_db`: its `types_map`) is a setter's."""
     owner, _, last = via.rpartition(".")
-    if owner.rpartition(".")[2][:1].isupper():
+    if owner.rpartition(".")[2][:1].isupper() and key.startswith(("cls:", "cbox:")):
         return False
     camel = len(last) > 3 and last[:3] in ("set", "add") and last[3].isupper()
-    return last.startswith(_SETTER_PREFIXES) or camel or last in ("manual_seed", "seed")
+    return last.startswith(_SETTER_PREFIXES) or camel or last in ("manual_seed", "seed", "manual_seed_all",
+                                                                  "seed_all")
 
 
 def _lazy_private(event: dict[str, Any]) -> bool:
@@ -146,12 +155,31 @@ def _bookkeeping(key: str, via: str) -> bool:
     contribution's doing. What a public setter (`torch.set_printoptions`, `set_*`, `use_*`, `enable_*`,
     `disable_*`, `manual_seed`) changes is never its bookkeeping: that is the process-wide setting it is for
     (the library's own import-time work is absorbed in the child, not here)."""
-    if key.startswith("state:") or _setter(via):
+    if _setter(via, key):
+        return False
+    if key == "state:atexit.callbacks":
+        return True  # a library function's own exit hook (one of the contribution's making is `own_value`)
+    if key.startswith("state:"):
         return False
     if key.startswith(("box:", "cbox:")):
         return True
     module = key.split(":", 2)[1]
     return module.split(".")[0] == via.split(".")[0]
+
+
+def _library_loggers(event: dict[str, Any], via: str, plan: TracePlan) -> bool:
+    """Only new loggers, made by a library function the contribution called under that library's own name
+    (`multiprocessing.util.get_logger` makes the `multiprocessing` logger, not propagating, on first use):
+    its own logging's setup. A logger changed or removed, or one named for another package, stays an effect;
+    so does what a setter (`logging.setLoggerClass`, ...) changes."""
+    if event["key"] != "state:logging.loggers" or _setter(via, event["key"]):
+        return False
+    top = via.split(".")[0]
+    if event.get("removed"):
+        return False
+    names = [str(e[0]) for e in event.get("added") or [] if isinstance(e, list) and e]
+    foreign = [n for n in names if not _own_name(n, plan)]
+    return bool(foreign) and all(n == top or n.startswith(top + ".") for n in foreign)
 
 
 def _effects(events: list[dict[str, Any]], plan: TracePlan, located: dict[str, tuple[str | None, int | None]],
@@ -173,7 +201,8 @@ def _effects(events: list[dict[str, Any]], plan: TracePlan, located: dict[str, t
             if first == _ABSORBED:
                 continue
             for path, line, via in [(*first, indirect.get(ev["key"], "")), *(also or {}).get(ev["key"], [])]:
-                if via and not ev.get("own_value") and (_bookkeeping(ev["key"], via) or _lazy_private(ev)):
+                if via and not ev.get("own_value") and (_bookkeeping(ev["key"], via) or _lazy_private(ev)
+                                                        or _library_loggers(ev, via, plan)):
                     continue  # a library function's own bookkeeping, not a patch by the PR
                 effects.append(Effect(kind=EffectKind.FOREIGN_STATE, target=_target(ev["key"]),
                                       detail=f"{what} (through {via})" if via else what,
@@ -220,6 +249,24 @@ def _calls(passes: list[list[dict[str, Any]]], plan: TracePlan) -> tuple[CallRes
     return tuple(out)
 
 
+def _tampered_effects(plan: TracePlan, exc: TraceFailure, timeout: float,
+                      cancel: threading.Event | None) -> list[Effect]:
+    """The effects of a pass whose code changed the tracer's own objects (its report authenticated, the
+    objects put back when found): a first pass's diffs are located by a second, which is read whether or
+    not it fails the same way. Only ever more findings: the trace stays FAILED."""
+    events = exc.events
+    keys = [e["key"] for e in events if e.get("kind") == "state-diff" and _state_effect(e, plan)]
+    located: dict[str, tuple[str | None, int | None]] = {}
+    if keys and not any(e.get("kind") == "located" for e in events):
+        try:
+            second = run_child(plan, locate=keys[:MAX_LOCATE], timeout=timeout, cancel=cancel).events
+        except TraceFailure as again:
+            second = again.events
+        located = {e["key"]: (e.get("path"), e.get("line")) for e in second
+                   if e.get("kind") == "located" and e.get("changed") and isinstance(e.get("key"), str)}
+    return _effects(events, plan, located, {}, {})[0]
+
+
 def trace_plan(plan: TracePlan, *, timeout: float = TIMEOUT_S,
                cancel: threading.Event | None = None) -> TraceFacts:
     """Run the trace for a plan (two passes at most) and return its facts."""
@@ -264,8 +311,11 @@ def _trace(plan: TracePlan, *, timeout: float, cancel: threading.Event | None,
                     elif e.get("absorbed"):
                         located[e["key"]] = _ABSORBED
     except TraceFailure as exc:
+        # the tracer's own objects changed (and put back) under an authenticated report: what it saw stays a
+        # finding at its line (a locate pass names the lines of its diffs), beside the failure
+        seen = _tampered_effects(plan, exc, timeout, cancel) if exc.events else []
         return TraceFacts(status=TraceStatus.FAILED, reason=str(exc), fix=exc.fix, modules=plan.targets,
-                          seconds=round(time.monotonic() - started, 2)), copied
+                          effects=tuple(seen), seconds=round(time.monotonic() - started, 2)), copied
     effects, errors = _effects(events, plan, located, indirect, also)
     return TraceFacts(status=TraceStatus.FAILED if errors else TraceStatus.OK,
                       reason="a changed module failed to import under the trace" if errors else "",

@@ -420,7 +420,8 @@ THREAD_LOCAL = frozenset({"state:numpy.errstate", "state:signal.mask", "state:de
 
 def cheap(key: str) -> bool:
     """A key that costs a dictionary look-up or two to re-read (the locate pass reads it on every line)."""
-    return key.startswith(("mod:", "cls:", "sysmod:", "obj:", "cobj:", "kw:")) or key in CHEAP_STATE or \
+    return key.startswith(("mod:", "cls:", "sysmod:", "obj:", "cobj:", "kw:", "cell:", "ccell:")) or \
+        key in CHEAP_STATE or \
         key in torch_state.CHEAP
 
 
@@ -543,6 +544,27 @@ def _kwdefaults(value: Any) -> Any:
     return tuple((k, id(v)) for k, v in kw.items()) if type(kw) is dict else None
 
 
+_WITH_CELLS = (types.FunctionType, staticmethod, classmethod)
+
+
+def _cells(value: Any) -> Any:
+    """The callables in a shared function's closure cells, by identity (`ChainMap.__repr__`'s wrapped
+    `user_function` replaced through `cell_contents`, which no audit event shows); None without one. Only
+    callables: a library's own counter or flag in a cell (`nonlocal`) is its bookkeeping."""
+    value = getattr(value, "__func__", value) if type(value) in (staticmethod, classmethod) else value
+    if type(value) is not types.FunctionType or not value.__closure__:
+        return None
+    out = []
+    for var, cell in zip(value.__code__.co_freevars, value.__closure__, strict=False):
+        try:
+            contents = cell.cell_contents
+        except ValueError:
+            continue
+        if callable(contents):
+            out.append((var, id(contents)))
+    return tuple(out) or None
+
+
 def module_state(name: str, module: types.ModuleType) -> Snapshot:
     """The attributes of one foreign module and of the classes it defines."""
     out: Snapshot = {}
@@ -557,6 +579,9 @@ def module_state(name: str, module: types.ModuleType) -> Snapshot:
         kw = _kwdefaults(value)
         if kw is not None:  # a keyword default changed in place keeps the function's identity
             out[f"kw:{name}:{attr}"] = kw
+        cells = _cells(value) if type(value) is types.FunctionType and value.__closure__ else None
+        if cells is not None:
+            out[f"cell:{name}:{attr}"] = cells
         state = _instance_dict(value)
         if state is not None:  # a module-level singleton (a config object): its attributes by identity
             for iattr, ivalue in state:
@@ -572,6 +597,9 @@ def module_state(name: str, module: types.ModuleType) -> Snapshot:
             for cattr, cvalue in list(value.__dict__.items()):
                 if cattr not in ("__dict__", "__weakref__", "_abc_impl", "__abstractmethods__"):
                     out[f"cls:{name}:{attr}:{cattr}"] = cvalue
+                    ccells = _cells(cvalue) if type(cvalue) in _WITH_CELLS else None
+                    if ccells is not None:
+                        out[f"ccell:{name}:{attr}:{cattr}"] = ccells
                     if type(cvalue) in (dict, list, set) and _behaviour_table(cvalue):
                         box = _box(cvalue)  # a class's dispatch table changed in place
                         if box is not None:
@@ -612,12 +640,15 @@ def value_of(key: str) -> Any:
         return get() if get is not None else MISSING
     if kind == "sysmod":
         return sys.modules.get(rest, MISSING)
-    if kind in ("mod", "box", "kw"):
+    if kind in ("mod", "box", "kw", "cell"):
         name, _, attr = rest.rpartition(":")
         module = sys.modules.get(name)
         value = vars(module).get(attr, MISSING) if module is not None else MISSING
         if kind == "kw":
             return _kwdefaults(value) if value is not MISSING else MISSING
+        if kind == "cell":
+            cells = _cells(value) if value is not MISSING else None
+            return cells if cells is not None else MISSING
         return value if kind == "mod" or value is MISSING else _box(value)
     if kind == "cobj":
         name, cls_name, holder, attr = rest.split(":", 3)
@@ -632,11 +663,14 @@ def value_of(key: str) -> Any:
         obj = vars(module).get(holder, MISSING) if module is not None else MISSING
         state = _instance_dict(obj) if obj is not MISSING else None
         return dict(state).get(attr, MISSING) if state is not None else MISSING
-    if kind in ("cls", "cbox"):
+    if kind in ("cls", "cbox", "ccell"):
         name, cls_name, attr = rest.split(":", 2)
         module = sys.modules.get(name)
         cls = vars(module).get(cls_name, MISSING) if module is not None else MISSING
         value = cls.__dict__.get(attr, MISSING) if isinstance(cls, type) else MISSING
+        if kind == "ccell":
+            cells = _cells(value) if value is not MISSING else None
+            return cells if cells is not None else MISSING
         return value if kind == "cls" or value is MISSING else _box(value)
     return MISSING
 
@@ -644,7 +678,7 @@ def value_of(key: str) -> Any:
 def same(key: str, before: Any, after: Any) -> bool:
     if before is after:
         return True
-    if key.startswith(("state:", "box:", "cbox:", "kw:")):
+    if key.startswith(("state:", "box:", "cbox:", "kw:", "cell:", "ccell:")):
         try:
             return bool(before == after)
         except Exception:

@@ -25,35 +25,45 @@ REGISTERING = ("register", "add", "update", "setdefault", "append", "extend", "i
 _ENGINE = "_ft_engine"  # in a class's own __dict__: the dotted name of the engine object it stands for
 _ABC_BOOKKEEPING = frozenset({"__abstractmethods__", "_abc_impl"})  # what ABCMeta writes on a new class
 _RECORDERS: list[Recorder] = []  # the one recorder of this child process (installed once by `install`)
+# The recording path reads no global at run time: everything it needs is a positional default (a tuple,
+# which cannot be changed in place; the tracer's guard refuses a new `__defaults__`). The module's globals
+# are reachable through any of its functions' `__globals__` and can be changed without an audit event
+# (tests/test_trace_reach.py, `recorders_swap.py`): a global swapped for a moment would silence it.
+_CLASS_DICT = type.__dict__["__dict__"].__get__  # a class's own namespace, whatever its metaclass says
+_STARTS = str.startswith
+_ENDS = str.endswith
 
 
-def _record(kind: str, target: str, detail: str = "") -> None:
-    for rec in _RECORDERS:
+def _record(kind: str, target: str, detail: str = "", _recorders: tuple[Recorder, ...] = ()) -> None:
+    for rec in _recorders:  # bound by `install`
         rec(kind, target, detail)
 
 
-def _is_standin(cls: type) -> bool:
-    return _ENGINE in cls.__dict__
+def _is_standin(cls: type, _engine: str = _ENGINE, _dict: Any = _CLASS_DICT) -> bool:
+    return _engine in _dict(cls)
 
 
-def _registering(qualname: str) -> bool:
+def _registering(qualname: str, _prefixes: tuple[str, ...] = REGISTERING, _starts: Any = _STARTS,
+                 _any: Any = any) -> bool:
     last = qualname.rsplit(".", 1)[-1].split("(")[0].lower()
-    return any(last.startswith(p) for p in REGISTERING)
+    return _any(_starts(last, p) for p in _prefixes)  # type: ignore[no-any-return]
 
 
-def _dunder(name: str) -> bool:
-    return name.startswith("__") and name.endswith("__")
+def _dunder(name: str, _starts: Any = _STARTS, _ends: Any = _ENDS, _bool: Any = bool) -> bool:
+    return _bool(_starts(name, "__") and _ends(name, "__"))  # type: ignore[no-any-return]  # str's own methods: a str subclass cannot lie
 
 
 class _Meta(abc.ABCMeta):
     """Metaclass of every stand-in class (and so of contribution classes that subclass one)."""
 
-    def __init__(cls, name: str, bases: tuple[type, ...], ns: dict[str, Any], **kw: Any) -> None:
-        super().__init__(name, bases, ns, **kw)
-        if _ENGINE not in ns:
+    def __init__(cls, name: str, bases: tuple[type, ...], ns: dict[str, Any],
+                 _init: Any = abc.ABCMeta.__init__, _engine: str = _ENGINE, _standin: Any = _is_standin,
+                 _rec: Any = _record, _dict: Any = _CLASS_DICT, **kw: Any) -> None:
+        _init(cls, name, bases, ns, **kw)
+        if _engine not in ns:
             for base in bases:
-                if isinstance(base, _Meta) and _is_standin(base):
-                    _record("engine-subclass", base.__dict__[_ENGINE], f"class {name}")
+                if _standin(base):
+                    _rec("engine-subclass", _dict(base)[_engine], f"class {name}")
 
     def __getattr__(cls, name: str) -> Any:
         if _dunder(name) or not _is_standin(cls):
@@ -62,23 +72,27 @@ class _Meta(abc.ABCMeta):
         type.__setattr__(cls, name, child)
         return child
 
-    def __setattr__(cls, name: str, value: Any) -> None:
-        if _is_standin(cls) and name not in _ABC_BOOKKEEPING:
-            _record("engine-write", f"{cls.__dict__[_ENGINE]}.{name}", "attribute write")
-        super().__setattr__(name, value)
+    def __setattr__(cls, name: str, value: Any, _standin: Any = _is_standin, _rec: Any = _record,
+                    _dict: Any = _CLASS_DICT, _engine: str = _ENGINE, _abc: Any = _ABC_BOOKKEEPING,
+                    _set: Any = type.__setattr__, _str: Any = str.__str__) -> None:
+        if _standin(cls) and _str(name) not in _abc:
+            _rec("engine-write", f"{_dict(cls)[_engine]}.{name}", "attribute write")
+        _set(cls, name, value)
 
-    def __delattr__(cls, name: str) -> None:
-        if _is_standin(cls):
-            _record("engine-write", f"{cls.__dict__[_ENGINE]}.{name}", "attribute delete")
-        super().__delattr__(name)
+    def __delattr__(cls, name: str, _standin: Any = _is_standin, _rec: Any = _record,
+                    _dict: Any = _CLASS_DICT, _engine: str = _ENGINE, _del: Any = type.__delattr__) -> None:
+        if _standin(cls):
+            _rec("engine-write", f"{_dict(cls)[_engine]}.{name}", "attribute delete")
+        _del(cls, name)
 
-    def __setitem__(cls, key: Any, value: Any) -> None:
-        _record("engine-registration", f"{cls.__dict__.get(_ENGINE, cls.__qualname__)}[{key!r}]",
-                "item assignment")
+    def __setitem__(cls, key: Any, value: Any, _rec: Any = _record, _dict: Any = _CLASS_DICT,
+                    _engine: str = _ENGINE) -> None:
+        _rec("engine-registration", f"{_dict(cls).get(_engine, cls.__qualname__)}[{key!r}]",
+             "item assignment")
 
-    def __delitem__(cls, key: Any) -> None:
-        _record("engine-registration", f"{cls.__dict__.get(_ENGINE, cls.__qualname__)}[{key!r}]",
-                "item delete")
+    def __delitem__(cls, key: Any, _rec: Any = _record, _dict: Any = _CLASS_DICT,
+                    _engine: str = _ENGINE) -> None:
+        _rec("engine-registration", f"{_dict(cls).get(_engine, cls.__qualname__)}[{key!r}]", "item delete")
 
     def __getitem__(cls, key: Any) -> Any:
         return make_class(f"{cls.__dict__.get(_ENGINE, cls.__qualname__)}[]")
@@ -93,18 +107,43 @@ class _Meta(abc.ABCMeta):
         return False
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
-        if _is_standin(cls):
-            qual = cls.__dict__[_ENGINE]
-            if _registering(qual):
-                _record("engine-registration", qual, "call")
-            if len(args) == 1 and not kwargs and _decoratable(args[0]) and _registering(qual):
-                return args[0]  # a registering decorator used bare (`@engine.register`) hands it back
-            return super().__call__(*args, **kwargs)
-        return super().__call__(*args, **kwargs)
+        call: Any = "_ft:call"  # `_meta_call`, a constant of this code (see `with_constants`)
+        return call(cls, args, kwargs)
 
 
 def _decoratable(obj: Any) -> bool:
     return isinstance(obj, (types.FunctionType, type))
+
+
+def _meta_call(cls: type, args: tuple[Any, ...], kwargs: dict[str, Any], _standin: Any = _is_standin,
+               _rec: Any = _record, _dict: Any = _CLASS_DICT, _engine: str = _ENGINE,
+               _reg: Any = _registering, _dec: Any = _decoratable, _call: Any = abc.ABCMeta.__call__) -> Any:
+    if _standin(cls):
+        qual = _dict(cls)[_engine]
+        if _reg(qual):
+            _rec("engine-registration", qual, "call")
+        if len(args) == 1 and not kwargs and _dec(args[0]) and _reg(qual):
+            return args[0]  # a registering decorator used bare (`@engine.register`) hands it back
+    return _call(cls, *args, **kwargs)
+
+
+def with_constants(func: Any, **deps: Any) -> Any:
+    """`func` with each string constant `"_ft:<name>"` of its code replaced by `deps[name]`: what it reads
+    then is no global, no closure cell and no keyword default (all changeable without an audit event), for a
+    function that must take `*args` (no positional default can follow them). Its `__code__` cannot be
+    replaced once the tracer's guard is in."""
+    code = func.__code__
+    func.__code__ = code.replace(co_consts=tuple(
+        deps[c[4:]] if type(c) is str and c.startswith("_ft:") else c for c in code.co_consts))
+    return func
+
+
+with_constants(_Meta.__call__, call=_meta_call)
+
+
+def _engine_name(obj: Any, _type: Any = type, _dict: Any = _CLASS_DICT, _engine: str = _ENGINE) -> str:
+    cls = _type(obj)
+    return f"{_dict(cls).get(_engine, cls.__qualname__)}()"
 
 
 class StandIn(metaclass=_Meta):
@@ -116,21 +155,23 @@ class StandIn(metaclass=_Meta):
         pass
 
     def _ft_name(self) -> str:
-        return f"{type(self).__dict__.get(_ENGINE, type(self).__qualname__)}()"
+        return _engine_name(self)
 
     def __getattr__(self, name: str) -> Any:
         if _dunder(name):
             raise AttributeError(name)
         return make_class(f"{self._ft_name()}.{name}")
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        if _is_standin(type(self)):
-            _record("engine-write", f"{self._ft_name()}.{name}", "attribute write on an engine object")
-        object.__setattr__(self, name, value)
+    def __setattr__(self, name: str, value: Any, _standin: Any = _is_standin, _rec: Any = _record,
+                    _name: Any = _engine_name, _type: Any = type, _set: Any = object.__setattr__) -> None:
+        if _standin(_type(self)):
+            _rec("engine-write", f"{_name(self)}.{name}", "attribute write on an engine object")
+        _set(self, name, value)
 
-    def __setitem__(self, key: Any, value: Any) -> None:
-        if _is_standin(type(self)):
-            _record("engine-registration", f"{self._ft_name()}[{key!r}]", "item assignment")
+    def __setitem__(self, key: Any, value: Any, _standin: Any = _is_standin, _rec: Any = _record,
+                    _name: Any = _engine_name, _type: Any = type) -> None:
+        if _standin(_type(self)):
+            _rec("engine-registration", f"{_name(self)}[{key!r}]", "item assignment")
 
     def __getitem__(self, key: Any) -> Any:
         return make_class(f"{self._ft_name()}[]")
@@ -155,6 +196,20 @@ def make_class(qualname: str) -> type:
     return _Meta(short, (StandIn,), {_ENGINE: qualname, "__module__": qualname.rsplit(".", 1)[0]})
 
 
+def _module_name(module: Any, _get: Any = types.ModuleType.__getattribute__) -> Any:
+    return _get(module, "__name__")
+
+
+def _machinery(module: types.ModuleType, name: str, value: Any, _dunder: Any = _dunder,
+               _isinstance: Any = isinstance, _module: type = types.ModuleType, _modules: Any = sys.modules,
+               _name: Any = _module_name) -> bool:
+    """The import system's own writes: module metadata and binding a submodule to its parent."""
+    if _dunder(name):
+        return True
+    return (_isinstance(value, _module) and _name(value) == f"{_name(module)}.{name}"
+            and _modules.get(_name(value)) is value)
+
+
 class StandInModule(types.ModuleType):
     """An engine module: every missing attribute is a stand-in class; every write is recorded."""
 
@@ -165,22 +220,16 @@ class StandInModule(types.ModuleType):
         types.ModuleType.__setattr__(self, name, child)
         return child
 
-    def __setattr__(self, name: str, value: Any) -> None:
+    def __setattr__(self, name: str, value: Any, _machinery: Any = _machinery, _rec: Any = _record,
+                    _set: Any = types.ModuleType.__setattr__, _name: Any = _module_name) -> None:
         if not _machinery(self, name, value):
-            _record("engine-write", f"{self.__name__}.{name}", "module attribute write")
-        types.ModuleType.__setattr__(self, name, value)
+            _rec("engine-write", f"{_name(self)}.{name}", "module attribute write")
+        _set(self, name, value)
 
-    def __delattr__(self, name: str) -> None:
-        _record("engine-write", f"{self.__name__}.{name}", "module attribute delete")
-        types.ModuleType.__delattr__(self, name)
-
-
-def _machinery(module: types.ModuleType, name: str, value: Any) -> bool:
-    """The import system's own writes: module metadata and binding a submodule to its parent."""
-    if _dunder(name):
-        return True
-    return (isinstance(value, types.ModuleType) and value.__name__ == f"{module.__name__}.{name}"
-            and sys.modules.get(value.__name__) is value)
+    def __delattr__(self, name: str, _rec: Any = _record, _del: Any = types.ModuleType.__delattr__,
+                    _name: Any = _module_name) -> None:
+        _rec("engine-write", f"{_name(self)}.{name}", "module attribute delete")
+        _del(self, name)
 
 
 class _Loader:
@@ -245,6 +294,7 @@ def install(recorder: Recorder, finder: EngineFinder) -> MissingFinder:
     of missing dependencies last."""
     _RECORDERS.clear()
     _RECORDERS.append(recorder)
+    _record.__defaults__ = ("", (recorder,))  # what the recording path calls (see _CLASS_DICT)
     sys.meta_path.insert(0, finder)
     missing = MissingFinder(finder)
     sys.meta_path.append(missing)

@@ -174,59 +174,8 @@ ATTACKS: dict[str, str] = {
 "table-email-charsets": "import email.charset\nemail.charset.CHARSETS['utf-8'] = (None, None, None)  # <-\n",
 }
 
-_XF = "a stdlib class transformer handed an engine class rewrites it in place (a call, no write)"
-_XS = "the same transformer handed a stdlib class (a call, no write the scan sees)"
-_ANN = "a string annotation / ForwardRef resolved by a typing helper gives back the engine class it names"
-_RUN = "code in a string run by a stdlib runner (timeit / trace / doctest) is not scanned as dynamic code"
-_STDIN = "a read of the engine's shared stdin (it consumes the engine's input) is no effect the scan knows"
-OPEN: dict[str, str] = {
-    "xform-dataclass-engine-class": _XF + " (dataclass adds __eq__, sets __hash__ = None: layers unhashable)",
-    "xform-dataclass-frozen-partial": _XF + " (frozen: __setattr__ that raises on every engine layer)",
-    "xform-dataclass-alias": _XF + " (through an alias of dataclasses.dataclass)",
-    "xform-dataclass-type-of-param": _XF + " (type() of an engine-instance parameter)",
-    "xform-dataclass-process-class": _XF + " (dataclasses._process_class, the private worker)",
-    "xform-update-abstractmethods": _XF + " (an ABC in vLLM: abstractmethod + update_abstractmethods make it "
-                                          "uninstantiable)",
-    "xform-abstractmethod-on-engine-func": _XF + " (abc.abstractmethod sets __isabstractmethod__ on it)",
-    "xform-typing-final-class": _XF + " (typing.final sets __final__)",
-    "xform-typing-final-method": _XF + " (typing.final sets __final__ on the engine method)",
-    "xform-no-type-check": _XF + " (no_type_check sets __no_type_check__ on it and its methods)",
-    "xform-dataclass-transform": _XF + " (dataclass_transform sets __dataclass_transform__)",
-    "xform-overload-registry": "typing.overload files the engine method in typing's shared overload registry",
-    "xform-dataclass-stdlib-class": _XS + ": textwrap.TextWrapper instances become unhashable",
-    "xform-total-ordering-stdlib": _XS + ": importlib.metadata.EntryPoint gets __gt__/__le__/__ge__",
-    "xform-no-type-check-stdlib": _XS + ": json.JSONDecoder's methods get __no_type_check__",
-    "xform-global-enum-stdlib": _XS + ": enum.global_enum rewrites HTTPStatus.__repr__ and fills htt"
-                                      "p's globals",
-    "named-string-annotation-hints": _ANN + " (typing.get_type_hints of an own class)",
-    "named-get-annotations-eval": _ANN + " (inspect.get_annotations(eval_str=True))",
-    "named-forwardref-evaluate": _ANN + " (ForwardRef._evaluate)",
-    "named-eval-type": _ANN + " (typing._eval_type)",
-    "named-namedtuple-hints": _ANN + " (a functional NamedTuple's string field type)",
-    "named-entrypoint-engine": "importlib.metadata.EntryPoint(value='module:attr').load() resolves an "
-                               "engine class",
-    "named-entrypoint-call": "EntryPoint('os:system').load() gives os.system, then called",
-    "named-mock-get-target": "unittest.mock._get_target('dotted.name')[0]() imports and returns the engine "
-                             "module",
-    "named-timeit-stmt": _RUN + " (timeit.timeit's stmt)",
-    "named-timeit-setup": _RUN + " (timeit.Timer's setup)",
-    "named-trace-run": _RUN + " (trace.Trace().run)",
-    "named-doctest-examples": _RUN + " (doctest runs an own docstring's examples)",
-    "file-zipapp-outside": "zipapp.create_archive writes its target path (outside the sandbox) unflagged",
-    "stdin-read": _STDIN + " (sys.stdin.read)",
-    "stdin-input": _STDIN + " (input())",
-    "stdin-os-read": _STDIN + " (os.read(0, ...))",
-    "xform-typing-final-stdlib": _XS + ": shlex.shlex gets __final__",
-    "xform-update-abstractmethods-stdlib": _XS + ": Fraction(1, 3) now raises TypeError",
-    "xform-overload-stdlib": "typing.overload files json.dumps in typing's shared overload registry",
-    "named-entrypoint-putenv": "EntryPoint('os:putenv').load() gives os.putenv, then called",
-    "table-keyword-kwlist": "keyword.kwlist.append: a stdlib module's list edited in place (dict tables are "
-                            "caught)",
-    "knob-calendar-firstweekday": "calendar.setfirstweekday changes the shared module-level calendar ("
-                                  "calendar.c)",
-    "table-sysconfig-vars": "sysconfig.get_config_vars() returns the shared cache dict; an item write edits "
-                            "it",
-}
+# every attack of this review is closed (hostile review 24 fix: transformers.py, named.py, fds.py)
+OPEN: dict[str, str] = {}
 
 
 def test_open_ids_are_attacks() -> None:
@@ -289,12 +238,7 @@ HONEST: dict[str, str] = {
                          "EPS = md.entry_points(group='vllm.general_plugins')\nN = [e.name for e in EPS]\n",
 }
 
-OPEN_FALSE_POSITIVES: dict[str, str] = {
-    "own-generic-args": "typing.get_args(list[Own])[0] is taken for builtins.list, so `.v = 4` edits "
-                        "builtins",
-    "own-reduce-getattr": "functools.reduce(getattr, names, Own) is taken for builtins.getattr itself",
-    "own-pipe-fds": "os.set_blocking / os.write / os.close on the contribution's own pipe are FT146",
-}
+OPEN_FALSE_POSITIVES: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("key", [

@@ -263,6 +263,9 @@ REGISTRY_CARRIED = [("FT126", "vllm/model_executor/models/registry.py", 1138),
                     # the model-inspection subprocess unpickles its result and its task (pickle.load*)
                     ("FT146", "vllm/model_executor/models/registry.py", 1622),
                     ("FT146", "vllm/model_executor/models/registry.py", 1631),
+                    # ... read from the process's stdin (`sys.stdin.buffer.read()`, hostile review 24's
+                    # stdin readers: the same line as its pickle.loads)
+                    ("FT146", "vllm/model_executor/models/registry.py", 1631),
                     ("FT146", "vllm/model_executor/models/registry.py", 1635)]
 
 

@@ -37,6 +37,7 @@ from fasttrack.confinement.escapes.dynamic_code import DynamicCodeChecks, runs_s
 from fasttrack.confinement.escapes.explicit_self import ExplicitSelfChecks
 from fasttrack.confinement.escapes.global_state import GlobalStateChecks
 from fasttrack.confinement.escapes.monkeypatch import MonkeypatchChecks
+from fasttrack.confinement.escapes.named import NamedResolution
 from fasttrack.confinement.escapes.registries import RegistryChecks
 from fasttrack.confinement.escapes.scope import (
     _BOUND,
@@ -48,11 +49,12 @@ from fasttrack.confinement.escapes.scope import (
     _Scope,
 )
 from fasttrack.confinement.escapes.torch_library import TorchLibraryChecks
+from fasttrack.confinement.escapes.transformers import StdlibEffectChecks
 from fasttrack.policy import EscapesSpec
 
 
-class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibraryChecks,
-               DynamicCodeChecks, ExplicitSelfChecks):
+class Analyser(StdlibEffectChecks, NamedResolution, MonkeypatchChecks, GlobalStateChecks, RegistryChecks,
+               TorchLibraryChecks, DynamicCodeChecks, ExplicitSelfChecks):
     """Every checker over one file; `check` dispatches each collected node."""
 
     def check(self) -> None:
@@ -292,6 +294,7 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
         self._check_thread_start(node, scope, import_time)
         callee = self.resolve(node.func, scope)
         self._check_source_runners(node, callee)
+        self._check_stdlib_effects(node, callee, scope, import_time)
         if isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Call):
             sup = self.resolve(node.func.value.func, scope)
             if sup is not None and sup.qualname == "builtins.super":

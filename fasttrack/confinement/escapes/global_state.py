@@ -21,6 +21,7 @@ from fasttrack.confinement.escapes.common import (
     mutating_method,
     state_like_receiver,
 )
+from fasttrack.confinement.escapes.fds import on_own_fd
 from fasttrack.confinement.escapes.scope import (
     _BOUND,
     _OF_FOREIGN,
@@ -355,6 +356,8 @@ class GlobalStateChecks(CheckBase):
             return False
         if q == "os.open" and self._read_only_flags(node):
             return True
+        if on_own_fd(self, node, q, scope):
+            return True  # a descriptor of the contribution's own (its pipe): nothing shared (fds.py)
         if id(node) in self.with_items and _matches(q, s.scoped_global_calls):
             return True
         if q.startswith("warnings.") and "with warnings.catch_warnings(" in self._context(node):

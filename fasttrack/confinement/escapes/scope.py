@@ -170,6 +170,17 @@ class _Ref:
 
 
 _LOCAL_REF = _Ref("local")
+# a local mapping whose items are known by key: its elements are `<field k>` markers holding what item `k` is
+# (`<field *>`: any other key); `m[k]` is that item, `m[<computed>]` any of them (fail closed)
+KEYED = "<keyed>"
+
+
+def keyed_item(mapping: _Ref, key: str | None) -> _Ref:
+    """Item `key` of a KEYED mapping (None: a computed key, any item)."""
+    items = {e.qualname[len("<field "):-1]: e.elements for e in mapping.elements}
+    held = (items.get(key, ()) or items.get("*", ())) if key is not None else \
+        tuple(r for refs in items.values() for r in refs)
+    return held[0] if len(held) == 1 else _Ref("local", "<container>", held) if held else _LOCAL_REF
 _NAMESPACE = "<namespace>"  # a local ref: `types.SimpleNamespace(**kw)`, whose attributes are its elements
 _CONTAINER_MAKERS = frozenset({
     "builtins.list", "builtins.dict", "builtins.set", "collections.deque", "collections.OrderedDict",
@@ -2053,6 +2064,8 @@ class Resolver:
             got = self._reflected(base) if isinstance(node.ctx, ast.Load) else None
             if got is not None:
                 return got  # `E["A"]`: an own Enum's member by name
+            if base.origin == "local" and base.qualname == KEYED:
+                return keyed_item(base, key)
             if base.origin == "local":
                 if base.elements:
                     return base.elements[0]
@@ -2127,6 +2140,9 @@ class Resolver:
         if getter is not None:
             return getter
         callee = self.resolve(node.func, scope)
+        named = self._resolve_named(node, callee, scope)
+        if named is not None:
+            return named  # a stdlib helper turning a name or a string into an object (named.py)
         this_dict = f"{self._this_module()}.__dict__."
         if callee is not None and callee.qualname.startswith(this_dict) and \
                 callee.qualname[len(this_dict):] in ("get", "pop", "setdefault", "__getitem__"):
@@ -2424,6 +2440,10 @@ class Resolver:
         if self.foreign(callee) and not q.startswith("builtins."):
             return _Ref("local", f"{_OF_FOREIGN}{q}>")  # `Engine()`: local, but its class is the engine's
         return _LOCAL_REF
+
+    def _resolve_named(self, node: ast.Call, callee: _Ref | None, scope: _Scope) -> _Ref | None:
+        """What a call resolving a name or a string to an object gives (overridden by named.py), or None."""
+        return None
 
     @staticmethod
     def _function_scope(scope: _Scope) -> _Scope | None:

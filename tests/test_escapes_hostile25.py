@@ -15,12 +15,20 @@ functools, L = RowParallelLinear and AttentionImpl) and round 23's module-scoped
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 
 from fasttrack.confinement.engine_signatures import EngineSignatures
+from fasttrack.policy import load_policy
+from tests.escape_marks import marked_lines
+from tests.test_escapes import POLICY
+from tests.test_escapes_hostile21 import LAYERS
 from tests.test_escapes_hostile22 import shipped_error_lines
 from tests.test_escapes_hostile23 import engine  # noqa: F401  (the module-scoped fake engine tree)
-from tests.test_escapes_hostile_flow import marked, scan
+from tests.test_escapes_hostile_flow import ENGINE, marked, scan
+from tests.test_escapes_own_bases import contribution, ft_errors, write
 
 ATTACKS: dict[str, str] = {
 # -- class / function transformers and ABC / overload registries not in TRANSFORMERS (stdlib_effects.py) --
@@ -296,3 +304,165 @@ OPEN_FALSE_POSITIVES: dict[str, str] = {
                  if k in OPEN_FALSE_POSITIVES else []) for k in HONEST])
 def test_honest_twin_is_clean(key: str, engine: EngineSignatures) -> None:  # noqa: F811
     assert shipped_error_lines(scan(HONEST[key], engine)) == []
+
+
+# -- another own module's methods and dunders writing what the caller hands them (cross_module.py) --------
+# each case is a pair (other own module, caller); all pairs are modules of one contribution, scanned once
+CROSS: dict[str, tuple[str, str]] = {
+    "cross-staticmethod-param": (
+        "class W:\n""    @staticmethod\n""    def put(obj):\n""        obj.forward = None\n",
+        "W.put(AttentionImpl)  # <-\n"),
+    "cross-classmethod-setattr": (
+        "class W:\n""    @classmethod\n""    def put(cls, obj):\n"
+        "        setattr(obj, 'forward', None)\n",
+        "W.put(AttentionImpl)  # <-\n"),
+    "cross-kwargs-param": (
+        "class W:\n""    def put(self, **kw):\n""        kw['o'].forward = None\n",
+        "W().put(o=AttentionImpl)  # <-\n"),
+    "cross-varargs-param": (
+        "class W:\n""    def put(self, *a):\n""        a[0].forward = None\n",
+        "W().put(AttentionImpl)  # <-\n"),
+    "cross-bound-method-stored": (
+        "class W:\n""    def put(self, obj):\n""        obj.forward = None\n",
+        "p = W().put\n""p(AttentionImpl)  # <-\n"),
+    "cross-getattr-method": (
+        "class W:\n""    def put(self, obj):\n""        obj.forward = None\n",
+        "getattr(W(), 'put')(AttentionImpl)  # <-\n"),
+    "cross-map-method": (
+        "class W:\n""    def put(self, obj):\n""        obj.forward = None\n",
+        "list(map(W().put, [AttentionImpl]))  # <-\n"),
+    "cross-param-attribute-chain": (
+        "class W:\n""    def put(self, h):\n""        h.x.forward = None\n",
+        "import types\n""W().put(types.SimpleNamespace(x=AttentionImpl))  # <-\n"),
+    "cross-init-writes-param": (
+        "class W:\n""    def __init__(self, v):\n""        v.forward = None\n",
+        "W(AttentionImpl)  # <-\n"),
+    "cross-descriptor-set": (
+        "class D:\n""    def __set__(self, inst, v):\n""        v.forward = None\n""class W:\n"
+        "    d = D()\n",
+        "W().d = AttentionImpl  # <-\n"),
+    "cross-setattr-dunder": (
+        "class W:\n""    def __setattr__(self, k, v):\n""        v.forward = None\n",
+        "W().x = AttentionImpl  # <-\n"),
+    "cross-iadd-dunder": (
+        "class W:\n""    def __iadd__(self, v):\n""        v.forward = None\n""        return self\n",
+        "w = W()\n""w += AttentionImpl  # <-\n"),
+    "cross-eq-dunder": (
+        "class W:\n""    def __eq__(self, v):\n""        v.forward = None\n""        return False\n",
+        "B = W() == AttentionImpl  # <-\n"),
+    "cross-contains-dunder": (
+        "class W:\n""    def __contains__(self, v):\n""        v.forward = None\n""        return False\n",
+        "B = AttentionImpl in W()  # <-\n"),
+    "cross-init-subclass-kw": (
+        "class W:\n""    def __init_subclass__(cls, target=None):\n""        target.forward = None\n",
+        "class X(W, target=AttentionImpl):  # <-\n""    pass\n"),
+    "cross-class-getitem-writes": (
+        "class W:\n""    def __class_getitem__(cls, v):\n""        v.forward = None\n"
+        "        return cls\n",
+        "W[AttentionImpl]  # <-\n"),
+    "cross-enter-writes-held": (
+        "class C:\n""    def __init__(self, o):\n""        self.o = o\n""    def __enter__(self):\n"
+        "        self.o.forward = None\n""    def __exit__(self, *a):\n""        pass\n",
+        "with C(AttentionImpl):  # <-\n""    pass\n"),
+    "cross-exitstack-enter": (
+        "class C:\n""    def __init__(self, o):\n""        self.o = o\n""    def __enter__(self):\n"
+        "        self.o.forward = None\n""    def __exit__(self, *a):\n""        pass\n",
+        "import contextlib\n""contextlib.ExitStack().enter_context(C(AttentionImpl))  # <-\n"),
+    "cross-exit-writes-held": (
+        "class C:\n""    def __init__(self, o):\n""        self.o = o\n""    def __enter__(self):\n"
+        "        return self\n""    def __exit__(self, *a):\n""        self.o.forward = None\n",
+        "with C(AttentionImpl):  # <-\n""    pass\n"),
+    "cross-sorted-key-method": (
+        "class W:\n""    def key(self, v):\n""        v.forward = None\n""        return 0\n",
+        "S = sorted([AttentionImpl], key=W().key)  # <-\n"),
+    "cross-held-then-method": (
+        "class W:\n""    def __init__(self):\n""        self.o = None\n""    def hold(self, o):\n"
+        "        self.o = o\n""    def fire(self):\n""        self.o.forward = None\n",
+        "w = W()\n""w.hold(AttentionImpl)\n""w.fire()  # <-\n"),
+    "cross-new-returns-param": (
+        "class W:\n""    def __new__(cls, v):\n""        return v\n",
+        "W(AttentionImpl).forward = None  # <-\n"),
+}
+CROSS_OPEN: dict[str, str] = {
+    "cross-kwargs-param": "a write through **kwargs of another own module's method is not"
+                          " followed to the caller's keyword",
+    "cross-varargs-param": "a write through *args of another own module's method is not followed"
+                           " to the caller's argument",
+    "cross-bound-method-stored": "a bound method of another own module's instance, stored in a"
+                                 " name and then called",
+    "cross-getattr-method": "getattr(instance, 'put') of another own module's class is not"
+                            " followed to the method",
+    "cross-map-method": "a bound method of another own module handed to map() (a callback) is"
+                        " not followed",
+    "cross-init-writes-param": "W(x): another own module's __init__ writing its parameter is not followed",
+    "cross-descriptor-set": "an own __set__ in another module writing the value assigned is not followed",
+    "cross-init-subclass-kw": "a class keyword argument written by another own module's __init_subclass__",
+    "cross-class-getitem-writes": "W[x]: another own module's __class_getitem__ writing its item"
+                                  " is not followed",
+    "cross-enter-writes-held": "`with C(x)`: __enter__ writing what __init__ stored (self.o), in"
+                               " another own module",
+    "cross-exitstack-enter": "ExitStack().enter_context(C(x)): the same __enter__ write through the stack",
+    "cross-exit-writes-held": "`with C(x)`: __exit__ writing what __init__ stored (self.o), in"
+                              " another own module",
+    "cross-sorted-key-method": "a bound method of another own module as sorted()'s key is not followed",
+    "cross-held-then-method": "w.hold(x); w.fire(): a method writing what another method stored"
+                              " from its parameter",
+}
+CROSS_HONEST: dict[str, tuple[str, str]] = {
+    "mid": (
+        "class W:\n""    @staticmethod\n""    def put(obj):\n""        obj.forward = None\n"
+        "    def __init__(self, v=None):\n""        self.o = v\n""    def __enter__(self):\n"
+        "        self.o.y = 1\n""        return self\n""    def __exit__(self, *a):\n"
+        "        self.o.z = 2\n""    def __iadd__(self, v):\n""        v.w = 3\n""        return self\n",
+        "class Own:\n""    pass\n""W.put(Own)\n""with W(Own()):\n""    pass\n""w = W()\n""w += Own()\n"
+        "import contextlib\n""with contextlib.ExitStack() as s:\n""    s.enter_context(W(Own()))\n"),
+}
+
+
+def _cross_files(cases: dict[str, tuple[str, str]]) -> tuple[dict[str, str], dict[str, set[tuple[str, int]]]]:
+    """The contribution's files (mid<i>.py, impl<i>.py per case; impl imports mid's classes) and the
+    (file, line) pairs each case marks."""
+    files = {"kernels/kimi_k3/__init__.py": "", "kernels/kimi_k3/layers.py": LAYERS}
+    want: dict[str, set[tuple[str, int]]] = {}
+    for i, (key, (mid, src)) in enumerate(cases.items()):
+        names = ", ".join(n.name for n in ast.parse(mid).body if isinstance(n, ast.ClassDef))
+        impl = f"from .layers import AttentionImpl\nfrom .mid{i} import {names}\n" + src
+        files[f"kernels/kimi_k3/mid{i}.py"] = mid
+        files[f"kernels/kimi_k3/impl{i}.py"] = impl
+        want[key] = {(f"kernels/kimi_k3/impl{i}.py", line) for line in marked_lines(impl)}
+    return files, want
+
+
+def _cross_scan(tmp: Path, cases: dict[str, tuple[str, str]]) -> tuple[set[tuple[str, int]],
+                                                                          dict[str, set[tuple[str, int]]]]:
+    files, want = _cross_files(cases)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("FASTTRACK_ENGINE_TREE", str(write(tmp / "engine", ENGINE)))
+        errors = {(path, line or 0) for _, path, line in ft_errors(contribution(tmp, load_policy(POLICY),
+                                                                                 files))}
+    return errors, want
+
+
+@pytest.fixture(scope="module")
+def cross25(tmp_path_factory: pytest.TempPathFactory) -> tuple[set[tuple[str, int]],
+                                                                dict[str, set[tuple[str, int]]]]:
+    return _cross_scan(tmp_path_factory.mktemp("cross25"), CROSS)
+
+
+def test_cross_open_ids_are_attacks() -> None:
+    assert set(CROSS_OPEN) <= set(CROSS)
+    assert all(marked_lines(src) for _, src in CROSS.values())
+
+
+@pytest.mark.parametrize("key", [
+    pytest.param(k, id=k, marks=[pytest.mark.xfail(strict=True, reason=CROSS_OPEN[k])] if k in CROSS_OPEN
+                 else []) for k in CROSS])
+def test_cross_module_attack_is_an_error(cross25: tuple[set[tuple[str, int]],
+                                                        dict[str, set[tuple[str, int]]]], key: str) -> None:
+    errors, want = cross25
+    assert want[key] and want[key] <= errors
+
+
+def test_cross_module_honest_twin(tmp_path: Path) -> None:
+    errors, _ = _cross_scan(tmp_path, CROSS_HONEST)
+    assert not {e for e in errors if "/impl" in e[0] or "/mid" in e[0]}

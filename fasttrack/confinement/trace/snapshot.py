@@ -544,6 +544,20 @@ def _kwdefaults(value: Any) -> Any:
     return tuple((k, id(v)) for k, v in kw.items()) if type(kw) is dict else None
 
 
+def _abstract_mark(value: Any) -> bool:
+    """Whether an ABC's class attribute is marked abstract: a plain function, or one under a property,
+    classmethod or staticmethod, flagged `__isabstractmethod__` (read on the functions only: no descriptor or
+    `__getattr__` of the contribution runs)."""
+    if type(value) is property:
+        funcs: tuple[Any, ...] = (value.fget, value.fset, value.fdel)
+    elif type(value) in (classmethod, staticmethod):
+        funcs = (value.__func__,)
+    else:
+        funcs = (value,)
+    return any(type(f) is types.FunctionType and getattr(f, "__isabstractmethod__", False) is True
+               for f in funcs)
+
+
 def module_state(name: str, module: types.ModuleType) -> Snapshot:
     """The attributes of one foreign module and of the classes it defines."""
     out: Snapshot = {}
@@ -574,8 +588,7 @@ def module_state(name: str, module: types.ModuleType) -> Snapshot:
             for cattr, cvalue in list(value.__dict__.items()):
                 if cattr not in ("__dict__", "__weakref__", "_abc_impl"):
                     out[f"cls:{name}:{attr}:{cattr}"] = cvalue
-                    if abstract and type(cvalue) is types.FunctionType and \
-                            getattr(cvalue, "__isabstractmethod__", False) is True:
+                    if abstract and _abstract_mark(cvalue):
                         out[f"abs:{name}:{attr}:{cattr}"] = True  # `abc.abstractmethod` on an ABC's method
                     if type(cvalue) in (dict, list, set) and _behaviour_table(cvalue):
                         box = _box(cvalue)  # a class's dispatch table changed in place
@@ -642,8 +655,7 @@ def value_of(key: str) -> Any:
         module = sys.modules.get(name)
         cls = vars(module).get(cls_name, MISSING) if module is not None else MISSING
         value = cls.__dict__.get(attr, MISSING) if isinstance(cls, type) else MISSING
-        return True if type(value) is types.FunctionType and \
-            getattr(value, "__isabstractmethod__", False) is True else MISSING
+        return True if _abstract_mark(value) else MISSING
     if kind in ("cls", "cbox"):
         name, cls_name, attr = rest.split(":", 2)
         module = sys.modules.get(name)

@@ -97,7 +97,8 @@ ATTACKS24: dict[str, str] = {
                                  "abc.update_abstractmethods(fractions.Fraction)  # <-\n",
     "abstract_wrapped_stdlib.py": "import abc, fractions\n"
                                   "abc.abstractmethod(fractions.Fraction.numerator.fget)  # <-\n"
-                                  "abc.abstractmethod(vars(fractions.Fraction)['from_float'].__func__)  # <-\n",
+                                  "abc.abstractmethod(vars(fractions.Fraction)['from_float']"
+                                  ".__func__)  # <-\n",
     "final_stdlib.py": "import typing, shlex\ntyping.final(shlex.shlex)  # <-\n",
     "overload_registry.py": "import typing, json\ntyping.overload(json.dumps)  # <-\n",
     "xform_engine_standin.py": "import dataclasses\nfrom vllm.model_executor.layers.linear import "

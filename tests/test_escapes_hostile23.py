@@ -968,12 +968,7 @@ CROSS: dict[str, tuple[dict[str, str], str]] = {
     "other-module-classbody-import": ({"mid.py": "class K:\n    import sys\n"},
                                       "from .mid import K\nK.sys.path.append('/tmp')  # <-\n"),
 }
-CROSS_OPEN: dict[str, str] = {
-    "other-module-unbound-setitem-helper": "a helper's `dict.__setitem__(param, ...)` handed sys.modules",
-    "other-module-setitem-dunder": "`K()[k] = engine` hands it to another module's writing `__setitem__`",
-    "other-module-new-returns-engine": "another module's `__new__` returns the engine class",
-    "other-module-redirect-stdout": "a helper returns `redirect_stdout(...)`; entering it swaps sys.stdout",
-}
+CROSS_OPEN: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")

@@ -34,13 +34,39 @@ def test_scan_names_a_new_and_a_changed_file(tmp_path: Path) -> None:
             p.rmdir()
 
 
-def test_scan_of_nothing_changed_is_quiet() -> None:
-    box = Path(tempfile.mkdtemp(prefix="fasttrack-test-box-"))
-    try:
-        before = sandbox.persist_scan(box)
-        assert [e for e in sandbox.written_events(before, before)] == []
-    finally:
-        box.rmdir()
+def _one_place(place: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sandbox, "persist_places", lambda: [place])
+
+
+def test_scan_of_nothing_changed_is_quiet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _one_place(tmp_path / "place", monkeypatch)
+    (tmp_path / "place" / "d").mkdir(parents=True)
+    (tmp_path / "place" / "d" / "f.txt").write_text("x")
+    before = sandbox.persist_scan(tmp_path / "box")
+    assert before.unscanned == {}
+    assert sandbox.written_events(before, before) == []
+
+
+def test_scan_that_runs_out_of_budget_fails_closed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A place with more entries than the budget: what the scan did not read is named, with the fix (a file
+    written there would not be seen), not silently skipped."""
+    place = tmp_path / "place"
+    for d in ("a", "b", "c"):
+        (place / d / "deep").mkdir(parents=True)
+        (place / d / "deep" / "f.txt").write_text("x")
+    _one_place(place, monkeypatch)
+    monkeypatch.setattr(sandbox, "MAX_SCAN", 4)  # the three top dirs and one `deep`: the rest is unread
+    scan = sandbox.persist_scan(tmp_path / "box")
+    unread = scan.unscanned[str(place)]
+    assert len(unread) == 3 and all(Path(d).is_relative_to(place) for d in unread)
+    hidden = Path(unread[-1]) / "g.txt"
+    hidden.write_text("written where the scan does not look")
+    after = sandbox.persist_scan(tmp_path / "box")
+    assert str(hidden) not in after.seen  # the silent miss this fails closed on
+    events = sandbox.written_events(scan, after)
+    assert [e["target"] for e in events] == [str(place)]
+    assert "not scanned to its end" in events[0]["detail"] and unread[0] in events[0]["detail"]
+    assert "fix:" in events[0]["detail"] and events[0]["kind"] == "fs-write"
 
 
 @pytest.mark.slow

@@ -32,6 +32,7 @@ from fasttrack.confinement.escapes import (
     module_name_for,
     state_like_receiver,
 )
+from fasttrack.confinement.escapes.common import ON_INSTANCE
 from fasttrack.confinement.escapes.cross_module import ModuleReader, OwnModuleSummary
 from fasttrack.confinement.harness_reach import Reach, find_reach, new_reach
 from fasttrack.confinement.source_text import SourceProblem, decode_python_source, read_python_source
@@ -328,7 +329,8 @@ def _helper_escapes(files: list[FileEscapes]) -> dict[str, list[Escape]]:
             for where, target in held:
                 if where in written or where in ("*", "**"):
                     out.setdefault(f.path, []).append(Escape(
-                        "FT120", line, f"passes `{target}` to `{callee}` ({helper.path}), which writes "
+                        "FT120", line, f"passes `{target}` to `{callee.removesuffix(ON_INSTANCE)}` "
+                        f"({helper.path}), which writes "
                         "through that parameter: a monkeypatch of an object outside the contribution",
                         target=target, path=f.path))
                     break

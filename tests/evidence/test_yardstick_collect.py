@@ -161,7 +161,8 @@ def test_audit_reruns_points_and_catches_a_doctored_statement(tmp_path: Path) ->
         res = collect(opts, NullProgress())
         policy = opts.policy
         assert policy is not None
-        text = policy.read_text(encoding="utf-8").replace("median_tolerance = 0.10", "median_tolerance = 0.95")
+        text = policy.read_text(encoding="utf-8")
+        text = text.replace("median_tolerance = 0.10", "median_tolerance = 0.95")
         policy.write_text(text.replace("ratio_tolerance = 0.08", "ratio_tolerance = 0.9"), encoding="utf-8")
         [key] = [b.point.key() for b in Statement.model_validate_json(res.statement_path.read_bytes())
                  .predicate.benchmarks if b.not_run is None]

@@ -21,6 +21,7 @@ from fasttrack.confinement.escapes.common import (
     IMPORTLIB,
     INTERPRETER,
     MONKEYPATCH,
+    ON_INSTANCE,
     SETATTR,
     UNPARSEABLE,
     Escape,
@@ -33,6 +34,7 @@ from fasttrack.confinement.escapes.common import (
     mutating_method,
 )
 from fasttrack.confinement.escapes.dynamic_code import DynamicCodeChecks, runs_source_text
+from fasttrack.confinement.escapes.explicit_self import ExplicitSelfChecks
 from fasttrack.confinement.escapes.global_state import GlobalStateChecks
 from fasttrack.confinement.escapes.monkeypatch import MonkeypatchChecks
 from fasttrack.confinement.escapes.registries import RegistryChecks
@@ -50,7 +52,7 @@ from fasttrack.policy import EscapesSpec
 
 
 class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibraryChecks,
-               DynamicCodeChecks):
+               DynamicCodeChecks, ExplicitSelfChecks):
     """Every checker over one file; `check` dispatches each collected node."""
 
     def check(self) -> None:
@@ -69,7 +71,9 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
         self._link_class_keywords()
         self._link_class_getitem()
         self._link_protocols()
+        self._record_self_writes()
         self._check_helper_calls()
+        self._check_explicit_self()
         self._check_import_time_thread_calls()
 
     def _link_class_getitem(self) -> None:
@@ -90,12 +94,31 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
                 self.import_time_calls.add(id(call))
 
     def _own_instance_class(self, node: ast.expr, scope: _Scope) -> str | None:
-        """The own class (of this file) `node` is an instance of, or None."""
+        """The own class (of this file, or of another own module: `_link_dunder` judges that across files)
+        `node` is an instance of, or None."""
         r = self.resolve(node, scope)
         if r is None or r.origin != "local" or not r.qualname.startswith(_INSTANCE):
             return None
         cls = r.qualname[len(_INSTANCE):-1]
-        return cls if cls in self.classes else None
+        return cls if cls in self.classes or self._other_module_class(cls) else None
+
+    def _other_module_class(self, cls: str) -> bool:
+        """`cls` is a class of another of the contribution's modules (a cross-module summary made its
+        instance)."""
+        return self.cross is not None and cls not in self.classes and self.is_own(cls) and \
+            not cls.startswith("<")
+
+    def _check_other_module_method(self, node: ast.Call, scope: _Scope) -> None:
+        """`K().put(v)` on an instance of another own module's class: judged across files against that
+        module's method writers (`ON_INSTANCE`: positions as a call on an instance fills them)."""
+        if isinstance(node.func, ast.Attribute):
+            cls = self._own_instance_class(node.func.value, scope)
+            held = self.resolve(node.func.value, scope) if cls is None else None
+            if held is not None and held.origin == "import" and self.is_own(held.qualname) and \
+                    self.cross is not None:
+                cls = self.cross.instance_class(held.qualname, self.module)  # its `k = K()`
+            if cls is not None and cls not in self.classes:
+                self._record_foreign_call(node, f"{cls}.{node.func.attr}{ON_INSTANCE}", scope)
 
     def _link_dunder(self, at: ast.AST, scope: _Scope, import_time: bool, cls: str | None, names: list[str],
                      args: list[ast.expr], keywords: list[ast.keyword] | None = None) -> None:
@@ -103,6 +126,13 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
         with these arguments: an own call at `at`, so a dunder writing through its parameter is judged like
         any helper (FT120) where the engine object is handed to it."""
         if cls is None:
+            return
+        if cls not in self.classes:  # another own module's class: judged across files, as its dunders
+            call = ast.copy_location(ast.Call(func=ast.Name(id=f"<{names[0]}>", ctx=ast.Load()), args=args,
+                                              keywords=keywords or []), at)
+            self._kept.append(call)
+            for n in names:
+                self._record_foreign_call(call, f"{cls}.{n}{ON_INSTANCE}", scope)
             return
         keys = next((k for n in names if (k := self._method_keys(cls, [n]))), [])
         if not keys:
@@ -254,6 +284,7 @@ class Analyser(MonkeypatchChecks, GlobalStateChecks, RegistryChecks, TorchLibrar
             self.import_time_calls.add(id(node))
         key = keys[0] if keys else None
         self._link_callbacks(node, scope, import_time)
+        self._check_other_module_method(node, scope)
         self._check_writer_values(node, scope)
         self._check_manual_enter(node, scope)
         self._check_methodcaller(node, scope)

@@ -65,6 +65,10 @@ _OPERATOR_INPLACE = {f"operator.{p}{op}{s}": f"__i{'add' if op == 'concat' else 
 # `engine_parameter_types`): `~param.vllm_config.model_config.hf_config` is what `vllm_config.model_config.
 # hf_config` refers to in model code. Not a module name, so never the contribution's own.
 ENGINE_PARAM = "~param"
+# Appended to a method's key in `FileFacts.param_writers`/`foreign_calls`: the positions are as a call on an
+# instance fills them (`K().put(v)`, `K()[k] = v` running `__setitem__(k, v)`), self left out. The bare key
+# of a method is how a call on its class fills it (`K.put(obj, v)`; a static or class method: as is).
+ON_INSTANCE = "@"
 # C modules that are other names for a stdlib module (`posix.putenv` is `os.putenv`).
 _MODULE_ALIASES = {
     "posix": "os", "nt": "os", "_posixsubprocess": "subprocess", "_signal": "signal", "_thread": "threading",

@@ -158,33 +158,47 @@ class OwnModuleSummary:
         key = ("call", qualname)
         if key in self._busy:
             return _failed(f"{qualname}()", "its own modules call it in a cycle")
-        if qualname in r.classes:  # an instance: its attributes are what the class's are (`member`)
-            return _Ref("local", f"{_INSTANCE}{qualname}>")
         self._busy.add(key)
         try:
+            if qualname in r.classes:
+                # `H()` runs an own `__new__` (or an own metaclass's `__call__`): what it returns when that is
+                # foreign, else an instance, whose attributes are what the class's are (`member`)
+                keys = r._method_keys(qualname, ["__new__"]) + [
+                    k for m in r._own_metaclasses(qualname) for k in r._method_keys(m, ["__call__"])]
+                made = next((t for k in keys if (t := self._returned(r, k, node, scope, caller)) is not None),
+                            None)
+                return made if made is not None else _Ref("local", f"{_INSTANCE}{qualname}>")
             target = self._function_key(r, qualname, split[1])
-            generator = False
-            for fn in r.functions.get(target, []):
-                generator = generator or fn.is_generator()
-                args = r._call_arguments(node, fn)
-                for value in fn.returns():
-                    ref = r.resolve(value, fn.scope)
-                    if ref is not None and ref.origin == "param" and ref.qualname.startswith(target + _SEP):
-                        name = ref.qualname.rpartition(_SEP)[2]  # it hands back an argument of the caller's
-                        for a in args.get(name, []):
-                            t = caller.tainted(caller.resolve(a, scope))
-                            if t is not None:
-                                return t
-                        continue
-                    t = self._foreign(r, ref)
-                    if t is not None:
-                        return t
+            got = self._returned(r, target, node, scope, caller)
+            if got is not None:
+                return got
+            generator = any(fn.is_generator() for fn in r.functions.get(target, []))
         except RecursionError:
             return _failed(f"{qualname}()", "too deep to follow")
         finally:
             self._busy.discard(key)
         # a generator of that module: what `.send()` hands it is judged where it is sent (monkeypatch.py)
         return _Ref("local", f"{_GENERATOR}{qualname}>") if generator else None
+
+    def _returned(self, r: Resolver, target: str, node: ast.Call, scope: _Scope,
+                  caller: Resolver) -> _Ref | None:
+        """The foreign object the own function `target` of module `r` returns for the call `node` of the
+        caller's (one it returns, or a foreign argument of the caller's it hands back), or None."""
+        for fn in r.functions.get(target, []):
+            args = r._call_arguments(node, fn)
+            for value in fn.returns():
+                ref = r.resolve(value, fn.scope)
+                if ref is not None and ref.origin == "param" and ref.qualname.startswith(target + _SEP):
+                    name = ref.qualname.rpartition(_SEP)[2]  # it hands back an argument of the caller's
+                    for a in args.get(name, []):
+                        t = caller.tainted(caller.resolve(a, scope))
+                        if t is not None:
+                            return t
+                    continue
+                t = self._foreign(r, ref)
+                if t is not None:
+                    return t
+        return None
 
     @staticmethod
     def _function_key(r: Resolver, qualname: str, rest: list[str]) -> str:
@@ -265,6 +279,52 @@ class OwnModuleSummary:
             return _failed(f"{cls}.{names[0]}", "too deep to follow")
         finally:
             self._busy.discard(key)
+
+    def instance_class(self, qualname: str, here: str | None) -> str | None:
+        split = self._split(qualname)
+        if split is None or split[0] == here:
+            return None
+        r = self._resolver(split[0])
+        key = ("instance", qualname)
+        if r is None or key in self._busy:
+            return None
+        self._busy.add(key)
+        try:
+            ref = r.resolve(self._expr(r, split[1]), r.module_scope)
+        except RecursionError:
+            return None
+        finally:
+            self._busy.discard(key)
+        if ref is None or ref.origin != "local" or not ref.qualname.startswith(_INSTANCE):
+            return None
+        return ref.qualname[len(_INSTANCE):-1]
+
+    def returned_maker(self, qualname: str, here: str | None) -> str | None:
+        split = self._split(qualname)
+        if split is None or split[0] == here:
+            return None
+        r = self._resolver(split[0])
+        if r is None:
+            return f"<{qualname}: an own module that cannot be read or parsed>"
+        key = ("maker", qualname)
+        if key in self._busy:
+            return None
+        self._busy.add(key)
+        try:
+            return r.returned_maker(self._function_key(r, qualname, split[1]))
+        except RecursionError:
+            return f"<{qualname}: too deep to follow>"
+        finally:
+            self._busy.discard(key)
+
+    @staticmethod
+    def _expr(r: Resolver, rest: list[str]) -> ast.expr:
+        """The expression `a.b.c` for the names `rest` of module `r` (kept alive: the memo is by node id)."""
+        expr: ast.expr = ast.Name(id=rest[0], ctx=ast.Load())
+        for attr in rest[1:]:
+            expr = ast.Attribute(value=expr, attr=attr, ctx=ast.Load())
+        r._kept.append(expr)
+        return expr
 
     @staticmethod
     def _returns_self(r: Resolver, key: str) -> bool:

@@ -112,6 +112,10 @@ class GlobalStateChecks(CheckBase):
         if not isinstance(cm, ast.Call):
             return
         maker = self.resolve(cm.func, scope)
+        if maker is not None and not self.foreign(maker):
+            made = self._made_by_own_function(maker)
+            if made is not None:  # `def quiet(): return redirect_stdout(...)`, then `quiet().__enter__()`
+                maker = _Ref("import", made)
         if maker is None or not (self.foreign(maker) or (
                 maker.origin == "own" and self._has_foreign_base(maker.qualname))):
             return  # an own context manager (whose bases are all own) changes only the model's state
@@ -123,6 +127,15 @@ class GlobalStateChecks(CheckBase):
         self.report(GLOBAL_STATE, node, f"enters `{maker.qualname}` by `.{attr}()` outside a `with` block: "
                     "what it switches on (grad mode, a dispatch mode, a config patch) is never restored "
                     "and changes every model", target=maker.qualname)
+
+    def _made_by_own_function(self, maker: _Ref) -> str | None:
+        """The foreign callable whose result an own function (of this file, or of another own module)
+        returns, or the foreign object it returns: what calling it hands out is not the contribution's."""
+        if maker.origin == "own" and maker.qualname in self.functions and maker.qualname not in self.classes:
+            return self.returned_maker(maker.qualname)
+        if maker.origin == "import" and self.is_own(maker.qualname) and self.cross is not None:
+            return self.cross.returned_maker(maker.qualname, self.module)
+        return None
 
     def _has_foreign_base(self, cls: str) -> bool:
         """An own class deriving (through own classes) from a class of another package (TorchFunctionMode,

@@ -11,6 +11,7 @@ from fasttrack.confinement.escapes.common import (
     _MUTATORS,
     ENGINE_PARAM,
     MONKEYPATCH,
+    ON_INSTANCE,
     SETATTR,
     _arg,
     _dotted_literal,
@@ -78,12 +79,17 @@ class MonkeypatchChecks(CheckBase):
         self._check_callbacks()
         self._check_foreign_sends()
         for key, fns in self.functions.items():
-            if key in self.method_keys or key.startswith("<lambda>"):
+            if key.startswith("<lambda>"):
                 continue
-            written = frozenset(r for (k, n) in self.param_writes if k == key for fn in fns
-                                for r in self._param_refs(fn, n))
-            if written:
-                self.facts.param_writers[key] = written
+            names = [n for (k, n) in self.param_writes if k == key]
+            written = frozenset(r for fn in fns for n in names for r in self._param_refs(fn, n))
+            if not written:
+                continue
+            if key in self.method_keys:  # called on an instance (bound), and called on its class
+                self.facts.param_writers[key + ON_INSTANCE] = written
+                written = frozenset(r for fn in fns for n in names
+                                    for r in self._param_refs(fn, n, _on_class(fn)))
+            self.facts.param_writers[key] = written
 
     def _check_callbacks(self) -> None:
         """An own function that writes through a parameter, handed as a callback to a function (of this
@@ -145,9 +151,10 @@ class MonkeypatchChecks(CheckBase):
                             target=t.qualname)
 
     @staticmethod
-    def _param_refs(fn: _Function, name: str) -> tuple[int | str, ...]:
-        """A written parameter as a caller can fill it: its position (when positional) and its name."""
-        return (fn.positional.index(name), name) if name in fn.positional else (name,)
+    def _param_refs(fn: _Function, name: str, shift: int = 0) -> tuple[int | str, ...]:
+        """A written parameter as a caller can fill it: its position (when positional; `shift` more for a
+        plain method called on its class, which takes self first) and its name."""
+        return (fn.positional.index(name) + shift, name) if name in fn.positional else (name,)
 
     def _check_attribute_write(self, node: ast.Attribute, scope: _Scope, import_time: bool) -> None:
         base = self.resolve(node.value, scope)
@@ -423,6 +430,8 @@ class MonkeypatchChecks(CheckBase):
                 self._report_write(node, obj.qualname, "mutates", MONKEYPATCH, import_time,
                                    f"{last}.{method}()")
                 return True
+            if obj is not None and obj.origin == "param":  # `dict.__setitem__(d, k, v)` in a helper: judged
+                self._record_param_write(obj, node)       # where a caller hands it a foreign object
             if receiver.startswith("builtins.") or obj is None or obj.origin != "import":
                 return receiver.startswith("builtins.")
         code = self._classify(receiver)
@@ -455,3 +464,16 @@ class MonkeypatchChecks(CheckBase):
         self.report(SETATTR, node, f"calls `{name or '<computed>'}` on `{target.qualname}` through "
                     "`operator.methodcaller`: a write to an object the contribution does not own",
                     target=target.qualname)
+
+
+def _on_class(fn: _Function) -> int:
+    """1 for a plain method (a call on its class, `K.put(obj, v)`, hands self first), else 0 (a static or
+    class method, whose first parameter a call on its class does not fill, or is a parameter)."""
+    node = fn.node
+    if isinstance(node, ast.Lambda):
+        return 0
+    first = [*node.args.posonlyargs, *node.args.args][:1]
+    bound = bool(first) and first[0].arg not in fn.positional
+    classmethod = any((isinstance(d, ast.Name) and d.id == "classmethod") or
+                      (isinstance(d, ast.Attribute) and d.attr == "classmethod") for d in node.decorator_list)
+    return 1 if bound and not classmethod else 0

@@ -320,6 +320,13 @@ class CrossModules(Protocol):
         """The foreign object a dunder (the first of `names` defined) of another module's own class `cls`
         returns for an instance, or None."""
 
+    def instance_class(self, qualname: str, here: str | None) -> str | None:
+        """The own class another module's own name `qualname` holds an instance of (`k = K()`), or None."""
+
+    def returned_maker(self, qualname: str, here: str | None) -> str | None:
+        """The foreign callable whose result (or the foreign object) another module's own function
+        `qualname` returns (`def quiet(): return contextlib.redirect_stdout(...)`), or None."""
+
     def engine_annotation(self, qualname: str, here: str | None, types: Sequence[str] | None) -> str | None:
         """The engine type the own name `qualname` of another module names when used as an annotation (an
         alias `Cls = type[Engine]`, a TypeVar bound to one), or None."""
@@ -1137,6 +1144,59 @@ class Resolver:
             return frozenset(found)
         return None
 
+    def attribute_names(self, node: ast.expr | None, scope: _Scope, depth: int = 0) -> frozenset[str] | None:
+        """The names a `setattr(obj, name, v)` may set: `constant_strings` of `name`, where a binding to None
+        sets nothing (setattr raises on it) and a loop variable over a tuple of literal strings (or a name
+        bound only to one: `for a in _ATTRS`) is each of them; None when not provably constant."""
+        if node is None or depth > 8:
+            return None
+        if isinstance(node, ast.Constant) and node.value is None:
+            return frozenset()
+        if not isinstance(node, ast.Name):
+            return self.constant_strings(node, scope, depth)
+        bindings = self._lookup(node.id, scope)
+        if not bindings:
+            return None
+        found: set[str] = set()
+        for b in bindings:
+            if isinstance(b, _Alias):
+                one = self.attribute_names(b.value, b.scope, depth + 1)
+            elif isinstance(b, _Elem):
+                one = self._literal_tuple(b.value, b.scope, depth + 1)
+            else:
+                return None
+            if one is None:
+                return None
+            found |= one
+        return frozenset(found)
+
+    def _literal_tuple(self, node: ast.expr, scope: _Scope, depth: int) -> frozenset[str] | None:
+        """The strings of a tuple of literal strings, or of a name every binding of which is one (a tuple
+        cannot grow: a list could be appended to)."""
+        if depth > 8:
+            return None
+        if isinstance(node, ast.Name):
+            bindings = self._lookup(node.id, scope)
+            if not bindings or not all(isinstance(b, _Alias) for b in bindings):
+                return None
+            found: set[str] = set()
+            for b in bindings:
+                assert isinstance(b, _Alias)
+                one = self._literal_tuple(b.value, b.scope, depth + 1)
+                if one is None:
+                    return None
+                found |= one
+            return frozenset(found)
+        if not isinstance(node, ast.Tuple) or any(isinstance(e, ast.Starred) for e in node.elts):
+            return None
+        out: set[str] = set()
+        for e in node.elts:
+            one = self.constant_strings(e, scope, depth + 1)
+            if one is None:
+                return None
+            out |= one
+        return frozenset(out)
+
     def constant_string(self, node: ast.expr | None, scope: _Scope) -> str | None:
         """The one string `node` provably evaluates to (see `constant_strings`), else None."""
         got = self.constant_strings(node, scope)
@@ -1745,16 +1805,27 @@ class Resolver:
                             return hit
         return None
 
-    def _stored_attr(self, attr: str) -> _Ref | None:
+    def _stored_attr(self, attr: str, own_typed: bool = False) -> _Ref | None:
         """The foreign object some store of this file put in an attribute named `attr`, if any: `x.<attr> =
         value`, a class body's `<attr> = value`, `setattr(x, "<attr>", value)`, `x.__dict__["<attr>"] =
         value` (and `.update`), or one of those under a computed name. Flow- and receiver-insensitive: an
-        attribute that at some point held an engine object is that object (fail closed)."""
+        attribute that at some point held an engine object is that object (fail closed). One exception
+        (`own_typed`: the attribute is read on an instance of an own class, `_own_typed`): a
+        `setattr(obj, <computed>, v)` on an engine object or a copy of one (hy_v4's
+        `setattr(copy.copy(quant_config), exclusion_attr, ...)`) cannot have set it, the two objects'
+        classes differ."""
         for value, scope, setter in [*self.attr_stores.get(attr, []), *self.attr_stores.get("*", [])]:
             if setter is not None:
                 f = self.resolve(setter, scope)
                 if f is None or not f.qualname.endswith(("setattr", "__setattr__")):
                     continue
+                if own_typed and self._engine_typed_receiver(value, scope):
+                    continue
+                call = self._parent(value)
+                names = self.attribute_names(call.args[1], scope) if isinstance(call, ast.Call) and \
+                    len(call.args) == 3 and not any(isinstance(a, ast.Starred) for a in call.args) else None
+                if names is not None and attr not in names:
+                    continue  # `setattr(q, name, v)` where name is provably one of a few other literals
             r = self.resolve(value, scope)
             t = self.tainted(r)
             if t is not None:
@@ -1762,6 +1833,37 @@ class Resolver:
                 # container: its items are the engine's, writes to it are its own
                 return r if r is not None and r is not t and r.origin == "local" else t
         return None
+
+    def _engine_typed_receiver(self, value: ast.expr, scope: _Scope) -> bool:
+        """`value` is what a `setattr(obj, name, value)` stores, and `obj` is an engine object or a copy of
+        one (a foreign class's instance, never an own class's)."""
+        call = self._parent(value)
+        if not isinstance(call, ast.Call) or not call.args or isinstance(call.args[0], ast.Starred):
+            return False
+        r = self.resolve(call.args[0], scope)
+        return self.foreign(r) or (r is not None and r.qualname == _COPY and self.tainted(r) is not None)
+
+    def _own_typed(self, expr: ast.expr, scope: _Scope, depth: int = 0) -> bool:
+        """`expr` is an instance of an own class: a method's bound `self` (unrebound), an own instance, or
+        `x.a` of one whose every store of `a` in this file is an own instance (`self.model = Model(...)`)."""
+        if depth > 4:
+            return False
+        if isinstance(expr, ast.Name):
+            key = self._enclosing_function(scope)
+            for fn in self.functions.get(key or "", []):
+                first = [*fn.node.args.posonlyargs, *fn.node.args.args][:1]
+                if first and first[0].arg == expr.id and expr.id not in fn.positional and \
+                        fn.scope is scope and scope.bindings.get(expr.id) == [_LOCAL]:
+                    return True
+        r = self.resolve(expr, scope)
+        if r is not None and r.origin == "local" and r.qualname.startswith(_INSTANCE):
+            return True
+        if isinstance(expr, ast.Attribute) and self._own_typed(expr.value, scope, depth + 1):
+            stores = self.attr_stores.get(expr.attr, [])
+            return bool(stores) and all(
+                setter is None and (v := self.resolve(value, sc)) is not None and
+                v.qualname.startswith(_INSTANCE) for value, sc, setter in stores)
+        return False
 
     def tainted(self, ref: _Ref | None) -> _Ref | None:
         """The foreign object `ref` is or holds (a container's foreign element), or None."""
@@ -1845,7 +1947,7 @@ class Resolver:
                 if node.attr in ("args", "keywords"):
                     return _Ref("local", "<container>", base.elements[1:])  # partial(f, Engine).args[0]
             if base.origin == "local":
-                stored = self._stored_attr(node.attr)
+                stored = self._stored_attr(node.attr, self._own_typed(node.value, scope))
                 if stored is not None:
                     return stored
                 made = any(setter is None and self._made_container(v, sc)
@@ -2900,6 +3002,20 @@ class Resolver:
         if at is None or len(node.args) <= at:
             return None
         return node.args[at], list(node.args[at + 1:])
+
+    def returned_maker(self, key: str) -> str | None:
+        """The foreign callable whose result the own function `key` returns (`return
+        contextlib.redirect_stdout(buf)`: what the object it hands out is), or the foreign object it
+        returns; None when all it returns is the contribution's own."""
+        for fn in self.functions.get(key, []):
+            for value in fn.returns():
+                r = self.resolve(value, fn.scope)
+                if r is not None and r.qualname.startswith(_OF_FOREIGN):
+                    return r.qualname[len(_OF_FOREIGN):-1]
+                t = self.tainted(r)
+                if t is not None:
+                    return t.qualname
+        return None
 
     def _own_return(self, node: ast.Call, key: str, scope: _Scope) -> _Ref:
         """What a call to an own function returns: a foreign object it returns (or the foreign argument

@@ -125,14 +125,16 @@ def _line(value: object) -> int | None:
 _SETTER_PREFIXES = ("set_", "use_", "enable_", "disable_", "add_", "register")
 
 
-def _setter(via: str) -> bool:
+def _setter(via: str, key: str = "") -> bool:
     """A public function that sets or registers something (the last part of the dotted name the child
     reported): `set_x`, `setX` (`logging.setLoggerClass`), `add_x` (`mimetypes.add_type`), `register*`. A
     method of a class (`torch.nn.Module.register_forward_pre_hook` on the contribution's own module, which
-    counts its handles in a class attribute) is not one: it sets something on its instance; the process-wide
-    form is a module's function (`torch.nn.modules.module.register_module_forward_pre_hook`)."""
+    counts its handles in a class attribute) is not one for what it changes in a class (`cls:`/`cbox:` keys):
+    it sets something on its instance; the process-wide form is a module's function
+    (`torch.nn.modules.module.register_module_forward_pre_hook`). What such a method changes in a module's
+    state (`mimetypes.MimeTypes.add_type` on the module's shared `_db`: its `types_map`) is a setter's."""
     owner, _, last = via.rpartition(".")
-    if owner.rpartition(".")[2][:1].isupper():
+    if owner.rpartition(".")[2][:1].isupper() and key.startswith(("cls:", "cbox:")):
         return False
     camel = len(last) > 3 and last[:3] in ("set", "add") and last[3].isupper()
     return last.startswith(_SETTER_PREFIXES) or camel or last in ("manual_seed", "seed")
@@ -152,7 +154,7 @@ def _bookkeeping(key: str, via: str) -> bool:
     contribution's doing. What a public setter (`torch.set_printoptions`, `set_*`, `use_*`, `enable_*`,
     `disable_*`, `manual_seed`) changes is never its bookkeeping: that is the process-wide setting it is for
     (the library's own import-time work is absorbed in the child, not here)."""
-    if key.startswith("state:") or _setter(via):
+    if key.startswith("state:") or _setter(via, key):
         return False
     if key.startswith(("box:", "cbox:")):
         return True

@@ -329,7 +329,7 @@ def run_child(plan: TracePlan, *, locate: list[str] | None = None, timeout: floa
             "token": token.hex(),
         }
         scan = isolation_of(unshare_prefix()) != ROFS
-        before = persist_scan(box) if scan else {}
+        before = persist_scan(box) if scan else PersistScan({}, {})
         if warm is not None:
             child = warm.take()
             spec["fd"] = child.child_fd
@@ -416,7 +416,17 @@ def persist_places() -> list[Path]:
     return out
 
 
-def persist_scan(box: Path) -> dict[str, tuple[int, int, int]]:
+@dataclass
+class PersistScan:
+    """What `persist_scan` read: (mtime, size, inode) by path, and for each place whose budget ran out the
+    directories it did not (fully) read (a file written there would not be seen: `written_events` fails
+    closed on them)."""
+
+    seen: dict[str, tuple[int, int, int]]
+    unscanned: dict[str, list[str]]
+
+
+def persist_scan(box: Path) -> PersistScan:
     """(mtime, size, inode) of the files in `persist_places()` (the sandbox itself aside), MAX_SCAN entries
     and SCAN_DEPTH levels per place; site-packages only at its top (where a `.pth` or package would go)."""
     import sysconfig
@@ -424,27 +434,31 @@ def persist_scan(box: Path) -> dict[str, tuple[int, int, int]]:
     shallow = {os.path.realpath(sysconfig.get_paths()[k]) for k in ("purelib", "platlib")}
     skip = os.path.realpath(box)
     seen: dict[str, tuple[int, int, int]] = {}
+    unscanned: dict[str, list[str]] = {}
     for place in persist_places():
         budget = [MAX_SCAN]
-        _scan_dir(str(place), 1 if str(place) in shallow else SCAN_DEPTH, skip, seen, budget)
-    return seen
+        left = _scan_dir(str(place), 1 if str(place) in shallow else SCAN_DEPTH, skip, seen, budget)
+        if left:
+            unscanned[str(place)] = left
+    return PersistScan(seen, unscanned)
 
 
 def _scan_dir(path: str, depth: int, skip: str, seen: dict[str, tuple[int, int, int]],
-              budget: list[int]) -> None:
+              budget: list[int]) -> list[str]:
     """Breadth first, so that a place's shallow entries are always within the budget (a deep tree under
-    /tmp, a checkout's .venv, cannot use it up before a file written at the top of a temp dir is seen)."""
+    /tmp, a checkout's .venv, cannot use it up before a file written at the top of a temp dir is seen).
+    Returns the directories left (partly) unread when the budget runs out, else []."""
     level = [path]
     while level and depth >= 1:
         below: list[str] = []
-        for d in level:
+        for i, d in enumerate(level):
             try:
                 entries = list(os.scandir(d))
             except OSError:
                 continue
             for e in entries:
                 if budget[0] <= 0:
-                    return
+                    return [d, *level[i + 1:], *(below if depth > 1 else [])]
                 budget[0] -= 1
                 full = e.path
                 if full == skip or full.startswith(skip + os.sep):
@@ -457,21 +471,33 @@ def _scan_dir(path: str, depth: int, skip: str, seen: dict[str, tuple[int, int, 
                 if depth > 1 and e.is_dir(follow_symlinks=False):
                     below.append(full)
         level, depth = below, depth - 1
+    return []
 
 
-def written_events(before: dict[str, tuple[int, int, int]],
-                   after: dict[str, tuple[int, int, int]]) -> list[dict[str, Any]]:
+def written_events(before: PersistScan, after: PersistScan) -> list[dict[str, Any]]:
     """A new or changed file outside the sandbox while the child ran (fail closed: nothing says which line
-    wrote it, or whether another process on this machine did)."""
+    wrote it, or whether another process on this machine did), and a place either scan could not read to
+    its end (fail closed: a file written in what it left unread would not be seen)."""
     out = []
-    for path in sorted(after):
-        old = before.get(path)
-        if old is None or (old != after[path] and not os.path.isdir(path)):
+    for path in sorted(after.seen):
+        old = before.seen.get(path)
+        if old is None or (old != after.seen[path] and not os.path.isdir(path)):
             out.append({"kind": "fs-write", "target": path, "path": None, "line": None,
                         "detail": "a file " + ("created" if old is None else "changed") + " outside the "
                         "sandbox while the trace ran (found by a scan: this sandbox cannot make the file "
                         "system read-only)"})
-    return out[:50]
+    short = []
+    for place in sorted({*before.unscanned, *after.unscanned}):
+        left = after.unscanned.get(place) or before.unscanned[place]
+        shown = ", ".join(left[:3]) + (f" and {len(left) - 3} more" if len(left) > 3 else "")
+        short.append({"kind": "fs-write", "target": place, "path": None, "line": None,
+                      "detail": f"not scanned to its end: the scan that stands in for a read-only file "
+                      f"system (this kernel gives no mount namespace) stops after {MAX_SCAN:,} entries per "
+                      f"place, and left {len(left)} directories unread ({shown}), where a file the trace "
+                      "wrote would not be seen; fix: run fasttrack where unprivileged user namespaces are "
+                      f"allowed (the file system is then read-only and nothing is scanned), or keep {place} "
+                      f"under {MAX_SCAN:,} entries within {SCAN_DEPTH} levels"})
+    return out[:50] + short
 
 
 def _go(child: _Child) -> None:

@@ -361,11 +361,12 @@ class EscapesSpec(Strict):
         "threading.get_ident", "threading.get_native_id", "threading.main_thread", "threading.active_count",
         "shutil.which", "shutil.disk_usage", "shutil.get_terminal_size", "gc.collect", "gc.isenabled",
         "gc.is_tracked", "signal.getsignal", "signal.Signals", "signal.strsignal", "signal.valid_signals",
-        # ctypes: values and their sizes only. Pointers (`pointer`, `POINTER`, `cast`, `addressof`) and a
-        # type's `from_address` / `from_buffer` reach any memory of the process with no audit event (a
-        # write through a pointer's index edits an interned string): FT146, not granted to model code.
+        # ctypes: values, their sizes and addresses (ints: kernel-launch argument packing in vLLM's own
+        # K3 code). Pointers (`pointer`, `POINTER`, `cast`) and a type's `from_address` reach any memory of
+        # the process with no audit event (a write through a pointer's index edits an interned string):
+        # FT146, not granted to model code (`from_address` read into a new value at once is spared).
         "ctypes.sizeof", "ctypes.byref", "ctypes.Structure", "ctypes.Union", "ctypes.alignment",
-        "ctypes.util.find_library", "ctypes.get_errno", "ctypes.string_at",
+        "ctypes.addressof", "ctypes.util.find_library", "ctypes.get_errno", "ctypes.string_at",
         *(f"ctypes.c_{t}" for t in (
             "bool", "byte", "char", "char_p", "double", "float", "int", "int8", "int16", "int32", "int64",
             "long", "longdouble", "longlong", "short", "size_t", "ssize_t", "ubyte", "uint", "uint8",

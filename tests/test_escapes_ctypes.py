@@ -1,6 +1,7 @@
 """ctypes in shipping model code (issue 15): raw memory is out of the trace's sight (a write through a
-pointer's index raises no audit event), so the static scan is the barrier. Pointers, casts, addresses and
-`from_address` are FT146 errors; plain ctypes values and their sizes stay clean."""
+pointer's index raises no audit event), so the static scan is the barrier. Pointers, casts and
+`from_address` (but read into a new value at once) are FT146 errors; plain ctypes values, their sizes and
+addresses stay clean."""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ from tests.escape_marks import error_lines
 ATTACKS: dict[str, str] = {
     "pointer-index": "import ctypes\nc = ctypes.c_char(b'a')\np = ctypes.pointer(c)  # <-\np[40] = b'?'\n",
     "cast-index": "import ctypes\nctypes.cast(id('x') + 40, ctypes.POINTER(ctypes.c_char))[0] = b'y'  # <-\n",
-    "addressof": "import ctypes\nc = ctypes.c_int(1)\nn = ctypes.addressof(c) + 64  # <-\n",
+    "bound-array-from-address": "import ctypes\nv = (ctypes.c_ubyte * 128).from_address(id(3))  # <-\n"
+                                "v[0] = 1\n",
+    "passed-on-from-address": "import ctypes\nfill = print\n"
+                              "fill((ctypes.c_ubyte * 8).from_address(9))  # <-\n",
     "scalar-from-address": "import ctypes\nctypes.c_int.from_address(id(7) + 24).value = 8  # <-\n",
     "array-from-address": "import ctypes\nb = (ctypes.c_char * 4).from_address(id('abcd') + 40)  # <-\n"
                           "b[0] = b'z'\n",
@@ -24,6 +28,14 @@ ATTACKS: dict[str, str] = {
     "aliased-pointer": "from ctypes import pointer as ptr, c_int\nq = ptr(c_int(2))  # <-\nq[9] = 3\n",
 }
 HONEST: dict[str, str] = {
+    # vLLM's own K3 launch code: an argument array of addresses of its own ctypes values (ints)
+    "launch-arguments": "import ctypes\nclass L:\n    def __init__(self, p):\n"
+                        "        self.pointer = ctypes.c_void_p(p)\n"
+                        "        self.arguments = (ctypes.c_void_p * 1)(ctypes.addressof(self.pointer))\n",
+    # ... and a TMA descriptor's bytes copied out of the address the driver gives, right where it is read
+    "descriptor-copied-out": "import ctypes\ndef encode(tensor_map):\n    encoded = b''\n"
+                             "    encoded += (ctypes.c_ubyte * 128).from_address(tensor_map.getPtr())\n"
+                             "    return bytes((ctypes.c_ubyte * 4).from_address(tensor_map.getPtr()))\n",
     "values-and-sizes": "import ctypes\nx = ctypes.c_int(3)\nn = ctypes.sizeof(x) + ctypes.alignment(x)\n"
                         "s = ctypes.c_char_p(b'k')\n",
     "own-structure": "import ctypes\nclass S(ctypes.Structure):\n    _fields_ = [('a', ctypes.c_int)]\n"

@@ -95,6 +95,10 @@ ATTACKS24: dict[str, str] = {
     "update_abstract_stdlib.py": "import abc, fractions\n"
                                  "abc.abstractmethod(fractions.Fraction.limit_denominator)  # <-\n"
                                  "abc.update_abstractmethods(fractions.Fraction)  # <-\n",
+    "abstract_wrapped_stdlib.py": "import abc, fractions\n"
+                                  "abc.abstractmethod(fractions.Fraction.numerator.fget)  # <-\n"
+                                  "abc.abstractmethod(vars(fractions.Fraction)['from_float']"
+                                  ".__func__)  # <-\n",
     "final_stdlib.py": "import typing, shlex\ntyping.final(shlex.shlex)  # <-\n",
     "overload_registry.py": "import typing, json\ntyping.overload(json.dumps)  # <-\n",
     "xform_engine_standin.py": "import dataclasses\nfrom vllm.model_executor.layers.linear import "
@@ -116,31 +120,18 @@ ATTACKS24: dict[str, str] = {
                             "md.EntryPoint('x', 'os:putenv', 'g').load()('H24', '1')  # <-\n",
     "zipapp_out.py": "import os, zipapp\nzipapp.create_archive(os.path.dirname(__file__), '/tmp/h24_evil."
                      "pyz', main='json.tool:main')  # <-\n",
+    # -- the engine's stdin read (the sandbox's fd 0 is a pipe of empty lines: a read leaves fewer)
+    "stdin_input.py": "X = input()  # <-\n",
+    "stdin_os_read.py": "import os\nB = os.read(0, 1)  # <-\n",
+    "stdin_read.py": "import sys\nD = sys.stdin.read()  # <-\n",
     # -- a class dict written through gc.get_referents (no type.__setattr__, no type-cache invalidation)
     "mappingproxy_referent.py": "import gc, textwrap\n"
                                 "gc.get_referents(vars(textwrap.TextWrapper))[0]['tabsize'] = 1  # <-\n",
 }
-_ABC = "an ABC's virtual-subclass registry (the _abc C state) has no snapshot key"
-_SYSCONFIG = "sysconfig's cached dicts are no snapshot value (get_config_var / get_paths change for all)"
+# closed by tfix24 (fasttrack/confinement/trace/stdlib_state.py: the ABC registries, logging's handlers and
+# level names, sysconfig's caches, spawn's executable, calendar's first weekday, typing's overloads, the
+# scheduling policy, fds 0-2's inheritable flags, a sentinel child, stdin; snapshot.py: abstract marks)
 ATTACKS24_OPEN: dict[str, str] = {
-    "abc_register_builtin.py": _ABC + ": isinstance({}, Sequence) is now True",
-    "numbers_register.py": _ABC + ": isinstance(1.5, Integral) is now True",
-    "abcmeta_register_unbound.py": _ABC + " (ABCMeta.register unbound): isinstance([], Hashable) is True",
-    "logging_level_name.py": "logging.addLevelName rewrites logging's private _levelToName / _nameToLevel "
-                             "tables",
-    "dictconfig_reset.py": "dictConfig({'version': 1}) disables every existing logger; no change is reported",
-    "sysconfig_vars.py": _SYSCONFIG + " (_CONFIG_VARS['EXT_SUFFIX'])",
-    "sysconfig_scheme.py": _SYSCONFIG + " (_INSTALL_SCHEMES: pip installs into /tmp/evil)",
-    "calendar_firstweekday.py": "calendar.setfirstweekday writes the module's own TextCalendar instance ("
-                                "calendar.c)",
-    "sched_batch.py": "the scheduling policy (os.sched_setscheduler) is process state with no snapshot key",
-    "stderr_cloexec.py": "fd 2's close-on-exec flag (os.set_inheritable) is process state with no snapshot "
-                         "key",
-    "waitpid_reap.py": "os.waitpid(-1) reaps the engine's children; the sandboxed child has none to show it",
-    "update_abstract_stdlib.py": "abc.abstractmethod + update_abstractmethods on fractions.Fraction (now "
-                                 "abstract: Fraction(1, 3) raises) are not reported",
-    "overload_registry.py": "typing.overload files json.dumps in typing's _overload_registry (not "
-                            "snapshotted)",
 }
 
 HONEST24: dict[str, str] = {

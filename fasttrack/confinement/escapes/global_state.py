@@ -110,10 +110,22 @@ class GlobalStateChecks(CheckBase):
         if isinstance(node.func, ast.Name) and node.func.id == "getattr" and len(node.args) >= 2 and \
                 isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str):
             name = node.args[1].value  # `getattr(T, 'from_address')`
-        if name in _NATIVE_MEMORY_METHODS:
+        if name in _NATIVE_MEMORY_METHODS and not self._copied_out(node):
             self.report(GLOBAL_STATE, node, f"reaches `.{name}(...)`: a ctypes object over memory at an "
                         "address the code chose reaches any object of the process (model code may not use "
                         "raw memory; keep data in tensors or own objects)", target=name)
+
+    def _copied_out(self, node: ast.Call) -> bool:
+        """`encoded += (c_ubyte * 128).from_address(p)`, `bytes(T.from_address(p))`, `a + T.from_address(p)`:
+        the object over raw memory is only read into a new value, right where it is made (vLLM's own K3 code
+        reads a TMA descriptor so). Bound to a name, passed on or written through, it is not provably read."""
+        parent = self._parent(node)
+        if isinstance(parent, ast.AugAssign) and parent.value is node and isinstance(parent.target, ast.Name):
+            return True
+        if isinstance(parent, ast.BinOp):
+            return True
+        return isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name) and \
+            parent.func.id in ("bytes", "bytearray") and parent.args[:1] == [node] and not parent.keywords
 
     def _check_manual_enter(self, node: ast.Call, scope: _Scope) -> None:
         """`torch.no_grad().__enter__()` or `stack.enter_context(cm)` outside a `with`: a scoped switch

@@ -36,7 +36,7 @@ import weakref
 from collections.abc import Callable, Generator
 from typing import Any
 
-from . import snapshot, standins, torch_state
+from . import snapshot, standins, stdlib_state, torch_state
 
 # Audit events that leave the sandbox or reach native code: blocked (the hook raises) and reported.
 ESCAPES = ("socket.", "subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
@@ -1369,6 +1369,7 @@ def _await_plan(spec_path: str) -> dict[str, Any]:
 
 
 def main(spec_path: str) -> None:
+    stdlib_state.fork_sentinel()  # first, while the process is small
     spec = _read_spec(spec_path)
     stack: list[str] = []
     failed_stack: list[str] = []
@@ -1388,6 +1389,7 @@ def main(spec_path: str) -> None:
     final = _send_final
     started = time.monotonic()
     failed_pre = failed_stack + _preimport(spec["preimport"][len(stack):])
+    stdlib_state.seal()  # stdin: a pipe of empty lines (a read shows); sysconfig's caches filled
     sys.path[:] = [p for p in sys.path if not p.startswith(spec["tool_dir"])]
     tracer.finders_before = tuple(sys.meta_path)
     tracer.names_before = frozenset(sys.modules)
@@ -1400,7 +1402,7 @@ def main(spec_path: str) -> None:
     tracer.preexisting = {id(v) for v in before.values()}
     tracer.base = dict(before)
     locate: list[str] = spec.get("locate", [])
-    tool = [sys.modules[__name__], snapshot, torch_state, standins]
+    tool = [sys.modules[__name__], snapshot, torch_state, stdlib_state, standins]
     integrity = _integrity_baseline(tracer, tool)
     watch = _watchlist(integrity, tool)
     tracer.verify = full = _verifier(watch)

@@ -18,6 +18,7 @@ from fasttrack.confinement.trace.cache import cache_key, clear, file_digests, li
 from fasttrack.confinement.trace.facts import CallResult, Effect, EffectKind, TraceFacts, TraceStatus
 from fasttrack.confinement.trace.plan import TracePlan, plan_files, with_preimport
 from fasttrack.confinement.trace.sandbox import TIMEOUT_S, TraceFailure, Warm, run_child
+from fasttrack.confinement.trace.stdlib_state import ENTRY_RULES, entries_effect
 from fasttrack.context import Context
 
 MAX_LOCATE = 4096
@@ -59,6 +60,8 @@ def _state_effect(event: dict[str, Any], plan: TracePlan) -> str | None:
         foreign = [n for n in added + removed if not _own_op(str(n), plan.own_op_namespaces)]
         return f"torch op registrations outside the contribution's namespace: {', '.join(foreign[:5])}" \
             if foreign else None
+    if key in ENTRY_RULES:
+        return entries_effect(key, list(added), list(removed), lambda name: _own_name(name, plan))
     if key == "state:logging.loggers":
         # A logger made with the default configuration (level NOTSET, enabled, propagating, no handler) is
         # not a change of anyone's logging; a changed or removed one is.
@@ -111,6 +114,9 @@ def _target(key: str) -> str:
     if kind in ("cls", "obj"):
         mod, holder, attr = rest.split(":", 2)
         return f"{mod}.{holder}.{attr}"
+    if kind == "abs":
+        mod, holder, attr = rest.split(":", 2)
+        return f"{mod}.{holder}.{attr}.__isabstractmethod__"
     if kind == "sysmod":
         return f"sys.modules[{rest!r}]"
     return rest

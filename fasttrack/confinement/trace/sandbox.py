@@ -2,7 +2,7 @@
 
 Layout of the sandbox (one `mkdtemp`, removed afterwards):
 
-    tool/_fasttrack_trace/   the child's own modules (child, snapshot, torch_state, standins), read-only
+    tool/_fasttrack_trace/   the child's own modules (child, snapshot, *_state, standins), read-only
     src/                     the contribution's files, read-only (the checkout itself is never opened)
     home/ work/ tmp/         HOME, the working directory and TMPDIR: the only places it may write
 
@@ -43,7 +43,7 @@ from fasttrack.safe_read import NotRegular, read_regular
 if TYPE_CHECKING:  # the plan's module imports pydantic and the Context: not needed to start a child
     from fasttrack.confinement.trace.plan import TracePlan
 
-CHILD_MODULES = ("__init__.py", "child.py", "snapshot.py", "standins.py", "torch_state.py")
+CHILD_MODULES = ("__init__.py", "child.py", "snapshot.py", "standins.py", "stdlib_state.py", "torch_state.py")
 WRITABLE = ("home", "work", "tmp")
 TIMEOUT_S = 120.0
 MEMORY_BYTES = 16 * 1024**3

@@ -26,7 +26,7 @@ import types
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from . import torch_state
+from . import stdlib_state, torch_state
 
 MISSING: Any = torch_state.MISSING  # one sentinel for both modules
 Snapshot = dict[str, Any]
@@ -401,6 +401,7 @@ STATE: dict[str, Callable[[], Any]] = {
     "threading.atexits": lambda: tuple(map(id, getattr(threading, "_threading_atexits", ()))),
     "multiprocessing.registries": _mp_registries,
     "caches.forged": _forged_caches,
+    **stdlib_state.STATE,
 }
 
 
@@ -421,8 +422,7 @@ THREAD_LOCAL = frozenset({"state:numpy.errstate", "state:signal.mask", "state:de
 def cheap(key: str) -> bool:
     """A key that costs a dictionary look-up or two to re-read (the locate pass reads it on every line)."""
     return key.startswith(("mod:", "cls:", "sysmod:", "obj:", "cobj:", "kw:", "cell:", "ccell:")) or \
-        key in CHEAP_STATE or \
-        key in torch_state.CHEAP
+        key in CHEAP_STATE or key in torch_state.CHEAP or key in stdlib_state.CHEAP
 
 
 def _config_modules() -> Iterable[tuple[str, Any]]:
@@ -565,6 +565,20 @@ def _cells(value: Any) -> Any:
     return tuple(out) or None
 
 
+def _abstract_mark(value: Any) -> bool:
+    """Whether an ABC's class attribute is marked abstract: a plain function, or one under a property,
+    classmethod or staticmethod, flagged `__isabstractmethod__` (read on the functions only: no descriptor or
+    `__getattr__` of the contribution runs)."""
+    if type(value) is property:
+        funcs: tuple[Any, ...] = (value.fget, value.fset, value.fdel)
+    elif type(value) in (classmethod, staticmethod):
+        funcs = (value.__func__,)
+    else:
+        funcs = (value,)
+    return any(type(f) is types.FunctionType and getattr(f, "__isabstractmethod__", False) is True
+               for f in funcs)
+
+
 def module_state(name: str, module: types.ModuleType) -> Snapshot:
     """The attributes of one foreign module and of the classes it defines."""
     out: Snapshot = {}
@@ -594,12 +608,15 @@ def module_state(name: str, module: types.ModuleType) -> Snapshot:
             if box is not None:
                 out[f"box:{name}:{attr}"] = box
         if isinstance(value, type) and value.__dict__.get("__module__") == name and attr == value.__name__:
+            abstract = "_abc_impl" in value.__dict__
             for cattr, cvalue in list(value.__dict__.items()):
-                if cattr not in ("__dict__", "__weakref__", "_abc_impl", "__abstractmethods__"):
+                if cattr not in ("__dict__", "__weakref__", "_abc_impl"):
                     out[f"cls:{name}:{attr}:{cattr}"] = cvalue
                     ccells = _cells(cvalue) if type(cvalue) in _WITH_CELLS else None
                     if ccells is not None:
                         out[f"ccell:{name}:{attr}:{cattr}"] = ccells
+                    if abstract and _abstract_mark(cvalue):
+                        out[f"abs:{name}:{attr}:{cattr}"] = True  # `abc.abstractmethod` on an ABC's method
                     if type(cvalue) in (dict, list, set) and _behaviour_table(cvalue):
                         box = _box(cvalue)  # a class's dispatch table changed in place
                         if box is not None:
@@ -663,6 +680,12 @@ def value_of(key: str) -> Any:
         obj = vars(module).get(holder, MISSING) if module is not None else MISSING
         state = _instance_dict(obj) if obj is not MISSING else None
         return dict(state).get(attr, MISSING) if state is not None else MISSING
+    if kind == "abs":
+        name, cls_name, attr = rest.split(":", 2)
+        module = sys.modules.get(name)
+        cls = vars(module).get(cls_name, MISSING) if module is not None else MISSING
+        value = cls.__dict__.get(attr, MISSING) if isinstance(cls, type) else MISSING
+        return True if _abstract_mark(value) else MISSING
     if kind in ("cls", "cbox", "ccell"):
         name, cls_name, attr = rest.split(":", 2)
         module = sys.modules.get(name)

@@ -15,8 +15,6 @@ trace clean; one that is flagged is a strict xfail in OPEN_FALSE_POSITIVES. Harn
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
 from fasttrack.confinement.trace.facts import TraceFacts
@@ -89,6 +87,13 @@ ATTACKS25: dict[str, str] = {
     "module_loader.py": "import colorsys\n""colorsys.__loader__ = None  # <-\n",
     "package_path.py": "import json\n""json.__path__.append('/tmp/h25')  # <-\n",
     "map_setattr.py": "import shlex\n""list(map(setattr, [shlex], ['split'], [repr]))  # <-\n",
+    "warnoptions.py": "import sys\n""sys.warnoptions.append('error')  # <-\n",
+    "xoptions.py": "import sys\n""sys._xoptions['dev'] = True  # <-\n",
+    "argv_append.py": "import sys\n""sys.argv.append('--h25')  # <-\n",
+    "rlimit_nofile.py": "import resource\n""s, h = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
+                        "resource.setrlimit(resource.RLIMIT_NOFILE, (s - 1, h))  # <-\n",
+    "stderr_nonblock.py": "import os\n""os.set_blocking(2, not os.get_blocking(2))  # <-\n",
+    "stdout_chunk.py": "import sys\n""sys.stdout._CHUNK_SIZE = 1  # <-\n",
 }
 _HELD = "an instance a stdlib module holds and uses for every caller is not snapshotted: "
 _FUNC = "a stdlib function's attributes other than its code / defaults are no snapshot key: "
@@ -108,19 +113,15 @@ ATTACKS25_OPEN: dict[str, str] = {
     "gettext_localedirs.py": "gettext.bindtextdomain writes gettext's private _localedirs table (not keyed)",
     "module_all.py": "a stdlib module's __all__ edited in place: `from colorsys import *` changes; dunders "
                      "are not keyed",
+    "xoptions.py": "sys._xoptions edited in place: every spawned worker gets -X dev "
+                   "(subprocess._args_from_interpreter_flags)",
+    "stderr_nonblock.py": "fd 2's O_NONBLOCK flag (os.set_blocking) is process state with no snapshot key "
+                          "(only inheritable is)",
+    "stdout_chunk.py": "sys.stdout's TextIOWrapper _CHUNK_SIZE (a C attribute of the shared stream) is not "
+                       "keyed",
     "package_path.py": "a stdlib package's __path__ edited in place: json's submodules now import from "
                        "/tmp/h25",
 }
-# the ABC registries are keyed by round 24's trace fix (trace/stdlib_state.py, branch tfix24); where that
-# module is not there yet they get through
-if importlib.util.find_spec("fasttrack.confinement.trace.stdlib_state") is None:
-    ATTACKS25_OPEN.update({
-        "abc_registry_clear.py": "an ABC's virtual-subclass registry (the _abc C state) has no snapshot key "
-                                 "(_abc_registry_clear: isinstance((), Sequence) is False)",
-        "c_abc_register.py": "an ABC's virtual-subclass registry (the _abc C state) has no snapshot key "
-                             "(_abc._abc_register: isinstance({}, MutableSequence) is True)",
-    })
-
 HONEST25: dict[str, str] = {
     "own_ctypes.py": "import ctypes\n""class S(ctypes.Structure):\n"
                      "    _fields_ = [('a', ctypes.c_int)]\n""s = S()\n""s.a = 2\n"

@@ -198,6 +198,21 @@ ATTACKS: dict[str, str] = {
 "mem-attrgetter": "import ctypes, operator\n"
                   "operator.attrgetter('from_address')(ctypes.c_ssize_t)(id(L))  # <-\n",
 "mem-proc-self-mem": "f = open('/proc/self/mem', 'r+b')  # <-\n",
+"mem-from-address-init": "import ctypes\n""ctypes.c_ssize_t.from_address(id(L)).__init__(0)  # <-\n",
+"mem-from-address-setattr-dunder": "import ctypes\n"
+                                   "ctypes.c_ssize_t.from_address(id(L)).__setattr__('value', 0)  # <-\n",
+"mem-from-address-setattr": "import ctypes\n"
+                            "setattr(ctypes.c_ssize_t.from_address(id(L)), 'value', 0)  # <-\n",
+"mem-from-address-in-list": "import ctypes\n""[ctypes.c_ssize_t.from_address(id(L))][0].value = 0  # <-\n",
+"mem-array-slice-assign": "import ctypes\n""(ctypes.c_char * 8).from_address(id(L))[0:1] = b'x'  # <-\n",
+"mem-from-address-augassign": "import ctypes\n""(ctypes.c_ssize_t * 1).from_address(id(L))[0] += 1  # <-\n",
+"mem-binop-radd-writes": "import ctypes\n""class W:\n""    def __radd__(self, o):\n""        o.value = 0\n"
+                         "        return 0\n""ctypes.c_ssize_t.from_address(id(L)) + W()  # <-\n",
+"mem-binop-add-writes": "import ctypes\n""class W:\n""    def __add__(self, o):\n""        o[0] = b'x'\n"
+                        "        return 0\n""W() + (ctypes.c_char * 8).from_address(id(L))  # <-\n",
+"mem-augassign-iadd-writes": "import ctypes\n""class W:\n""    def __iadd__(self, o):\n"
+                             "        o.value = 0\n""        return self\n""acc = W()\n"
+                             "acc += ctypes.c_ssize_t.from_address(id(L))  # <-\n",
 }
 
 OPEN: dict[str, str] = {
@@ -253,6 +268,8 @@ OPEN: dict[str, str] = {
                            " the class: its write is own",
     "mem-methodcaller": "operator.methodcaller('from_address', n)(T) reaches from_address by a"
                         " string (attrgetter is caught)",
+    "mem-binop-add-writes": "`W() + T.from_address(n)`: a BinOp counts as a copy-out, but the"
+                            " own left operand's __add__ writes through the raw object",
 }
 
 
@@ -292,6 +309,9 @@ HONEST: dict[str, str] = {
                     "S = pydoc.describe(AttentionImpl)\n",
 "own-dataclass-by-name": "import dataclasses\n""class Own:\n""    x: int = 0\n"
                          "Own = getattr(dataclasses, 'dataclass')(Own)\n",
+"own-ctypes-copy-out": "import ctypes\n""b = (ctypes.c_ubyte * 8)()\n""A = ctypes.addressof(b)\n"
+                       "enc = b''\n""enc += (ctypes.c_ubyte * 8).from_address(A)\n"
+                       "C = bytes((ctypes.c_ubyte * 8).from_address(A))\n",
 }
 
 OPEN_FALSE_POSITIVES: dict[str, str] = {

@@ -6,7 +6,10 @@ transformer reached by a computed getattr), code runners outside `CODE_RUNNERS` 
 named.py (`pydoc.resolve` / `safeimport`, pickle's pure-Python twins), foreign calls whose result is the
 object handed in, lower-case module tables outside `MODULE_TABLES`, an own method run with a foreign `self`,
 own protocol methods returning engine objects, and raw memory without pointer / cast / addressof /
-from_address (a `py_object` or pointer-typed field of a ctypes Union).
+from_address (a `py_object` or pointer-typed field of a ctypes Union, and writes through the object that
+the new copy-out spare lets by: `W() + T.from_address(n)`). CROSS: another own module's methods and
+dunders (`__init__`, `__set__`, `__enter__` / `__exit__`, `__init_subclass__`, ...) writing what the
+caller hands them, all pairs scanned as one contribution.
 
 Each attack must be an ERROR at the lines marked `# <-`. Attacks that get through are strict xfails keyed in
 OPEN with a one-line reason; the honest twins must stay clean (a finding is a strict xfail in

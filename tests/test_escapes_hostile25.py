@@ -219,60 +219,16 @@ ATTACKS: dict[str, str] = {
 }
 
 OPEN: dict[str, str] = {
-    "xform-dataclass-set-new-attr": "not in TRANSFORMERS: dataclasses._set_new_attribute(cls,"
-                                    " name, value) is a setattr on the class",
-    "xform-dataclass-set-qualname": "not in TRANSFORMERS: dataclasses._set_qualname rewrites the"
-                                    " engine function's __qualname__",
-    "xform-dataclass-by-getattr": "a transformer reached by getattr(module, computed name) is"
-                                  " not resolved (vars() is)",
-    "xform-pydantic-with-config": "not in TRANSFORMERS: pydantic.with_config(cfg)(C) sets"
-                                  " __pydantic_config__ on the class",
-    "xform-pydantic-rebuild-dc": "not in TRANSFORMERS: pydantic.dataclasses.rebuild_dataclass"
-                                 " rewrites the class's validator",
-    "xform-typing-clear-overloads": "typing.clear_overloads() empties typing's shared overload"
-                                    " registry; no setter table lists it",
-    "xform-abc-registry-clear": "ABCMeta._abc_registry_clear() on a stdlib ABC (a method call,"
-                                " not register) is not a write",
-    "xform-c-abc-register": "_abc._abc_register (the C module behind ABCMeta.register) is not a"
-                            " registration",
-    "code-timeit-main": "not in CODE_RUNNERS: timeit.main(argv) runs its -s / stmt arguments as code",
-    "code-dataclasses-create-fn": "not in CODE_RUNNERS: dataclasses._create_fn execs its body lines",
-    "code-unittest-load-name": "a dotted-name resolver named.py does not list: unittest's"
-                               " TestLoader.loadTestsFromName calls what the name names",
-    "code-unittest-default-loader": "a dotted-name resolver named.py does not list:"
-                                    " unittest.defaultTestLoader.loadTestsFromNames calls gc.freeze",
-    "named-pydoc-resolve": "a dotted-name resolver named.py does not list: pydoc.resolve"
-                           " (pydoc.locate is listed)",
-    "named-pydoc-safeimport": "a dotted-name resolver named.py does not list: pydoc.safeimport"
-                              " imports and returns the engine module",
-    "named-pickle-private-unpickler": "pickle._Unpickler (the pure-Python Unpickler) is outside"
-                                      " 'pickle.Unpickler' and named.py",
-    "named-pickle-private-loads": "pickle._loads (the pure-Python loads) is outside"
-                                  " 'pickle.load*': code from data",
     "result-lru-wrapped": "lru_cache()(C).__wrapped__ is C itself: the wrapper's attribute is"
                           " taken as own",
     "result-mp-context-attr": "multiprocessing.get_context('spawn') is the shared context"
                               " singleton, not a SHARED_RESULTS entry",
     "result-email-policy-registry": "email.policy.default's header_factory.map_to_type writes"
                                     " the shared registry (a method of a stdlib instance)",
-    "table-linecache-cache": "a lower-case module table not in MODULE_TABLES: linecache.cache"
-                             " (every traceback's source)",
-    "table-inspect-modulesbyfile": "a lower-case module table not in MODULE_TABLES:"
-                                   " inspect.modulesbyfile (inspect.getmodule's cache)",
-    "table-domreg-registered": "a lower-case module table not in MODULE_TABLES:"
-                               " xml.dom.domreg.registered (getDOMImplementation's factories)",
-    "table-calendar-mdays": "a lower-case module table not in MODULE_TABLES: calendar.mdays"
-                            " (monthrange / monthcalendar for every caller)",
-    "table-tokenize-endpats": "a lower-case module table not in MODULE_TABLES: tokenize.endpats"
-                              " (every tokenize of a string literal)",
     "mem-wintypes-pointer-field": "a pointer type that is no call (ctypes.wintypes.PBYTE) as a"
                                   " Union field over an int: a raw write by index",
     "mem-py-object-union": "a Union of c_ssize_t and py_object turns id(engine class) back into"
                            " the class: its write is own",
-    "mem-methodcaller": "operator.methodcaller('from_address', n)(T) reaches from_address by a"
-                        " string (attrgetter is caught)",
-    "mem-binop-add-writes": "`W() + T.from_address(n)`: a BinOp counts as a copy-out, but the"
-                            " own left operand's __add__ writes through the raw object",
 }
 
 
@@ -407,17 +363,6 @@ CROSS: dict[str, tuple[str, str]] = {
         "W(AttentionImpl).forward = None  # <-\n"),
 }
 CROSS_OPEN: dict[str, str] = {
-    "cross-kwargs-param": "a write through **kwargs of another own module's method is not"
-                          " followed to the caller's keyword",
-    "cross-varargs-param": "a write through *args of another own module's method is not followed"
-                           " to the caller's argument",
-    "cross-bound-method-stored": "a bound method of another own module's instance, stored in a"
-                                 " name and then called",
-    "cross-getattr-method": "getattr(instance, 'put') of another own module's class is not"
-                            " followed to the method",
-    "cross-map-method": "a bound method of another own module handed to map() (a callback) is"
-                        " not followed",
-    "cross-init-writes-param": "W(x): another own module's __init__ writing its parameter is not followed",
     "cross-descriptor-set": "an own __set__ in another module writing the value assigned is not followed",
     "cross-init-subclass-kw": "a class keyword argument written by another own module's __init_subclass__",
     "cross-class-getitem-writes": "W[x]: another own module's __class_getitem__ writing its item"
@@ -427,7 +372,6 @@ CROSS_OPEN: dict[str, str] = {
     "cross-exitstack-enter": "ExitStack().enter_context(C(x)): the same __enter__ write through the stack",
     "cross-exit-writes-held": "`with C(x)`: __exit__ writing what __init__ stored (self.o), in"
                               " another own module",
-    "cross-sorted-key-method": "a bound method of another own module as sorted()'s key is not followed",
     "cross-held-then-method": "w.hold(x); w.fire(): a method writing what another method stored"
                               " from its parameter",
 }

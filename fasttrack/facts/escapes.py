@@ -327,7 +327,8 @@ def _helper_escapes(files: list[FileEscapes]) -> dict[str, list[Escape]]:
                 continue
             helper, written = hit
             for where, target in held:
-                if where in written or where in ("*", "**"):
+                if where in written or where in ("*", "**") or (  # a keyword landing in a written **kwargs
+                        isinstance(where, str) and "**" in written and f"-{where}" not in written):
                     out.setdefault(f.path, []).append(Escape(
                         "FT120", line, f"passes `{target}` to `{callee.removesuffix(ON_INSTANCE)}` "
                         f"({helper.path}), which writes "

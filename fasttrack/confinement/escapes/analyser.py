@@ -45,12 +45,17 @@ from fasttrack.confinement.escapes.scope import (
     CrossModules,
     Metaclasses,
     Signatures,
+    _Alias,
     _Ref,
     _Scope,
 )
 from fasttrack.confinement.escapes.torch_library import TorchLibraryChecks
-from fasttrack.confinement.escapes.transformers import StdlibEffectChecks
+from fasttrack.confinement.escapes.transformers import StdlibEffectChecks, callable_name
 from fasttrack.policy import EscapesSpec
+
+# builtins calling a callback (the first argument, or the `key`) with each element of an iterable
+_CALLBACK_TAKERS = frozenset({"builtins.map", "builtins.filter", "builtins.sorted", "builtins.min",
+                              "builtins.max"})
 
 
 class Analyser(StdlibEffectChecks, NamedResolution, MonkeypatchChecks, GlobalStateChecks, RegistryChecks,
@@ -112,15 +117,42 @@ class Analyser(StdlibEffectChecks, NamedResolution, MonkeypatchChecks, GlobalSta
 
     def _check_other_module_method(self, node: ast.Call, scope: _Scope) -> None:
         """`K().put(v)` on an instance of another own module's class: judged across files against that
-        module's method writers (`ON_INSTANCE`: positions as a call on an instance fills them)."""
-        if isinstance(node.func, ast.Attribute):
-            cls = self._own_instance_class(node.func.value, scope)
-            held = self.resolve(node.func.value, scope) if cls is None else None
+        module's method writers (`ON_INSTANCE`: positions as a call on an instance fills them); handed as
+        the callback of `map` / `filter` or the key of `sorted` / `min` / `max`, it is called with each
+        element of the iterable."""
+        func = node.func
+        taker = callable_name(self.resolve(func, scope)) if isinstance(func, ast.Name) else None
+        if taker in _CALLBACK_TAKERS:
+            cb = _arg(node, 0) if taker in ("builtins.map", "builtins.filter") else \
+                next((k.value for k in node.keywords if k.arg == "key"), None)
+            items = node.args[1] if taker in ("builtins.map", "builtins.filter") and len(node.args) > 1 \
+                else node.args[0] if taker not in ("builtins.map", "builtins.filter") and node.args else None
+            if cb is not None and items is not None and not isinstance(items, ast.Starred):
+                first = ast.Subscript(value=items, slice=ast.Constant(0), ctx=ast.Load())
+                elem = ast.copy_location(first, items)
+                call = ast.copy_location(ast.Call(func=cb, args=[elem], keywords=[]), node)
+                self._kept.append(call)
+                self._check_other_module_method(call, scope)
+            return
+        receiver, attr = (func.value, func.attr) if isinstance(func, ast.Attribute) else (None, None)
+        if isinstance(func, ast.Call) and isinstance(func.func, ast.Name) and func.func.id == "getattr" and \
+                len(func.args) >= 2 and not func.keywords and \
+                callable_name(self.resolve(func.func, scope)) == "builtins.getattr":
+            receiver, attr = func.args[0], self.constant_string(func.args[1], scope)  # getattr(K(), 'put')
+        at = scope
+        if isinstance(func, ast.Name):  # `p = K().put`, then `p(v)`: the one binding of the name
+            bindings = self._lookup(func.id, scope) or []
+            bound = bindings[0] if len(bindings) == 1 else None
+            if isinstance(bound, _Alias) and isinstance(bound.value, ast.Attribute):
+                receiver, attr, at = bound.value.value, bound.value.attr, bound.scope
+        if receiver is not None and attr:
+            cls = self._own_instance_class(receiver, at)
+            held = self.resolve(receiver, at) if cls is None else None
             if held is not None and held.origin == "import" and self.is_own(held.qualname) and \
                     self.cross is not None:
                 cls = self.cross.instance_class(held.qualname, self.module)  # its `k = K()`
             if cls is not None and cls not in self.classes:
-                self._record_foreign_call(node, f"{cls}.{node.func.attr}{ON_INSTANCE}", scope)
+                self._record_foreign_call(node, f"{cls}.{attr}{ON_INSTANCE}", scope)
 
     def _link_dunder(self, at: ast.AST, scope: _Scope, import_time: bool, cls: str | None, names: list[str],
                      args: list[ast.expr], keywords: list[ast.keyword] | None = None) -> None:
@@ -289,7 +321,7 @@ class Analyser(StdlibEffectChecks, NamedResolution, MonkeypatchChecks, GlobalSta
         self._check_other_module_method(node, scope)
         self._check_writer_values(node, scope)
         self._check_manual_enter(node, scope)
-        self._check_native_memory(node)
+        self._check_native_memory(node, scope)
         self._check_methodcaller(node, scope)
         self._check_thread_start(node, scope, import_time)
         callee = self.resolve(node.func, scope)
@@ -343,6 +375,10 @@ class Analyser(StdlibEffectChecks, NamedResolution, MonkeypatchChecks, GlobalSta
             self._check_library_method_on_local(node, scope)
             if callee is not None and callee.origin == "import" and key is None:
                 self._record_foreign_call(node, callee.qualname, scope)
+                # `W(v)` of another own module's class runs its `__init__(self, v)`
+                instance = self.resolve(node, scope)
+                if instance is not None and instance.qualname == f"{_INSTANCE}{callee.qualname}>":
+                    self._record_foreign_call(node, f"{callee.qualname}.__init__{ON_INSTANCE}", scope)
             return
         q = callee.qualname
         receiver, _, method = q.rpartition(".")

@@ -24,6 +24,8 @@ from fasttrack.confinement.escapes.common import (
 from fasttrack.confinement.escapes.fds import on_own_fd
 from fasttrack.confinement.escapes.scope import (
     _BOUND,
+    _INSTANCE,
+    _METHODCALLER,
     _OF_FOREIGN,
     _THREAD_REF,
     _Ref,
@@ -101,7 +103,7 @@ class GlobalStateChecks(CheckBase):
                             "beside the engine (start it from the model's code at run time)",
                             target="<thread>.start")
 
-    def _check_native_memory(self, node: ast.Call) -> None:
+    def _check_native_memory(self, node: ast.Call, scope: _Scope) -> None:
         """`T.from_address(n)` on any receiver (a ctypes type, an array type `(c_char * 4)`, the model's own
         `Structure` subclass): an object over memory at an address the code chose, which reaches any object
         of the process with no audit event the trace could see. The name is ctypes' own: fail closed on it,
@@ -110,20 +112,27 @@ class GlobalStateChecks(CheckBase):
         if isinstance(node.func, ast.Name) and node.func.id == "getattr" and len(node.args) >= 2 and \
                 isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str):
             name = node.args[1].value  # `getattr(T, 'from_address')`
-        if name in _NATIVE_MEMORY_METHODS and not self._copied_out(node):
+        if name is None and not isinstance(node.func, ast.Attribute):
+            ref = self.resolve(node.func, scope)  # `operator.methodcaller('from_address', n)(T)`
+            if ref is not None and ref.origin == "local" and ref.qualname.startswith(_METHODCALLER):
+                name = ref.qualname[len(_METHODCALLER):-1]
+        if name in _NATIVE_MEMORY_METHODS and not self._copied_out(node, scope):
             self.report(GLOBAL_STATE, node, f"reaches `.{name}(...)`: a ctypes object over memory at an "
                         "address the code chose reaches any object of the process (model code may not use "
                         "raw memory; keep data in tensors or own objects)", target=name)
 
-    def _copied_out(self, node: ast.Call) -> bool:
+    def _copied_out(self, node: ast.Call, scope: _Scope) -> bool:
         """`encoded += (c_ubyte * 128).from_address(p)`, `bytes(T.from_address(p))`, `a + T.from_address(p)`:
         the object over raw memory is only read into a new value, right where it is made (vLLM's own K3 code
-        reads a TMA descriptor so). Bound to a name, passed on or written through, it is not provably read."""
+        reads a TMA descriptor so). Bound to a name, passed on or written through, it is not provably
+        read; nor is it beside an instance of an own class, whose `__add__` / `__radd__` is handed the raw
+        object."""
         parent = self._parent(node)
         if isinstance(parent, ast.AugAssign) and parent.value is node and isinstance(parent.target, ast.Name):
             return True
         if isinstance(parent, ast.BinOp):
-            return True
+            other = self.resolve(parent.left if parent.right is node else parent.right, scope)
+            return other is None or not (other.origin == "own" or other.qualname.startswith(_INSTANCE))
         return isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name) and \
             parent.func.id in ("bytes", "bytearray") and parent.args[:1] == [node] and not parent.keywords
 

@@ -31,6 +31,9 @@ from fasttrack.confinement.escapes.scope import (
 )
 from fasttrack.confinement.escapes.sends import own_generator
 
+# positions of a `*args` parameter a cross-module writer lists (a caller passing more is rare; `*xs` is "*")
+_VARARG_POSITIONS = 16
+
 
 class MonkeypatchChecks(CheckBase):
     """Monkeypatches (FT120/FT121): writes to objects outside the contribution."""
@@ -153,7 +156,15 @@ class MonkeypatchChecks(CheckBase):
     @staticmethod
     def _param_refs(fn: _Function, name: str, shift: int = 0) -> tuple[int | str, ...]:
         """A written parameter as a caller can fill it: its position (when positional; `shift` more for a
-        plain method called on its class, which takes self first) and its name."""
+        plain method called on its class, which takes self first) and its name. `*args`: every position
+        after the named ones (and a starred argument); `**kwargs`: any keyword ("**") but the named
+        parameters' ("-name": not through `**kwargs`)."""
+        args = fn.node.args
+        if args.vararg is not None and name in ("*", args.vararg.arg):
+            first = len(fn.positional) + shift
+            return (*range(first, first + _VARARG_POSITIONS), "*")
+        if args.kwarg is not None and name in ("**", args.kwarg.arg):
+            return ("**", *(f"-{n}" for n in (*fn.positional, *sorted(fn.keyword_only))))
         return (fn.positional.index(name) + shift, name) if name in fn.positional else (name,)
 
     def _check_attribute_write(self, node: ast.Attribute, scope: _Scope, import_time: bool) -> None:

@@ -43,7 +43,9 @@ _ENTRY_POINT_LOADS: dict[str, tuple[str, int, str]] = {
 }
 # dotted-name importers handing back the object named (position of the name)
 _IMPORTERS: dict[str, int] = {"unittest.mock._importer": 0, "mock._importer": 0,
-                              "unittest.mock._dot_lookup": 2, "mock._dot_lookup": 2}
+                              "unittest.mock._dot_lookup": 2, "mock._dot_lookup": 2, "pydoc.safeimport": 0}
+# resolvers handing back a tuple whose first element is the object named: (position of the name)
+_PAIR_RESOLVERS: dict[str, int] = {"pydoc.resolve": 0}
 _TARGET_GETTERS = frozenset({"unittest.mock._get_target", "mock._get_target"})
 _ANY_MODULE = _Ref("import", "sys.modules[*]")  # a computed name: any module's object (fail closed)
 
@@ -67,6 +69,9 @@ class NamedResolution(Resolver):
             return self._entry_point_loaded(node, name, scope)
         if name in _IMPORTERS:
             return self._named_object(self.constant_string(_arg(node, _IMPORTERS[name]), scope))
+        if name in _PAIR_RESOLVERS:  # `pydoc.resolve(name)` is `(object, its name)`
+            first = _arg(node, _PAIR_RESOLVERS[name], "thing")  # (anything but a literal: fail closed)
+            return _Ref("local", "<container>", (self._named_object(self.constant_string(first, scope)),))
         if name in _TARGET_GETTERS:  # (a getter importing the module, the attribute's name)
             target = self.constant_string(_arg(node, 0, "target"), scope)
             module = target.rpartition(".")[0] if target is not None else None

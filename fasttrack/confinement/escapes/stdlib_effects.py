@@ -73,6 +73,20 @@ TRANSFORMERS: dict[str, Transformer] = {
     "inspect.markcoroutinefunction": Transformer("marks the function a coroutine function", (0, "func")),
     "types.coroutine": Transformer("rewrites a generator function's `__code__` flags in place", (0, "func")),
     "unittest.mock.seal": Transformer("seals the mock (its attributes can no longer be made)", (0, "mock")),
+    "dataclasses._set_new_attribute": Transformer("sets the named attribute on the class", (0, "cls")),
+    "dataclasses._set_qualname": Transformer("rewrites the function's `__qualname__`", (1, "value")),
+    "pydantic.with_config": Transformer("sets `__pydantic_config__` on the class it decorates", (),
+                                        always_factory=True),
+    "pydantic.config.with_config": Transformer("sets `__pydantic_config__` on the class it decorates", (),
+                                               always_factory=True),
+    "pydantic.dataclasses.rebuild_dataclass": Transformer("rebuilds the class's validator and schema in "
+                                                          "place", (0, "cls")),
+    "pydantic.rebuild_dataclass": Transformer("rebuilds the class's validator and schema in place",
+                                              (0, "cls")),
+    "_abc._abc_register": Transformer("files a virtual subclass in the ABC's shared registry", (0, "self")),
+    "_abc._reset_registry": Transformer("empties the ABC's shared registry", (0, "self")),
+    "_abc._reset_caches": Transformer("empties the ABC's shared caches", (0, "self")),
+    "abc._abc_register": Transformer("files a virtual subclass in the ABC's shared registry", (0, "self")),
 }
 
 # callables compiling and running a string argument as code: name -> the argument positions / keywords
@@ -82,7 +96,25 @@ CODE_RUNNERS: dict[str, tuple[int | str, ...]] = {
     "trace.Trace.runctx": (0, "cmd"), "bdb.Bdb.run": (0, "cmd"), "bdb.Bdb.runeval": (0, "expr"),
     "bdb.Bdb.runctx": (0, "cmd"), "pdb.Pdb.run": (0, "cmd"), "profile.Profile.run": (0, "cmd"),
     "profile.Profile.runctx": (0, "cmd"), "cProfile.Profile.run": (0, "cmd"),
-    "cProfile.Profile.runctx": (0, "cmd"),
+    "cProfile.Profile.runctx": (0, "cmd"), "timeit.main": (0, "args"),
+    "dataclasses._create_fn": (2, "body"),
+}
+# callables that call what a dotted name (or the data) they are handed names: name -> what they do; fail
+# closed (what a computed or even a literal name calls is not scanned)
+NAME_CALLERS: dict[str, str] = {
+    "unittest.TestLoader.loadTestsFromName": "calls the object the dotted name names",
+    "unittest.TestLoader.loadTestsFromNames": "calls the objects the dotted names name",
+    "unittest.loader.TestLoader.loadTestsFromName": "calls the object the dotted name names",
+    "unittest.loader.TestLoader.loadTestsFromNames": "calls the objects the dotted names name",
+    "unittest.defaultTestLoader.loadTestsFromName": "calls the object the dotted name names",
+    "unittest.defaultTestLoader.loadTestsFromNames": "calls the objects the dotted names name",
+    "unittest.loader.defaultTestLoader.loadTestsFromName": "calls the object the dotted name names",
+    "unittest.loader.defaultTestLoader.loadTestsFromNames": "calls the objects the dotted names name",
+    "unittest.main": "imports and runs the tests its arguments name",
+    "unittest.TestProgram": "imports and runs the tests its arguments name",
+    "pickle._Unpickler": "unpickles (calls any callable the data names)",
+    "pickle._loads": "unpickles (calls any callable the data names)",
+    "pickle._load": "unpickles (calls any callable the data names)",
 }
 # doctest's runners: they run the examples in the docstrings of the object (position) they are handed, or of
 # a whole module / file (None: whatever they run cannot be read here)
@@ -104,6 +136,9 @@ MODULE_TABLES = frozenset({
     "urllib.parse.uses_params", "urllib.parse.uses_query", "urllib.parse.uses_fragment",
     "urllib.parse.non_hierarchical", "email.charset.CHARSETS", "email.charset.ALIASES",
     "email.charset.CODEC_MAP", "imghdr.tests", "sndhdr.tests",
+    "linecache.cache", "inspect.modulesbyfile", "inspect._filesbymodname", "xml.dom.domreg.registered",
+    "xml.dom.domreg.well_known_implementations", "calendar.mdays", "tokenize.endpats",
+    "tokenize.single_quoted", "tokenize.triple_quoted",
 })
 
 MODULE_STATE_SETTERS: dict[str, str] = {
@@ -120,6 +155,10 @@ MODULE_STATE_SETTERS: dict[str, str] = {
     "unittest.removeHandler": "the process's SIGINT handler",
     "cgitb.enable": "`sys.excepthook`",
     "readline.*": "the process's line editor state (history, completer, key bindings)",
+    "typing.clear_overloads": "typing's shared overload registry (every `typing.get_overloads`)",
+    "typing_extensions.clear_overloads": "the shared overload registry (every `get_overloads`)",
+    "*._abc_registry_clear": "the ABC's shared virtual-subclass registry",
+    "*._abc_caches_clear": "the ABC's shared subclass caches",
 }
 
 # calls returning a module's shared object (a cache, a class): name -> (what the result is, whether only

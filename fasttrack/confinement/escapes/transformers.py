@@ -29,6 +29,7 @@ from fasttrack.confinement.escapes.stdlib_effects import (
     FD_READS,
     MODULE_STATE_SETTERS,
     MODULE_TABLES,
+    NAME_CALLERS,
     STDIN_READERS,
     TRANSFORMERS,
     Transformer,
@@ -63,6 +64,9 @@ class StdlibEffectChecks(GlobalStateChecks, DynamicCodeChecks):
             self._check_code_runner(node, name, scope)
         elif name in DOCTEST_RUNNERS:
             self._check_doctest(node, name, scope)
+        elif name in NAME_CALLERS:
+            self.report(DYNAMIC_CODE, node, f"calls `{name}`: it {NAME_CALLERS[name]}, code the scan cannot "
+                        "check for escapes", target=name)
         elif name in _ARCHIVE_WRITERS:
             pos, kw = _ARCHIVE_WRITERS[name]
             target = _arg(node, pos, kw)
@@ -92,7 +96,9 @@ class StdlibEffectChecks(GlobalStateChecks, DynamicCodeChecks):
             t = TRANSFORMERS.get(inner or "")
             if inner is not None and t is not None and (t.always_factory or (t.factory and not func.args)):
                 return inner, t, True
-            return None
+            if t is not None:
+                return None
+            # else a call handing back a transformer: `getattr(dataclasses, 'data' + 'class')(C)`
         ref = self.resolve(func, scope)
         name = callable_name(ref)
         if name is not None and name in TRANSFORMERS:

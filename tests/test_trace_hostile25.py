@@ -95,32 +95,7 @@ ATTACKS25: dict[str, str] = {
     "stderr_nonblock.py": "import os\n""os.set_blocking(2, not os.get_blocking(2))  # <-\n",
     "stdout_chunk.py": "import sys\n""sys.stdout._CHUNK_SIZE = 1  # <-\n",
 }
-_HELD = "an instance a stdlib module holds and uses for every caller is not snapshotted: "
-_FUNC = "a stdlib function's attributes other than its code / defaults are no snapshot key: "
 ATTACKS25_OPEN: dict[str, str] = {
-    "email_policy_registry.py": _HELD + "email.policy.default.header_factory's registry (map_to_type)",
-    "mp_context_attr.py": _HELD + "multiprocessing's spawn context (get_context('spawn').Process)",
-    "mp_authkey.py": _HELD + "multiprocessing.current_process()'s authkey (every Connection's HMAC key)",
-    "register_at_fork.py": "os.register_at_fork's hooks (C state) have no snapshot key; every forked "
-                           "worker runs gc.disable",
-    "update_wrapper_stdlib.py": _FUNC + "functools.update_wrapper(textwrap.indent, own) renames it and "
-                                        "sets __wrapped__",
-    "func_qualname.py": _FUNC + "textwrap.dedent.__qualname__",
-    "func_doc.py": _FUNC + "textwrap.wrap.__doc__",
-    "func_dict.py": _FUNC + "a new entry in textwrap.fill's __dict__",
-    "http_server_ext_map.py": "a stdlib class attribute's dict edited item by item "
-                              "(SimpleHTTPRequestHandler.extensions_map)",
-    "gettext_localedirs.py": "gettext.bindtextdomain writes gettext's private _localedirs table (not keyed)",
-    "module_all.py": "a stdlib module's __all__ edited in place: `from colorsys import *` changes; dunders "
-                     "are not keyed",
-    "xoptions.py": "sys._xoptions edited in place: every spawned worker gets -X dev "
-                   "(subprocess._args_from_interpreter_flags)",
-    "stderr_nonblock.py": "fd 2's O_NONBLOCK flag (os.set_blocking) is process state with no snapshot key "
-                          "(only inheritable is)",
-    "stdout_chunk.py": "sys.stdout's TextIOWrapper _CHUNK_SIZE (a C attribute of the shared stream) is not "
-                       "keyed",
-    "package_path.py": "a stdlib package's __path__ edited in place: json's submodules now import from "
-                       "/tmp/h25",
 }
 HONEST25: dict[str, str] = {
     "own_ctypes.py": "import ctypes\n""class S(ctypes.Structure):\n"
@@ -144,6 +119,16 @@ HONEST25: dict[str, str] = {
     "own_reads.py": "import os, sys, gc\n""V = os.environb.get(b'HOME')\n""R = sys.getrecursionlimit()\n"
                     "F = sys.getdlopenflags()\n""B = sys.dont_write_bytecode\n""C = len(gc.callbacks)\n",
 }
+HONEST25["own_stdlib_reads.py"] = (
+    "import sys, os, fcntl, textwrap, colorsys, json, gettext, email.policy, multiprocessing, http.server\n"
+    "from colorsys import *\n""A = list(colorsys.__all__) + ['own']\n""P = list(json.__path__)\n"
+    "D = textwrap.dedent.__doc__\n""Q = textwrap.dedent.__qualname__\n""X = dict(sys._xoptions)\n"
+    "X['dev'] = True\n""B = os.get_blocking(2)\n""F = fcntl.fcntl(2, fcntl.F_GETFL)\n"
+    "C = getattr(sys.stdout, '_CHUNK_SIZE', 0)\n""H = email.policy.default.header_factory['subject']\n"
+    "K = multiprocessing.get_context('spawn').get_start_method()\n""L = gettext.textdomain()\n"
+    "T = multiprocessing.current_process().authkey\n"
+    "E = http.server.SimpleHTTPRequestHandler.extensions_map.get('.py')\n"
+    "def own_f():\n""    pass\n""own_f.__qualname__ = 'own'\n""own_f.x = 1\n")
 OPEN_FALSE_POSITIVES: dict[str, str] = {
 }
 

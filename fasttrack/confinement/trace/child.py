@@ -689,7 +689,9 @@ def _codecs_register(search: Any, _gate: Any = _gate, _register: Any = _CODECS_R
 
 # Process-wide switches with no getter to snapshot: every call is recorded (at the contribution's line).
 _NO_GETTER = (("faulthandler", "register"), ("faulthandler", "dump_traceback_later"),
-              ("signal", "siginterrupt"), ("os", "setsid"), ("os", "setpgid"), ("os", "setpgrp"))
+              ("signal", "siginterrupt"), ("os", "setsid"), ("os", "setpgid"), ("os", "setpgrp"),
+              # hooks every forked worker runs (C state, no reader, no audit event)
+              ("os", "register_at_fork"), ("posix", "register_at_fork"))
 
 
 def _recording(target: str, original: Any) -> Callable[..., Any]:
@@ -1280,10 +1282,12 @@ def _own_entries(tracer: Tracer, key: str) -> bool:
 
 
 def _replaced_function(key: str, before: snapshot.Snapshot, after: snapshot.Snapshot) -> bool:
-    """A closure-cell key (`cell:`, `ccell:`) of a function that was itself replaced (or added, or removed):
-    its `mod:`/`cls:` key speaks for it (a cell key is for cells changed in place)."""
+    """A closure-cell or attribute key (`cell:`, `ccell:`, `fn:`) of a function that was itself replaced (or
+    added, or removed): its `mod:`/`cls:` key speaks for it (those keys are for changes in place)."""
     if key.startswith("cell:"):
         holder = "mod:" + key[len("cell:"):]
+    elif key.startswith("fn:"):
+        holder = "mod:" + key[len("fn:"):]
     elif key.startswith("ccell:"):
         holder = "cls:" + key[len("ccell:"):]
     else:

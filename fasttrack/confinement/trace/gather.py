@@ -96,6 +96,9 @@ def _target(key: str) -> str:
     if kind == "kw":
         mod, _, attr = rest.rpartition(":")
         return f"{mod}.{attr}.__kwdefaults__"
+    if kind == "fn":
+        mod, _, attr = rest.rpartition(":")
+        return f"{mod}.{attr} (its name, doc or attributes)"
     if kind == "cell":
         mod, _, attr = rest.rpartition(":")
         return f"{mod}.{attr} (a closure cell)"

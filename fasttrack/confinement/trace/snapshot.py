@@ -421,7 +421,8 @@ THREAD_LOCAL = frozenset({"state:numpy.errstate", "state:signal.mask", "state:de
 
 def cheap(key: str) -> bool:
     """A key that costs a dictionary look-up or two to re-read (the locate pass reads it on every line)."""
-    return key.startswith(("mod:", "cls:", "sysmod:", "obj:", "cobj:", "kw:", "cell:", "ccell:")) or \
+    return key.startswith(("mod:", "cls:", "sysmod:", "obj:", "cobj:", "kw:", "cell:", "ccell:",
+                           "fn:")) or \
         key in CHEAP_STATE or key in torch_state.CHEAP or key in stdlib_state.CHEAP
 
 
@@ -536,6 +537,16 @@ def _slots(value: Any) -> list[tuple[str, Any]] | None:
     return out or None
 
 
+def _fn_attrs(value: Any) -> Any:
+    """A plain function's names, doc and own attributes by identity (`functools.update_wrapper` renames it,
+    sets `__wrapped__` and its doc; `f.__qualname__ = ...`, `f.x = 1`): None for any other value."""
+    if type(value) is not types.FunctionType:
+        return None
+    d = value.__dict__
+    return (id(value.__name__), id(value.__qualname__), id(value.__doc__), id(value.__module__),
+            frozenset((k, id(v)) for k, v in d.items()) if d else None)
+
+
 def _kwdefaults(value: Any) -> Any:
     """A plain function's keyword defaults by identity (`json.dumps.__kwdefaults__['sort_keys'] = True`)."""
     if type(value) is not types.FunctionType:
@@ -579,6 +590,9 @@ def _abstract_mark(value: Any) -> bool:
                for f in funcs)
 
 
+_DUNDER_TABLES = ("__all__", "__path__")  # `from m import *` and where a package's submodules come from
+
+
 def module_state(name: str, module: types.ModuleType) -> Snapshot:
     """The attributes of one foreign module and of the classes it defines."""
     out: Snapshot = {}
@@ -593,6 +607,8 @@ def module_state(name: str, module: types.ModuleType) -> Snapshot:
         kw = _kwdefaults(value)
         if kw is not None:  # a keyword default changed in place keeps the function's identity
             out[f"kw:{name}:{attr}"] = kw
+        if type(value) is types.FunctionType:  # its names, doc, own attributes (changed in place)
+            out[f"fn:{name}:{attr}"] = _fn_attrs(value)
         cells = _cells(value) if type(value) is types.FunctionType and value.__closure__ else None
         if cells is not None:
             out[f"cell:{name}:{attr}"] = cells
@@ -603,7 +619,7 @@ def module_state(name: str, module: types.ModuleType) -> Snapshot:
                     continue  # the import system's own flag, flipped by any (lazy) import of the module
                 out[f"obj:{name}:{attr}:{iattr}"] = ivalue
         if type(value) in (dict, list, set) and attr != "__builtins__" and not _bookkeeping(value) and (
-                not attr.startswith("_") or _behaviour_table(value)):
+                not attr.startswith("_") or attr in _DUNDER_TABLES or _behaviour_table(value)):
             box = _box(value)
             if box is not None:
                 out[f"box:{name}:{attr}"] = box
@@ -657,12 +673,15 @@ def value_of(key: str) -> Any:
         return get() if get is not None else MISSING
     if kind == "sysmod":
         return sys.modules.get(rest, MISSING)
-    if kind in ("mod", "box", "kw", "cell"):
+    if kind in ("mod", "box", "kw", "cell", "fn"):
         name, _, attr = rest.rpartition(":")
         module = sys.modules.get(name)
         value = vars(module).get(attr, MISSING) if module is not None else MISSING
         if kind == "kw":
             return _kwdefaults(value) if value is not MISSING else MISSING
+        if kind == "fn":
+            fn = _fn_attrs(value) if value is not MISSING else None
+            return fn if fn is not None else MISSING
         if kind == "cell":
             cells = _cells(value) if value is not MISSING else None
             return cells if cells is not None else MISSING
@@ -701,7 +720,7 @@ def value_of(key: str) -> Any:
 def same(key: str, before: Any, after: Any) -> bool:
     if before is after:
         return True
-    if key.startswith(("state:", "box:", "cbox:", "kw:", "cell:", "ccell:")):
+    if key.startswith(("state:", "box:", "cbox:", "kw:", "cell:", "ccell:", "fn:")):
         try:
             return bool(before == after)
         except Exception:

@@ -16,6 +16,10 @@
 - process state: the scheduling policy and priority, the close-on-exec flags of fds 0-2, a sentinel child
   process (`fork_sentinel`: a zombie that an `os.waitpid(-1)` reaping the engine's children would take), and
   the sandbox's stdin (`seal`: a pipe of empty lines, no writer; a read of fd 0 by any route leaves fewer).
+- round 25: `sys._xoptions`, the status flags of fds 0-2 (O_NONBLOCK), the `_CHUNK_SIZE` of the standard
+  streams, instances a stdlib module holds for every caller (email.policy.default's header factory and its
+  registry, multiprocessing's default and concrete contexts, the current process's config and authkey), and
+  tables edited item by item (`gettext._localedirs`, `SimpleHTTPRequestHandler.extensions_map`).
 
 Every reader reads plain values only (a contribution's `str` subclass or property must not run inside the
 snapshot) and costs well under a millisecond.
@@ -27,6 +31,7 @@ import array
 import contextlib
 import fcntl
 import importlib
+import io
 import os
 import sys
 import termios
@@ -218,6 +223,100 @@ def _stdin_unread() -> Any:
     return buf[0]
 
 
+def _xoptions() -> Any:
+    """`sys._xoptions` (edited in place: every spawned worker gets the -X options)."""
+    xo = getattr(sys, "_xoptions", None)
+    if not isinstance(xo, dict):
+        return _plain(xo)
+    return frozenset((_plain(k), _plain(v)) for k, v in dict.items(xo))
+
+
+def _fd_flags() -> Any:
+    """The file status flags of fds 0-2 (`os.set_blocking(2, False)`: O_NONBLOCK on the engine's stderr)."""
+    out: list[int | None] = []
+    for fd in (0, 1, 2):
+        try:
+            out.append(fcntl.fcntl(fd, fcntl.F_GETFL))
+        except OSError:
+            out.append(None)
+    return tuple(out)
+
+
+def _chunk_sizes() -> Any:
+    """`_CHUNK_SIZE` of the standard text streams (only a real TextIOWrapper's: no property of a replaced
+    stream runs)."""
+    out = []
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        out.append(getattr(stream, "_CHUNK_SIZE", None) if type(stream) is io.TextIOWrapper else None)
+    return tuple(out)
+
+
+def _dict_ids(d: Any) -> Any:
+    return frozenset((_plain(k), id(v)) for k, v in dict.items(d)) if type(d) is dict else _plain(d)
+
+
+def _instance_ids(obj: Any) -> Any:
+    try:
+        return id(obj), _dict_ids(object.__getattribute__(obj, "__dict__"))
+    except (AttributeError, TypeError):
+        return id(obj)
+
+
+def _email_policy() -> Any:
+    """email.policy.default's header factory and its registry (`map_to_type`)."""
+    pol = sys.modules.get("email.policy")
+    default = vars(pol).get("default") if pol is not None else None
+    if default is None:
+        return MISSING
+    try:
+        factory = object.__getattribute__(default, "header_factory")
+    except AttributeError:
+        return MISSING
+    try:
+        registry = object.__getattribute__(factory, "__dict__").get("registry")
+    except (AttributeError, TypeError):
+        registry = None
+    return id(factory), _dict_ids(registry)
+
+
+def _mp_contexts() -> Any:
+    """multiprocessing's shared contexts (the default one and `get_context(name)`'s), by their attributes."""
+    ctx = sys.modules.get("multiprocessing.context")
+    if ctx is None:
+        return MISSING
+    concrete = vars(ctx).get("_concrete_contexts")
+    held = sorted(dict.items(concrete)) if type(concrete) is dict else []
+    return (_instance_ids(vars(ctx).get("_default_context")),
+            tuple((_plain(k), _instance_ids(v)) for k, v in held))
+
+
+def _mp_process() -> Any:
+    """The current process object's config (its authkey: every Connection's HMAC key)."""
+    proc = sys.modules.get("multiprocessing.process")
+    cur = vars(proc).get("_current_process") if proc is not None else None
+    if cur is None:
+        return MISSING
+    try:
+        config = object.__getattribute__(cur, "_config")
+    except AttributeError:
+        return _instance_ids(cur)
+    return id(cur), tuple(sorted((_plain(k), _plain(v)) for k, v in dict.items(config))) \
+        if type(config) is dict else _plain(config)
+
+
+def _gettext_dirs() -> Any:
+    gt = sys.modules.get("gettext")
+    return _dict_ids(vars(gt).get("_localedirs")) if gt is not None else MISSING
+
+
+def _http_ext_map() -> Any:
+    hs = sys.modules.get("http.server")
+    cls = vars(hs).get("SimpleHTTPRequestHandler") if hs is not None else None
+    if not isinstance(cls, type):
+        return MISSING
+    return _dict_ids(_TYPE_DICT.__get__(cls).get("extensions_map"))
+
+
 STATE: dict[str, Callable[[], Any]] = {
     "abc.registries": _abc_registries,
     "logging.handlers": _handlers,
@@ -231,9 +330,19 @@ STATE: dict[str, Callable[[], Any]] = {
     "os.inheritable": _inheritable,
     "os.sentinel_child": _children,
     "os.stdin_unread": _stdin_unread,
+    "sys.xoptions": _xoptions,
+    "os.fd_flags": _fd_flags,
+    "sys.chunk_sizes": _chunk_sizes,
+    "email.policy.default": _email_policy,
+    "multiprocessing.contexts": _mp_contexts,
+    "multiprocessing.current_process": _mp_process,
+    "gettext.localedirs": _gettext_dirs,
+    "http.server.extensions_map": _http_ext_map,
 }
 CHEAP = frozenset({"state:multiprocessing.executable", "state:calendar.firstweekday", "state:os.inheritable",
-                   "state:os.sentinel_child", "state:os.stdin_unread", "state:os.scheduler"})
+                   "state:os.sentinel_child", "state:os.stdin_unread", "state:os.scheduler",
+                   "state:sys.xoptions", "state:os.fd_flags", "state:sys.chunk_sizes",
+                   "state:gettext.localedirs"})
 
 
 def fork_sentinel() -> None:
